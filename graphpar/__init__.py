@@ -1,0 +1,42 @@
+"""graphpar: MindSpore's parallel-training surface, run by JAX/XLA on a device mesh.
+
+``import graphpar as ms`` and a MindSpore script's calls work: ``ms.set_context``, ``ms.set_auto_parallel_context``,
+``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time.
+"""
+
+from graphpar import context as context
+from graphpar import nn as nn
+from graphpar import ops as ops
+from graphpar._context import GRAPH_MODE as GRAPH_MODE
+from graphpar._context import PYNATIVE_MODE as PYNATIVE_MODE
+from graphpar._context import ParallelMode as ParallelMode
+from graphpar._context import get_auto_parallel_context as get_auto_parallel_context
+from graphpar._context import get_context as get_context
+from graphpar._context import reset_auto_parallel_context as reset_auto_parallel_context
+from graphpar._context import set_auto_parallel_context as set_auto_parallel_context
+from graphpar._context import set_context as set_context
+from graphpar.common import dtype as dtype
+from graphpar.common.dtype import (  # noqa: F401
+    bfloat16, bool_, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
+    uint32, uint64)
+from graphpar.common.initializer import initializer as initializer
+from graphpar.common.parameter import Parameter as Parameter
+from graphpar.common.parameter import ParameterTuple as ParameterTuple
+from graphpar.common.seed import get_seed as get_seed
+from graphpar.common.seed import set_seed as set_seed
+from graphpar.common.tensor import Tensor as Tensor
+from graphpar.context import set_ps_context as set_ps_context
+from graphpar.train import (  # noqa: F401
+    Callback, LossMonitor, Model, RunContext, TimeMonitor)
+
+__version__ = "0.1.0"
+
+_LAZY = {"dataset", "communication", "train", "parallel", "models"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"graphpar.{name}")
+    raise AttributeError(f"module 'graphpar' has no attribute {name!r}")

@@ -1,0 +1,260 @@
+"""Process-wide settings: ``set_context`` and ``set_auto_parallel_context`` with MindSpore's names and defaults.
+
+The settings are read by the compile stage when a train step is built, never by passes at run time, so changing a
+setting between two ``Model`` builds takes effect on the next build (as in MindSpore, where the context must be set
+before the network is compiled).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphpar._logging import notice_once
+from graphpar.errors import ConfigError, DeviceError, UnknownSettingError
+
+GRAPH_MODE = 0
+PYNATIVE_MODE = 1
+
+
+class ParallelMode:
+    """Parallel modes, spelled as MindSpore spells them (``ParallelMode.DATA_PARALLEL == "data_parallel"``)."""
+
+    STAND_ALONE = "stand_alone"
+    DATA_PARALLEL = "data_parallel"
+    SEMI_AUTO_PARALLEL = "semi_auto_parallel"
+    AUTO_PARALLEL = "auto_parallel"
+    HYBRID_PARALLEL = "hybrid_parallel"
+    MODE_LIST = [STAND_ALONE, DATA_PARALLEL, SEMI_AUTO_PARALLEL, AUTO_PARALLEL, HYBRID_PARALLEL]
+
+
+SEARCH_MODES = ("sharding_propagation", "dynamic_programming", "recursive_programming")
+DEVICE_TARGETS = ("CPU", "GPU", "TPU")
+_JAX_PLATFORM = {"CPU": "cpu", "GPU": "gpu", "TPU": "tpu"}
+
+# MindSpore settings that have no meaning on XLA. They are accepted so that ported scripts run, and each is named
+# once in a log line the first time it is set.
+_IGNORED_CONTEXT_KEYS = frozenset({
+    "max_call_depth", "enable_graph_kernel", "graph_kernel_flags", "max_device_memory", "variable_memory_max_size",
+    "enable_reduce_precision", "pynative_synchronize", "jit_level", "jit_config", "memory_optimize_level",
+    "deterministic", "precompile_only", "enable_compile_cache", "compile_cache_path", "runtime_num_threads",
+    "inter_op_parallel_num", "print_file_path", "env_config_path", "save_dump_path", "enable_dump",
+    "ascend_config", "gpu_config", "mempool_block_size", "op_timeout", "enable_profiling", "profiling_options",
+    "check_bprop", "enable_sparse", "reserve_class_name_in_scope", "auto_tune_mode", "disable_format_transform",
+    "support_binary", "aoe_tune_mode", "aoe_config",
+})
+_IGNORED_PARALLEL_KEYS = frozenset({
+    "gradient_fp32_sync", "all_reduce_fusion_config", "comm_fusion", "enable_alltoall", "loss_repeated_mean",
+    "pipeline_result_broadcast", "group_ckpt_save_file", "parallel_optimizer_config", "optimizer_weight_shard_size",
+    "optimizer_weight_shard_aggregated_save", "sharding_propagation", "auto_pipeline",
+})
+
+
+@dataclass
+class Context:
+    mode: int = GRAPH_MODE
+    device_target: str = "CPU"
+    device_id: int = 0
+    save_graphs: int = 0
+    save_graphs_path: str = "ir_dumps"
+
+
+@dataclass
+class AutoParallelContext:
+    parallel_mode: str = ParallelMode.STAND_ALONE
+    search_mode: str = "recursive_programming"
+    gradients_mean: bool = False
+    parameter_broadcast: bool = False
+    device_num: int | None = None  # None: every device the job has
+    global_rank: int | None = None
+    dataset_strategy: Any = "data_parallel"  # "data_parallel", "full_batch" or a tuple of per-input splits
+    strategy_ckpt_config: dict = field(default_factory=lambda: {
+        "load_file": "", "save_file": "", "only_trainable_params": True})
+    enable_parallel_optimizer: bool = False
+    pipeline_stages: int = 1
+
+    @property
+    def full_batch(self) -> bool:
+        return self.dataset_strategy == "full_batch"
+
+
+_context = Context()
+_auto_parallel = AutoParallelContext()
+
+
+def _bool(api: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(api, key, value, valid=[True, False], reason=f"{key} must be a bool, got {value!r}")
+    return value
+
+
+def _check_platform(device_target: str) -> None:
+    import jax  # local: importing graphpar must not start a backend
+
+    platform = _JAX_PLATFORM[device_target]
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:
+        devices = []
+    if not devices:
+        have = sorted({d.platform.upper() for d in jax.devices()})
+        raise DeviceError(
+            f"set_context(device_target={device_target!r}): JAX has no {platform} backend on this machine "
+            f"(it has: {', '.join(have)}). Use device_target={have[0]!r}, or install the jax plugin for "
+            f"{device_target} (e.g. pip install 'jax[cuda12]').")
+
+
+def set_context(**kwargs: Any) -> None:
+    """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
+    ``save_graphs_path``. Other MindSpore settings that mean nothing on XLA are accepted with a log line."""
+    api = "set_context"
+    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path"}
+    for key, value in kwargs.items():
+        if key in _IGNORED_CONTEXT_KEYS:
+            notice_once(f"context:{key}", f"set_context({key}=...) has no effect in graphpar (XLA decides this)",
+                        logging.INFO)
+            continue
+        if key not in valid:
+            raise UnknownSettingError(api, key, valid | _IGNORED_CONTEXT_KEYS)
+        if key == "mode":
+            if value not in (GRAPH_MODE, PYNATIVE_MODE) or isinstance(value, bool):
+                raise ConfigError(api, key, value, valid=["GRAPH_MODE (0)", "PYNATIVE_MODE (1)"])
+            _context.mode = value
+        elif key == "device_target":
+            if value == "Ascend":
+                raise DeviceError("set_context(device_target='Ascend'): graphpar runs on XLA and has no Ascend "
+                                  "backend; valid targets: 'CPU', 'GPU', 'TPU'")
+            if value not in DEVICE_TARGETS:
+                raise ConfigError(api, key, value, valid=DEVICE_TARGETS)
+            _check_platform(value)
+            _context.device_target = value
+        elif key == "device_id":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(api, key, value, reason=f"device_id must be an int >= 0, got {value!r}")
+            _context.device_id = value
+        elif key == "save_graphs":
+            if isinstance(value, bool):
+                value = int(value)
+            if value not in (0, 1, 2, 3):
+                raise ConfigError(api, key, value, valid=[False, True, 0, 1, 2, 3])
+            _context.save_graphs = value
+        elif key == "save_graphs_path":
+            if not isinstance(value, str) or not value:
+                raise ConfigError(api, key, value, reason="save_graphs_path must be a non-empty string")
+            _context.save_graphs_path = value
+
+
+def get_context(key: str) -> Any:
+    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path"}
+    if key not in valid:
+        raise UnknownSettingError("get_context", key, valid)
+    return getattr(_context, key)
+
+
+def _check_dataset_strategy(value: Any) -> Any:
+    api = "set_auto_parallel_context"
+    if value in ("data_parallel", "full_batch"):
+        return value
+    ok = isinstance(value, tuple) and all(
+        isinstance(s, tuple) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in s)
+        for s in value)
+    if not ok:
+        raise ConfigError(api, "dataset_strategy", value,
+                          valid=["'data_parallel'", "'full_batch'", "a tuple of tuples of positive ints, one per "
+                                 "input, e.g. ((8, 1), (8,))"])
+    return value
+
+
+def set_auto_parallel_context(**kwargs: Any) -> None:
+    """Set MindSpore's auto-parallel context. See ``docs/porting_from_mindspore.md`` for every difference."""
+    api = "set_auto_parallel_context"
+    valid = {"parallel_mode", "search_mode", "auto_parallel_search_mode", "gradients_mean", "parameter_broadcast",
+             "device_num", "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
+             "strategy_ckpt_load_file", "strategy_ckpt_save_file", "enable_parallel_optimizer", "pipeline_stages"}
+    for key, value in kwargs.items():
+        if key in _IGNORED_PARALLEL_KEYS:
+            notice_once(f"parallel:{key}", f"set_auto_parallel_context({key}=...) has no effect in graphpar "
+                        "(XLA schedules and fuses communication itself)", logging.INFO)
+            continue
+        if key not in valid:
+            raise UnknownSettingError(api, key, valid | _IGNORED_PARALLEL_KEYS)
+        if key == "parallel_mode":
+            if value not in ParallelMode.MODE_LIST:
+                raise ConfigError(api, key, value, valid=ParallelMode.MODE_LIST)
+            _auto_parallel.parallel_mode = value
+        elif key in ("search_mode", "auto_parallel_search_mode"):
+            if value not in SEARCH_MODES:
+                raise ConfigError(api, key, value, valid=SEARCH_MODES)
+            _auto_parallel.search_mode = value
+        elif key in ("gradients_mean", "parameter_broadcast", "enable_parallel_optimizer"):
+            setattr(_auto_parallel, key, _bool(api, key, value))
+            if key == "enable_parallel_optimizer" and value:
+                raise ConfigError(api, key, value, valid=[False],
+                                  reason="the parallel optimizer (optimizer-state sharding) is not implemented yet")
+        elif key == "device_num":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(api, key, value, reason=f"device_num must be an int >= 1, got {value!r}")
+            _auto_parallel.device_num = value
+        elif key == "global_rank":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(api, key, value, reason=f"global_rank must be an int >= 0, got {value!r}")
+            _auto_parallel.global_rank = value
+        elif key == "dataset_strategy":
+            _auto_parallel.dataset_strategy = _check_dataset_strategy(value)
+        elif key == "full_batch":
+            _auto_parallel.dataset_strategy = "full_batch" if _bool(api, key, value) else "data_parallel"
+        elif key == "pipeline_stages":
+            if value != 1:
+                raise ConfigError(api, key, value, valid=[1], reason="pipeline parallelism is not implemented yet")
+        elif key == "strategy_ckpt_config":
+            if not isinstance(value, dict) or not set(value) <= {"load_file", "save_file", "only_trainable_params"}:
+                raise ConfigError(api, key, value, valid=["a dict with keys load_file, save_file, "
+                                                          "only_trainable_params"])
+            _auto_parallel.strategy_ckpt_config = {**_auto_parallel.strategy_ckpt_config, **value}
+        elif key in ("strategy_ckpt_load_file", "strategy_ckpt_save_file"):
+            which = key.split("_")[-2] + "_file"
+            _auto_parallel.strategy_ckpt_config = {**_auto_parallel.strategy_ckpt_config, which: value}
+
+
+_PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",
+                     "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
+                     "enable_parallel_optimizer", "pipeline_stages"}
+
+
+def get_auto_parallel_context(key: str) -> Any:
+    if key == "auto_parallel_search_mode":
+        key = "search_mode"
+    if key not in _PARALLEL_GETTERS:
+        raise UnknownSettingError("get_auto_parallel_context", key, _PARALLEL_GETTERS)
+    if key == "device_num" and _auto_parallel.device_num is None:
+        import jax
+
+        return jax.device_count()
+    if key == "global_rank" and _auto_parallel.global_rank is None:
+        from graphpar.communication import get_rank
+
+        return get_rank()
+    return getattr(_auto_parallel, key)
+
+
+def reset_auto_parallel_context() -> None:
+    """Restore every auto-parallel setting to its default."""
+    global _auto_parallel
+    _auto_parallel = AutoParallelContext()
+
+
+def reset_context() -> None:
+    """Restore ``set_context`` settings to their defaults (graphpar extension, handy in tests and notebooks)."""
+    global _context
+    _context = Context()
+
+
+def current() -> Context:
+    return _context
+
+
+def current_parallel() -> AutoParallelContext:
+    """A copy of the auto-parallel settings as they are now (the compile stage snapshots them)."""
+    return copy.deepcopy(_auto_parallel)

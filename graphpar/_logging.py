@@ -1,0 +1,44 @@
+"""The ``graphpar`` logger and one-time notices.
+
+graphpar speaks through one named logger. Notices that would repeat every step (an ignored strategy, a fallback
+taken) go through :func:`notice_once`, which remembers what it said for the life of the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+logger = logging.getLogger("graphpar")
+_said: set[str] = set()
+
+
+def _ensure_handler() -> None:
+    # A library normally leaves handlers to the application; graphpar's notices are part of its user interface
+    # (MindSpore prints its [WARNING] lines the same way), so it adds a plain stderr handler unless the
+    # application configured logging itself.
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[graphpar %(levelname)s] %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def notice_once(key: str, message: str, level: int = logging.WARNING) -> None:
+    """Log ``message`` the first time ``key`` is seen in this process, never again."""
+    if key in _said:
+        return
+    _said.add(key)
+    _ensure_handler()
+    logger.log(level, message)
+
+
+def info(message: str) -> None:
+    _ensure_handler()
+    logger.info(message)
+
+
+def warning(message: str) -> None:
+    _ensure_handler()
+    logger.warning(message)

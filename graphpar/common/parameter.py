@@ -1,0 +1,126 @@
+"""``Parameter``: a trainable (or frozen) array owned by a Cell, stored as a flax NNX ``Param``.
+
+Being an NNX variable is what lets graphpar split a Cell tree into a pure pytree of arrays for ``jax.jit`` and merge
+it back: the Cell tree is the NNX graph, a Parameter's value is a leaf of its state. MindSpore's attributes live in
+the variable's metadata: ``name`` (the attribute path, ``fc1.weight``, unless the user named it), ``requires_grad``
+and ``layerwise_parallel``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from graphpar.common import dtype as mstype
+
+DEFAULT_NAME = "Parameter"
+
+
+def _to_array(value: Any, what: str) -> jax.Array:
+    from graphpar.common.tensor import Tensor
+
+    if isinstance(value, Parameter):
+        return value.value
+    if isinstance(value, (jax.Array, np.ndarray, list, tuple, int, float, bool, np.generic)):
+        return Tensor(value)
+    raise TypeError(f"{what}: expected an array, Tensor, number or initializer result, got {type(value).__name__}")
+
+
+class Parameter(nnx.Param):
+    """``Parameter(default_input, name=None, requires_grad=True, layerwise_parallel=False)``.
+
+    ``default_input`` is an array, a ``Tensor``, a number or the result of ``initializer(...)``. When ``name`` is
+    not given, the Cell that holds the Parameter names it after its attribute path (``fc1.weight``).
+    """
+
+    def __init__(self, default_input: Any = None, name: str | None = None, requires_grad: bool = True,
+                 layerwise_parallel: bool = False, parallel_optimizer: bool = True, **metadata: Any):
+        # NNX rebuilds variables through this constructor with the stored metadata; accept it unchanged.
+        value = default_input if isinstance(default_input, jax.Array) else _to_array(default_input, "Parameter()")
+        metadata.setdefault("user_named", name is not None and name != DEFAULT_NAME)
+        super().__init__(value, name=name or DEFAULT_NAME, requires_grad=bool(requires_grad),
+                         layerwise_parallel=bool(layerwise_parallel), parallel_optimizer=bool(parallel_optimizer),
+                         **metadata)
+
+    # MindSpore attributes, kept in the NNX metadata so that they survive split/merge.
+    @property
+    def name(self) -> str:
+        return self.get_metadata("name")
+
+    @name.setter
+    def name(self, value: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"Parameter name must be a non-empty string, got {value!r}")
+        self.set_metadata(name=value)
+
+    @property
+    def requires_grad(self) -> bool:
+        return self.get_metadata("requires_grad")
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.set_metadata(requires_grad=bool(value))
+
+    @property
+    def layerwise_parallel(self) -> bool:
+        return self.get_metadata("layerwise_parallel")
+
+    @property
+    def data(self) -> "Parameter":
+        return self
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.get_value().dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.get_value().shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.get_value().shape))
+
+    def asnumpy(self) -> np.ndarray:
+        return np.asarray(self.get_value())
+
+    def init_data(self) -> "Parameter":
+        return self
+
+    def set_data(self, data: Any, slice_shape: bool = False) -> "Parameter":
+        """Replace the value; the shape must stay the same (MindSpore's rule) unless ``slice_shape``."""
+        new = _to_array(data, f"Parameter '{self.name}'.set_data()")
+        old = self.get_value()
+        if not slice_shape and tuple(new.shape) != tuple(old.shape):
+            raise ValueError(f"Parameter '{self.name}'.set_data(): new shape {tuple(new.shape)} differs from the "
+                             f"parameter's shape {tuple(old.shape)}")
+        if new.dtype != old.dtype:
+            new = new.astype(old.dtype)
+        self.set_value(new)
+        return self
+
+    def clone(self, init: Any = "same") -> "Parameter":
+        value = self.get_value() if init == "same" else _to_array(init, "Parameter.clone()")
+        return Parameter(jnp.array(value), name=self.name, requires_grad=self.requires_grad,
+                         layerwise_parallel=self.layerwise_parallel)
+
+    def __repr__(self) -> str:
+        return (f"Parameter (name={self.name}, shape={tuple(self.shape)}, dtype={mstype.ms_name(self.dtype)}, "
+                f"requires_grad={self.requires_grad})")
+
+    __str__ = __repr__
+
+
+class ParameterTuple(tuple):
+    """MindSpore's ``ParameterTuple``: a tuple that only holds Parameters."""
+
+    def __new__(cls, iterable):
+        items = tuple(iterable)
+        for item in items:
+            if not isinstance(item, Parameter):
+                raise TypeError(f"ParameterTuple holds Parameters only, got {type(item).__name__}")
+        return super().__new__(cls, items)

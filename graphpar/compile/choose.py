@@ -1,0 +1,57 @@
+"""Pick the execution plan for a network from the context in force (one place decides)."""
+
+from __future__ import annotations
+
+import jax
+
+from graphpar import _context
+from graphpar._context import PYNATIVE_MODE, ParallelMode
+from graphpar._logging import notice_once
+from graphpar.compile.devices import job_devices
+from graphpar.compile.plan import DataParallelPlan, ExecutionPlan, StandAlonePlan
+from graphpar.nn.cell import Cell
+from graphpar.ops.primitive import Primitive
+
+
+def hinted_ops(network: Cell) -> list[tuple[str, Primitive]]:
+    """(cell path, op) of every op in ``network`` that carries a ``shard()`` strategy."""
+    out = []
+    for path, cell in network.cells_and_names():
+        for name, value in vars(cell).items():
+            if isinstance(value, Primitive) and value.in_strategy is not None:
+                out.append((f"{path}.{name}" if path else name, value))
+    return out
+
+
+def _stand_alone_device() -> jax.Device:
+    local = jax.local_devices(backend=_context.current().device_target.lower())
+    device_id = _context.current().device_id
+    return local[device_id] if device_id < len(local) else local[0]
+
+
+def choose_plan(network: Cell) -> ExecutionPlan:
+    ctx, pctx = _context.current(), _context.current_parallel()
+    mode = pctx.parallel_mode
+    if mode in (ParallelMode.STAND_ALONE, ParallelMode.DATA_PARALLEL):
+        hinted = hinted_ops(network)
+        if hinted:
+            notice_once(f"ignored-strategies:{mode}", f"parallel_mode={mode!r}: the shard() strategies of "
+                        f"{len(hinted)} op(s) ({', '.join(p for p, _ in hinted[:4])}"
+                        f"{', ...' if len(hinted) > 4 else ''}) are accepted and ignored, as in MindSpore; they apply "
+                        "in SEMI_AUTO_PARALLEL and AUTO_PARALLEL")
+    if mode == ParallelMode.STAND_ALONE:
+        return StandAlonePlan(_stand_alone_device())
+    devices = job_devices(pctx.device_num)
+    if ctx.mode == PYNATIVE_MODE:
+        notice_once("pynative-one-device", f"PYNATIVE_MODE runs eagerly on one device; parallel_mode={mode!r} is "
+                    f"computed with the same semantics over {len(devices)} virtual device(s)")
+        if mode == ParallelMode.DATA_PARALLEL:
+            return DataParallelPlan([_stand_alone_device()], pctx.gradients_mean, replicas=len(devices))
+        from graphpar.parallel.planned import planned_plan
+
+        return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices))
+    if mode == ParallelMode.DATA_PARALLEL:
+        return DataParallelPlan(devices, pctx.gradients_mean)
+    from graphpar.parallel.planned import planned_plan
+
+    return planned_plan(network, devices, pctx)

@@ -1,0 +1,70 @@
+"""The compiled forward pass (evaluation, prediction, a Cell called at top level in GRAPH_MODE).
+
+Same machinery as the train step without gradients: the network's state is split, the plan places it, and one
+``jax.jit`` per input signature runs ``plan.forward``. Updated non-trainable state is discarded (evaluation does not
+change statistics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from graphpar import _context
+from graphpar._context import PYNATIVE_MODE
+from graphpar.compile.choose import choose_plan
+from graphpar.compile.state import NetworkState, structure_epoch
+from graphpar.errors import DatasetError
+from graphpar.nn.cell import Cell
+
+
+class ForwardProgram:
+    def __init__(self, cell: Cell):
+        self.cell = cell
+        self.pynative = _context.current().mode == PYNATIVE_MODE
+        self.plan = choose_plan(cell)
+        self._ns: NetworkState | None = None
+        self._fns: dict[tuple, Any] = {}
+
+    @property
+    def state(self) -> NetworkState:
+        if self._ns is None or self._ns.epoch != structure_epoch():
+            self._ns = NetworkState(self.cell, [])
+            self._fns.clear()
+        return self._ns
+
+    def _input_shardings(self, inputs: Sequence[Any]) -> list:
+        shapes = [tuple(np.shape(x)) for x in inputs]
+        try:
+            self.plan.check_batch(shapes)
+            return [self.plan.input_sharding(i, s) for i, s in enumerate(shapes)]
+        except DatasetError:
+            # A last, smaller batch: run it replicated rather than refuse it.
+            if self.plan.mesh is None:
+                return [self.plan.input_sharding(i, ()) for i in range(len(shapes))]
+            return [NamedSharding(self.plan.mesh, PartitionSpec()) for _ in shapes]
+
+    def __call__(self, *inputs: Any) -> Any:
+        ns = self.state
+        shardings = self._input_shardings(inputs)
+        placed = [jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, s)
+                  for x, s in zip(inputs, shardings)]
+        key = tuple((tuple(np.shape(x)), str(x.dtype)) for x in placed)
+        fn = self._fns.get(key)
+        if fn is None:
+            plan = self.plan
+
+            def forward(rvals, args):
+                return plan.forward(ns, ns.params.unflatten([]), ns.rest.unflatten(rvals), args)
+
+            if self.pynative:
+                fn = forward
+            else:
+                r_sh = [plan.state_sharding(tuple(np.shape(v))) for v in ns.rest.values()]
+                fn = jax.jit(forward, in_shardings=(r_sh, shardings))
+            self._fns[key] = fn
+        return fn(ns.rest.values(), placed)

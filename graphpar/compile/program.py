@@ -1,0 +1,225 @@
+"""The compiled train step: forward, loss, gradients and the optax update as one XLA program.
+
+``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. It splits the network into pure state
+(``compile.state``), asks the plan (``compile.choose``) where every array lives and what the objective is, and jits
+one step function with those shardings for in- and outputs, donating the old state. Sink mode scans the same step
+over a stack of batches in one device call. After each call the new values are written back into the network's
+Parameters and the optimizer's state, so ``param.asnumpy()`` always shows the trained values.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from graphpar import _context
+from graphpar._context import PYNATIVE_MODE
+from graphpar.compile.choose import choose_plan
+from graphpar.compile.plan import ExecutionPlan
+from graphpar.compile.state import NetworkState, structure_epoch
+
+
+def _key_of(inputs: Sequence[Any]) -> tuple:
+    return tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x).__name__))) for x in inputs)
+
+
+def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
+    """The sharding of a stack of per-step arrays (a new leading, unsplit dimension)."""
+    if isinstance(sharding, NamedSharding):
+        return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
+    return sharding
+
+
+class TrainProgram:
+    """One compiled train step for a ``TrainOneStepCell`` under the context in force when it was built."""
+
+    def __init__(self, train_cell: Any):
+        self.train_cell = train_cell
+        self.network = train_cell.network
+        self.optimizer = train_cell.optimizer
+        self.sens = train_cell.sens
+        self.network.check_names()
+        self.network.set_train(True)
+        self.pynative = _context.current().mode == PYNATIVE_MODE
+        self.plan: ExecutionPlan = choose_plan(self.network)
+        self._ns: NetworkState | None = None
+        self._steps: dict[tuple, Any] = {}
+        self._sinks: dict[tuple, Any] = {}
+        self.compile_seconds = 0.0
+
+    # --- state -------------------------------------------------------------------------------------------------
+    @property
+    def state(self) -> NetworkState:
+        if self._ns is None or self._ns.epoch != structure_epoch():
+            self._ns = NetworkState(self.network, self.optimizer.parameters)
+            self._steps.clear()
+            self._sinks.clear()
+        return self._ns
+
+    def _opt_state(self, ns: NetworkState) -> Any:
+        if self.optimizer.opt_state is None:
+            names = ns.param_names()
+            params = dict(zip(names, ns.params.values()))
+            state = self.optimizer.transformation().init(params)
+            self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, state))
+        return self.optimizer.opt_state
+
+    def _state_shardings(self, values: Sequence[Any], names: Sequence[str] | None = None) -> list:
+        if names is not None and hasattr(self.plan, "param_sharding"):
+            return [self.plan.param_sharding(n, tuple(np.shape(v))) for n, v in zip(names, values)]
+        return [self.plan.state_sharding(tuple(np.shape(v))) for v in values]
+
+    def _opt_shardings(self, ns: NetworkState, opt_state: Any) -> Any:
+        names = set(ns.param_names())
+        by_name = dict(zip(ns.param_names(), self._state_shardings(ns.params.values(), ns.param_names())))
+
+        def sharding(path, leaf):
+            for entry in path:
+                key = getattr(entry, "key", None)
+                if key in names and np.shape(leaf) == np.shape(ns.params.values()[ns.param_names().index(key)]):
+                    return by_name[key]
+            return self.plan.state_sharding(tuple(np.shape(leaf)))
+
+        return jax.tree_util.tree_map_with_path(sharding, opt_state)
+
+    # --- the step function -------------------------------------------------------------------------------------
+    def _step_fn(self, ns: NetworkState):
+        plan, sens, names = self.plan, self.sens, ns.param_names()
+        tx = self.optimizer.transformation()
+
+        def step(pvals, rvals, opt_state, inputs):
+            params = ns.params.unflatten(pvals)
+            rest = ns.rest.unflatten(rvals)
+
+            def objective(p):
+                return plan.objective(ns, p, rest, inputs, sens)
+
+            (_, (loss, new_rest)), grads = jax.value_and_grad(objective, has_aux=True)(params)
+            gdict = dict(zip(names, jax.tree.leaves(grads)))
+            pdict = dict(zip(names, pvals))
+            updates, opt_state = tx.update(gdict, opt_state, pdict)
+            new = optax.apply_updates(pdict, updates)
+            return [new[n] for n in names], jax.tree.leaves(new_rest), opt_state, loss
+
+        return step
+
+    def _shardings(self, ns: NetworkState, inputs: Sequence[Any], opt_state: Any):
+        p_sh = self._state_shardings(ns.params.values(), ns.param_names())
+        r_sh = self._state_shardings(ns.rest.values())
+        o_sh = self._opt_shardings(ns, opt_state)
+        i_sh = [self.plan.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
+        loss_sh = self.plan.state_sharding(())
+        return p_sh, r_sh, o_sh, i_sh, loss_sh
+
+    def _compiled_step(self, ns: NetworkState, inputs: Sequence[Any], opt_state: Any):
+        key = _key_of(inputs)
+        fn = self._steps.get(key)
+        if fn is None:
+            step = self._step_fn(ns)
+            if self.pynative:
+                fn = step
+            else:
+                p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, inputs, opt_state)
+                fn = jax.jit(step, in_shardings=(p_sh, r_sh, o_sh, i_sh), out_shardings=(p_sh, r_sh, o_sh, loss_sh),
+                             donate_argnums=(0, 1, 2))
+            self._steps[key] = fn
+        return fn
+
+    def _compiled_sink(self, ns: NetworkState, stacked: Sequence[Any], opt_state: Any):
+        key = _key_of(stacked)
+        fn = self._sinks.get(key)
+        if fn is None:
+            step = self._step_fn(ns)
+
+            def sink(pvals, rvals, opt_state, stacked_inputs):
+                def body(carry, inputs):
+                    p, r, o, loss = step(*carry, inputs)
+                    return (p, r, o), loss
+
+                (p, r, o), losses = jax.lax.scan(body, (pvals, rvals, opt_state), list(stacked_inputs))
+                return p, r, o, losses
+
+            if self.pynative:
+                fn = sink
+            else:
+                per_step = [x[0] for x in stacked]
+                p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, per_step, opt_state)
+                i_sh = [_stacked(s) for s in i_sh]
+                fn = jax.jit(sink, in_shardings=(p_sh, r_sh, o_sh, i_sh),
+                             out_shardings=(p_sh, r_sh, o_sh, _stacked(loss_sh)), donate_argnums=(0, 1, 2))
+            self._sinks[key] = fn
+        return fn
+
+    # --- running -----------------------------------------------------------------------------------------------
+    def place_inputs(self, inputs: Sequence[Any], stacked: bool = False) -> list[jax.Array]:
+        """Put global-batch inputs (numpy or jax) where the plan wants them."""
+        out = []
+        shapes = [tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x)) for x in inputs]
+        self.plan.check_batch(shapes)
+        for i, (x, shape) in enumerate(zip(inputs, shapes)):
+            sharding = self.plan.input_sharding(i, shape)
+            if stacked:
+                sharding = _stacked(sharding)
+            if isinstance(x, jax.Array) and x.sharding == sharding:
+                out.append(x)
+            else:
+                out.append(_put(x, sharding))
+        return out
+
+    def _run(self, fn_getter, inputs: Sequence[Any], stacked: bool) -> jax.Array:
+        ns = self.state
+        opt_state = self._opt_state(ns)
+        placed = self.place_inputs(inputs, stacked)
+        fn = fn_getter(ns, placed, opt_state)
+        started = time.perf_counter()
+        first = not getattr(fn, "_graphpar_ran", False)
+        pvals, rvals, opt_state, loss = fn(ns.params.values(), ns.rest.values(), opt_state, placed)
+        if first:
+            self.compile_seconds += time.perf_counter() - started
+            try:
+                fn._graphpar_ran = True
+            except AttributeError:
+                pass
+        ns.params.write(pvals)
+        ns.rest.write(rvals)
+        self.optimizer.opt_state = opt_state
+        return loss
+
+    def run_step(self, inputs: Sequence[Any]) -> jax.Array:
+        """One training step on a global batch; returns the loss (a scalar jax.Array)."""
+        return self._run(self._compiled_step, inputs, stacked=False)
+
+    def run_steps(self, stacked_inputs: Sequence[Any]) -> jax.Array:
+        """``len(stacked_inputs[0])`` steps in one device call (sink mode); returns the per-step losses."""
+        return self._run(self._compiled_sink, stacked_inputs, stacked=True)
+
+    def lower_step(self, inputs: Sequence[Any]) -> Any:
+        """The ``jax.stages.Lowered`` train step for ``inputs`` (used by dumps and benchmarks)."""
+        ns = self.state
+        opt_state = self._opt_state(ns)
+        placed = self.place_inputs(inputs)
+        p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, placed, opt_state)
+        fn = jax.jit(self._step_fn(ns), in_shardings=(p_sh, r_sh, o_sh, i_sh),
+                     out_shardings=(p_sh, r_sh, o_sh, loss_sh))
+        return fn.lower(ns.params.values(), ns.rest.values(), opt_state, placed)
+
+
+def _put(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    if jax.process_count() > 1 and isinstance(sharding, NamedSharding) and not isinstance(x, jax.Array):
+        from graphpar.compile.global_batch import make_global
+
+        return make_global(np.asarray(x), sharding)
+    if isinstance(sharding, SingleDeviceSharding) or not isinstance(x, jax.Array):
+        return jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, sharding)
+    return jax.device_put(x, sharding)
+
+
+def as_loss_value(loss: Any) -> float:
+    return float(jnp.mean(loss))

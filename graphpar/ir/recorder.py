@@ -1,0 +1,89 @@
+"""What ops and Cells report while a network is being traced into the graph IR.
+
+Tracing runs the user's ``construct`` under ``jax.make_jaxpr``. While a :class:`TraceRecorder` is active:
+
+* every Cell call pushes its scope label (``Default``, ``network-WithLossCell``, ``_backbone-Net``) as a
+  ``jax.named_scope``, so raw ``jnp``/``lax`` equations carry their Cell scope in their name stack;
+* every graphpar op call becomes one ``jit`` equation named ``graphpar_op_{id}`` whose operands are exactly the
+  op's tensor inputs, and the recorder keeps an :class:`OpCall` for that id (instance name, scope, attributes,
+  strategy). The graph builder turns that equation into the op node.
+
+Outside tracing (eager PYNATIVE runs, the lowered program) the recorder is inactive and ops run their
+implementation directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+OP_EQN_PREFIX = "graphpar_op_"
+
+
+@dataclass
+class OpCall:
+    """One call of a graphpar op, as recorded at trace time."""
+
+    call_id: int
+    kind: str                       # MindSpore primitive name: "MatMul"
+    instance_name: str              # attribute name in its Cell: "matmul"
+    scope: str                      # Cell scope: "Default/network-WithLossCell/_backbone-Net"
+    attrs: dict[str, Any]           # primitive attributes (transpose_a, keep_dims, axis, ...)
+    in_strategy: tuple | None
+    out_strategy: tuple | None
+    input_names: tuple[str, ...]    # names of the tensor inputs, in order
+    op: Any = field(repr=False, default=None)
+
+
+class TraceRecorder:
+    """Collects :class:`OpCall` records and the Cell scope stack during one trace."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, OpCall] = {}
+        self.scope_stack: list[str] = []
+        self._ids = itertools.count()
+
+    @property
+    def scope(self) -> str:
+        return "/".join(self.scope_stack)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+
+_active: contextvars.ContextVar[TraceRecorder | None] = contextvars.ContextVar("graphpar_trace", default=None)
+
+
+def active() -> TraceRecorder | None:
+    return _active.get()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[TraceRecorder]:
+    recorder = TraceRecorder()
+    token = _active.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _active.reset(token)
+
+
+@contextlib.contextmanager
+def cell_scope(label: str) -> Iterator[None]:
+    """Push a Cell's scope label while it runs (no-op when not tracing)."""
+    recorder = _active.get()
+    if recorder is None:
+        yield
+        return
+    import jax
+
+    recorder.scope_stack.append(label)
+    try:
+        with jax.named_scope(label):
+            yield
+    finally:
+        recorder.scope_stack.pop()

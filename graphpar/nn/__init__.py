@@ -1,0 +1,16 @@
+"""graphpar.nn: Cells, layers, losses, wrappers and optimizers with MindSpore's names."""
+
+from graphpar.common.parameter import Parameter as Parameter
+from graphpar.common.parameter import ParameterTuple as ParameterTuple
+from graphpar.nn import learning_rate_schedule as learning_rate_schedule
+from graphpar.nn.cell import Cell as Cell
+from graphpar.nn.cell import CellList as CellList
+from graphpar.nn.cell import SequentialCell as SequentialCell
+from graphpar.nn.layer import *  # noqa: F401,F403
+from graphpar.nn.learning_rate_schedule import (  # noqa: F401
+    CosineDecayLR, ExponentialDecayLR, InverseDecayLR, LearningRateSchedule, NaturalExpDecayLR, PolynomialDecayLR,
+    WarmUpLR, cosine_decay_lr, exponential_decay_lr, piecewise_constant_lr, warmup_lr)
+from graphpar.nn.loss import (  # noqa: F401
+    CrossEntropyLoss, L1Loss, LossBase, MSELoss, SmoothL1Loss, SoftmaxCrossEntropyWithLogits)
+from graphpar.nn.optim import SGD, Adam, AdamWeightDecay, Momentum, Optimizer  # noqa: F401
+from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell  # noqa: F401

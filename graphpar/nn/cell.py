@@ -1,0 +1,270 @@
+"""``Cell``: MindSpore's module class, built on a flax NNX ``Module``.
+
+A Cell registers the child Cells, Parameters and ops assigned to it as attributes:
+
+* a Parameter with no name of its own is named after its attribute (``weight``);
+* a child Cell assigned to a Cell with ``auto_prefix=True`` (the default) gets every parameter renamed to its
+  attribute path (``fc1.weight``), as MindSpore's ``update_parameters_name`` does;
+* an op is given its *instance name* (``matmul``), which the IR prints and strategies are reported under.
+
+Calling a Cell runs ``construct``. While tracing, each call pushes the Cell's scope label so that every op knows its
+scope (``Default/network-WithLossCell/_backbone-Net``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+from flax import nnx
+
+from graphpar.common.parameter import DEFAULT_NAME, Parameter
+from graphpar.errors import CellError
+from graphpar.ir import recorder as _recorder
+from graphpar.ops.primitive import Primitive
+
+_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order")
+
+
+class Cell(nnx.Module, pytree=False):
+    """Base class of every network: subclass it, assign layers and Parameters in ``__init__``, compute in
+    ``construct``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Cells are NNX graph nodes, not JAX pytrees: attributes may hold lists of Parameters, arrays and ops
+        # freely (as MindSpore allows), and NNX still finds every Variable when splitting.
+        kwargs.setdefault("pytree", False)
+        super().__init_subclass__(**kwargs)
+
+    def __init__(self, auto_prefix: bool = True, flags: dict | None = None):
+        object.__setattr__(self, "_auto_prefix", auto_prefix)
+        self._ensure_fields()
+
+    def _ensure_fields(self) -> None:
+        # Subclasses that forget super().__init__() still work, as in MindSpore's newer versions.
+        d = self.__dict__
+        if "_cell_order" not in d:
+            object.__setattr__(self, "_cell_order", [])
+            object.__setattr__(self, "_param_order", [])
+            object.__setattr__(self, "training", False)
+            object.__setattr__(self, "_scope_attr", None)
+        if "_auto_prefix" not in d:
+            object.__setattr__(self, "_auto_prefix", True)
+
+    # --- registration ------------------------------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _CELL_FIELDS:
+            object.__setattr__(self, name, value)
+            return
+        self._ensure_fields()
+        if isinstance(value, Parameter):
+            if value.name == DEFAULT_NAME:
+                value.name = name
+            if name not in self._param_order:
+                self._param_order.append(name)
+        elif isinstance(value, Cell):
+            value._scope_attr = name
+            if self._auto_prefix:
+                value.update_parameters_name(name + ".")
+            if name not in self._cell_order:
+                self._cell_order.append(name)
+        elif isinstance(value, Primitive):
+            value.set_prim_instance_name(name)
+        elif value is None:
+            for order in (self._cell_order, self._param_order):
+                if name in order:
+                    order.remove(name)
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        for order in (self._cell_order, self._param_order):
+            if name in order:
+                order.remove(name)
+        super().__delattr__(name)
+
+    def insert_child_to_cell(self, child_name: str, child_cell: "Cell") -> None:
+        setattr(self, child_name, child_cell)
+
+    def insert_param_to_cell(self, param_name: str, param: Parameter, check_name_contain_dot: bool = True) -> None:
+        if check_name_contain_dot and "." in param_name:
+            raise KeyError(f"insert_param_to_cell(): the name {param_name!r} must not contain '.'")
+        setattr(self, param_name, param)
+
+    def update_parameters_name(self, prefix: str = "", recurse: bool = True) -> None:
+        """Rename every parameter to ``prefix`` + its attribute path (MindSpore's rule for child Cells)."""
+        for path, param in self.parameters_and_names(expand=recurse):
+            param.name = prefix + path
+
+    # --- traversal ---------------------------------------------------------------------------------------------
+    def name_cells(self) -> "OrderedDict[str, Cell]":
+        self._ensure_fields()
+        return OrderedDict((n, getattr(self, n)) for n in self._cell_order if getattr(self, n, None) is not None)
+
+    def cells(self) -> list["Cell"]:
+        return list(self.name_cells().values())
+
+    def _own_params(self) -> Iterator[tuple[str, Parameter]]:
+        self._ensure_fields()
+        for n in self._param_order:
+            p = getattr(self, n, None)
+            if isinstance(p, Parameter):
+                yield n, p
+
+    def cells_and_names(self, cells: set | None = None, name_prefix: str = "") -> Iterator[tuple[str, "Cell"]]:
+        """Every Cell once, depth first, with its attribute path (this Cell is ``''``)."""
+        seen = cells if cells is not None else set()
+        if id(self) in seen:
+            return
+        seen.add(id(self))
+        yield name_prefix, self
+        for name, cell in self.name_cells().items():
+            yield from cell.cells_and_names(seen, f"{name_prefix}.{name}" if name_prefix else name)
+
+    def parameters_and_names(self, name_prefix: str = "", expand: bool = True) -> Iterator[tuple[str, Parameter]]:
+        """Every Parameter once, with its attribute path (``fc1.weight``)."""
+        cells = self.cells_and_names(name_prefix=name_prefix) if expand else [(name_prefix, self)]
+        seen: set[int] = set()
+        for cell_name, cell in cells:
+            for par_name, par in cell._own_params():
+                if id(par) in seen:
+                    continue
+                seen.add(id(par))
+                yield (f"{cell_name}.{par_name}" if cell_name else par_name), par
+
+    def get_parameters(self, expand: bool = True) -> Iterator[Parameter]:
+        for _, param in self.parameters_and_names(expand=expand):
+            yield param
+
+    def trainable_params(self, recurse: bool = True) -> list[Parameter]:
+        return [p for p in self.get_parameters(expand=recurse) if p.requires_grad]
+
+    def untrainable_params(self, recurse: bool = True) -> list[Parameter]:
+        return [p for p in self.get_parameters(expand=recurse) if not p.requires_grad]
+
+    def parameters_dict(self, recurse: bool = True) -> "OrderedDict[str, Parameter]":
+        return OrderedDict((p.name, p) for p in self.get_parameters(expand=recurse))
+
+    def check_names(self) -> None:
+        """Raise :class:`CellError` if two different Parameters share a name (MindSpore refuses that too)."""
+        owners: dict[str, str] = {}
+        for path, param in self.parameters_and_names():
+            if param.name in owners:
+                raise CellError(
+                    f"{type(self).__name__}: the Parameter name {param.name!r} is used twice (by "
+                    f"'{owners[param.name]}' and '{path}'); give each Parameter a unique name, e.g. "
+                    f"Parameter(..., name='{path}')")
+            owners[param.name] = path
+
+    # --- modes -------------------------------------------------------------------------------------------------
+    def set_train(self, mode: bool = True) -> "Cell":
+        from graphpar.compile.state import bump_structure_epoch
+
+        changed = False
+        for _, cell in self.cells_and_names():
+            if cell.training != bool(mode):
+                cell.training = bool(mode)
+                changed = True
+        if changed:
+            bump_structure_epoch()
+        return self
+
+    def set_grad(self, requires_grad: bool = True) -> "Cell":
+        return self
+
+    @property
+    def cls_name(self) -> str:
+        return type(self).__name__
+
+    # --- calling -----------------------------------------------------------------------------------------------
+    def construct(self, *inputs: Any, **kwargs: Any) -> Any:
+        raise CellError(f"Cell '{type(self).__name__}' has no construct() method: define "
+                        f"`def construct(self, *inputs)` computing its output")
+
+    def _scope_label(self, at_root: bool) -> str:
+        if at_root:
+            return "Default"
+        return f"{self._scope_attr or type(self).__name__.lower()}-{type(self).__name__}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._ensure_fields()
+        if type(self).construct is Cell.construct:
+            raise CellError(f"Cell '{type(self).__name__}' has no construct() method: define "
+                            f"`def construct(self, *inputs)` computing its output")
+        recorder = _recorder.active()
+        if recorder is None:
+            return self.construct(*args, **kwargs)
+        with _recorder.cell_scope(self._scope_label(not recorder.scope_stack)):
+            return self.construct(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}<"]
+        for name, cell in self.name_cells().items():
+            inner = repr(cell).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {inner}")
+        if len(lines) == 1:
+            extra = self.extend_repr()
+            return f"{type(self).__name__}<{extra}>"
+        lines.append("  >")
+        return "\n".join(lines)
+
+    def extend_repr(self) -> str:
+        return ""
+
+
+class SequentialCell(Cell):
+    """``SequentialCell([cell, ...])`` or ``SequentialCell(OrderedDict(...))``: calls its cells in order."""
+
+    def __init__(self, *args: Any):
+        super().__init__()
+        cells = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple, dict)) else args
+        items = cells.items() if isinstance(cells, dict) else ((str(i), c) for i, c in enumerate(cells))
+        for name, cell in items:
+            if not isinstance(cell, Cell):
+                raise TypeError(f"SequentialCell holds Cells only, got {type(cell).__name__} at {name!r}")
+            setattr(self, name, cell)
+
+    def __getitem__(self, index: int) -> Cell:
+        return self.cells()[index]
+
+    def __len__(self) -> int:
+        return len(self._cell_order)
+
+    def __iter__(self) -> Iterator[Cell]:
+        return iter(self.cells())
+
+    def append(self, cell: Cell) -> None:
+        setattr(self, str(len(self._cell_order)), cell)
+
+    def construct(self, x: Any) -> Any:
+        for cell in self.cells():
+            x = cell(x)
+        return x
+
+
+class CellList(Cell):
+    """``CellList([cell, ...])``: holds Cells by index; ``construct`` is yours to write around it."""
+
+    def __init__(self, cells: Any = None):
+        super().__init__()
+        for cell in cells or []:
+            self.append(cell)
+
+    def __getitem__(self, index: int) -> Cell:
+        return self.cells()[index]
+
+    def __len__(self) -> int:
+        return len(self._cell_order)
+
+    def __iter__(self) -> Iterator[Cell]:
+        return iter(self.cells())
+
+    def append(self, cell: Cell) -> None:
+        setattr(self, str(len(self._cell_order)), cell)
+
+    def extend(self, cells: Any) -> None:
+        for cell in cells:
+            self.append(cell)
+
+    def construct(self, *inputs: Any) -> Any:
+        raise CellError("CellList has no construct(): iterate over it inside your own Cell's construct")

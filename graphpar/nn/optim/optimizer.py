@@ -1,0 +1,177 @@
+"""``Optimizer``: MindSpore's optimizer base, with the update rule delegated to optax.
+
+An optimizer holds the Parameters it updates (a list, or MindSpore's group dicts with per-group ``lr`` and
+``weight_decay``), a learning rate (a float, a per-step list, a schedule Cell or any callable of the step), and the
+optax state. Subclasses give the core rule in :meth:`core_transform`; this class adds MindSpore's order of
+operations around it: weight decay is added to the gradient, then the gradient is divided by ``loss_scale``, then
+the rule and the learning rate apply.
+
+Calling the optimizer with gradients (``opt(grads)``, as in a hand-written PyNative loop) applies one update to its
+Parameters in place; ``TrainOneStepCell`` uses :meth:`transformation` inside the compiled step instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from graphpar.common.parameter import Parameter
+from graphpar.nn.cell import Cell
+
+
+def _default_decay_filter(param: Parameter) -> bool:
+    # MindSpore's default: no weight decay on BatchNorm/LayerNorm scale and shift.
+    return "beta" not in param.name and "gamma" not in param.name
+
+
+def learning_rate_schedule(learning_rate: Any) -> Callable[[Any], Any] | float:
+    """MindSpore learning-rate forms to an optax schedule (a float stays a float)."""
+    from graphpar.nn.learning_rate_schedule import LearningRateSchedule
+
+    if isinstance(learning_rate, bool):
+        raise TypeError("learning_rate must be a float, a list, a schedule or a callable, got a bool")
+    if isinstance(learning_rate, (int, float)):
+        if learning_rate < 0:
+            raise ValueError(f"learning_rate must be >= 0, got {learning_rate}")
+        return float(learning_rate)
+    if isinstance(learning_rate, (list, tuple, np.ndarray, jax.Array)):
+        values = jnp.asarray(np.asarray(learning_rate, np.float32).reshape(-1))
+        if values.size == 0:
+            raise ValueError("learning_rate list is empty")
+        if values.size == 1:
+            return float(values[0])
+        last = values.size - 1
+        return lambda count: values[jnp.minimum(count, last)]
+    if isinstance(learning_rate, LearningRateSchedule):
+        return lambda count: learning_rate(count)
+    if callable(learning_rate):
+        return learning_rate
+    raise TypeError(f"learning_rate must be a float, a list, a LearningRateSchedule or a callable, got "
+                    f"{type(learning_rate).__name__}")
+
+
+class _StateBox:
+    """Holds the optax state outside the NNX graph (it is not a Cell's data)."""
+
+    def __init__(self) -> None:
+        self.state: Any = None
+
+
+class Optimizer(Cell):
+    """Base class. ``params`` is an iterable of Parameters or of group dicts
+    ``{"params": [...], "lr": ..., "weight_decay": ...}`` (MindSpore's grouped parameters)."""
+
+    def __init__(self, learning_rate: Any, parameters: Iterable[Any], weight_decay: float = 0.0,
+                 loss_scale: float = 1.0):
+        super().__init__(auto_prefix=False)
+        items = list(parameters)
+        if not items:
+            raise ValueError(f"{type(self).__name__}: the parameter list is empty")
+        groups: list[dict] = []
+        if isinstance(items[0], dict):
+            for g in items:
+                unknown = set(g) - {"params", "lr", "weight_decay", "grad_centralization", "order_params"}
+                if unknown:
+                    raise ValueError(f"{type(self).__name__}: unknown keys {sorted(unknown)} in a parameter "
+                                     "group; valid: params, lr, weight_decay")
+                if "params" in g:
+                    groups.append(g)
+        else:
+            groups.append({"params": items})
+        params: list[Parameter] = []
+        seen: set[int] = set()
+        for g in groups:
+            g_params = list(g["params"])
+            for p in g_params:
+                if not isinstance(p, Parameter):
+                    raise TypeError(f"{type(self).__name__}: params must hold Parameters, got {type(p).__name__}")
+                if id(p) in seen:
+                    raise ValueError(f"{type(self).__name__}: the Parameter '{p.name}' is in two groups")
+                seen.add(id(p))
+                params.append(p)
+            g["params"] = g_params
+        if loss_scale <= 0:
+            raise ValueError(f"loss_scale must be > 0, got {loss_scale}")
+        self._groups = [{k: v for k, v in g.items() if k != "params"} | {"names": [p.name for p in g["params"]]}
+                        for g in groups]
+        self.parameters = params  # registered with the NNX graph (shared with the network)
+        self.learning_rate = learning_rate
+        self.weight_decay = float(weight_decay)
+        self.loss_scale = float(loss_scale)
+        self._box = _StateBox()
+
+    # --- what subclasses provide -------------------------------------------------------------------------------
+    def core_transform(self, learning_rate: Any) -> optax.GradientTransformation:
+        """The update rule, including the learning rate (an optax GradientTransformation)."""
+        raise NotImplementedError
+
+    # --- the optax chain ---------------------------------------------------------------------------------------
+    def _group_transform(self, group: dict) -> optax.GradientTransformation:
+        lr = learning_rate_schedule(group.get("lr", self.learning_rate))
+        wd = float(group.get("weight_decay", self.weight_decay))
+        parts = []
+        if wd and not self.decoupled_weight_decay:
+            mask = {name: _default_decay_filter_name(name) for name in group["names"]}
+            parts.append(optax.add_decayed_weights(wd, mask=lambda p, mask=mask: {k: mask[k] for k in p}))
+        if self.loss_scale != 1.0:
+            parts.append(optax.scale(1.0 / self.loss_scale))
+        parts.append(self.core_transform(lr, wd) if self.decoupled_weight_decay else self.core_transform(lr))
+        return optax.chain(*parts)
+
+    decoupled_weight_decay = False
+
+    def transformation(self) -> optax.GradientTransformation:
+        """One optax transformation over ``{parameter name: array}`` for every parameter this optimizer owns."""
+        if len(self._groups) == 1:
+            return self._group_transform(self._groups[0])
+        labels = {name: str(i) for i, g in enumerate(self._groups) for name in g["names"]}
+        return optax.multi_transform({str(i): self._group_transform(g) for i, g in enumerate(self._groups)},
+                                     lambda params: {k: labels[k] for k in params})
+
+    @property
+    def param_names(self) -> list[str]:
+        return [p.name for p in self.parameters]
+
+    @property
+    def opt_state(self) -> Any:
+        return self._box.state
+
+    @opt_state.setter
+    def opt_state(self, value: Any) -> None:
+        self._box.state = value
+
+    def init_state(self, params: dict[str, jax.Array]) -> Any:
+        if self._box.state is None:
+            self._box.state = self.transformation().init(params)
+        return self._box.state
+
+    def get_lr(self) -> Any:
+        lr = learning_rate_schedule(self.learning_rate)
+        if callable(lr):
+            step = optax.tree_utils.tree_get(self._box.state, "count") if self._box.state is not None else 0
+            return lr(0 if step is None else step)
+        return lr
+
+    # --- eager use: opt(grads) ---------------------------------------------------------------------------------
+    def construct(self, gradients: Sequence[Any]) -> bool:
+        grads = list(gradients)
+        if len(grads) != len(self.parameters):
+            raise ValueError(f"{type(self).__name__}: got {len(grads)} gradients for {len(self.parameters)} "
+                             "parameters")
+        params = {p.name: p.get_value() for p in self.parameters}
+        grads = {p.name: jnp.asarray(g) for p, g in zip(self.parameters, grads)}
+        state = self.init_state(params)
+        updates, self._box.state = self.transformation().update(grads, state, params)
+        new = optax.apply_updates(params, updates)
+        for p in self.parameters:
+            p.set_value(new[p.name])
+        return True
+
+
+def _default_decay_filter_name(name: str) -> bool:
+    return "beta" not in name and "gamma" not in name

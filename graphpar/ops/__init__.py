@@ -1,0 +1,13 @@
+"""graphpar.ops: MindSpore's primitives as objects with ``.shard()``, plus functional helpers.
+
+``ops.MatMul().shard(((2, 4), (4, 1)))`` records a strategy; calling the op inside ``construct`` computes it and,
+while tracing, records an op node for the graph IR.
+"""
+
+from graphpar.ops import functional as functional
+from graphpar.ops import operations as operations
+from graphpar.ops.functional import (  # noqa: F401
+    cast, concat, depend, fill, matmul, ones, rank, relu, reshape, scalar_to_array, scalar_to_tensor, shape,
+    softmax, stop_gradient, transpose, tuple_to_array, zeros)
+from graphpar.ops.operations import *  # noqa: F401,F403
+from graphpar.ops.operations import Primitive as Primitive

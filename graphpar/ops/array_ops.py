@@ -1,0 +1,214 @@
+"""Shape, layout and indexing primitives (MindSpore's array ops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from graphpar.ops.primitive import Primitive
+
+
+class Reshape(Primitive):
+    """``Reshape()(x, shape)``; one entry of ``shape`` may be -1."""
+
+    def compute(self, x, shape):
+        return jnp.reshape(x, tuple(shape))
+
+
+class Transpose(Primitive):
+    """``Transpose()(x, perm)``."""
+
+    def compute(self, x, perm):
+        return jnp.transpose(x, tuple(perm))
+
+
+class Cast(Primitive):
+    """``Cast()(x, dtype)``."""
+
+    def compute(self, x, dtype):
+        return jnp.asarray(x).astype(dtype)
+
+
+class ExpandDims(Primitive):
+    def compute(self, x, axis):
+        return jnp.expand_dims(x, axis)
+
+
+class Squeeze(Primitive):
+    """``Squeeze(axis=())(x)``: ``()`` removes every dimension of size 1."""
+
+    def __init__(self, axis: Any = ()):
+        super().__init__(axis=(axis,) if isinstance(axis, int) else tuple(axis))
+
+    def compute(self, x):
+        axis = self.attrs["axis"]
+        return jnp.squeeze(x, axis=axis if axis else None)
+
+
+class Flatten(Primitive):
+    """``Flatten()(x)``: keep dimension 0, merge the rest."""
+
+    def compute(self, x):
+        return jnp.reshape(x, (x.shape[0], -1))
+
+
+class Tile(Primitive):
+    def compute(self, x, multiples):
+        return jnp.tile(x, tuple(multiples))
+
+
+class Concat(Primitive):
+    """``Concat(axis=0)((x1, x2, ...))``."""
+
+    input_names = None
+
+    def __init__(self, axis: int = 0):
+        super().__init__(axis=axis)
+
+    def compute(self, xs):
+        return jnp.concatenate(list(xs), axis=self.attrs["axis"])
+
+
+class Stack(Primitive):
+    """``Stack(axis=0)((x1, x2, ...))``."""
+
+    input_names = None
+
+    def __init__(self, axis: int = 0):
+        super().__init__(axis=axis)
+
+    def compute(self, xs):
+        return jnp.stack(list(xs), axis=self.attrs["axis"])
+
+
+class Split(Primitive):
+    """``Split(axis=0, output_num=1)(x)`` → tuple of ``output_num`` equal parts."""
+
+    def __init__(self, axis: int = 0, output_num: int = 1):
+        super().__init__(axis=axis, output_num=output_num)
+
+    def compute(self, x):
+        return tuple(jnp.split(x, self.attrs["output_num"], axis=self.attrs["axis"]))
+
+
+class Slice(Primitive):
+    """``Slice()(x, begin, size)``; a size of -1 takes the rest of the dimension."""
+
+    def compute(self, x, begin, size):
+        limit = [x.shape[i] if s == -1 else b + s for i, (b, s) in enumerate(zip(begin, size))]
+        return lax.slice(x, tuple(begin), tuple(limit))
+
+
+class StridedSlice(Primitive):
+    """``StridedSlice(begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)(x, begin,
+    end, strides)``. Ellipsis and new-axis masks are not supported and raise a clear error."""
+
+    input_names = ("x",)
+
+    def __init__(self, begin_mask: int = 0, end_mask: int = 0, ellipsis_mask: int = 0, new_axis_mask: int = 0,
+                 shrink_axis_mask: int = 0):
+        if ellipsis_mask or new_axis_mask:
+            raise ValueError("StridedSlice: ellipsis_mask and new_axis_mask are not supported; index with "
+                             "Reshape/ExpandDims instead")
+        super().__init__(begin_mask=begin_mask, end_mask=end_mask, ellipsis_mask=0, new_axis_mask=0,
+                         shrink_axis_mask=shrink_axis_mask)
+
+    def compute(self, x, begin, end, strides):
+        index = []
+        shrink = []
+        for i in range(x.ndim):
+            if i >= len(begin):
+                index.append(slice(None))
+                continue
+            b = None if self.attrs["begin_mask"] >> i & 1 else begin[i]
+            e = None if self.attrs["end_mask"] >> i & 1 else end[i]
+            if self.attrs["shrink_axis_mask"] >> i & 1:
+                index.append(slice(begin[i], begin[i] + 1))
+                shrink.append(i)
+            else:
+                index.append(slice(b, e, strides[i]))
+        out = x[tuple(index)]
+        return jnp.squeeze(out, axis=tuple(shrink)) if shrink else out
+
+
+class Gather(Primitive):
+    """``Gather()(input_params, input_indices, axis)``: take slices of ``input_params`` along ``axis``."""
+
+    input_names = ("input_params", "input_indices")
+
+    def compute(self, params, indices, axis=0):
+        return jnp.take(params, indices, axis=axis)
+
+
+GatherV2 = Gather
+
+
+class Select(Primitive):
+    """``Select()(cond, x, y)``: ``x`` where ``cond`` else ``y``."""
+
+    input_names = ("cond", "x", "y")
+
+    def compute(self, cond, x, y):
+        return jnp.where(cond, x, y)
+
+
+class OneHot(Primitive):
+    """``OneHot(axis=-1)(indices, depth, on_value, off_value)``."""
+
+    input_names = ("indices", "on_value", "off_value")
+
+    def __init__(self, axis: int = -1):
+        super().__init__(axis=axis)
+
+    def _tensor_arg_indices(self):
+        # indices (arg 0), on_value (arg 2), off_value (arg 3); depth (arg 1) is an int
+        return (0, 2, 3)
+
+    def compute(self, indices, depth, on_value, off_value):
+        hot = jnp.expand_dims(indices, self.attrs["axis"]) == jnp.expand_dims(
+            jnp.arange(int(depth)), _axis_broadcast(self.attrs["axis"], jnp.ndim(indices) + 1))
+        on = jnp.asarray(on_value)
+        return jnp.where(hot, on, jnp.asarray(off_value, on.dtype))
+
+
+def _axis_broadcast(axis: int, ndim: int) -> tuple[int, ...]:
+    axis = axis % ndim
+    return tuple(i for i in range(ndim) if i != axis)
+
+
+class Pad(Primitive):
+    """``Pad(paddings)(x)``: ``paddings`` is ((before, after), ...) per dimension, zero fill."""
+
+    def __init__(self, paddings: Any):
+        super().__init__(paddings=tuple(tuple(p) for p in paddings))
+
+    def compute(self, x):
+        return jnp.pad(x, self.attrs["paddings"])
+
+
+class Fill(Primitive):
+    """``Fill()(dtype, shape, value)``."""
+
+    input_names = ()
+
+    def compute(self, dtype, shape, value):
+        return jnp.full(tuple(shape), value, dtype)
+
+
+class Shape(Primitive):
+    """``Shape()(x)``: the static shape as a tuple of ints."""
+
+    def __call__(self, x):
+        return tuple(np.shape(x))
+
+
+class Depend(Primitive):
+    """``Depend()(value, expr)``: returns ``value`` (XLA orders effects itself)."""
+
+    input_names = ("value", "expr")
+
+    def compute(self, value, expr):
+        return value

@@ -1,0 +1,254 @@
+"""Neural-network primitives (MindSpore's nn ops): activations, softmax, convolution, pooling, normalization."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from graphpar.ops.math_ops import _Unary
+from graphpar.ops.primitive import Primitive
+
+
+class ReLU(_Unary):
+    # jax.nn.relu's derivative at 0 is 0, as MindSpore's ReluGrad.
+    fn = staticmethod(jax.nn.relu)
+
+
+class ReLU6(_Unary):
+    fn = staticmethod(jax.nn.relu6)
+
+
+class GeLU(_Unary):
+    """GeLU with the tanh approximation (MindSpore's ``ops.GeLU``)."""
+
+    fn = staticmethod(lambda x: jax.nn.gelu(x, approximate=True))
+
+
+class FastGeLU(_Unary):
+    fn = staticmethod(lambda x: x * jax.nn.sigmoid(1.702 * x))
+
+
+class SiLU(_Unary):
+    fn = staticmethod(jax.nn.silu)
+
+
+class Softmax(Primitive):
+    """``Softmax(axis=-1)(x)``."""
+
+    def __init__(self, axis: Any = -1):
+        super().__init__(axis=axis)
+
+    def compute(self, x):
+        return jax.nn.softmax(x, axis=self.attrs["axis"])
+
+
+class LogSoftmax(Softmax):
+    def compute(self, x):
+        return jax.nn.log_softmax(x, axis=self.attrs["axis"])
+
+
+class BiasAdd(Primitive):
+    """``BiasAdd(data_format="NCHW")(x, bias)``: add ``bias`` along the channel dimension (1 for NC..., last for
+    N...C)."""
+
+    input_names = ("x", "bias")
+
+    def __init__(self, data_format: str = "NCHW"):
+        super().__init__(data_format=data_format)
+
+    def compute(self, x, bias):
+        if x.ndim <= 2 or self.attrs["data_format"] in ("NHWC",):
+            return x + bias
+        return x + jnp.reshape(bias, (1, -1) + (1,) * (x.ndim - 2))
+
+
+def _pair(v: Any, name: str) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(v)
+    if len(v) == 2:
+        return v
+    if len(v) == 4:
+        return (v[2], v[3])
+    raise ValueError(f"{name} must be an int, a pair or a 4-tuple, got {v!r}")
+
+
+def conv_padding(pad_mode: str, pad: Any) -> Any:
+    """MindSpore pad_mode/pad to a lax padding argument."""
+    mode = pad_mode.lower()
+    if mode == "same":
+        return "SAME"
+    if mode == "valid":
+        return "VALID"
+    if mode == "pad":
+        if isinstance(pad, int):
+            return ((pad, pad), (pad, pad))
+        top, bottom, left, right = pad
+        return ((top, bottom), (left, right))
+    raise ValueError(f"pad_mode must be 'same', 'valid' or 'pad', got {pad_mode!r}")
+
+
+class Conv2D(Primitive):
+    """``Conv2D(out_channel, kernel_size, mode=1, pad_mode="valid", pad=0, stride=1, dilation=1, group=1,
+    data_format="NCHW")(x, weight)``; weight is (out_channel, in_channel / group, kh, kw), as MindSpore."""
+
+    input_names = ("x", "weight")
+
+    def __init__(self, out_channel: int, kernel_size: Any, mode: int = 1, pad_mode: str = "valid", pad: Any = 0,
+                 stride: Any = 1, dilation: Any = 1, group: int = 1, data_format: str = "NCHW"):
+        if data_format != "NCHW":
+            raise ValueError(f"Conv2D: data_format {data_format!r} is not supported; valid: 'NCHW'")
+        super().__init__(out_channel=out_channel, kernel_size=_pair(kernel_size, "kernel_size"), mode=mode,
+                         pad_mode=pad_mode.lower(), pad=pad, stride=_pair(stride, "stride"),
+                         dilation=_pair(dilation, "dilation"), group=group, data_format=data_format)
+
+    def compute(self, x, weight):
+        a = self.attrs
+        return lax.conv_general_dilated(
+            x, weight, window_strides=a["stride"], padding=conv_padding(a["pad_mode"], a["pad"]),
+            rhs_dilation=a["dilation"], dimension_numbers=("NCHW", "OIHW", "NCHW"),
+            feature_group_count=a["group"])
+
+
+class _Pool(Primitive):
+    def __init__(self, kernel_size: Any = 1, strides: Any = 1, pad_mode: str = "valid",
+                 data_format: str = "NCHW"):
+        if data_format != "NCHW":
+            raise ValueError(f"{type(self).__name__}: data_format {data_format!r} is not supported; valid: 'NCHW'")
+        super().__init__(kernel_size=_pair(kernel_size, "kernel_size"), strides=_pair(strides, "strides"),
+                         pad_mode=pad_mode.lower(), data_format=data_format)
+
+    def _window(self):
+        kh, kw = self.attrs["kernel_size"]
+        sh, sw = self.attrs["strides"]
+        padding = "SAME" if self.attrs["pad_mode"] == "same" else "VALID"
+        return (1, 1, kh, kw), (1, 1, sh, sw), padding
+
+
+class MaxPool(_Pool):
+    """``MaxPool(kernel_size=1, strides=1, pad_mode="valid")(x)`` on NCHW."""
+
+    def compute(self, x):
+        dims, strides, padding = self._window()
+        return lax.reduce_window(x, -jnp.inf, lax.max, dims, strides, padding)
+
+
+class AvgPool(_Pool):
+    """``AvgPool(kernel_size=1, strides=1, pad_mode="valid")(x)`` on NCHW; padded cells are not counted."""
+
+    def compute(self, x):
+        dims, strides, padding = self._window()
+        total = lax.reduce_window(x, 0.0, lax.add, dims, strides, padding)
+        if padding == "VALID":
+            return total / (dims[2] * dims[3])
+        count = lax.reduce_window(jnp.ones(x.shape[2:], x.dtype), 0.0, lax.add, dims[2:], strides[2:], padding)
+        return total / count
+
+
+class BatchNorm(Primitive):
+    """``BatchNorm(is_training=False, epsilon=1e-5, momentum=0.1, data_format="NCHW")(x, scale, bias, mean,
+    variance)`` → ``(y, batch_mean, batch_variance)``.
+
+    In training the batch statistics normalize ``x`` (the biased variance) and are returned so the Cell can update
+    its moving statistics; otherwise ``mean``/``variance`` are used. Unlike MindSpore the op never writes its
+    inputs: state updates are explicit (see ``nn.BatchNorm2d``).
+    """
+
+    input_names = ("x", "scale", "bias", "mean", "variance")
+
+    def __init__(self, is_training: bool = False, epsilon: float = 1e-5, momentum: float = 0.1,
+                 data_format: str = "NCHW"):
+        super().__init__(is_training=is_training, epsilon=epsilon, momentum=momentum, data_format=data_format)
+
+    def compute(self, x, scale, bias, mean, variance):
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        if self.attrs["is_training"]:
+            batch_mean = jnp.mean(x, axis=axes)
+            batch_var = jnp.mean(jnp.square(x - jnp.reshape(batch_mean, shape)), axis=axes)
+        else:
+            batch_mean, batch_var = mean, variance
+        inv = lax.rsqrt(batch_var + self.attrs["epsilon"]) * scale
+        y = (x - jnp.reshape(batch_mean, shape)) * jnp.reshape(inv, shape) + jnp.reshape(bias, shape)
+        return y, batch_mean, batch_var
+
+
+class LayerNorm(Primitive):
+    """``LayerNorm(begin_norm_axis=1, begin_params_axis=1, epsilon=1e-7)(x, gamma, beta)`` → (y, mean, var)."""
+
+    input_names = ("x", "gamma", "beta")
+
+    def __init__(self, begin_norm_axis: int = 1, begin_params_axis: int = 1, epsilon: float = 1e-7):
+        super().__init__(begin_norm_axis=begin_norm_axis, begin_params_axis=begin_params_axis, epsilon=epsilon)
+
+    def compute(self, x, gamma, beta):
+        axes = tuple(range(self.attrs["begin_norm_axis"] % x.ndim, x.ndim))
+        mean = jnp.mean(x, axis=axes, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+        y = (x - mean) * lax.rsqrt(var + self.attrs["epsilon"]) * gamma + beta
+        return y, mean, var
+
+
+class SoftmaxCrossEntropyWithLogits(Primitive):
+    """``SoftmaxCrossEntropyWithLogits()(logits, labels)`` → ``(loss, dlogits)`` with one-hot ``labels``."""
+
+    input_names = ("logits", "labels")
+
+    def compute(self, logits, labels):
+        log_p = jax.nn.log_softmax(logits, axis=-1)
+        loss = -jnp.sum(labels * log_p, axis=-1)
+        return loss, jnp.exp(log_p) - labels
+
+
+class SparseSoftmaxCrossEntropyWithLogits(Primitive):
+    """``SparseSoftmaxCrossEntropyWithLogits(is_grad=False)(logits, labels)`` → mean loss over the batch."""
+
+    input_names = ("logits", "labels")
+
+    def __init__(self, is_grad: bool = False):
+        super().__init__(is_grad=is_grad)
+
+    def compute(self, logits, labels):
+        log_p = jax.nn.log_softmax(logits, axis=-1)
+        picked = jnp.take_along_axis(log_p, labels.astype(jnp.int32)[..., None], axis=-1)[..., 0]
+        return -jnp.mean(picked)
+
+
+class Dropout(Primitive):
+    """``Dropout(keep_prob=0.5)(x, key)`` → ``(output, mask)``.
+
+    graphpar ops are pure, so the random key is an input (MindSpore's op keeps hidden state); ``nn.Dropout`` holds
+    and advances its own key.
+    """
+
+    input_names = ("x", "key")
+
+    def __init__(self, keep_prob: float = 0.5, Seed0: int = 0, Seed1: int = 0):  # noqa: N803 (MindSpore names)
+        if not 0.0 < keep_prob <= 1.0:
+            raise ValueError(f"Dropout: keep_prob must be in (0, 1], got {keep_prob}")
+        super().__init__(keep_prob=keep_prob)
+
+    def __call__(self, x, key=None):
+        if key is None:
+            raise TypeError("ops.Dropout needs a PRNG key as its second input (graphpar ops hold no hidden "
+                            "state); use nn.Dropout, which keeps and advances its own key")
+        return super().__call__(x, key)
+
+    def compute(self, x, key):
+        keep = self.attrs["keep_prob"]
+        mask = jax.random.bernoulli(key, keep, jnp.shape(x))
+        return jnp.where(mask, x / keep, jnp.zeros_like(x)), mask
+
+
+class L2Normalize(Primitive):
+    """``L2Normalize(axis=0, epsilon=1e-4)(x)``."""
+
+    def __init__(self, axis: int = 0, epsilon: float = 1e-4):
+        super().__init__(axis=axis, epsilon=epsilon)
+
+    def compute(self, x):
+        norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=self.attrs["axis"], keepdims=True))
+        return x / jnp.maximum(norm, self.attrs["epsilon"])

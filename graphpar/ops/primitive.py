@@ -1,0 +1,147 @@
+"""``Primitive``: the base of every graphpar op (``ops.MatMul()``, ``ops.ReLU()``, ...).
+
+An op is an object, as in MindSpore: it is created once (usually as a Cell attribute, whose name becomes the op's
+*instance name*), optionally given a strategy with ``.shard(in_strategy, out_strategy)``, and called in
+``construct``. Its math is a pure ``jnp`` function, :meth:`Primitive.compute`.
+
+While a network is traced for the graph IR, each call becomes one ``jit`` equation whose operands are the op's
+tensor inputs (see ``graphpar.ir.recorder``); otherwise the op just computes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import numpy as np
+from flax import nnx
+
+from graphpar.ir import recorder as _recorder
+from graphpar.ops.strategy import Strategy, check_ranks, check_structure
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic))
+
+
+def _unwrap(x: Any) -> Any:
+    if isinstance(x, nnx.Variable):
+        return x.get_value()
+    if isinstance(x, (tuple, list)) and any(isinstance(v, nnx.Variable) for v in x):
+        return type(x)(_unwrap(v) for v in x)
+    return x
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+class Primitive:
+    """Base class. Subclasses set ``input_names`` (the tensor inputs, in order; ``None`` for an op whose first
+    argument is a tuple of tensors) and implement :meth:`compute`."""
+
+    input_names: ClassVar[tuple[str, ...] | None] = ("x",)
+
+    def __init__(self, **attrs: Any) -> None:
+        self.attrs: dict[str, Any] = dict(attrs)
+        self.in_strategy: Strategy | None = None
+        self.out_strategy: Strategy | None = None
+        self._instance_name: str | None = None
+
+    # --- MindSpore surface -------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The primitive's kind, as MindSpore prints it (``MatMul``)."""
+        return type(self).__name__
+
+    @property
+    def instance_name(self) -> str:
+        return self._instance_name or _snake(self.name)
+
+    def set_prim_instance_name(self, instance_name: str) -> "Primitive":
+        self._instance_name = instance_name
+        return self
+
+    def add_prim_attr(self, name: str, value: Any) -> "Primitive":
+        self.attrs[name] = value
+        return self
+
+    def shard(self, in_strategy: Any, out_strategy: Any = None) -> "Primitive":
+        """Record a sharding strategy: one tuple per tensor input, one split per dimension.
+
+        The structure is checked now; ranks are checked when the network is traced, divisibility and device count
+        when the parallel plan is made. STAND_ALONE and DATA_PARALLEL accept and ignore strategies, as MindSpore.
+        """
+        n_inputs = None if self.input_names is None else len(self.input_names)
+        self.in_strategy = check_structure(self.name, in_strategy, n_inputs, "in_strategy", self.input_names)
+        if out_strategy is not None:
+            self.out_strategy = check_structure(self.name, out_strategy, None, "out_strategy")
+        return self
+
+    # --- execution ---------------------------------------------------------------------------------------------
+    def compute(self, *args: Any) -> Any:
+        raise NotImplementedError(f"{self.name}.compute")
+
+    def _tensor_arg_indices(self) -> tuple[int, ...]:
+        """Positions, among the call's arguments, of the declared tensor inputs (``input_names``)."""
+        return tuple(range(len(self.input_names or ())))
+
+    def _tensor_positions(self, args: tuple) -> list[tuple[int, int | None]]:
+        """(argument index, element index or None) of every tensor input among ``args``."""
+        if self.input_names is None:
+            return [(0, j) for j, v in enumerate(args[0]) if _is_tensor(v)]
+        return [(i, None) for i in self._tensor_arg_indices() if i < len(args) and _is_tensor(args[i])]
+
+    def __call__(self, *args: Any) -> Any:
+        args = tuple(_unwrap(a) for a in args)
+        recorder = _recorder.active()
+        if recorder is None:
+            return self.compute(*args)
+        return self._traced_call(recorder, args)
+
+    def _traced_call(self, recorder: _recorder.TraceRecorder, args: tuple) -> Any:
+        positions = self._tensor_positions(args)
+        tensors = [args[i] if j is None else args[i][j] for i, j in positions]
+        if self.input_names is None:
+            names = tuple(f"x{j}" for _, j in positions)
+        else:
+            name_of = dict(zip(self._tensor_arg_indices(), self.input_names))
+            names = tuple(name_of[i] for i, _ in positions)
+        scope = recorder.scope
+        if self.in_strategy is not None:
+            # A declared tensor input given as a Python scalar counts as rank 0 (MindSpore writes () for it).
+            if self.input_names is None:
+                shapes, all_names = [tuple(np.shape(t)) for t in tensors], names
+            else:
+                present = [i for i in self._tensor_arg_indices() if i < len(args)]
+                shapes = [tuple(np.shape(args[i])) for i in present]
+                all_names = self.input_names[:len(present)]
+            check_ranks(self.instance_name, scope, self.in_strategy, shapes, all_names)
+        call_id = recorder.next_id()
+        recorder.calls[call_id] = _recorder.OpCall(
+            call_id=call_id, kind=self.name, instance_name=self.instance_name, scope=scope,
+            attrs=dict(self.attrs), in_strategy=self.in_strategy, out_strategy=self.out_strategy,
+            input_names=names, op=self)
+
+        def body(*inner):
+            full = list(args)
+            if self.input_names is None:
+                seq = list(args[0])
+                for (_, j), t in zip(positions, inner):
+                    seq[j] = t
+                full[0] = type(args[0])(seq)
+            else:
+                for (i, _), t in zip(positions, inner):
+                    full[i] = t
+            return self.compute(*full)
+
+        body.__name__ = body.__qualname__ = f"{_recorder.OP_EQN_PREFIX}{call_id}"
+        return jax.jit(body)(*tensors)
+
+    def __repr__(self) -> str:
+        return f"Prim[{self.name}]<{self.instance_name}>"

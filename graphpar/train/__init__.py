@@ -1,0 +1,10 @@
+"""graphpar.train: ``Model``, callbacks and metrics (``from graphpar.train import Model, LossMonitor``)."""
+
+from graphpar.train import metrics as metrics
+from graphpar.train.callback import Callback as Callback
+from graphpar.train.callback import LossMonitor as LossMonitor
+from graphpar.train.callback import RunContext as RunContext
+from graphpar.train.callback import TimeMonitor as TimeMonitor
+from graphpar.train.metrics import (  # noqa: F401
+    MAE, MSE, Accuracy, Loss, Metric, Top1CategoricalAccuracy, Top5CategoricalAccuracy, TopKCategoricalAccuracy)
+from graphpar.train.model import Model as Model

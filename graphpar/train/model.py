@@ -1,0 +1,175 @@
+"""``Model``: MindSpore's high-level train/eval/predict API.
+
+``Model(network, loss_fn, optimizer, metrics)`` wraps the network into ``WithLossCell`` and ``TrainOneStepCell``
+(whose compiled program does the work). ``train`` feeds global batches (``train.feeding``), runs the callbacks with
+MindSpore's callback parameters, and in sink mode runs ``sink_size`` steps per device call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from graphpar import _context
+from graphpar._logging import notice_once
+from graphpar.compile.forward import ForwardProgram
+from graphpar.nn.cell import Cell
+from graphpar.nn.optim.optimizer import Optimizer
+from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
+from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
+from graphpar.train.feeding import BatchFeeder, stack_steps
+from graphpar.train.metrics import get_metrics
+
+
+class Model:
+    """``Model(network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, amp_level="O0")``."""
+
+    def __init__(self, network: Cell, loss_fn: Cell | None = None, optimizer: Optimizer | None = None,
+                 metrics: Any = None, eval_network: Cell | None = None, eval_indexes: Any = None,
+                 amp_level: str = "O0", boost_level: str = "O0", **kwargs: Any):
+        if not isinstance(network, Cell):
+            raise TypeError(f"Model(network): expected a Cell, got {type(network).__name__}")
+        if optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise TypeError(f"Model(optimizer): expected a graphpar optimizer, got {type(optimizer).__name__}")
+        if amp_level not in ("O0", "O1", "O2", "O3", "auto"):
+            raise ValueError(f"Model(amp_level={amp_level!r}): valid levels: 'O0', 'O1', 'O2', 'O3', 'auto'")
+        if amp_level != "O0":
+            notice_once("amp", f"Model(amp_level={amp_level!r}): mixed precision is not applied yet; training runs "
+                        "in the network's own dtypes")
+        unknown = set(kwargs) - {"loss_scale_manager", "keep_batchnorm_fp32"}
+        if unknown:
+            raise TypeError(f"Model() got unexpected arguments {sorted(unknown)}")
+        self._network = network
+        self._loss_fn = loss_fn
+        self._optimizer = optimizer
+        self._metrics = get_metrics(metrics)
+        self._train_network = self._build_train_network() if optimizer is not None else None
+        if eval_network is not None:
+            self._eval_network = eval_network
+        elif loss_fn is not None:
+            self._eval_network = WithEvalCell(network, loss_fn)
+        else:
+            self._eval_network = None
+        self._eval_program: ForwardProgram | None = None
+        self._predict_program: ForwardProgram | None = None
+
+    def _build_train_network(self) -> TrainOneStepCell:
+        if isinstance(self._network, TrainOneStepCell):
+            return self._network
+        loss_net = WithLossCell(self._network, self._loss_fn) if self._loss_fn is not None else self._network
+        return TrainOneStepCell(loss_net, self._optimizer)
+
+    @property
+    def train_network(self) -> TrainOneStepCell | None:
+        return self._train_network
+
+    @property
+    def predict_network(self) -> Cell:
+        return self._network
+
+    @property
+    def eval_network(self) -> Cell | None:
+        return self._eval_network
+
+    # --- training ----------------------------------------------------------------------------------------------
+    def _feeder(self, dataset: Any, plan: Any) -> BatchFeeder:
+        from graphpar.communication import get_group_size
+
+        draws = 1 if _context.current_parallel().full_batch else plan.draws
+        return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
+
+    def train(self, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
+              sink_size: int = -1, initial_epoch: int = 0) -> None:
+        """Train ``epoch`` epochs (from ``initial_epoch``) on ``train_dataset``."""
+        if self._train_network is None:
+            raise ValueError("Model.train needs an optimizer: Model(network, loss_fn, optimizer)")
+        if not isinstance(epoch, int) or epoch < 1:
+            raise ValueError(f"Model.train(epoch): expected an int >= 1, got {epoch!r}")
+        if not isinstance(sink_size, int) or sink_size == 0 or sink_size < -1:
+            raise ValueError(f"Model.train(sink_size): expected -1 or a positive int, got {sink_size!r}")
+        self._train_network.set_train(True)
+        program = self._train_network.program
+        feeder = self._feeder(train_dataset, program.plan)
+        steps = feeder.steps_per_epoch()
+        if steps < 1:
+            raise ValueError("Model.train: the dataset yields no complete step (dataset size "
+                             f"{train_dataset.get_dataset_size()} batches for {feeder.draws} device(s) per step)")
+        per_call = (steps if sink_size == -1 else sink_size) if dataset_sink_mode else 1
+        cb = InternalCallbackParam(
+            train_network=self._train_network, network=self._network, loss_fn=self._loss_fn,
+            optimizer=self._optimizer, epoch_num=epoch, batch_num=steps, cur_epoch_num=initial_epoch,
+            cur_step_num=initial_epoch * (per_call if dataset_sink_mode else steps), net_outputs=None,
+            dataset_sink_mode=dataset_sink_mode, sink_size=per_call, train_dataset=train_dataset,
+            parallel_mode=_context.current_parallel().parallel_mode, device_number=len(program.plan.devices),
+            mode="train", list_callback=callbacks)
+        callback_list = CallbackList(callbacks)
+        run_context = RunContext(cb)
+        callback_list.on_train_begin(run_context)
+        stream = feeder.forever(initial_epoch) if dataset_sink_mode and sink_size != -1 else None
+        for ep in range(initial_epoch, epoch):
+            cb.cur_epoch_num = ep + 1
+            callback_list.on_train_epoch_begin(run_context)
+            if dataset_sink_mode:
+                source = stream if stream is not None else feeder.epoch(ep)
+                batches = [next(source) for _ in range(per_call)]
+                cb.train_dataset_element = batches[-1]
+                callback_list.on_train_step_begin(run_context)
+                losses = program.run_steps(stack_steps(batches))
+                cb.cur_step_num += per_call
+                cb.net_outputs = losses[-1]
+                callback_list.on_train_step_end(run_context)
+            else:
+                for batch in feeder.epoch(ep):
+                    cb.train_dataset_element = batch
+                    callback_list.on_train_step_begin(run_context)
+                    cb.net_outputs = program.run_step(batch)
+                    cb.cur_step_num += 1
+                    callback_list.on_train_step_end(run_context)
+                    if run_context.get_stop_requested():
+                        break
+            callback_list.on_train_epoch_end(run_context)
+            if run_context.get_stop_requested():
+                break
+        callback_list.on_train_end(run_context)
+
+    # --- evaluation and prediction -----------------------------------------------------------------------------
+    def eval(self, valid_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False) -> dict[str, float]:
+        """Metrics over one pass of ``valid_dataset`` (``{"acc": 0.93, "loss": 0.21}``)."""
+        if not self._metrics:
+            raise ValueError("Model.eval needs metrics: Model(..., metrics={'acc'})")
+        if self._eval_network is None:
+            raise ValueError("Model.eval needs a loss_fn or an eval_network")
+        self._eval_network.set_train(False)
+        if self._eval_program is None:
+            self._eval_program = ForwardProgram(self._eval_network)
+        for metric in self._metrics.values():
+            metric.clear()
+        feeder = self._feeder(valid_dataset, self._eval_program.plan)
+        cb = InternalCallbackParam(eval_network=self._eval_network, valid_dataset=valid_dataset,
+                                   metrics=self._metrics, mode="eval", batch_num=feeder.steps_per_epoch(),
+                                   cur_step_num=0, cur_epoch_num=1, net_outputs=None,
+                                   dataset_sink_mode=dataset_sink_mode)
+        callback_list, run_context = CallbackList(callbacks), RunContext(cb)
+        callback_list.on_eval_begin(run_context)
+        for batch in feeder.epoch(0):
+            callback_list.on_eval_step_begin(run_context)
+            loss, outputs, label = self._eval_program(*batch)
+            cb.net_outputs = (loss, outputs, label)
+            for metric in self._metrics.values():
+                if type(metric).__name__ == "Loss":
+                    metric.update(np.asarray(loss))
+                else:
+                    metric.update(np.asarray(outputs), np.asarray(label))
+            cb.cur_step_num += 1
+            callback_list.on_eval_step_end(run_context)
+        callback_list.on_eval_end(run_context)
+        self._network.set_train(True)
+        return {name: metric.eval() for name, metric in self._metrics.items()}
+
+    def predict(self, *predict_data: Any) -> Any:
+        """The network's output on ``predict_data`` (evaluation mode)."""
+        self._network.set_train(False)
+        if self._predict_program is None:
+            self._predict_program = ForwardProgram(self._network)
+        return self._predict_program(*predict_data)

@@ -1,0 +1,24 @@
+"""Test configuration: 8 simulated CPU devices, a fresh graphpar context for every test."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+if "--xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_context(tmp_path, monkeypatch):
+    """Every test starts from default contexts and writes dumps under its own tmp dir."""
+    import graphpar
+    from graphpar import _context
+
+    _context.reset_context()
+    _context.reset_auto_parallel_context()
+    graphpar.set_context(save_graphs_path=str(tmp_path / "ir_dumps"))
+    yield
+    _context.reset_context()
+    _context.reset_auto_parallel_context()
