@@ -44,7 +44,10 @@ _MS_NAMES = {
 
 def ms_name(dtype: Any) -> str:
     """The name MindSpore prints for ``dtype`` (``Float32``), used in IR dumps."""
-    return _MS_NAMES.get(np.dtype(dtype), str(np.dtype(dtype)))
+    try:
+        return _MS_NAMES.get(np.dtype(dtype), str(np.dtype(dtype)))
+    except TypeError:
+        return str(dtype)
 
 
 def from_ms_name(name: str) -> np.dtype:

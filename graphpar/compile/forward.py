@@ -49,7 +49,10 @@ class ForwardProgram:
             return [NamedSharding(self.plan.mesh, PartitionSpec()) for _ in shapes]
 
     def __call__(self, *inputs: Any) -> Any:
+        from graphpar.compile.program import _global_aval
+
         ns = self.state
+        self.plan.prepare(ns, [_global_aval(x) for x in inputs], "forward")
         shardings = self._input_shardings(inputs)
         placed = [jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, s)
                   for x, s in zip(inputs, shardings)]

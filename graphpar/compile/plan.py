@@ -54,6 +54,10 @@ class ExecutionPlan:
     draws = 1  # per-device batches this process draws per step (dataset_strategy="data_parallel")
     first_rank = 0  # rank of this process's first device in the plan
 
+    def prepare(self, ns: NetworkState, inputs: Sequence[Any], purpose: str = "train") -> Any:
+        """Plan for these (global-shaped) inputs before the step is jitted; plans that need no graph skip it."""
+        return None
+
     def state_sharding(self, shape: tuple[int, ...]) -> jax.sharding.Sharding:
         raise NotImplementedError
 

@@ -160,8 +160,12 @@ class TrainProgram:
     # --- running -----------------------------------------------------------------------------------------------
     def place_inputs(self, inputs: Sequence[Any], stacked: bool = False) -> list[jax.Array]:
         """Put global-batch inputs (numpy or jax) where the plan wants them."""
+        from graphpar.compile.global_batch import global_shape
+
         out = []
         shapes = [tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x)) for x in inputs]
+        if jax.process_count() > 1:  # process-local rows: check the global batch they make
+            shapes = [global_shape(s, self.plan.input_sharding(i, s)) for i, s in enumerate(shapes)]
         self.plan.check_batch(shapes)
         for i, (x, shape) in enumerate(zip(inputs, shapes)):
             sharding = self.plan.input_sharding(i, shape)
@@ -173,8 +177,14 @@ class TrainProgram:
                 out.append(_put(x, sharding))
         return out
 
+    def _prepare(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> None:
+        per_step = [np.asarray(x[0]) if stacked and not isinstance(x, jax.Array) else (x[0] if stacked else x)
+                    for x in inputs]
+        self.plan.prepare(ns, [_global_aval(x) for x in per_step], "train")
+
     def _run(self, fn_getter, inputs: Sequence[Any], stacked: bool) -> jax.Array:
         ns = self.state
+        self._prepare(ns, inputs, stacked)
         opt_state = self._opt_state(ns)
         placed = self.place_inputs(inputs, stacked)
         fn = fn_getter(ns, placed, opt_state)
@@ -203,12 +213,26 @@ class TrainProgram:
     def lower_step(self, inputs: Sequence[Any]) -> Any:
         """The ``jax.stages.Lowered`` train step for ``inputs`` (used by dumps and benchmarks)."""
         ns = self.state
+        self._prepare(ns, inputs, False)
         opt_state = self._opt_state(ns)
         placed = self.place_inputs(inputs)
         p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, placed, opt_state)
         fn = jax.jit(self._step_fn(ns), in_shardings=(p_sh, r_sh, o_sh, i_sh),
                      out_shardings=(p_sh, r_sh, o_sh, loss_sh))
         return fn.lower(ns.params.values(), ns.rest.values(), opt_state, placed)
+
+
+def _global_aval(x: Any) -> jax.ShapeDtypeStruct:
+    """The global shape of a process-local batch input (rows of every process stacked on dimension 0)."""
+    shape = tuple(np.shape(x))
+    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    if jax.process_count() > 1 and shape and not isinstance(x, jax.Array):
+        from graphpar import _context
+
+        if not _context.current_parallel().full_batch:
+            shape = (shape[0] * jax.process_count(),) + shape[1:]
+    return jax.ShapeDtypeStruct(shape, dtype)
 
 
 def _put(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:

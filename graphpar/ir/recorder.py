@@ -36,6 +36,7 @@ class OpCall:
     in_strategy: tuple | None
     out_strategy: tuple | None
     input_names: tuple[str, ...]    # names of the tensor inputs, in order
+    static_args: dict[int, Any] = field(default_factory=dict)  # non-tensor call arguments by position (axis, ...)
     op: Any = field(repr=False, default=None)
 
 

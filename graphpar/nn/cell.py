@@ -193,6 +193,9 @@ class Cell(nnx.Module, pytree=False):
                             f"`def construct(self, *inputs)` computing its output")
         recorder = _recorder.active()
         if recorder is None:
+            spmd = _spmd_runner(self, args)
+            if spmd is not None:
+                return spmd(self, args, kwargs)
             return self.construct(*args, **kwargs)
         with _recorder.cell_scope(self._scope_label(not recorder.scope_stack)):
             return self.construct(*args, **kwargs)
@@ -210,6 +213,23 @@ class Cell(nnx.Module, pytree=False):
 
     def extend_repr(self) -> str:
         return ""
+
+
+def _spmd_runner(cell: "Cell", args: tuple) -> Any:
+    """The per-rank runner for a top-level GRAPH_MODE call of a Cell holding collective ops, else None.
+
+    Collective ops (``ops.AllGather`` ...) only mean something when the Cell runs once per rank; such a call is
+    handed to ``graphpar.compile.spmd_call``. Calls made while tracing (arguments are tracers) run inline.
+    """
+    import jax
+
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args)):
+        return None
+    try:
+        from graphpar.compile import spmd_call
+    except ModuleNotFoundError:
+        return None
+    return spmd_call.run_spmd if spmd_call.needs_spmd(cell) else None
 
 
 class SequentialCell(Cell):

@@ -24,6 +24,13 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic))
 
 
+def _is_static(x: Any) -> bool:
+    """A call argument that is not (and holds no) tensor: an axis, a shape, a dtype."""
+    if isinstance(x, (tuple, list)):
+        return all(_is_static(v) for v in x)
+    return not _is_tensor(x) and not isinstance(x, jax.core.Tracer)
+
+
 def _unwrap(x: Any) -> Any:
     if isinstance(x, nnx.Variable):
         return x.get_value()
@@ -126,7 +133,8 @@ class Primitive:
         recorder.calls[call_id] = _recorder.OpCall(
             call_id=call_id, kind=self.name, instance_name=self.instance_name, scope=scope,
             attrs=dict(self.attrs), in_strategy=self.in_strategy, out_strategy=self.out_strategy,
-            input_names=names, op=self)
+            input_names=names, op=self,
+            static_args={i: a for i, a in enumerate(args) if _is_static(a)})
 
         def body(*inner):
             full = list(args)

@@ -1,0 +1,46 @@
+"""The ``graphpar`` command: ``graphpar ir ...`` (inspect IR dumps) and ``graphpar launch ...`` (start a job).
+
+Each subcommand lives in its own module with a ``register(subparsers)`` function; this file only dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+_SUBCOMMANDS = ("graphpar.cli.ir", "graphpar.launch.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphpar", description="graphpar: MindSpore-style parallel training on "
+                                     "JAX. Subcommands: ir (inspect IR dumps), launch (start a multi-process job).")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command")
+    for name in _SUBCOMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if not name.startswith(exc.name or "\0"):
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from graphpar import __version__
+
+        print(f"graphpar {__version__}")
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The graph IR: op nodes over values, backed by the ClosedJaxpr they were traced from.
+
+A :class:`Graph` is what the parallel passes read and annotate. Each :class:`Node` is one graphpar op call (a whole
+``MatMul``, however many equations it took) or one raw ``jnp``/``lax`` equation written directly in ``construct``.
+It knows its MindSpore-style identity (kind ``MatMul``, instance name ``matmul``, Cell scope), the user's strategy
+hint, and its input and output :class:`Value` s with global shapes. Passes fill in ``strategy`` (labelled splits
+and the layouts they imply) and ``provenance``; the lowering evaluates ``eqn`` per node.
+
+Passes never mutate a graph they are given: :meth:`Graph.with_annotations` returns a new graph sharing the
+immutable structure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphpar.common.dtype import ms_name
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor flowing in the graph. ``kind`` is ``param`` / ``state`` / ``input`` / ``const`` / ``op``."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    kind: str
+    name: str = ""
+    producer: int | None = None  # node id
+    consumers: list[tuple[int, int]] = field(default_factory=list)  # (node id, input index)
+    const: Any = None
+
+    @property
+    def itemsize(self) -> int:
+        try:
+            return np.dtype(self.dtype).itemsize
+        except TypeError:
+            return 8
+
+    @property
+    def is_array(self) -> bool:
+        """A plain numeric array (not a PRNG key or token): what sharding constraints apply to."""
+        return isinstance(self.dtype, np.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.itemsize
+
+    def type_text(self, shape: tuple[int, ...] | None = None) -> str:
+        shape = self.shape if shape is None else shape
+        return f"<Tensor[{ms_name(self.dtype)}], {tuple(shape)}>"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Why a node has its strategy: ``user`` hint, ``propagated`` from a node over an edge of some cost,
+    ``default`` (data parallel / stand-alone), or ``fallback`` (no sharding rule: replicated)."""
+
+    kind: str
+    source: int | None = None  # node id the strategy came from (propagated)
+    cost: float = 0.0  # redistribution bytes per device on that edge
+    detail: str = ""
+
+    def text(self, graph: "Graph | None" = None) -> str:
+        if self.kind == "propagated" and graph is not None and self.source is not None:
+            src = graph.nodes[self.source]
+            return f"propagated from {src.instance_name} (%{src.id}) at cost {self.cost:g} B"
+        if self.kind == "propagated":
+            return f"propagated at cost {self.cost:g} B"
+        return self.kind + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(eq=False)
+class Node:
+    """One op node. ``is_op`` distinguishes graphpar op calls from raw equations."""
+
+    id: int
+    kind: str
+    instance_name: str
+    scope: str
+    attrs: dict[str, Any]
+    hint: tuple | None
+    out_hint: tuple | None
+    inputs: list[int]  # value ids
+    outputs: list[int]  # value ids
+    eqn: Any  # the jaxpr equation (a ``jit`` equation for graphpar ops)
+    is_op: bool
+    input_names: tuple[str, ...] = ()
+    static_args: dict[int, Any] = field(default_factory=dict)  # non-tensor call arguments (axis, perm, ...)
+    strategy: Any = None  # parallel.strategy.NodeStrategy, set by passes
+    provenance: Provenance | None = None
+
+    @property
+    def label(self) -> str:
+        """The named scope this node runs under in the lowered program (how HLO finds its op)."""
+        return f"{self.scope}/{self.instance_name}#{self.id}" if self.scope else f"{self.instance_name}#{self.id}"
+
+
+@dataclass
+class Graph:
+    """Values and nodes (in topological order) of one traced function."""
+
+    closed_jaxpr: Any
+    values: dict[int, Value]
+    nodes: dict[int, Node]
+    order: list[int]  # node ids, topological
+    inputs: list[int]  # value ids, in the traced function's flattened argument order
+    outputs: list[int]  # value ids, in the traced function's flattened result order
+    name: str = "graph"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def node_list(self) -> list[Node]:
+        return [self.nodes[i] for i in self.order]
+
+    def producer(self, value_id: int) -> Node | None:
+        p = self.values[value_id].producer
+        return None if p is None else self.nodes[p]
+
+    def consumers(self, value_id: int) -> list[tuple[Node, int]]:
+        return [(self.nodes[n], k) for n, k in self.values[value_id].consumers]
+
+    def neighbors(self, node: Node) -> list[Node]:
+        seen: dict[int, Node] = {}
+        for v in node.inputs:
+            p = self.producer(v)
+            if p is not None:
+                seen[p.id] = p
+        for v in node.outputs:
+            for c, _ in self.consumers(v):
+                seen[c.id] = c
+        seen.pop(node.id, None)
+        return list(seen.values())
+
+    def find(self, instance_name: str) -> list[Node]:
+        return [n for n in self.node_list() if n.instance_name == instance_name]
+
+    def with_annotations(self, updates: dict[int, dict[str, Any]]) -> "Graph":
+        """A new graph whose nodes ``updates[node_id]`` fields are replaced (structure shared)."""
+        nodes = dict(self.nodes)
+        for nid, fields_ in updates.items():
+            nodes[nid] = dataclasses.replace(nodes[nid], **fields_)
+        return dataclasses.replace(self, nodes=nodes)
+
+    def as_text(self) -> str:
+        """A readable listing: one line per node with kind, instance, shapes, strategy and scope."""
+        lines = [f"graph {self.name}("]
+        for vid in self.inputs:
+            v = self.values[vid]
+            lines.append(f"  %{v.kind}{vid} {v.name}: {v.type_text()}")
+        lines.append(") {")
+        for node in self.node_list():
+            ins = ", ".join(f"%{v}" for v in node.inputs)
+            outs = ", ".join(f"%{v}" for v in node.outputs)
+            types_in = ", ".join(self.values[v].type_text() for v in node.inputs)
+            types_out = ", ".join(self.values[v].type_text() for v in node.outputs)
+            strat = f" {{in_strategy: {node.strategy.in_strategy_text()}}}" if node.strategy is not None else ""
+            hint = f" hint={node.hint}" if node.hint is not None else ""
+            lines.append(f"  {outs} = {node.kind}({ins}) {{instance name: {node.instance_name}}}{hint}{strat} : "
+                         f"({types_in}) -> ({types_out})  # scope: ({node.scope})")
+        lines.append("  return " + ", ".join(f"%{v}" for v in self.outputs))
+        lines.append("}")
+        return "\n".join(lines)

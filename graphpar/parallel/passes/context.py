@@ -1,0 +1,33 @@
+"""What every pass may read besides the graph: the mesh, the mode, the dataset layouts, and rule lookup."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graphpar.ir.graph import Graph, Node
+from graphpar.parallel.dims import DimSpec, rule_for, shapes_of
+from graphpar.parallel.strategy import MeshInfo, Spec
+
+
+@dataclass
+class PlanContext:
+    mesh: MeshInfo
+    mode: str  # ParallelMode value
+    search_mode: str = "sharding_propagation"
+    input_specs: dict[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
+    _dims: dict[int, DimSpec | None] = field(default_factory=dict)
+
+    def dims(self, node: Node, graph: Graph) -> DimSpec | None:
+        """The node's labelled dimensions (cached), or None when no rule covers its kind."""
+        if node.id not in self._dims:
+            rule = rule_for(node.kind)
+            spec = None
+            if rule is not None:
+                spec = rule(node, graph)
+                if spec is not None:
+                    ins, outs = shapes_of(node, graph)
+                    if len(spec.inputs) != len(ins) or len(spec.outputs) != len(outs) or any(
+                            len(r) != len(s) for r, s in zip(spec.inputs + spec.outputs, ins + outs)):
+                        spec = None  # the rule does not describe this call (an unusual signature): be safe
+            self._dims[node.id] = spec
+        return self._dims[node.id]

@@ -1,0 +1,65 @@
+"""Pass ``default_strategies``: every node still without a strategy gets the default of the mode.
+
+* SEMI_AUTO_PARALLEL / AUTO_PARALLEL: data parallel — dimension 0 of the first input (the batch) split over as
+  many devices as divide it; everything else whole (provenance: default).
+* A kind without a sharding rule runs replicated on every device; the fallback is reported once per (kind, scope)
+  in a warning and in the begin dump (provenance: fallback).
+
+Reads: node strategies, rules, shapes. Adds: ``strategy``/``provenance`` on undecided nodes. Never overrides a
+decided node.
+"""
+
+from __future__ import annotations
+
+from graphpar._logging import notice_once
+from graphpar.ir.graph import Graph, Node, Provenance
+from graphpar.parallel.dims import SILENT_REPLICATED, DimSpec, replicated, shapes_of
+from graphpar.parallel.passes.context import PlanContext
+from graphpar.parallel.strategy import MeshInfo, NodeStrategy, enumerate_strategies, replicated_strategy
+
+
+def batch_label(dims: DimSpec) -> str | None:
+    for row in dims.inputs + dims.outputs:
+        if row:
+            return row[0]
+    return None
+
+
+def data_parallel_strategy(node: Node, dims: DimSpec, graph: Graph, mesh: MeshInfo) -> NodeStrategy:
+    """The candidate splitting the batch label over the most devices (a prefix of the mesh axes)."""
+    label = batch_label(dims)
+    if label is None or label in dims.fixed:
+        return replicated_strategy(dims, mesh)
+    ins, outs = shapes_of(node, graph)
+    best = replicated_strategy(dims, mesh)
+    for cand in enumerate_strategies(dims, ins, outs, mesh):
+        axes = cand.axes
+        if set(axes) - {label}:
+            continue
+        if cand.split(label) > best.split(label) and axes.get(label, ())[:1] == mesh.names[:1]:
+            best = cand
+    return best
+
+
+def fallback_strategy(node: Node, graph: Graph, ctx: PlanContext) -> tuple[NodeStrategy, Provenance]:
+    ins, outs = shapes_of(node, graph)
+    if node.kind not in SILENT_REPLICATED:
+        notice_once(f"fallback:{node.kind}:{node.scope}", f"no sharding rule for primitive '{node.kind}' in scope "
+                    f"{node.scope or '(top level)'}: it runs replicated on every device")
+    return replicated_strategy(replicated(ins, outs), ctx.mesh), Provenance(
+        "fallback", detail=f"no sharding rule for '{node.kind}': replicated")
+
+
+def default_strategies(graph: Graph, ctx: PlanContext) -> Graph:
+    updates = {}
+    for node in graph.node_list():
+        if node.strategy is not None:
+            continue
+        dims = ctx.dims(node, graph)
+        if dims is None:
+            strategy, prov = fallback_strategy(node, graph, ctx)
+        else:
+            strategy = data_parallel_strategy(node, dims, graph, ctx.mesh)
+            prov = Provenance("default", detail="data parallel")
+        updates[node.id] = {"strategy": strategy, "provenance": prov}
+    return graph.with_annotations(updates)

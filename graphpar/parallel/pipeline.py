@@ -1,0 +1,59 @@
+"""The parallel pipeline: one visible list of named passes per mode.
+
+Names drive the timers (``graph.meta["pass_seconds"]``) and the dumps. Each pass is ``(Graph, PlanContext) ->
+Graph`` and never mutates its input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from graphpar._context import ParallelMode
+from graphpar.ir.graph import Graph
+from graphpar.parallel.passes.context import PlanContext
+from graphpar.parallel.passes.defaults import default_strategies
+from graphpar.parallel.passes.hints import apply_hints
+from graphpar.parallel.passes.parameters import place_parameters
+from graphpar.parallel.passes.propagate import propagate
+from graphpar.parallel.passes.verify import verify
+
+Pass = Callable[[Graph, PlanContext], Graph]
+
+SEMI_AUTO: tuple[tuple[str, Pass], ...] = (
+    ("apply_hints", apply_hints),
+    ("default_strategies", default_strategies),
+    ("place_parameters", place_parameters),
+    ("verify", verify),
+)
+
+SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
+    ("apply_hints", apply_hints),
+    ("propagate", propagate),
+    ("default_strategies", default_strategies),
+    ("place_parameters", place_parameters),
+    ("verify", verify),
+)
+
+DATA_PARALLEL: tuple[tuple[str, Pass], ...] = (
+    ("default_strategies", default_strategies),
+    ("place_parameters", place_parameters),
+)
+
+
+def passes_for(ctx: PlanContext) -> tuple[tuple[str, Pass], ...]:
+    if ctx.mode == ParallelMode.AUTO_PARALLEL and ctx.search_mode == "sharding_propagation":
+        return SHARDING_PROPAGATION
+    if ctx.mode in (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL):
+        return SEMI_AUTO
+    return DATA_PARALLEL
+
+
+def run_pipeline(graph: Graph, ctx: PlanContext) -> Graph:
+    timings = {}
+    for name, fn in passes_for(ctx):
+        started = time.perf_counter()
+        graph = fn(graph, ctx)
+        timings[name] = time.perf_counter() - started
+    return dataclasses.replace(graph, meta={**graph.meta, "pass_seconds": timings})

@@ -1,0 +1,1 @@
+"""Per-kind sharding rules (see ``graphpar.parallel.dims``): graphpar ops and raw jax primitives."""
