@@ -44,20 +44,22 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None) -> lis
     for vid, x in zip(graph.inputs, args):
         env[vid] = x
 
-    def pin(x: Any, spec: Any, vid: int) -> Any:
+    def pin(x: Any, spec: Any, vid: int, where: str) -> Any:
         if mesh is None or spec is None or not graph.values[vid].is_array:
             return x
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, to_partition_spec(spec)))
+        with jax.named_scope(where):  # "in0"/"out0": the execute dump tells redistributions of inputs apart
+            return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, to_partition_spec(spec)))
 
     for node in graph.node_list():
         strategy = node.strategy if mesh is not None else None
         with jax.named_scope(node.label):
             xs = [env[v] for v in node.inputs]
             if strategy is not None:
-                xs = [pin(x, strategy.input_spec(i), v) for i, (x, v) in enumerate(zip(xs, node.inputs))]
+                xs = [pin(x, strategy.input_spec(i), v, f"in{i}") for i, (x, v) in enumerate(zip(xs, node.inputs))]
             outs = _apply(node, xs)
             if strategy is not None:
-                outs = [pin(o, strategy.output_spec(j), v) for j, (o, v) in enumerate(zip(outs, node.outputs))]
+                outs = [pin(o, strategy.output_spec(j), v, f"out{j}")
+                        for j, (o, v) in enumerate(zip(outs, node.outputs))]
         for vid, out in zip(node.outputs, outs):
             env[vid] = out
     return [env[v] for v in graph.outputs]

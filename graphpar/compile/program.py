@@ -118,17 +118,35 @@ class TrainProgram:
         loss_sh = self.plan.state_sharding(())
         return p_sh, r_sh, o_sh, i_sh, loss_sh
 
-    def _compiled_step(self, ns: NetworkState, inputs: Sequence[Any], opt_state: Any):
-        key = _key_of(inputs)
+    def _compile(self, fn, ns: NetworkState, placed: Sequence[Any], opt_state: Any, stacked: bool):
+        """AOT-compile ``fn`` for these arguments (GRAPH_MODE), placing the state where the plan wants it first."""
+        per_step = [x[0] for x in placed] if stacked else placed
+        p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, per_step, opt_state)
+        if stacked:
+            i_sh, loss_sh = [_stacked(s) for s in i_sh], _stacked(loss_sh)
+        self._place_state(ns, p_sh, r_sh, o_sh)
+        started = time.perf_counter()
+        jitted = jax.jit(fn, in_shardings=(p_sh, r_sh, o_sh, i_sh), out_shardings=(p_sh, r_sh, o_sh, loss_sh),
+                         donate_argnums=(0, 1, 2))
+        compiled = jitted.lower(ns.params.values(), ns.rest.values(), self.optimizer.opt_state, placed).compile()
+        self.compile_seconds += time.perf_counter() - started
+        from graphpar.dump.writer import maybe_dump_execute
+
+        maybe_dump_execute(getattr(self.plan, "_last", None), self.plan, compiled.as_text())
+        return compiled
+
+    def _place_state(self, ns: NetworkState, p_sh, r_sh, o_sh) -> None:
+        """Move parameters, state and optimizer state onto their planned shardings (once, before compiling)."""
+        ns.params.write([_ensure(v, s) for v, s in zip(ns.params.values(), p_sh)])
+        ns.rest.write([_ensure(v, s) for v, s in zip(ns.rest.values(), r_sh)])
+        self.optimizer.opt_state = jax.tree.map(_ensure, self.optimizer.opt_state, o_sh)
+
+    def _compiled_step(self, ns: NetworkState, placed: Sequence[Any], opt_state: Any):
+        key = _key_of(placed)
         fn = self._steps.get(key)
         if fn is None:
             step = self._step_fn(ns)
-            if self.pynative:
-                fn = step
-            else:
-                p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, inputs, opt_state)
-                fn = jax.jit(step, in_shardings=(p_sh, r_sh, o_sh, i_sh), out_shardings=(p_sh, r_sh, o_sh, loss_sh),
-                             donate_argnums=(0, 1, 2))
+            fn = step if self.pynative else self._compile(step, ns, placed, opt_state, stacked=False)
             self._steps[key] = fn
         return fn
 
@@ -146,14 +164,7 @@ class TrainProgram:
                 (p, r, o), losses = jax.lax.scan(body, (pvals, rvals, opt_state), list(stacked_inputs))
                 return p, r, o, losses
 
-            if self.pynative:
-                fn = sink
-            else:
-                per_step = [x[0] for x in stacked]
-                p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, per_step, opt_state)
-                i_sh = [_stacked(s) for s in i_sh]
-                fn = jax.jit(sink, in_shardings=(p_sh, r_sh, o_sh, i_sh),
-                             out_shardings=(p_sh, r_sh, o_sh, _stacked(loss_sh)), donate_argnums=(0, 1, 2))
+            fn = sink if self.pynative else self._compile(sink, ns, stacked, opt_state, stacked=True)
             self._sinks[key] = fn
         return fn
 
@@ -185,18 +196,10 @@ class TrainProgram:
     def _run(self, fn_getter, inputs: Sequence[Any], stacked: bool) -> jax.Array:
         ns = self.state
         self._prepare(ns, inputs, stacked)
-        opt_state = self._opt_state(ns)
+        self._opt_state(ns)
         placed = self.place_inputs(inputs, stacked)
-        fn = fn_getter(ns, placed, opt_state)
-        started = time.perf_counter()
-        first = not getattr(fn, "_graphpar_ran", False)
-        pvals, rvals, opt_state, loss = fn(ns.params.values(), ns.rest.values(), opt_state, placed)
-        if first:
-            self.compile_seconds += time.perf_counter() - started
-            try:
-                fn._graphpar_ran = True
-            except AttributeError:
-                pass
+        fn = fn_getter(ns, placed, self.optimizer.opt_state)
+        pvals, rvals, opt_state, loss = fn(ns.params.values(), ns.rest.values(), self.optimizer.opt_state, placed)
         ns.params.write(pvals)
         ns.rest.write(rvals)
         self.optimizer.opt_state = opt_state
@@ -233,6 +236,12 @@ def _global_aval(x: Any) -> jax.ShapeDtypeStruct:
         if not _context.current_parallel().full_batch:
             shape = (shape[0] * jax.process_count(),) + shape[1:]
     return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _ensure(x: Any, sharding: jax.sharding.Sharding) -> Any:
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+        return x
+    return jax.device_put(x, sharding)
 
 
 def _put(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:

@@ -1,5 +1,191 @@
-"""Placeholder until the dump writers land."""
+"""Writers of MindSpore-style IR dumps, one file per rank this process drives.
+
+``rank_{r}/step_parallel_begin_{NNNN}.ir``: the planned graph with *global* shapes, each node's strategy (user hint
+or chosen), its provenance and device matrix, and the storage layout of every parameter and input.
+``rank_{r}/{NN}_execute_{NNNN}.ir``: the same nodes with *per-device* shapes of rank ``r``, and after each node the
+collectives XLA compiled for it (kind, reduction, the group containing rank ``r``, bytes, forward/backward), found
+through the HLO op metadata (``graphpar.dump.hlo``). ``NNNN`` counts graphs in this process; ``NN`` is the stage
+number of the compiled program in graphpar's pipeline. The format is documented in docs/ir_format.md and read back
+by ``graphpar.dump.reader``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+from graphpar import _context
+from graphpar.dump.format import (
+    attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
+from graphpar.dump.hlo import Collective, parse_collectives
+from graphpar.ir.graph import Graph, Node
+
+_counter = itertools.count()
+EXECUTE_STAGE = 18  # graphpar's pipeline: trace, passes, lower, compile ... the executable is stage 18 as in MindSpore
 
 
-def maybe_dump_begin(graph, plan):
-    return None
+def _enabled() -> bool:
+    return _context.current().save_graphs > 0
+
+
+def _ranks(plan: Any) -> list[int]:
+    import jax
+
+    if getattr(plan, "pynative", False):
+        return []
+    return [i for i, d in enumerate(plan.devices) if d.process_index == jax.process_index()]
+
+
+def _header(kind: str, graph: Graph, plan: Any, rank: int, note: str) -> list[str]:
+    pctx = plan.pctx
+    mesh = graph.meta["mesh"]
+    passes = " ".join(f"{k}={v * 1000:.1f}ms" for k, v in graph.meta.get("pass_seconds", {}).items())
+    return [f"# graphpar IR dump: {kind}",
+            f"# graph: {graph.name}  purpose: {graph.meta.get('purpose', '')}",
+            f"# rank: {rank} of {plan.n}  ({note})",
+            f"# parallel_mode: {pctx.parallel_mode}  search_mode: {pctx.search_mode}",
+            f"# mesh: {mesh_text(mesh)}",
+            f"# passes: {passes}", ""]
+
+
+def _input_lines(graph: Graph, per_device: bool) -> list[str]:
+    mesh = graph.meta["mesh"]
+    specs = graph.meta.get("value_specs", {})
+    lines = ["# inputs"]
+    for vid in graph.inputs:
+        v = graph.values[vid]
+        spec = specs.get(vid, tuple(() for _ in v.shape))
+        shape = local_shape(v.shape, spec, mesh) if per_device and v.is_array else v.shape
+        role = {"param": "Parameter", "state": "State", "input": "Data"}.get(v.kind, v.kind)
+        lines.append(f"{value_ref(v)} = {role}() : {tensor_type(v.dtype, shape)}  # layout: {spec_text(spec)}  "
+                     f"# split: {split_text(spec, mesh)}")
+    return lines + [""]
+
+
+def _node_line(graph: Graph, node: Node, per_device: bool) -> str:
+    mesh = graph.meta["mesh"]
+    s = node.strategy
+    ins, outs = [], []
+    for i, vid in enumerate(node.inputs):
+        v = graph.values[vid]
+        shape = local_shape(v.shape, s.input_spec(i), mesh) if per_device and v.is_array else v.shape
+        ins.append(tensor_type(v.dtype, shape))
+    for j, vid in enumerate(node.outputs):
+        v = graph.values[vid]
+        shape = local_shape(v.shape, s.output_spec(j), mesh) if per_device and v.is_array else v.shape
+        outs.append(tensor_type(v.dtype, shape))
+    prim_attrs = dict(node.attrs)
+    if node.hint is not None:
+        prim_attrs["in_strategy"] = node.hint
+        prim_attrs["out_strategy"] = node.out_hint
+    args = ", ".join(value_ref(graph.values[v]) for v in node.inputs)
+    layouts = "; ".join(spec_text(s.input_spec(i)) for i in range(len(node.inputs)))
+    return (f"{outputs_lhs(graph, node.outputs)} = {node.kind}({args}) {{instance name: {node.instance_name}}} "
+            f"primitive_attrs: {attrs_text(prim_attrs)} {{in_strategy: {s.in_strategy_text()}}} : "
+            f"({', '.join(ins)}) -> ({', '.join(outs)})  # scope: ({node.scope})  # node: {node.id}  "
+            f"# provenance: {node.provenance.text(graph)}  # device_matrix: {tuple(s.device_matrix())}  "
+            f"# in_layouts: {layouts}")
+
+
+def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: list[int]) -> list[Path]:
+    index = graph.meta.setdefault("dump_index", next(_counter))
+    body = _input_lines(graph, per_device=False)
+    body += [_node_line(graph, n, per_device=False) for n in graph.node_list()]
+    body.append("return " + ", ".join(value_ref(graph.values[v]) for v in graph.outputs))
+    for conflict in graph.meta.get("param_conflicts", []):
+        body.append(f"# parameter conflict: {conflict['parameter']} stored as {spec_text(conflict['chosen'])}; "
+                    f"wanted by " + ", ".join(f"{name} (node {nid}) as {spec_text(spec)}"
+                                              for name, nid, spec in conflict["wanted"])
+                    + f"; redistribution {conflict['cost_bytes']:g} B per device")
+    written = []
+    for rank in ranks:
+        path = Path(directory) / f"rank_{rank}" / f"step_parallel_begin_{index:04d}.ir"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(_header("step_parallel_begin", graph, plan, rank, "global shapes") + body) + "\n")
+        written.append(path)
+    return written
+
+
+def _collective_line(c: Collective, k: int, rank: int, node: Node | None, graph: Graph) -> str:
+    group = c.group_of(rank)
+    attrs = {"op": c.reduce_op or None, "group_ranks": "-".join(str(r) for r in group), "rank_list": group,
+             "bytes": c.nbytes, "pass": "backward" if c.backward else "forward", "cause": _cause(c), "hlo": c.name}
+    if not c.reduce_op:
+        del attrs["op"]
+    types = ", ".join(tensor_type_from_hlo(dt, shape) for dt, shape in c.shapes)
+    owner = f"{node.instance_name}" if node is not None else "unattributed"
+    src = ""
+    if node is not None:
+        if c.pin.startswith("in") and int(c.pin[2:]) < len(node.inputs):
+            src = value_ref(graph.values[node.inputs[int(c.pin[2:])]])
+        elif node.outputs:
+            src = value_ref(graph.values[node.outputs[0]])
+    scope = node.scope if node is not None else ""
+    nid = node.id if node is not None else "-"
+    return (f"%c{k} = {c.kind}({src}) {{instance name: {'backward' if c.backward else 'forward'}_op_{owner}_{k}}} "
+            f"primitive_attrs: {attrs_text(attrs)} : ({types}) -> ({types})  # scope: ({scope})  # node: {nid}")
+
+
+def _cause(c: Collective) -> str:
+    if c.pin.startswith("in"):
+        return f"redistribution of input {c.pin[2:]}"
+    if c.pin.startswith("out"):
+        return f"redistribution of output {c.pin[3:]}"
+    return "operator"
+
+
+_HLO_TO_MS = {"f32": "Float32", "f16": "Float16", "bf16": "BFloat16", "f64": "Float64", "s32": "Int32",
+              "s64": "Int64", "u8": "UInt8", "u32": "UInt32", "pred": "Bool", "s8": "Int8"}
+
+
+def tensor_type_from_hlo(dtype: str, shape: tuple[int, ...]) -> str:
+    return f"<Tensor[{_HLO_TO_MS.get(dtype, dtype)}], {tuple(shape)}>"
+
+
+def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
+                  ranks: list[int]) -> list[Path]:
+    index = graph.meta.setdefault("dump_index", next(_counter))
+    collectives = parse_collectives(hlo_text, plan.n)
+    by_node: dict[int, list[Collective]] = {}
+    loose = []
+    for c in collectives:
+        owners = [n for n in c.nodes if n in graph.nodes]
+        if owners:
+            by_node.setdefault(owners[-1], []).append(c)
+        else:
+            loose.append(c)
+    written = []
+    for rank in ranks:
+        lines = _header("execute", graph, plan, rank, "per-device shapes of this rank") + _input_lines(graph, True)
+        k = itertools.count()
+        total = 0
+        for node in graph.node_list():
+            lines.append(_node_line(graph, node, per_device=True))
+            for c in by_node.get(node.id, []):
+                lines.append(_collective_line(c, next(k), rank, node, graph))
+                total += c.nbytes
+        if loose:
+            lines.append("# collectives not attributed to an op (optimizer update, input placement)")
+            for c in loose:
+                lines.append(_collective_line(c, next(k), rank, None, graph))
+                total += c.nbytes
+        lines.append(f"# total collective bytes per step (rank {rank}): {total}")
+        path = Path(directory) / f"rank_{rank}" / f"{EXECUTE_STAGE:02d}_execute_{index:04d}.ir"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        written.append(path)
+    return written
+
+
+def maybe_dump_begin(graph: Graph, plan: Any) -> list[Path]:
+    if not _enabled():
+        return []
+    return write_begin(graph, plan, _context.current().save_graphs_path, _ranks(plan))
+
+
+def maybe_dump_execute(graph: Graph | None, plan: Any, hlo_text: str) -> list[Path]:
+    if graph is None or not _enabled():
+        return []
+    return write_execute(graph, plan, hlo_text, _context.current().save_graphs_path, _ranks(plan))

@@ -68,7 +68,7 @@ class Provenance:
     def text(self, graph: "Graph | None" = None) -> str:
         if self.kind == "propagated" and graph is not None and self.source is not None:
             src = graph.nodes[self.source]
-            return f"propagated from {src.instance_name} (%{src.id}) at cost {self.cost:g} B"
+            return f"propagated from {src.instance_name} (node {src.id}) at cost {self.cost:g} B"
         if self.kind == "propagated":
             return f"propagated at cost {self.cost:g} B"
         return self.kind + (f": {self.detail}" if self.detail else "")

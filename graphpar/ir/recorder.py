@@ -46,6 +46,7 @@ class TraceRecorder:
     def __init__(self) -> None:
         self.calls: dict[int, OpCall] = {}
         self.scope_stack: list[str] = []
+        self.cell_stack: list[Any] = []  # the Cell objects behind scope_stack (None for the root "Default")
         self._ids = itertools.count()
 
     @property
@@ -74,7 +75,7 @@ def recording() -> Iterator[TraceRecorder]:
 
 
 @contextlib.contextmanager
-def cell_scope(label: str) -> Iterator[None]:
+def cell_scope(label: str, cell: Any = None) -> Iterator[None]:
     """Push a Cell's scope label while it runs (no-op when not tracing)."""
     recorder = _active.get()
     if recorder is None:
@@ -83,8 +84,10 @@ def cell_scope(label: str) -> Iterator[None]:
     import jax
 
     recorder.scope_stack.append(label)
+    recorder.cell_stack.append(cell)
     try:
         with jax.named_scope(label):
             yield
     finally:
         recorder.scope_stack.pop()
+        recorder.cell_stack.pop()

@@ -181,10 +181,17 @@ class Cell(nnx.Module, pytree=False):
         raise CellError(f"Cell '{type(self).__name__}' has no construct() method: define "
                         f"`def construct(self, *inputs)` computing its output")
 
-    def _scope_label(self, at_root: bool) -> str:
-        if at_root:
+    def _scope_label(self, recorder: Any) -> str:
+        """MindSpore's scope segment ``{attribute}-{Class}``: the attribute under which the calling Cell holds
+        this one (``Default`` at the root)."""
+        if not recorder.scope_stack:
             return "Default"
-        return f"{self._scope_attr or type(self).__name__.lower()}-{type(self).__name__}"
+        parent = recorder.cell_stack[-1]
+        if parent is not None:
+            for name in parent._cell_order:
+                if getattr(parent, name, None) is self:
+                    return f"{name}-{type(self).__name__}"
+        return f"{self._scope_attr or 'network'}-{type(self).__name__}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._ensure_fields()
@@ -197,7 +204,7 @@ class Cell(nnx.Module, pytree=False):
             if spmd is not None:
                 return spmd(self, args, kwargs)
             return self.construct(*args, **kwargs)
-        with _recorder.cell_scope(self._scope_label(not recorder.scope_stack)):
+        with _recorder.cell_scope(self._scope_label(recorder), self):
             return self.construct(*args, **kwargs)
 
     def __repr__(self) -> str:
