@@ -36,7 +36,7 @@ class StateGroup:
     def __init__(self, state: nnx.State):
         self.state = state
         leaves, self.treedef = jax.tree.flatten(state)
-        flat = list(state.flat_state())
+        flat = list(nnx.to_flat_state(state))
         self.paths = [path for path, _ in flat]
         self.holders: list[Any] = [value for _, value in flat]
         if len(self.holders) != len(leaves):  # pragma: no cover - NNX invariant
