@@ -29,6 +29,7 @@ class ForwardProgram:
         self.plan = choose_plan(cell)
         self._ns: NetworkState | None = None
         self._fns: dict[tuple, Any] = {}
+        self.graph = None  # the planned graph of the last call (SEMI/AUTO plans)
 
     @property
     def state(self) -> NetworkState:
@@ -48,11 +49,11 @@ class ForwardProgram:
                 return [self.plan.input_sharding(i, ()) for i in range(len(shapes))]
             return [NamedSharding(self.plan.mesh, PartitionSpec()) for _ in shapes]
 
-    def __call__(self, *inputs: Any) -> Any:
+    def _prepared(self, inputs: Sequence[Any]):
         from graphpar.compile.program import _global_aval
 
         ns = self.state
-        self.plan.prepare(ns, [_global_aval(x) for x in inputs], "forward")
+        self.graph = self.plan.prepare(ns, [_global_aval(x) for x in inputs], "forward")
         shardings = self._input_shardings(inputs)
         placed = [jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, s)
                   for x, s in zip(inputs, shardings)]
@@ -67,7 +68,17 @@ class ForwardProgram:
             if self.pynative:
                 fn = forward
             else:
-                r_sh = [plan.state_sharding(tuple(np.shape(v))) for v in ns.rest.values()]
+                r_sh = [plan.param_sharding(n, tuple(np.shape(v))) if hasattr(plan, "param_sharding")
+                        else plan.state_sharding(tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]
                 fn = jax.jit(forward, in_shardings=(r_sh, shardings))
             self._fns[key] = fn
+        return fn, ns, placed
+
+    def __call__(self, *inputs: Any) -> Any:
+        fn, ns, placed = self._prepared(inputs)
         return fn(ns.rest.values(), placed)
+
+    def lower(self, *inputs: Any) -> Any:
+        """The ``jax.stages.Lowered`` forward for ``inputs`` (``.compile().as_text()`` shows the collectives)."""
+        fn, ns, placed = self._prepared(inputs)
+        return fn.lower(ns.rest.values(), placed)

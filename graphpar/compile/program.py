@@ -112,7 +112,7 @@ class TrainProgram:
 
     def _shardings(self, ns: NetworkState, inputs: Sequence[Any], opt_state: Any):
         p_sh = self._state_shardings(ns.params.values(), ns.param_names())
-        r_sh = self._state_shardings(ns.rest.values())
+        r_sh = self._state_shardings(ns.rest.values(), ns.rest.names())
         o_sh = self._opt_shardings(ns, opt_state)
         i_sh = [self.plan.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
         loss_sh = self.plan.state_sharding(())
@@ -212,6 +212,11 @@ class TrainProgram:
     def run_steps(self, stacked_inputs: Sequence[Any]) -> jax.Array:
         """``len(stacked_inputs[0])`` steps in one device call (sink mode); returns the per-step losses."""
         return self._run(self._compiled_sink, stacked_inputs, stacked=True)
+
+    def plan_graph(self, inputs: Sequence[Any]) -> Any:
+        """The planned graph of the train step for ``inputs`` (SEMI/AUTO plans; None for the others)."""
+        ns = self.state
+        return self.plan.prepare(ns, [_global_aval(x) for x in inputs], "train")
 
     def lower_step(self, inputs: Sequence[Any]) -> Any:
         """The ``jax.stages.Lowered`` train step for ``inputs`` (used by dumps and benchmarks)."""

@@ -1,8 +1,14 @@
-"""Which data-parallel replica the code being traced runs as.
+"""Which rank the code being traced runs as: the named "rank axis" of a per-rank run.
 
-DATA_PARALLEL runs the per-device loss under ``jax.vmap`` over the device axis (see ``compile.step``). Stochastic
-Cells (Dropout) fold the replica index into their key so each device draws its own mask, as each MindSpore device
-does with its own seed.
+Code runs once per rank in three places: DATA_PARALLEL's per-device loss (``jax.vmap`` over the device axis, see
+``compile.plan``), a top-level GRAPH_MODE call of a Cell holding collective ops (``jax.shard_map`` over the job's
+devices, see ``compile.spmd_call``), and :func:`graphpar.compile.spmd_call.run_per_rank`. Each sets the axis with
+:func:`replica_axis`; ``jax.lax.axis_index(name)`` is then the rank. Collective ops
+(``graphpar.ops.AllReduce`` ...) reduce over it, and stochastic Cells (Dropout) fold the index into their key so each
+device draws its own mask, as each MindSpore device does with its own seed.
+
+``native_groups`` tells the collectives whether ``axis_index_groups`` may be used (under ``shard_map``; ``vmap``
+refuses it, so sub-groups are emulated there).
 """
 
 from __future__ import annotations
@@ -10,15 +16,23 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import jax
 
-_axis: contextvars.ContextVar[str | None] = contextvars.ContextVar("graphpar_replica_axis", default=None)
+
+@dataclass(frozen=True)
+class RankAxis:
+    name: str
+    native_groups: bool = False
+
+
+_axis: contextvars.ContextVar[RankAxis | None] = contextvars.ContextVar("graphpar_replica_axis", default=None)
 
 
 @contextlib.contextmanager
-def replica_axis(name: str) -> Iterator[None]:
-    token = _axis.set(name)
+def replica_axis(name: str, native_groups: bool = False) -> Iterator[None]:
+    token = _axis.set(RankAxis(name, native_groups))
     try:
         yield
     finally:
@@ -26,12 +40,17 @@ def replica_axis(name: str) -> Iterator[None]:
 
 
 def current_axis() -> str | None:
+    axis = _axis.get()
+    return None if axis is None else axis.name
+
+
+def current_rank_axis() -> RankAxis | None:
     return _axis.get()
 
 
 def fold_in_replica(key: jax.Array) -> jax.Array:
     """``key`` folded with this replica's index when tracing under the data-parallel vmap, else ``key``."""
-    name = _axis.get()
+    name = current_axis()
     if name is None:
         return key
     return jax.random.fold_in(key, jax.lax.axis_index(name))

@@ -22,6 +22,7 @@ from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
 from graphpar.compile.interpret import evaluate
 from graphpar.compile.plan import ExecutionPlan, _objective_of, call_network
+from graphpar.common.parameter import Parameter
 from graphpar.compile.state import NetworkState
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
@@ -133,7 +134,9 @@ class PlannedPlan(ExecutionPlan):
         pvals, rvals = ns.params.values(), ns.rest.values()
         avals = [jax.ShapeDtypeStruct(tuple(np.shape(x)), jnp.asarray(x).dtype if not hasattr(x, "dtype")
                                       else x.dtype) for x in inputs]
-        kinds = ([("param", n) for n in ns.param_names()] + [("state", n) for n in ns.rest.names()]
+        rest_kinds = [("param" if isinstance(h, Parameter) else "state", n)
+                      for h, n in zip(ns.rest.holders, ns.rest.names())]
+        kinds = ([("param", n) for n in ns.param_names()] + rest_kinds
                  + [("input", f"input{i}") for i in range(len(inputs))])
 
         def train_fn(pv, rv, xs):
@@ -192,6 +195,7 @@ class PlannedPlan(ExecutionPlan):
         return None
 
     def param_sharding(self, name: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:
+        """Where a Parameter (or other state leaf) named ``name`` is stored: its consumers' layout."""
         spec = self._value_spec("param", name)
         return self._sharding(spec if spec is not None else tuple(() for _ in shape))
 

@@ -182,7 +182,8 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
     if total > mesh.n_devices or mesh.n_devices % total:
         raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {mesh.n_devices} "
                             f"(shapes {[tuple(s) for s in in_shapes]})", scope,
-                            f"Use splits whose product divides {mesh.n_devices}")
+                            f"Use splits whose product divides {mesh.n_devices}, e.g. "
+                            f"{_fitting_hint(dims, hint, {l: s for l, (s, _) in splits.items()}, mesh.n_devices)}")
     # place labels on consecutive mesh axes, in device-matrix order
     remaining = list(zip(mesh.names, mesh.sizes))
     repeat = mesh.n_devices // total
@@ -200,6 +201,19 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
     if node.out_hint is not None:
         strategy = with_out_strategy(node, strategy, node.out_hint, out_shapes)
     return strategy
+
+
+def _fitting_hint(dims: DimSpec, hint: tuple, splits: dict[str, int], n_devices: int) -> str:
+    """The hint with its largest splits reduced until their product divides ``n_devices``."""
+    splits = dict(splits)
+    while splits and (int(np.prod(list(splits.values()))) > n_devices
+                      or n_devices % int(np.prod(list(splits.values())))):
+        label = max(splits, key=lambda l: splits[l])
+        value = splits[label]
+        p = next(f for f in range(2, value + 1) if value % f == 0)
+        splits[label] = value // p
+    fixed = tuple(tuple(splits.get(l, 1) if l is not None else 1 for l in row) for row in dims.inputs)
+    return strategy_text(fixed)
 
 
 def _take(remaining, want: int, op, hint, scope):
