@@ -40,13 +40,14 @@ def choose_plan(network: Cell) -> ExecutionPlan:
                         f"{', ...' if len(hinted) > 4 else ''}) are accepted and ignored, as in MindSpore; they apply "
                         "in SEMI_AUTO_PARALLEL and AUTO_PARALLEL")
     if mode == ParallelMode.STAND_ALONE:
-        return StandAlonePlan(_stand_alone_device())
+        return StandAlonePlan(_stand_alone_device(), pynative=ctx.mode == PYNATIVE_MODE)
     devices = job_devices(pctx.device_num)
     if ctx.mode == PYNATIVE_MODE:
         notice_once("pynative-one-device", f"PYNATIVE_MODE runs eagerly on one device; parallel_mode={mode!r} is "
                     f"computed with the same semantics over {len(devices)} virtual device(s)")
         if mode == ParallelMode.DATA_PARALLEL:
-            return DataParallelPlan([_stand_alone_device()], pctx.gradients_mean, replicas=len(devices))
+            return DataParallelPlan([_stand_alone_device()], pctx.gradients_mean, replicas=len(devices),
+                                    pynative=True)
         from graphpar.parallel.planned import planned_plan
 
         return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices))

@@ -18,7 +18,7 @@ from typing import Any
 
 from graphpar import _context
 from graphpar.dump.format import (
-    attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
+    FORMAT_VERSION, attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
 from graphpar.dump.hlo import Collective, parse_collectives
 from graphpar.ir.graph import Graph, Node
 
@@ -43,11 +43,12 @@ def _header(kind: str, graph: Graph, plan: Any, rank: int, note: str) -> list[st
     mesh = graph.meta["mesh"]
     passes = " ".join(f"{k}={v * 1000:.1f}ms" for k, v in graph.meta.get("pass_seconds", {}).items())
     return [f"# graphpar IR dump: {kind}",
+            f"# format: graphpar-ir {FORMAT_VERSION}",
             f"# graph: {graph.name}  purpose: {graph.meta.get('purpose', '')}",
             f"# rank: {rank} of {plan.n}  ({note})",
             f"# parallel_mode: {pctx.parallel_mode}  search_mode: {pctx.search_mode}",
             f"# mesh: {mesh_text(mesh)}",
-            f"# passes: {passes}", ""]
+            f"# passes: {passes}"] + ([f"# note: {graph.meta['note']}"] if graph.meta.get("note") else []) + [""]
 
 
 def _input_lines(graph: Graph, per_device: bool) -> list[str]:

@@ -123,14 +123,14 @@ def _custom_name(eqn: Any) -> str:
 
 
 def trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tuple[str, str]],
-          name: str = "graph") -> Graph:
+          name: str = "graph", axis_env: Sequence[tuple[str, int]] | None = None) -> Graph:
     """Trace ``fn(*args)`` into a :class:`Graph`.
 
     ``arg_kinds`` gives ``(kind, name)`` for each leaf of ``args`` in flatten order (``("param", "fc1.weight")``,
-    ``("input", "input0")``, ...).
+    ``("input", "input0")``, ...). ``axis_env`` binds named axes (the data-parallel replica axis) for collectives.
     """
     with recording() as recorder:
-        closed = jax.make_jaxpr(fn)(*args)
+        closed = jax.make_jaxpr(fn, axis_env=axis_env)(*args)
     builder = _Builder(recorder)
     env: dict = {}
     jaxpr = closed.jaxpr
