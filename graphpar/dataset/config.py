@@ -1,0 +1,71 @@
+"""``mindspore.dataset.config``: the pipeline-wide settings (seed, workers, read-ahead).
+
+The settings are read when an iterator is created, never at import time, and a created iterator keeps the values it
+read: changing the seed while iterating does not disturb a running epoch.
+
+Seed resolution, in order: the seed given to :func:`set_seed` here; else ``graphpar.set_seed``'s global seed (as
+``mindspore.set_seed`` also seeds the dataset engine); else MindSpore's documented default, 5489 (``std::mt19937``'s
+default seed).
+"""
+
+from __future__ import annotations
+
+from graphpar.errors import ConfigError
+
+DEFAULT_SEED = 5489
+_MAX_SEED = 2**32 - 1
+
+_seed: int | None = None
+_num_parallel_workers: int = 1
+_prefetch_size: int = 2
+
+
+def _positive_int(api: str, name: str, value: object, lowest: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+        raise ConfigError(api, name, value, reason=f"{name} must be an int >= {lowest}, got {value!r}")
+    return value
+
+
+def set_seed(seed: int) -> None:
+    """Seed every shuffle and random transform of the pipelines iterated from now on."""
+    global _seed
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= _MAX_SEED:
+        raise ConfigError("set_seed", "seed", seed, reason=f"seed must be an int in [0, {_MAX_SEED}], got {seed!r}")
+    _seed = seed
+    from graphpar.dataset import _rng
+
+    _rng.reset_eager_rng()
+
+
+def get_seed() -> int:
+    """The seed pipelines use now (see the module docstring for where it comes from)."""
+    if _seed is not None:
+        return _seed
+    from graphpar.common.seed import get_seed as global_seed
+
+    seed = global_seed()
+    return int(seed) % (_MAX_SEED + 1) if seed is not None else DEFAULT_SEED
+
+
+def set_num_parallel_workers(num: int) -> None:
+    """Default worker count of the operations that do not name one.
+
+    graphpar's default is 1 (work in the calling process, read ahead on one thread); MindSpore's is 8 C++ threads,
+    which on a small host only contend for the same cores.
+    """
+    global _num_parallel_workers
+    _num_parallel_workers = _positive_int("set_num_parallel_workers", "num", num)
+
+
+def get_num_parallel_workers() -> int:
+    return _num_parallel_workers
+
+
+def set_prefetch_size(size: int) -> None:
+    """How many pipeline outputs (rows, or batches after ``.batch``) each iterator reads ahead (default 2)."""
+    global _prefetch_size
+    _prefetch_size = _positive_int("set_prefetch_size", "size", size)
+
+
+def get_prefetch_size() -> int:
+    return _prefetch_size
