@@ -1,0 +1,471 @@
+"""``graphpar ir show|summary|diff|explain``: read IR dumps back (docs/ir_format.md).
+
+Each command builds one JSON-able dict (what ``--json`` prints, keys stable) and renders it as tables: ``rich``
+tables on a terminal, plain aligned text otherwise. An unreadable file, directory or op is reported as
+``path:line: reason`` on stderr with exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from typing import Any
+
+from graphpar.dump.reader import (
+    Collective, Dump, DumpError, DumpSet, Node, TensorType, layout_text, load, read_dump, strategy_text)
+
+_ARROW = "\u2190"  # ←
+
+
+# --- JSON-able views ------------------------------------------------------------------------------------------------
+def _strategy(value: tuple | None) -> list | None:
+    return None if value is None else [list(row) for row in value]
+
+
+def _types(types: list[TensorType]) -> list[dict[str, Any]]:
+    return [{"dtype": t.dtype, "shape": list(t.shape)} for t in types]
+
+
+def _layout(layout: tuple) -> list[list[str]]:
+    return [list(axes) for axes in layout]
+
+
+def _collective(c: Collective) -> dict[str, Any]:
+    return {"name": c.name, "kind": c.kind, "op": c.op, "group": list(c.group), "bytes": c.bytes, "pass": c.pass_,
+            "cause": c.cause, "hlo": c.hlo, "node": c.node, "arg": c.arg or None,
+            "types": _types(c.output_types)}
+
+
+def _provenance(node: Node) -> dict[str, Any] | None:
+    p = node.provenance
+    if p is None:
+        return None
+    return {"kind": p.kind, "source": p.source, "source_name": p.source_name, "cost": p.cost, "detail": p.detail,
+            "text": p.text}
+
+
+def _conflicts(dump: Dump | None) -> list[dict[str, Any]]:
+    return [] if dump is None else [
+        {"parameter": c.parameter, "stored": _layout(c.stored), "cost_bytes": c.cost_bytes,
+         "wanted": [{"instance_name": n, "node": i, "layout": _layout(lay)} for n, i, lay in c.wanted]}
+        for c in dump.conflicts]
+
+
+def _node(node: Node) -> dict[str, Any]:
+    return {"node": node.id, "instance_name": node.instance_name, "kind": node.kind, "scope": node.scope,
+            "args": node.args, "outputs": node.outputs, "strategy": _strategy(node.in_strategy),
+            "hint": _strategy(node.hint), "provenance": _provenance(node),
+            "device_matrix": list(node.device_matrix) if node.device_matrix is not None else None,
+            "in_layouts": [_layout(x) for x in node.in_layouts], "input_types": _types(node.input_types),
+            "output_types": _types(node.output_types),
+            "primitive_attrs": {k: _jsonable(v) for k, v in node.primitive_attrs.items()},
+            "collectives": [_collective(c) for c in node.collectives]}
+
+
+def _jsonable(value: Any) -> Any:
+    return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
+
+
+def show_data(dump: Dump) -> dict[str, Any]:
+    """Everything in one dump file."""
+    return {"file": dump.path, "kind": dump.kind, "format": dump.format_version, "graph": dump.graph,
+            "purpose": dump.purpose, "rank": dump.rank, "n_ranks": dump.n_ranks,
+            "parallel_mode": dump.parallel_mode, "search_mode": dump.search_mode, "mesh": dump.mesh,
+            "passes_ms": dump.passes, "note": dump.header.get("note"), "header": dump.header,
+            "inputs": [{"name": i.name, "role": i.role, "dtype": i.type.dtype, "shape": list(i.type.shape),
+                        "layout": _layout(i.layout), "split": list(i.split)} for i in dump.inputs],
+            "nodes": [_node(n) for n in dump.nodes],
+            "unattributed_collectives": [_collective(c) for c in dump.unattributed],
+            "parameter_conflicts": _conflicts(dump), "returns": dump.returns,
+            "total_collective_bytes": dump.total_bytes}
+
+
+def _shapes(types: tuple[list[TensorType], list[TensorType]] | None) -> dict[str, list] | None:
+    if types is None:
+        return None
+    return {"inputs": [list(t.shape) for t in types[0]], "outputs": [list(t.shape) for t in types[1]]}
+
+
+def _total(dset: DumpSet) -> int | None:
+    ex = dset.execute
+    if ex is None:
+        return None
+    return ex.total_bytes if ex.total_bytes is not None else sum(c.bytes for c in ex.collectives)
+
+
+def summary_data(dset: DumpSet) -> dict[str, Any]:
+    """One row per op: strategy, provenance, global and per-device shapes, collectives and bytes."""
+    main = dset.main
+    ops = []
+    for node in main.nodes:
+        row = _node(node)
+        ops.append({k: row[k] for k in ("node", "instance_name", "kind", "scope", "strategy", "hint", "provenance",
+                                        "device_matrix")}
+                   | {"global_shapes": _shapes(dset.global_types(node)),
+                      "device_shapes": _shapes((node.input_types, node.output_types)) if dset.execute else None,
+                      "collectives": row["collectives"],
+                      "collective_bytes": node.collective_bytes if dset.execute else None})
+    unattributed = [_collective(c) for c in dset.execute.unattributed] if dset.execute else []
+    return {"source": dset.source, "graph": main.graph, "purpose": main.purpose, "index": dset.index,
+            "indexes": dset.indexes, "rank": main.rank, "n_ranks": main.n_ranks, "ranks": dset.ranks,
+            "parallel_mode": main.parallel_mode, "search_mode": main.search_mode, "mesh": main.mesh,
+            "note": main.header.get("note"), "begin": dset.begin.path if dset.begin else None,
+            "execute": dset.execute.path if dset.execute else None, "ops": ops,
+            "unattributed_collectives": unattributed, "parameter_conflicts": _conflicts(dset.begin),
+            "total_collective_bytes": _total(dset)}
+
+
+def _keyed(dump: Dump) -> dict[tuple[str, str, int], Node]:
+    seen: Counter = Counter()
+    out = {}
+    for node in dump.nodes:
+        key = (node.scope, node.instance_name)
+        out[key + (seen[key],)] = node
+        seen[key] += 1
+    return out
+
+
+def diff_data(a: DumpSet, b: DumpSet) -> dict[str, Any]:
+    """Ops matched by (scope, instance name, occurrence): their strategies and collective bytes in A and B."""
+    ka, kb = _keyed(a.main), _keyed(b.main)
+    ops = []
+    for key in list(ka) + [k for k in kb if k not in ka]:
+        na, nb = ka.get(key), kb.get(key)
+        sa = _strategy(na.in_strategy) if na else None
+        sb = _strategy(nb.in_strategy) if nb else None
+        ba = na.collective_bytes if na and a.execute else None
+        bb = nb.collective_bytes if nb and b.execute else None
+        status = "only_a" if nb is None else "only_b" if na is None else "changed" if sa != sb else "same"
+        ops.append({"instance_name": key[1], "scope": key[0], "kind": (na or nb).kind,
+                    "node_a": na.id if na else None, "node_b": nb.id if nb else None, "status": status,
+                    "strategy_a": sa, "strategy_b": sb, "collective_bytes_a": ba, "collective_bytes_b": bb,
+                    "collective_bytes_delta": None if ba is None or bb is None else bb - ba})
+    ta, tb = _total(a), _total(b)
+    ua = sum(c.bytes for c in a.main.unattributed) if a.execute else None
+    ub = sum(c.bytes for c in b.main.unattributed) if b.execute else None
+    side = lambda d: {"source": d.source, "graph": d.main.graph, "index": d.index, "rank": d.main.rank,  # noqa: E731
+                      "parallel_mode": d.main.parallel_mode, "search_mode": d.main.search_mode}
+    return {"a": side(a), "b": side(b), "ops": ops, "unattributed_bytes_a": ua, "unattributed_bytes_b": ub,
+            "total_collective_bytes_a": ta, "total_collective_bytes_b": tb,
+            "total_collective_bytes_delta": None if ta is None or tb is None else tb - ta}
+
+
+def find_op(dset: DumpSet, op: str) -> Node:
+    """``op`` as ``node:N``, an instance name, or ``SCOPE/instance``; an error lists what would match."""
+    nodes = dset.main.nodes
+    if op.startswith("node:"):
+        found = [n for n in nodes if str(n.id) == op[5:].strip()]
+    else:
+        found = [n for n in nodes if n.instance_name == op or f"{n.scope}/{n.instance_name}" == op]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        names = ", ".join(dict.fromkeys(n.instance_name for n in nodes))
+        raise DumpError(dset.main.path, f"no op {op!r}; ops: {names} (or node:N)")
+    where = "; ".join(f"node:{n.id} ({n.scope})" for n in found)
+    raise DumpError(dset.main.path, f"{op!r} names {len(found)} ops: {where}; pick one with node:N")
+
+
+def explain_data(dset: DumpSet, op: str) -> dict[str, Any]:
+    """The provenance chain from ``op`` back to where its strategy came from (a user hint, a default)."""
+    node, chain, seen = find_op(dset, op), [], set()
+    while node is not None and node.id not in seen:
+        seen.add(node.id)
+        p = node.provenance
+        chain.append({"node": node.id, "instance_name": node.instance_name, "kind": node.kind, "scope": node.scope,
+                      "strategy": _strategy(node.in_strategy), "provenance": _provenance(node),
+                      "edge_cost": p.cost if p is not None and p.kind == "propagated" else None})
+        node = dset.main.node(p.source) if p is not None and p.source is not None else None
+    root = chain[-1]
+    last = dset.main.node(root["node"])
+    reason = root["provenance"]["kind"] if root["provenance"] else "unknown"
+    if reason == "user":
+        why = f"user hint {strategy_text(last.hint or last.in_strategy or ())}"
+    elif reason == "propagated":  # its source is missing or loops back
+        why = f"propagated from {root['provenance']['source_name'] or 'an unknown node'}"
+    else:
+        why = root["provenance"]["text"] if root["provenance"] else "no provenance recorded"
+    text = f" {_ARROW} ".join(c["instance_name"] for c in chain) + f" ({why})"
+    return {"source": dset.source, "op": op, "node": chain[0]["node"], "chain": chain,
+            "root": {"node": root["node"], "instance_name": root["instance_name"], "reason": reason,
+                     "hint": _strategy(last.hint)},
+            "total_cost": sum(c["edge_cost"] or 0.0 for c in chain), "summary": text}
+
+
+# --- rendering ------------------------------------------------------------------------------------------------------
+_NO_WRAP = {"node", "op", "kind", "strategy", "strategy A", "strategy B", "bytes", "bytes A", "bytes B", "delta",
+            "edge cost", "status", "split", "role"}
+
+
+def _emit_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
+    """A rich table on a terminal; plain aligned columns (multi-line cells allowed) otherwise."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=title, title_justify="left")
+        for name in columns:  # short fields stay on one line; long ones wrap whole rather than truncate
+            table.add_column(name, no_wrap=name in _NO_WRAP, overflow="fold")
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))  # Text: "[...]" in a cell is not rich markup
+        Console().print(table)
+        return
+    if title:
+        print(title)
+    cells = [[c.split("\n") for c in row] for row in [columns] + rows]
+    widths = [max(len(line) for row in cells for line in row[i]) for i in range(len(columns))]
+    for row in cells:
+        for k in range(max(len(c) for c in row)):
+            parts = [(c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths)]
+            print("  ".join(parts).rstrip())
+
+
+def _fmt_strategy(value: list | None) -> str:
+    return "-" if value is None else strategy_text(tuple(tuple(r) for r in value))
+
+
+def _fmt_shapes(shapes: dict[str, list] | None) -> str:
+    if shapes is None:
+        return "-"
+    fmt = lambda xs: ", ".join(str(tuple(s)) for s in xs)  # noqa: E731
+    return f"{fmt(shapes['inputs'])} -> {fmt(shapes['outputs'])}"
+
+
+def _fmt_provenance(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "-"
+    if p["kind"] == "propagated":
+        src = f"{p['source_name']} (node {p['source']})" if p["source"] is not None else "?"
+        return f"from {src}, {p['cost']:g} B"
+    return p["text"]
+
+
+def _fmt_collective(c: dict[str, Any]) -> str:
+    op = f"({c['op']})" if c["op"] else ""
+    cause = "" if c["cause"] == "operator" else " [" + c["cause"].replace("redistribution of", "redistributes") + "]"
+    group = "-".join(str(r) for r in c["group"])
+    when = {"forward": "fwd ", "backward": "bwd "}.get(c["pass"], "")
+    return f"{c['kind']}{op} {when}{c['bytes']} B ranks {group}{cause}"
+
+
+def _print_show(data: dict[str, Any]) -> None:
+    print(f"{data['file']}: {data['kind']} dump (format {data['format'] or 'unversioned'})")
+    print(f"graph {data['graph']} ({data['purpose']}), rank {data['rank']} of {data['n_ranks']}, "
+          f"{data['parallel_mode']} / {data['search_mode']}, mesh "
+          + " ".join(f"{k}={v}" for k, v in data["mesh"].items()))
+    if data["note"]:
+        print(f"note: {data['note']}")
+    print()
+    _emit_table(["input", "role", "type", "layout", "split"],
+                [[i["name"], i["role"], str(TensorType(i["dtype"], tuple(i["shape"]))),
+                  layout_text(tuple(tuple(a) for a in i["layout"])), str(tuple(i["split"]))]
+                 for i in data["inputs"]], title="inputs")
+    print()
+    per_device = data["kind"] == "execute"
+    rows = []
+    for n in data["nodes"]:
+        shapes = {"inputs": [t["shape"] for t in n["input_types"]], "outputs": [t["shape"] for t in n["output_types"]]}
+        rows.append([str(n["node"]), n["instance_name"], n["kind"], _fmt_strategy(n["strategy"]),
+                     _fmt_provenance(n["provenance"]), _fmt_shapes(shapes),
+                     "\n".join(_fmt_collective(c) for c in n["collectives"]), n["scope"]])
+    columns = ["node", "op", "kind", "strategy", "provenance",
+               "per-device shapes" if per_device else "global shapes", "collectives", "scope"]
+    if not per_device:
+        columns.pop(6)
+        rows = [r[:6] + r[7:] for r in rows]
+    _emit_table(columns, rows, title="nodes")
+    if data["unattributed_collectives"]:
+        print()
+        _emit_table(["collective"], [[_fmt_collective(c)] for c in data["unattributed_collectives"]],
+                    title="collectives not attributed to an op")
+    _print_conflicts(data["parameter_conflicts"])
+    if data["returns"]:
+        print("\nreturn " + ", ".join(data["returns"]))
+    if data["total_collective_bytes"] is not None:
+        print(f"total collective bytes per step (rank {data['rank']}): {data['total_collective_bytes']}")
+
+
+def _print_conflicts(conflicts: list[dict[str, Any]]) -> None:
+    for c in conflicts:
+        wanted = ", ".join(f"{w['instance_name']} (node {w['node']}) as "
+                           f"{layout_text(tuple(tuple(a) for a in w['layout']))}" for w in c["wanted"])
+        print(f"parameter conflict: {c['parameter']} stored as {layout_text(tuple(tuple(a) for a in c['stored']))}"
+              f"; wanted by {wanted}; redistribution {c['cost_bytes']:g} B per device")
+
+
+def _print_summary(data: dict[str, Any]) -> None:
+    ranks = data["ranks"]
+    note = f" (rank dirs {ranks[0]}-{ranks[-1]} under {data['source']}; --rank R for another)" if len(ranks) > 1 \
+        else ""
+    others = [i for i in data["indexes"] if i != data["index"]]
+    index = f"{data['index']:04d}" if data["index"] is not None else "-"
+    print(f"graph {data['graph']} ({data['purpose']}), index {index}, rank {data['rank']} of {data['n_ranks']}{note}")
+    if others:
+        print("other graphs here: " + ", ".join(f"{i:04d}" for i in others) + " (--index NNNN)")
+    print(f"{data['parallel_mode']} / {data['search_mode']}, mesh " + " ".join(f"{k}={v}" for k, v in
+                                                                                data["mesh"].items()))
+    if data["note"]:
+        print(f"note: {data['note']}")
+    missing = "- (not compiled yet: no per-device shapes or collectives)"
+    print(f"begin:   {data['begin'] or '-'}\nexecute: {data['execute'] or missing}")
+    print()
+    rows = [[str(o["node"]), o["instance_name"], o["kind"], _fmt_strategy(o["strategy"]),
+             _fmt_provenance(o["provenance"]), _fmt_shapes(o["device_shapes"]),
+             "\n".join(_fmt_collective(c) for c in o["collectives"]),
+             "-" if o["collective_bytes"] is None else str(o["collective_bytes"]), o["scope"]]
+            for o in data["ops"]]
+    for c in data["unattributed_collectives"]:
+        rows.append(["-", "(not attributed)", "", "", "", "", _fmt_collective(c), str(c["bytes"]), ""])
+    _emit_table(["node", "op", "kind", "strategy", "provenance", "per-device shapes", "collectives", "bytes",
+                 "scope"], rows)
+    _print_conflicts(data["parameter_conflicts"])
+    if data["total_collective_bytes"] is not None:
+        print(f"\ntotal collective bytes per step (rank {data['rank']}): {data['total_collective_bytes']}")
+
+
+def _print_diff(data: dict[str, Any], show_all: bool) -> None:
+    for side in ("a", "b"):
+        s = data[side]
+        index = f"{s['index']:04d}" if s["index"] is not None else "-"
+        print(f"{side.upper()}: {s['source']} (graph {s['graph']}, index {index}, rank {s['rank']}, "
+              f"{s['parallel_mode']} / {s['search_mode']})")
+    print()
+    names = Counter(o["instance_name"] for o in data["ops"])
+    fmt_bytes = lambda v: "-" if v is None else str(v)  # noqa: E731
+    rows = []
+    for o in data["ops"]:
+        if not show_all and o["status"] == "same" and not o["collective_bytes_delta"]:
+            continue
+        node = o["node_a"] if o["node_a"] == o["node_b"] or o["node_b"] is None else (
+            o["node_b"] if o["node_a"] is None else f"{o['node_a']}->{o['node_b']}")
+        name = o["instance_name"] + (f" (node {node})" if names[o["instance_name"]] > 1 else "")
+        delta = o["collective_bytes_delta"]
+        rows.append([name, o["kind"], o["status"], _fmt_strategy(o["strategy_a"]), _fmt_strategy(o["strategy_b"]),
+                     fmt_bytes(o["collective_bytes_a"]), fmt_bytes(o["collective_bytes_b"]),
+                     "-" if delta is None else f"{delta:+d}"])
+    ua, ub = data["unattributed_bytes_a"], data["unattributed_bytes_b"]
+    if ua is not None and ub is not None and (ua != ub or show_all):
+        rows.append(["(not attributed)", "", "", "", "", str(ua), str(ub), f"{ub - ua:+d}"])
+    if rows:
+        _emit_table(["op", "kind", "status", "strategy A", "strategy B", "bytes A", "bytes B", "delta"], rows)
+    else:
+        print("no op changed its strategy or its collective bytes")
+    ta, tb, d = (data["total_collective_bytes_a"], data["total_collective_bytes_b"],
+                 data["total_collective_bytes_delta"])
+    print(f"\ntotal collective bytes per step: A {fmt_bytes(ta)}, B {fmt_bytes(tb)}"
+          + (f", delta {d:+d}" if d is not None else " (an execute dump is missing)"))
+
+
+def _print_explain(data: dict[str, Any]) -> None:
+    print(data["summary"])
+    print()
+    rows = []
+    for c in data["chain"]:
+        p = c["provenance"]
+        if p is None:
+            origin = "-"
+        elif p["kind"] == "propagated":
+            origin = f"{p['source_name']} (node {p['source']})" if p["source"] is not None else "propagated"
+        elif p["kind"] == "user":
+            origin = "user hint (shard)"
+        else:
+            origin = p["text"]
+        cost = "" if c["edge_cost"] is None else f"{c['edge_cost']:g} B"
+        rows.append([str(c["node"]), c["instance_name"], c["kind"], _fmt_strategy(c["strategy"]), origin, cost,
+                     c["scope"]])
+    _emit_table(["node", "op", "kind", "strategy", "from", "edge cost", "scope"], rows)
+    print(f"\nredistribution cost along the chain: {data['total_cost']:g} B per device")
+
+
+# --- commands -------------------------------------------------------------------------------------------------------
+def _out(args: argparse.Namespace, data: dict[str, Any], render) -> None:
+    if args.json:
+        print(_dumps(data))
+    else:
+        render(data)
+
+
+def _dumps(data: dict[str, Any]) -> str:
+    """Indented JSON with innermost arrays (shapes, strategy rows, groups) kept on one line."""
+    text = json.dumps(data, indent=2)
+    return re.sub(r"\[\s*([^\[\]{}\"]*?)\s*\]", lambda m: "[" + re.sub(r",\s+", ", ", m.group(1)) + "]", text)
+
+
+def _show(args: argparse.Namespace) -> None:
+    _out(args, show_data(read_dump(args.file)), _print_show)
+
+
+def _summary(args: argparse.Namespace) -> None:
+    _out(args, summary_data(load(args.dir, args.index, args.rank)), _print_summary)
+
+
+def _diff(args: argparse.Namespace) -> None:
+    data = diff_data(load(args.a, args.index, args.rank), load(args.b, args.index, args.rank))
+    _out(args, data, lambda d: _print_diff(d, args.all))
+
+
+def _explain(args: argparse.Namespace) -> None:
+    _out(args, explain_data(load(args.dir, args.index, args.rank), args.op), _print_explain)
+
+
+def _run(command):
+    def run(args: argparse.Namespace) -> int:
+        try:
+            command(args)
+        except DumpError as exc:
+            sys.stdout.flush()
+            print(exc, file=sys.stderr)
+            return 2
+        except BrokenPipeError:
+            sys.stderr.close()  # `graphpar ir show x.ir | head`: the reader went away
+        return 0
+    return run
+
+
+def _index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected the NNNN counter of a dump file name, got {text!r}")
+    return int(text)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``graphpar ir ...`` to the ``graphpar`` command."""
+    ir = subparsers.add_parser("ir", help="inspect IR dumps (save_graphs)", description="Read graphpar's IR dumps "
+                               "(ir_dumps/rank_R/step_parallel_begin_NNNN.ir, NN_execute_NNNN.ir). DIR is a rank "
+                               "directory, or ir_dumps itself (then rank 0, or --rank R). In a directory the newest "
+                               "train graph is used unless --index NNNN. See docs/ir_format.md.")
+    sub = ir.add_subparsers(dest="ir_command", metavar="{show,summary,diff,explain}")
+    ir.set_defaults(func=lambda args: ir.print_help() or 2)
+
+    def command(name: str, fn, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=_run(fn))
+        return p
+
+    def selection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--index", type=_index, help="the graph counter NNNN to read (default: newest train graph)")
+        p.add_argument("--rank", type=int, help="the rank directory to read when given ir_dumps/ (default: lowest)")
+        p.add_argument("--json", action="store_true", help="print machine-readable JSON (stable keys)")
+
+    p = command("show", _show, "parse one dump file and print its inputs, nodes, collectives and totals")
+    p.add_argument("file", help="a step_parallel_begin_NNNN.ir or NN_execute_NNNN.ir file")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON (stable keys)")
+    p = command("summary", _summary, "one row per op: strategy, provenance, per-device shapes, collectives, "
+                "bytes; and the total collective bytes per step")
+    p.add_argument("dir", help="ir_dumps/rank_R, ir_dumps, or one dump file")
+    selection(p)
+    p = command("diff", _diff, "two plans side by side: ops whose strategy changed and the change in collective "
+                "bytes")
+    p.add_argument("a", help="dump file or directory (plan A)")
+    p.add_argument("b", help="dump file or directory (plan B)")
+    p.add_argument("--all", action="store_true", help="list unchanged ops too")
+    selection(p)
+    p = command("explain", _explain, "the provenance chain from an op back to the user hint its strategy came "
+                "from, with the edge costs")
+    p.add_argument("dir", help="ir_dumps/rank_R, ir_dumps, or one dump file")
+    p.add_argument("op", help="an instance name (matmul2), SCOPE/instance, or node:N")
+    selection(p)
