@@ -93,6 +93,10 @@ def _bool(api: str, key: str, value: Any) -> bool:
 def _check_platform(device_target: str) -> None:
     import jax  # local: importing graphpar must not start a backend
 
+    from graphpar.communication.bootstrap import cluster_pending
+
+    if cluster_pending():  # a backend may not start before init() joins the job; init() checks the platform then
+        return
     platform = _JAX_PLATFORM[device_target]
     try:
         devices = jax.devices(platform)

@@ -1,9 +1,178 @@
-"""Joining a multi-process job (filled in by the distributed-runtime work; one process needs nothing)."""
+"""Joining a multi-process job inside ``init()``: read the launcher's environment, call ``jax.distributed``.
+
+Conventions, in order of precedence (the first one present wins; see ``process_plan.convention``):
+
+1. ``graphpar launch`` — GRAPHPAR_COORDINATOR, GRAPHPAR_NUM_PROCESSES, GRAPHPAR_PROCESS_ID, GRAPHPAR_LOCAL_*;
+2. MindSpore Dynamic Cluster — MS_ROLE, MS_SCHED_HOST, MS_SCHED_PORT, MS_WORKER_NUM, MS_NODE_ID (the
+   ``MS_SCHED`` role serves ranks and exits here, never returning to the user's script);
+3. OpenMPI ``mpirun`` — OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK;
+4. SLURM ``srun`` — SLURM_NTASKS / SLURM_PROCID / SLURM_LOCALID;
+5. otherwise one process: nothing to join.
+
+``jax.distributed.initialize`` must run before any JAX backend starts, so nothing here touches devices until the
+job has formed. The coordinator binds the address it was given (``coordinator_bind_address``), never all
+interfaces. On CPU, cross-process collectives use gloo.
+"""
 
 from __future__ import annotations
 
-from graphpar.communication.management import GlobalComm
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+import jax
+
+from graphpar import _env
+from graphpar.communication import process_plan
+from graphpar.communication.errors import ClusterError
+from graphpar.communication.process_plan import ProcessPlan
+
+_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
-def initialize(backend_name: str | None = None) -> None:
-    GlobalComm.INITED = True
+@dataclass(frozen=True)
+class HostPlacement:
+    """This process's place among the processes of its host (for ``get_local_rank``)."""
+
+    local_process_id: int = 0
+    local_process_count: int = 1
+
+
+_placement = HostPlacement()
+_joined: ProcessPlan | None = None
+
+
+def placement() -> HostPlacement:
+    return _placement
+
+
+def joined_plan() -> ProcessPlan | None:
+    """The plan this process joined its job with (``None`` for a single process)."""
+    return _joined
+
+
+def cluster_pending() -> bool:
+    """True when the environment describes a multi-process job that this process has not joined yet.
+
+    Until it has, no JAX backend may start (``jax.distributed.initialize`` refuses to run afterwards), so code that
+    would touch devices early (``set_context(device_target=...)`` checking the platform) defers to ``init()``.
+    """
+    if _joined is not None or jax.distributed.is_initialized():
+        return False
+    return process_plan.convention(_env.cluster_env()) is not None
+
+
+def initialize(platform: str) -> None:
+    """Join the job described by the environment (no-op for one process or when already joined).
+
+    ``platform`` is the JAX platform of the job ("cpu", "gpu", "tpu"): it decides gloo on CPU and whether the
+    launcher's per-process device count becomes ``local_device_ids`` (accelerators) or a CPU device count.
+    """
+    global _joined, _placement
+    if _joined is not None or jax.distributed.is_initialized():
+        return
+    env = _env.cluster_env()
+    kind = process_plan.convention(env)
+    if kind is None:
+        return
+    cluster_timeout, heartbeat = process_plan.timeouts(env)
+    if kind == "dynamic_cluster":
+        plan = _dynamic_cluster(env, cluster_timeout)
+    elif kind == "launch":
+        plan = process_plan.from_launcher(env)
+    elif kind == "openmpi":
+        plan = process_plan.from_openmpi(env, cluster_timeout)
+    else:
+        plan = process_plan.from_slurm(env)
+    _join(plan, platform, cluster_timeout, heartbeat)
+    _joined = plan
+    _placement = HostPlacement(plan.local_process_id, plan.local_process_count)
+
+
+def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
+    from graphpar.communication import dynamic_cluster
+
+    role = env.ms_role
+    if role not in ("MS_SCHED", "MS_WORKER"):
+        detail = " (Parameter Server training is not supported by graphpar)" if role == "MS_PSERVER" else ""
+        raise ClusterError(f"MS_ROLE={role!r} is not supported{detail}; valid: 'MS_SCHED' (the scheduler, started "
+                           "once per job) or 'MS_WORKER'", "MS_ROLE")
+    for name, value in (("MS_SCHED_PORT", env.ms_sched_port), ("MS_WORKER_NUM", env.ms_worker_num)):
+        if value is None:
+            raise ClusterError(f"Dynamic Cluster (MS_ROLE={role}): {name} must be set", name)
+    if env.ms_worker_num < 1:
+        raise ClusterError(f"MS_WORKER_NUM={env.ms_worker_num} must be >= 1", "MS_WORKER_NUM")
+    host = env.ms_sched_host or "127.0.0.1"
+    if role == "MS_SCHED":
+        scheduler = dynamic_cluster.Scheduler(process_plan.numeric_host(host), env.ms_sched_port,
+                                              env.ms_worker_num, timeout)
+        try:
+            status = scheduler.serve()
+        except ClusterError as exc:
+            print(f"[graphpar scheduler] {exc}", file=sys.stderr, flush=True)
+            status = 1
+        # The scheduler runs no training: leave now, without running the rest of the user's script.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return dynamic_cluster.join(host, env.ms_sched_port, env.ms_worker_num, env.ms_node_id, timeout,
+                                env.local_devices)
+
+
+def _local_device_ids(plan: ProcessPlan, platform: str) -> list[int] | None:
+    """Accelerators this process drives on its host: ``local_devices`` consecutive ones after those of the host's
+    earlier processes (one each when the launcher did not say and several processes share the host)."""
+    if platform == "cpu":
+        return None
+    per_process = plan.local_devices
+    if per_process is None:
+        if plan.local_process_count <= 1:
+            return None  # one process per host drives all its devices
+        per_process = 1
+    start = plan.local_process_id * per_process
+    return list(range(start, start + per_process))
+
+
+def _configure_cpu(plan: ProcessPlan) -> None:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if plan.local_devices is not None and _COUNT_FLAG not in _env.xla_flags():
+        jax.config.update("jax_num_cpu_devices", plan.local_devices)
+
+
+def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> None:
+    if plan.num_processes == 1:
+        return  # a job of one process: nothing to coordinate
+    if platform == "cpu":
+        _configure_cpu(plan)
+    kwargs = {}
+    ids = _local_device_ids(plan, platform)
+    if ids is not None:
+        kwargs["local_device_ids"] = ids
+    # JAX aborts the process (uncatchable) when the job does not form in time; say why first.
+    watchdog = threading.Timer(timeout, _report_slow_formation, (plan, timeout))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(
+            coordinator_address=plan.coordinator, num_processes=plan.num_processes, process_id=plan.process_id,
+            initialization_timeout=timeout, heartbeat_timeout_seconds=heartbeat,
+            coordinator_bind_address=plan.bind_address, **kwargs)
+    except Exception as exc:  # JAX raises RuntimeError/XlaRuntimeError variants; say what we were doing
+        raise ClusterError(
+            f"{plan.source}: process {plan.process_id} of {plan.num_processes} could not join the job through the "
+            f"coordinator {plan.coordinator} within {timeout} s: {exc}") from exc
+    finally:
+        watchdog.cancel()
+        from graphpar.communication import rendezvous_file
+
+        rendezvous_file.withdraw()
+
+
+def _report_slow_formation(plan: ProcessPlan, timeout: int) -> None:
+    sys.stderr.write(
+        f"graphpar: the job did not form within {timeout} s (GRAPHPAR_CLUSTER_TIMEOUT / MS_TOPO_TIMEOUT): process "
+        f"{plan.process_id} of {plan.num_processes} ({plan.source}) is still waiting for the other processes at the "
+        f"coordinator {plan.coordinator}. Check that all {plan.num_processes} processes were started with the same "
+        "coordinator address and process count; JAX will now abort this process.\n")
+    sys.stderr.flush()

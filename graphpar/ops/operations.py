@@ -3,6 +3,8 @@
 from graphpar.ops.array_ops import (  # noqa: F401
     Cast, Concat, Depend, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice,
     Split, Squeeze, Stack, StridedSlice, Tile, Transpose)
+from graphpar.ops.comm_ops import (  # noqa: F401
+    AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
 from graphpar.ops.math_ops import (  # noqa: F401
     Abs, Add, AddN, Argmax, Argmin, ArgMaxWithValue, BatchMatMul, Ceil, Cos, CumSum, Div, Equal, Erf, Exp, Floor,
     FloorDiv, FloorMod, Greater, GreaterEqual, Identity, Less, LessEqual, Log, LogicalAnd, LogicalNot, LogicalOr,

@@ -1,0 +1,191 @@
+"""Running a job's processes on this node: start them, watch them, stop them all when one fails, restart.
+
+Supervision lives here and not in the workers because a worker cannot always report its own death: when a peer
+dies, JAX may abort the survivors with SIGABRT (a missed heartbeat is fatal), and a SIGKILLed process says nothing.
+The supervisor polls its children; the first one to exit non-zero (or by a signal) fails the attempt: the others are
+stopped (SIGTERM, then SIGKILL), the failure is reported naming the process, its ranks and the end of its log, and,
+while ``--max-restarts`` allows, every local worker is started again with ``GRAPHPAR_RESTART_COUNT`` incremented.
+(Recovery from checkpoints builds on this loop: see ``_attempt`` and ``run``.)
+
+Each child runs in its own session, so a Ctrl-C in the terminal reaches only the launcher, which forwards SIGINT or
+SIGTERM to every child and exits with 128 + the signal number. On Linux each child also gets SIGKILL if the launcher
+itself dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from graphpar.launch import environment
+from graphpar.launch.config import LaunchConfig
+from graphpar.launch.logs import LogStream, last_lines
+
+_GRACE_SECONDS = 5.0
+_POLL_SECONDS = 0.1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Child:
+    name: str  # "worker 1" / "scheduler"
+    label: str  # "process 1 (ranks 2-3)"
+    log_path: str
+    log_start: int
+    popen: subprocess.Popen
+
+    def describe_exit(self, code: int) -> str:
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit status {code}"
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    signal_number: int | None = None
+    failed: Child | None = None
+    code: int = 0
+
+
+@dataclass
+class Supervisor:
+    config: LaunchConfig
+    out: object = field(default=sys.stderr)
+    _signal: int | None = None
+
+    def say(self, line: str) -> None:
+        print(f"[graphpar launch] {line}", file=self.out, flush=True)
+
+    # --- the restart loop --------------------------------------------------------------------------------------
+    def run(self) -> int:
+        os.makedirs(self.config.log_dir, exist_ok=True)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            restart = 0
+            while True:
+                outcome = self._attempt(restart)
+                if outcome.ok:
+                    return 0
+                if outcome.signal_number is not None:
+                    return 128 + outcome.signal_number
+                self._report(outcome)
+                if restart >= self.config.max_restarts:
+                    if self.config.max_restarts:
+                        self.say(f"giving up after {restart} restart(s) (--max-restarts {self.config.max_restarts})")
+                    return 1
+                restart += 1
+                self.say(f"restarting all local workers (restart {restart} of {self.config.max_restarts}, "
+                         f"GRAPHPAR_RESTART_COUNT={restart})")
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame) -> None:
+        self._signal = signum
+
+    def _report(self, outcome: Outcome) -> None:
+        child = outcome.failed
+        self.say(f"{child.name}, {child.label}, failed: {child.describe_exit(outcome.code)}. Last lines of "
+                 f"{child.log_path}:\n{last_lines(child.log_path, 20, child.log_start)}")
+
+    # --- one attempt -------------------------------------------------------------------------------------------
+    def _spawn(self, name: str, label: str, log_name: str, command: list[str], env: dict[str, str],
+               restart: int) -> Child:
+        path = os.path.join(self.config.log_dir, log_name)
+        log = open(path, "ab")
+        if restart:
+            log.write(f"\n===== graphpar launch: restart {restart} =====\n".encode())
+            log.flush()
+        start = log.tell()
+        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                 start_new_session=True,
+                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        log.close()
+        return Child(name, label, path, start, popen)
+
+    def _start(self, restart: int) -> list[Child]:
+        cfg = self.config
+        children = []
+        if cfg.run_scheduler:
+            command = [sys.executable, "-m", "graphpar.launch.scheduler_main"]
+            children.append(self._spawn("scheduler", f"Dynamic Cluster scheduler at {cfg.master_addr}:"
+                                        f"{cfg.master_port}", "scheduler.log", command,
+                                        environment.scheduler_environment(cfg, restart), restart))
+        for i in range(cfg.local_procs):
+            pid = cfg.process_id(i)
+            children.append(self._spawn(f"worker {i if pid is None else pid}", cfg.ranks_of(i), cfg.log_name(i),
+                                        list(cfg.command), environment.worker_environment(cfg, i, restart), restart))
+        return children
+
+    def _console_child(self, children: list[Child]) -> Child:
+        """Rank 0's worker if it runs here, else this node's first worker."""
+        workers = [c for c in children if c.name != "scheduler"]
+        return next((c for c in workers if c.label.startswith("process 0")), workers[0])
+
+    def _attempt(self, restart: int) -> Outcome:
+        children = self._start(restart)
+        shown = self._console_child(children)
+        stream = LogStream(shown.log_path, shown.log_start).begin()
+        workers = [c for c in children if c.name != "scheduler"]
+        self.say(f"started {len(workers)} worker(s) ({self.config.total_procs} in the job); logs in "
+                 f"{self.config.log_dir}/; showing {shown.name}")
+        try:
+            return self._watch(children, workers)
+        finally:
+            stream.stop()
+
+    def _watch(self, children: list[Child], workers: list[Child]) -> Outcome:
+        done_at: float | None = None
+        while True:
+            if self._signal is not None:
+                signum, self._signal = self._signal, None
+                self.say(f"received {signal.Signals(signum).name}: forwarding it to every child")
+                self._stop(children, signum)
+                return Outcome(ok=False, signal_number=signum)
+            for child in children:
+                code = child.popen.poll()
+                if code is not None and code != 0:
+                    self._stop(children, signal.SIGTERM)
+                    return Outcome(ok=False, failed=child, code=code)
+            if all(w.popen.poll() == 0 for w in workers):
+                done_at = done_at or time.monotonic()
+                # The scheduler exits by itself once it has seen every worker leave; give it a moment.
+                if all(c.popen.poll() is not None for c in children) or time.monotonic() - done_at > _GRACE_SECONDS:
+                    self._stop(children, signal.SIGTERM)
+                    return Outcome(ok=True)
+            time.sleep(_POLL_SECONDS)
+
+    def _stop(self, children: list[Child], signum: int) -> None:
+        """Send ``signum`` to every running child's process group, then SIGKILL whatever outlives the grace time."""
+        for child in children:
+            if child.popen.poll() is None:
+                try:
+                    os.killpg(child.popen.pid, signum)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + _GRACE_SECONDS
+        for child in children:
+            try:
+                child.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(child.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                child.popen.wait()

@@ -1,0 +1,32 @@
+"""A child for launcher tests that needs no JAX. Behaviour by argv[1]:
+fail-1: process 1 prints 'boom' and exits 3 (others sleep); restart: fails on the first attempt, succeeds after;
+sleep: records its pid and sleeps, writing 'got SIGINT' on SIGINT; ok: prints its placement and exits 0."""
+
+import os
+import signal
+import sys
+import time
+
+mode, out = sys.argv[1], sys.argv[2]
+pid = int(os.environ.get("GRAPHPAR_PROCESS_ID", os.environ.get("MS_NODE_ID", "0")))
+restart = int(os.environ["GRAPHPAR_RESTART_COUNT"])
+print(f"process {pid} attempt {restart} devices {os.environ.get('GRAPHPAR_LOCAL_DEVICES')}", flush=True)
+if mode == "ok":
+    sys.exit(0)
+if mode == "fail-1":
+    if pid == 1:
+        print("boom", flush=True)
+        sys.exit(3)
+    time.sleep(60)
+if mode == "restart":
+    sys.exit(5 if restart == 0 and pid == 0 else 0)
+if mode == "sleep":
+    def on_signal(signum, frame):
+        with open(os.path.join(out, f"signal_{pid}"), "w") as f:
+            f.write(signal.Signals(signum).name)
+        sys.exit(0)
+
+    signal.signal(signal.SIGINT, on_signal)
+    with open(os.path.join(out, f"pid_{pid}"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(60)

@@ -1,0 +1,103 @@
+"""graphpar launch as a supervisor: logs, failure reports naming the rank, restarts, signal forwarding, and a
+SIGKILLed JAX worker stopping the job."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+ROOT = Path(__file__).resolve().parents[2]
+_PLACEMENT = re.compile(r"^(GRAPHPAR_|MS_|OMPI_|PMIX_|SLURM_)")
+
+
+def env() -> dict:
+    out = {k: v for k, v in os.environ.items() if not _PLACEMENT.match(k)}
+    out.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    return out
+
+
+def command(tmp_path, *args):
+    return [sys.executable, "-m", "graphpar.cli.main", "launch", "--log_dir", str(tmp_path / "logs"), *args]
+
+
+def test_success_streams_rank_zero_and_writes_every_log(tmp_path):
+    result = subprocess.run(command(tmp_path, "--nproc", "3", "--devices-per-proc", "2", str(SCRIPTS /
+                                    "plain_worker.py"), "ok", str(tmp_path)),
+                            env=env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "process 0 attempt 0 devices 2" in result.stdout and "process 1" not in result.stdout
+    for i in range(3):
+        assert f"process {i} attempt 0" in (tmp_path / "logs" / f"worker_{i}.log").read_text()
+
+
+def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
+    started = time.monotonic()
+    result = subprocess.run(command(tmp_path, "--nproc", "2", "--devices-per-proc", "2", str(SCRIPTS /
+                                    "plain_worker.py"), "fail-1", str(tmp_path)),
+                            env=env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "worker 1, process 1 (ranks 2-3), failed: exit status 3" in result.stderr
+    assert "boom" in result.stderr and "worker_1.log" in result.stderr
+    assert time.monotonic() - started < 30  # the sleeping worker 0 was stopped, not waited for
+
+
+def test_restart_increments_the_restart_count(tmp_path):
+    result = subprocess.run(command(tmp_path, "--nproc", "2", "--max-restarts", "2", str(SCRIPTS /
+                                    "plain_worker.py"), "restart", str(tmp_path)),
+                            env=env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "restarting all local workers (restart 1 of 2, GRAPHPAR_RESTART_COUNT=1)" in result.stderr
+    log = (tmp_path / "logs" / "worker_0.log").read_text()
+    assert "attempt 0" in log and "===== graphpar launch: restart 1 =====" in log and "attempt 1" in log
+
+
+def test_restarts_exhausted_fail(tmp_path):
+    result = subprocess.run(command(tmp_path, "--nproc", "2", str(SCRIPTS / "plain_worker.py"), "fail-1",
+                                    str(tmp_path)), env=env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "restarting" not in result.stderr
+
+
+def test_sigint_is_forwarded_to_every_child(tmp_path):
+    proc = subprocess.Popen(command(tmp_path, "--nproc", "2", str(SCRIPTS / "plain_worker.py"), "sleep",
+                                    str(tmp_path)), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"pid_{i}").exists() for i in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert all((tmp_path / f"signal_{i}").read_text() == "SIGINT" for i in range(2))
+
+
+def test_sigkilled_jax_worker_stops_the_job_naming_its_rank(tmp_path):
+    child = env()
+    proc = subprocess.Popen(command(tmp_path, "--nproc", "2", "--devices-per-proc", "2", "--cluster_time_out",
+                                    "60", str(SCRIPTS / "jax_sleeper.py"), str(tmp_path)),
+                            env=child, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while not (tmp_path / "pid_1").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert (tmp_path / "pid_1").exists(), proc.communicate(timeout=10)
+    killed_at = time.monotonic()
+    os.kill(int((tmp_path / "pid_1").read_text()), signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert time.monotonic() - killed_at < 30
+    assert "worker 1, process 1 (ranks 2-3), failed: killed by SIGKILL" in err
+
+
+@pytest.mark.dist
+def test_launch_with_a_scheduler_runs_dynamic_cluster(tmp_path):
+    result = subprocess.run(command(tmp_path, "--scheduler", "--nproc", "2", "--devices-per-proc", "2",
+                                    str(ROOT / "examples" / "nccl_allgather.py")),
+                            env={**env(), "DEVICE_TARGET": "CPU"}, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "[[0.]\n [1.]\n [2.]\n [3.]]" in result.stdout
+    assert "all workers finished" in (tmp_path / "logs" / "scheduler.log").read_text()
