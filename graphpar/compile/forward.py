@@ -66,19 +66,25 @@ class ForwardProgram:
                 return plan.forward(ns, ns.params.unflatten([]), ns.rest.unflatten(rvals), args)
 
             if self.pynative:
-                fn = forward
+                fn, r_sh = forward, None
             else:
                 r_sh = [plan.param_sharding(n, tuple(np.shape(v))) if hasattr(plan, "param_sharding")
                         else plan.state_sharding(tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]
                 fn = jax.jit(forward, in_shardings=(r_sh, shardings))
-            self._fns[key] = fn
-        return fn, ns, placed
+            self._fns[key] = (fn, r_sh)
+        fn, r_sh = self._fns[key]
+        values = ns.rest.values()
+        if r_sh is not None:
+            # the train program may keep parameters in another layout: reshard copies, never the originals
+            values = [v if isinstance(v, jax.Array) and v.sharding == s else jax.device_put(v, s)
+                      for v, s in zip(values, r_sh)]
+        return fn, values, placed
 
     def __call__(self, *inputs: Any) -> Any:
-        fn, ns, placed = self._prepared(inputs)
-        return fn(ns.rest.values(), placed)
+        fn, values, placed = self._prepared(inputs)
+        return fn(values, placed)
 
     def lower(self, *inputs: Any) -> Any:
         """The ``jax.stages.Lowered`` forward for ``inputs`` (``.compile().as_text()`` shows the collectives)."""
-        fn, ns, placed = self._prepared(inputs)
-        return fn.lower(ns.rest.values(), placed)
+        fn, values, placed = self._prepared(inputs)
+        return fn.lower(values, placed)

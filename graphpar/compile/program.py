@@ -9,6 +9,7 @@ Parameters and the optimizer's state, so ``param.asnumpy()`` always shows the tr
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -50,6 +51,10 @@ class TrainProgram:
         self.pynative = _context.current().mode == PYNATIVE_MODE
         self.plan: ExecutionPlan = choose_plan(self.network)
         self._ns: NetworkState | None = None
+        self._in_flight: collections.deque = collections.deque()
+        self._fast: tuple | None = None
+        self._fresh: set[int] = set()  # jitted steps not yet run (their first call compiles)
+        self._written: tuple[list, list] | None = None
         self._steps: dict[tuple, Any] = {}
         self._sinks: dict[tuple, Any] = {}
         self.compile_seconds = 0.0
@@ -125,9 +130,13 @@ class TrainProgram:
         if stacked:
             i_sh, loss_sh = [_stacked(s) for s in i_sh], _stacked(loss_sh)
         self._place_state(ns, p_sh, r_sh, o_sh)
-        started = time.perf_counter()
         jitted = jax.jit(fn, in_shardings=(p_sh, r_sh, o_sh, i_sh), out_shardings=(p_sh, r_sh, o_sh, loss_sh),
                          donate_argnums=(0, 1, 2))
+        if not _context.current().save_graphs:
+            # compiled on its first call; jit's C++ dispatch path is the fastest way to run it every step
+            self._fresh.add(id(jitted))
+            return jitted
+        started = time.perf_counter()
         compiled = jitted.lower(ns.params.values(), ns.rest.values(), self.optimizer.opt_state, placed).compile()
         self.compile_seconds += time.perf_counter() - started
         from graphpar.dump.writer import maybe_dump_execute
@@ -170,9 +179,10 @@ class TrainProgram:
 
     # --- running -----------------------------------------------------------------------------------------------
     def place_inputs(self, inputs: Sequence[Any], stacked: bool = False) -> list[jax.Array]:
-        """Put global-batch inputs (numpy or jax) where the plan wants them."""
+        """Put global-batch inputs (numpy or jax) where the plan wants them (planning first if needed)."""
         from graphpar.compile.global_batch import global_shape
 
+        self._prepare(self.state, inputs, stacked)
         out = []
         shapes = [tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x)) for x in inputs]
         if jax.process_count() > 1:  # process-local rows: check the global batch they make
@@ -195,15 +205,59 @@ class TrainProgram:
 
     def _run(self, fn_getter, inputs: Sequence[Any], stacked: bool) -> jax.Array:
         ns = self.state
-        self._prepare(ns, inputs, stacked)
-        self._opt_state(ns)
-        placed = self.place_inputs(inputs, stacked)
-        fn = fn_getter(ns, placed, self.optimizer.opt_state)
-        pvals, rvals, opt_state, loss = fn(ns.params.values(), ns.rest.values(), self.optimizer.opt_state, placed)
+        # Fast path: the same input signature as the last step, inputs already placed (a training loop).
+        fast = self._fast
+        if (fast is not None and fast[0] is ns and fast[1] == stacked and len(inputs) == len(fast[3])
+                and all(isinstance(x, jax.Array) and x.shape == s and x.dtype == d and x.sharding == sh
+                        for x, (s, d, sh) in zip(inputs, fast[3]))):
+            fn, placed = fast[2], list(inputs)
+        else:
+            self._prepare(ns, inputs, stacked)
+            self._opt_state(ns)
+            placed = self.place_inputs(inputs, stacked)
+            fn = fn_getter(ns, placed, self.optimizer.opt_state)
+            self._fast = (ns, stacked, fn, [(x.shape, x.dtype, x.sharding) for x in placed])
+        pvals, rvals = ns.params.values(), ns.rest.values()
+        if not self.pynative and not self._unchanged(pvals, rvals):
+            # a value was replaced since our last step (set_data, a checkpoint load, another program's layout):
+            # put everything back where this program's compiled step expects it
+            p_sh, r_sh, o_sh, _, _ = self._shardings(ns, placed, self.optimizer.opt_state)
+            self._place_state(ns, p_sh, r_sh, o_sh)
+            pvals, rvals = ns.params.values(), ns.rest.values()
+        box = self.optimizer._box
+        if self._fresh and id(fn) in self._fresh:
+            self._fresh.discard(id(fn))
+            started = time.perf_counter()
+            pvals, rvals, box.state, loss = fn(pvals, rvals, box.state, placed)
+            jax.block_until_ready(loss)
+            self.compile_seconds += time.perf_counter() - started
+        else:
+            pvals, rvals, box.state, loss = fn(pvals, rvals, box.state, placed)
+        self._limit_in_flight(loss)
         ns.params.write(pvals)
         ns.rest.write(rvals)
-        self.optimizer.opt_state = opt_state
+        self._written = (pvals, rvals)
         return loss
+
+    def _unchanged(self, pvals: list, rvals: list) -> bool:
+        written = self._written
+        if written is None:
+            return True  # the first call: _compile placed the state
+        return (len(pvals) == len(written[0]) and all(a is b for a, b in zip(pvals, written[0]))
+                and all(a is b for a, b in zip(rvals, written[1])))
+
+    MAX_IN_FLIGHT = 2
+
+    def _limit_in_flight(self, loss: Any) -> None:
+        """Let at most ``MAX_IN_FLIGHT`` steps be queued on the devices. Steps are dispatched asynchronously; XLA's
+        CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few
+        cores (seen with 8 simulated devices on 2 cores, in plain JAX too), and a queue of two keeps the devices
+        as busy as a longer one."""
+        if self.pynative or not isinstance(loss, jax.Array):
+            return
+        self._in_flight.append(loss)
+        while len(self._in_flight) > self.MAX_IN_FLIGHT:
+            self._in_flight.popleft().block_until_ready()
 
     def run_step(self, inputs: Sequence[Any]) -> jax.Array:
         """One training step on a global batch; returns the loss (a scalar jax.Array)."""

@@ -145,3 +145,30 @@ def test_sharded_dataset_gives_each_device_its_shard():
     # shard r holds rows r, r+8, ...; each step stacks one 2-row batch of every shard, in rank order
     assert seen[0] == [0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15]
     assert len(seen) == 4 and sorted(sum(seen, [])) == list(range(64))
+
+
+def test_eval_after_train_and_set_data_between_steps_in_auto_parallel():
+    from graphpar import ops
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(32, 16)
+            self.fc.matmul.shard(((2, 4), (1, 4)))
+            self.relu = ops.ReLU()
+            self.out = nn.Dense(16, 8)
+
+        def construct(self, x):
+            return self.out(self.relu(self.fc(x)))
+
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 32)).astype(np.float32), rng.normal(size=(64, 8)).astype(np.float32)
+    net = Net()
+    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.05, 0.9), metrics={"loss"})
+    model.train(1, array_dataset(x, y, batch_size=2))
+    first = model.eval(array_dataset(x, y, batch_size=16))["loss"]
+    model.train(1, array_dataset(x, y, batch_size=2))  # parameters back in the train layout
+    net.fc.weight.set_data(np.zeros((16, 32), np.float32))  # a host value replaced between steps
+    model.train(1, array_dataset(x, y, batch_size=2))
+    assert np.isfinite(model.eval(array_dataset(x, y, batch_size=16))["loss"]) and np.isfinite(first)

@@ -1,0 +1,55 @@
+"""``make bench``: graphpar against hand-written JAX, measured in the same run; prints ratios, asserts nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+
+def _table(rows: list[dict], keys: list[str]) -> str:
+    def fmt(v):
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    widths = [max(len(k), *(len(fmt(r.get(k, ""))) for r in rows)) for k in keys]
+    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
+    lines += ["  ".join(fmt(r.get(k, "")).ljust(w) for k, w in zip(keys, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    only = set(argv)
+    import jax
+
+    print(f"graphpar bench on {jax.device_count()} {jax.devices()[0].platform} devices "
+          f"({os.cpu_count()} CPU cores); ratios are graphpar / hand-written, measured interleaved\n", flush=True)
+    if not only or "step" in only:
+        from bench.step_time import bench_data_parallel, bench_megatron
+
+        rows = [bench_data_parallel([32, 16, 16], 16, calls=300), bench_data_parallel([1024] * 5, 256, calls=5),
+                bench_megatron()]
+        print("Train step time (issues 2 and 3; goal ratio <= 1.05)")
+        print(_table(rows, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s"]), "\n",
+              flush=True)
+    if not only or "planning" in only:
+        from bench.planning import bench_planning
+
+        rows = [bench_planning(64), bench_planning(256)]
+        print("Planning cost (issue 3): trace + propagation + lowering")
+        print(_table(rows, ["layers", "nodes", "trace_plan_s", "lower_s", "per_node_ms", "xla_compile_s",
+                            "fraction_of_compile"]))
+        print(f"per-node time 256 layers / 64 layers: {rows[1]['per_node_ms'] / rows[0]['per_node_ms']:.2f} "
+              "(1.0 = linear)")
+        print("passes (ms):", {r["layers"]: {k: round(v, 1) for k, v in r["passes_ms"].items()} for r in rows}, "\n",
+              flush=True)
+    if not only or "pipeline" in only:
+        from bench.pipeline import bench_pipeline
+
+        print("Data pipeline (issue 4)")
+        print(bench_pipeline(), "\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,41 @@
+"""Timing helpers: interleaved A/B measurement so that machine noise hits both sides alike."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def per_call_seconds(fn: Callable[[], object], calls: int, in_flight: int = 2) -> float:
+    """Seconds per call with at most ``in_flight`` results outstanding (graphpar's own dispatch limit; XLA's CPU
+    collectives deadlock with deep queues of multi-device programs), applied to both sides alike."""
+    queue = []
+    started = time.perf_counter()
+    for _ in range(calls):
+        out = fn()
+        queue.append(out)
+        if len(queue) > in_flight:
+            queue.pop(0).block_until_ready()
+    for out in queue:
+        out.block_until_ready()
+    return (time.perf_counter() - started) / calls
+
+
+def compare(a: Callable[[], object], b: Callable[[], object], calls: int = 50, rounds: int = 15,
+            warmup: int = 5) -> tuple[float, float, float]:
+    """Median seconds per call of ``a`` and ``b`` over interleaved rounds, and the median of the per-round ratios
+    a/b (each round times both back to back, so the ratio cancels slow phases of the machine)."""
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb, ratios = [], [], []
+    for r in range(rounds):
+        if r % 2:
+            x, y = per_call_seconds(b, calls), per_call_seconds(a, calls)
+            ta.append(y), tb.append(x)
+        else:
+            ta.append(per_call_seconds(a, calls))
+            tb.append(per_call_seconds(b, calls))
+        ratios.append(ta[-1] / tb[-1])
+    return statistics.median(ta), statistics.median(tb), statistics.median(ratios)
