@@ -26,6 +26,13 @@ _counter = itertools.count()
 EXECUTE_STAGE = 18  # graphpar's pipeline: trace, passes, lower, compile ... the executable is stage 18 as in MindSpore
 
 
+def _dump_index(graph: Graph) -> int:
+    """The graph's NNNN: assigned once per graph, shared by its begin and execute dumps."""
+    if "dump_index" not in graph.meta:
+        graph.meta["dump_index"] = next(_counter)
+    return graph.meta["dump_index"]
+
+
 def _enabled() -> bool:
     return _context.current().save_graphs > 0
 
@@ -91,7 +98,7 @@ def _node_line(graph: Graph, node: Node, per_device: bool) -> str:
 
 
 def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: list[int]) -> list[Path]:
-    index = graph.meta.setdefault("dump_index", next(_counter))
+    index = _dump_index(graph)
     body = _input_lines(graph, per_device=False)
     body += [_node_line(graph, n, per_device=False) for n in graph.node_list()]
     body.append("return " + ", ".join(value_ref(graph.values[v]) for v in graph.outputs))
@@ -147,7 +154,7 @@ def tensor_type_from_hlo(dtype: str, shape: tuple[int, ...]) -> str:
 
 def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
                   ranks: list[int]) -> list[Path]:
-    index = graph.meta.setdefault("dump_index", next(_counter))
+    index = _dump_index(graph)
     collectives = parse_collectives(hlo_text, plan.n)
     by_node: dict[int, list[Collective]] = {}
     loose = []
