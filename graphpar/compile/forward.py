@@ -38,25 +38,31 @@ class ForwardProgram:
             self._fns.clear()
         return self._ns
 
-    def _input_shardings(self, inputs: Sequence[Any]) -> list:
-        shapes = [tuple(np.shape(x)) for x in inputs]
+    def _place(self, inputs: Sequence[Any]) -> tuple[list, list]:
+        """Inputs placed as the plan wants; a last batch the plan cannot split runs replicated instead."""
+        from graphpar.compile.global_batch import gather_process_rows
+        from graphpar.compile.program import _global_aval, _put
+
+        shapes = [tuple(_global_aval(x).shape) for x in inputs]
         try:
             self.plan.check_batch(shapes)
-            return [self.plan.input_sharding(i, s) for i, s in enumerate(shapes)]
+            shardings = [self.plan.input_sharding(i, s) for i, s in enumerate(shapes)]
+            return shardings, [_put(x, s) for x, s in zip(inputs, shardings)]
         except DatasetError:
-            # A last, smaller batch: run it replicated rather than refuse it.
             if self.plan.mesh is None:
-                return [self.plan.input_sharding(i, ()) for i in range(len(shapes))]
-            return [NamedSharding(self.plan.mesh, PartitionSpec()) for _ in shapes]
+                shardings = [self.plan.input_sharding(i, ()) for i in range(len(shapes))]
+            else:
+                shardings = [NamedSharding(self.plan.mesh, PartitionSpec()) for _ in shapes]
+            # every process needs the whole batch to replicate it
+            rows = [gather_process_rows(np.asarray(x)) for x in inputs]
+            return shardings, [jax.device_put(r, s) for r, s in zip(rows, shardings)]
 
     def _prepared(self, inputs: Sequence[Any]):
         from graphpar.compile.program import _global_aval
 
         ns = self.state
         self.graph = self.plan.prepare(ns, [_global_aval(x) for x in inputs], "forward")
-        shardings = self._input_shardings(inputs)
-        placed = [jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, s)
-                  for x, s in zip(inputs, shardings)]
+        shardings, placed = self._place(inputs)
         key = tuple((tuple(np.shape(x)), str(x.dtype)) for x in placed)
         fn = self._fns.get(key)
         if fn is None:

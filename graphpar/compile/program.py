@@ -300,6 +300,10 @@ def _global_aval(x: Any) -> jax.ShapeDtypeStruct:
 def _ensure(x: Any, sharding: jax.sharding.Sharding) -> Any:
     if isinstance(x, jax.Array) and x.sharding == sharding:
         return x
+    if jax.process_count() > 1 and (not isinstance(x, jax.Array) or x.is_fully_addressable):
+        from graphpar.compile.global_batch import from_process_zero
+
+        return from_process_zero(np.asarray(x), sharding)
     return jax.device_put(x, sharding)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.compile.forward import ForwardProgram
+from graphpar.compile.global_batch import to_host
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
@@ -156,11 +157,12 @@ class Model:
             callback_list.on_eval_step_begin(run_context)
             loss, outputs, label = self._eval_program(*batch)
             cb.net_outputs = (loss, outputs, label)
+            loss, outputs, label = to_host(loss), to_host(outputs), to_host(label)
             for metric in self._metrics.values():
                 if type(metric).__name__ == "Loss":
-                    metric.update(np.asarray(loss))
+                    metric.update(loss)
                 else:
-                    metric.update(np.asarray(outputs), np.asarray(label))
+                    metric.update(outputs, label)
             cb.cur_step_num += 1
             callback_list.on_eval_step_end(run_context)
         callback_list.on_eval_end(run_context)

@@ -153,3 +153,40 @@ def test_launcher_environment_with_a_missing_process_says_why_before_jax_aborts(
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "the job did not form within 2 s" in result.stderr and "process 0 of 2" in result.stderr
+
+
+QUICKSTART = ROOT / "examples" / "quickstart.py"
+AUTO_EVAL = Path(__file__).resolve().parent / "scripts" / "auto_eval.py"
+
+
+def test_quickstart_two_processes_match_one_process(tmp_path):
+    """Issue 5: 2 processes x 4 devices train the quickstart (propagated strategies) along the loss trajectory of
+    1 process x 8 devices; each process writes the dumps of the ranks it owns."""
+    single = subprocess.run([sys.executable, str(QUICKSTART)], env=child_env(8, SAVE_GRAPHS_PATH=tmp_path / "one"),
+                            capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr
+    multi = launch(["--nproc", "2", "--devices-per-proc", "4", str(QUICKSTART)], tmp_path,
+                   SAVE_GRAPHS_PATH=tmp_path / "two")
+    assert multi.returncode == 0, multi.stderr + multi.stdout
+    pick = re.compile(r"^epoch: (\d+) step: (\d+), loss is (\S+)$", re.M)
+    expected, got = pick.findall(single.stdout), pick.findall(multi.stdout)
+    assert len(expected) == 20 and [e[:2] for e in got] == [e[:2] for e in expected]
+    np.testing.assert_allclose([float(g[2]) for g in got], [float(e[2]) for e in expected], rtol=1e-5)
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [f"rank_{r}" for r in range(8)]
+    begin = (tmp_path / "two" / "rank_5" / "step_parallel_begin_0000.ir").read_text()
+    assert "{in_strategy: ((2, 4))}" in next(l for l in begin.splitlines() if "instance name: relu}" in l)
+
+
+@pytest.mark.dist
+def test_eval_and_predict_across_processes(tmp_path):
+    single = subprocess.run([sys.executable, str(AUTO_EVAL)], env=child_env(4), capture_output=True, text=True,
+                            timeout=300, cwd=AUTO_EVAL.parent)
+    assert single.returncode == 0, single.stderr
+    multi = launch(["--nproc", "2", "--devices-per-proc", "2", str(AUTO_EVAL)], tmp_path)
+    assert multi.returncode == 0, multi.stderr + multi.stdout
+    for key in ("EVAL", "PREDICT"):
+        want = next(l for l in single.stdout.splitlines() if l.startswith(key))
+        have = next(l for l in multi.stdout.splitlines() if l.startswith(key))
+        assert want.split()[:1] == have.split()[:1]
+        np.testing.assert_allclose([float(v) for v in re.findall(r"-?\d+\.\d+(?:e[+-]?\d+)?", have)],
+                                   [float(v) for v in re.findall(r"-?\d+\.\d+(?:e[+-]?\d+)?", want)], rtol=1e-5)
