@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
         rows = [bench_planning(64), bench_planning(256)]
         print("Planning cost (issue 3): trace + propagation + lowering")
         print(_table(rows, ["layers", "nodes", "trace_plan_s", "lower_s", "per_node_ms", "xla_compile_s",
-                            "fraction_of_compile"]))
+                            "fraction_of_compile", "handwritten_lower_s", "lower_ratio"]))
         print(f"per-node time 256 layers / 64 layers: {rows[1]['per_node_ms'] / rows[0]['per_node_ms']:.2f} "
               "(1.0 = linear)")
         print("passes (ms):", {r["layers"]: {k: round(v, 1) for k, v in r["passes_ms"].items()} for r in rows}, "\n",

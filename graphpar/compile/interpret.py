@@ -50,16 +50,21 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None) -> lis
         with jax.named_scope(where):  # "in0"/"out0": the execute dump tells redistributions of inputs apart
             return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, to_partition_spec(spec)))
 
+    # the layout each value is known to have: storage layouts of inputs, pinned layouts of node outputs
+    layout: dict[int, Any] = dict(graph.meta.get("value_specs", {})) if mesh is not None else {}
     for node in graph.node_list():
         strategy = node.strategy if mesh is not None else None
         with jax.named_scope(node.label):
             xs = [env[v] for v in node.inputs]
             if strategy is not None:
-                xs = [pin(x, strategy.input_spec(i), v, f"in{i}") for i, (x, v) in enumerate(zip(xs, node.inputs))]
+                # pin an input only where its layout changes (a redistribution); elsewhere it is already pinned
+                xs = [x if layout.get(v) == strategy.input_spec(i) else pin(x, strategy.input_spec(i), v, f"in{i}")
+                      for i, (x, v) in enumerate(zip(xs, node.inputs))]
             outs = _apply(node, xs)
             if strategy is not None:
                 outs = [pin(o, strategy.output_spec(j), v, f"out{j}")
                         for j, (o, v) in enumerate(zip(outs, node.outputs))]
+                layout.update((v, strategy.output_spec(j)) for j, v in enumerate(node.outputs))
         for vid, out in zip(node.outputs, outs):
             env[vid] = out
     return [env[v] for v in graph.outputs]

@@ -82,14 +82,15 @@ class TrainProgram:
         return [self.plan.state_sharding(tuple(np.shape(v))) for v in values]
 
     def _opt_shardings(self, ns: NetworkState, opt_state: Any) -> Any:
-        names = set(ns.param_names())
-        by_name = dict(zip(ns.param_names(), self._state_shardings(ns.params.values(), ns.param_names())))
+        """Optimizer-state leaves that mirror a parameter (momentum, Adam moments) live where it lives."""
+        names, values = ns.param_names(), ns.params.values()
+        by_name = {n: (np.shape(v), s) for n, v, s in zip(names, values, self._state_shardings(values, names))}
 
         def sharding(path, leaf):
             for entry in path:
-                key = getattr(entry, "key", None)
-                if key in names and np.shape(leaf) == np.shape(ns.params.values()[ns.param_names().index(key)]):
-                    return by_name[key]
+                found = by_name.get(getattr(entry, "key", None))
+                if found is not None and np.shape(leaf) == found[0]:
+                    return found[1]
             return self.plan.state_sharding(tuple(np.shape(leaf)))
 
         return jax.tree_util.tree_map_with_path(sharding, opt_state)

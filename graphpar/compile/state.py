@@ -39,6 +39,7 @@ class StateGroup:
         flat = list(nnx.to_flat_state(state))
         self.paths = [path for path, _ in flat]
         self.holders: list[Any] = [value for _, value in flat]
+        self._names: list[str] | None = None
         if len(self.holders) != len(leaves):  # pragma: no cover - NNX invariant
             raise RuntimeError("graphpar: NNX state flattened to an unexpected number of leaves")
 
@@ -54,10 +55,11 @@ class StateGroup:
         return jax.tree.unflatten(self.treedef, list(values))
 
     def names(self) -> list[str]:
-        out = []
-        for path, holder in zip(self.paths, self.holders):
-            out.append(holder.name if isinstance(holder, Parameter) else ".".join(str(p) for p in path))
-        return out
+        """Parameter names (MindSpore's), or the attribute path of other state; computed once per split."""
+        if self._names is None:
+            self._names = [holder.name if isinstance(holder, Parameter) else ".".join(str(p) for p in path)
+                           for path, holder in zip(self.paths, self.holders)]
+        return self._names
 
 
 class NetworkState:

@@ -150,11 +150,11 @@ class PlannedPlan(ExecutionPlan):
         graph = self._last
         if graph is None:
             return None
-        for vid in graph.inputs:
-            value = graph.values[vid]
-            if value.kind == kind and value.name == name:
-                return graph.meta["value_specs"][vid]
-        return None
+        index = graph.meta.get("specs_by_name")
+        if index is None:
+            index = {(graph.values[v].kind, graph.values[v].name): graph.meta["value_specs"][v] for v in graph.inputs}
+            graph.meta["specs_by_name"] = index
+        return index.get((kind, name))
 
     def param_sharding(self, name: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:
         """Where a Parameter (or other state leaf) named ``name`` is stored: its consumers' layout."""
