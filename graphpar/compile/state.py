@@ -8,7 +8,7 @@ and writing new values back is one assignment per Variable: the per-step cost is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -31,9 +31,15 @@ def structure_epoch() -> int:
 
 
 class StateGroup:
-    """One group of a split network: its live State, flatten definition and Variables in leaf order."""
+    """One group of a split network: its live State, flatten definition and Variables in leaf order.
 
-    def __init__(self, state: nnx.State):
+    A leaf that is not a Variable (a plain array a Cell holds as an attribute, such as the tutorial loss's
+    ``self.on_value = Tensor(1.0)``) has no holder to write into: :meth:`write` assigns it back to its attribute
+    on ``root``, so that a donated old array is never read again.
+    """
+
+    def __init__(self, state: nnx.State, root: Any = None):
+        self.root = root
         self.state = state
         leaves, self.treedef = jax.tree.flatten(state)
         flat = list(nnx.to_flat_state(state))
@@ -47,9 +53,13 @@ class StateGroup:
         return [h.get_raw_value() if isinstance(h, nnx.Variable) else h for h in self.holders]
 
     def write(self, values: Sequence[Any]) -> None:
-        for holder, value in zip(self.holders, values):
+        for i, (holder, value) in enumerate(zip(self.holders, values)):
             if isinstance(holder, nnx.Variable):
                 holder.set_raw_value(value)
+            elif value is not holder:
+                self.holders[i] = value
+                if self.root is not None:
+                    _assign(self.root, self.paths[i], value)
 
     def unflatten(self, values: Sequence[Any]) -> nnx.State:
         return jax.tree.unflatten(self.treedef, list(values))
@@ -62,6 +72,17 @@ class StateGroup:
         return self._names
 
 
+def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
+    """Set the attribute (or list item) at ``path`` below ``root`` to ``value``."""
+    parent = root
+    for key in path[:-1]:
+        parent = parent[key] if isinstance(key, int) else getattr(parent, key)
+    if isinstance(path[-1], int):
+        parent[path[-1]] = value
+    else:
+        setattr(parent, path[-1], value)
+
+
 class NetworkState:
     """``network`` split into graphdef + trainable group + rest group."""
 
@@ -71,8 +92,8 @@ class NetworkState:
         self.epoch = structure_epoch()
         graphdef, params, rest = nnx.split(network, lambda path, v: id(v) in ids, ...)
         self.graphdef = graphdef
-        self.params = StateGroup(params)
-        self.rest = StateGroup(rest)
+        self.params = StateGroup(params, network)
+        self.rest = StateGroup(rest, network)
         self.trainable_paths = frozenset(self.params.paths)
         missing = ids - {id(h) for h in self.params.holders}
         if missing:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from graphpar.dump.loading import load
 from graphpar.dump.reader import (
-    DumpError, load, parse_provenance, parse_text, parse_tuple, parse_value, read_dump, split_attrs)
+    DumpError, parse_provenance, parse_text, parse_tuple, parse_value, read_dump, split_attrs)
 
 
 def _files(root: Path) -> list[Path]:
