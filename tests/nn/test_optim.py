@@ -1,0 +1,113 @@
+"""Optimizers follow MindSpore's update rules (checked against the formulas in numpy), with MindSpore's argument
+names: weight decay (skipping beta/gamma), loss_scale, per-step learning-rate lists, schedules, parameter groups."""
+
+import numpy as np
+import pytest
+
+from graphpar import Parameter, Tensor, nn
+
+
+def _params():
+    w = Parameter(Tensor(np.array([[1.0, -2.0], [0.5, 3.0]], np.float32)), "fc.weight")
+    g = Parameter(Tensor(np.array([1.0, 2.0], np.float32)), "bn.gamma")
+    return w, g
+
+
+GRADS = [np.array([[0.1, -0.2], [0.3, 0.4]], np.float32), np.array([0.5, -0.5], np.float32)]
+
+
+def _steps(opt, n=3):
+    for _ in range(n):
+        opt([Tensor(g) for g in GRADS[:len(opt.parameters)]])
+    return [p.asnumpy() for p in opt.parameters]
+
+
+def test_momentum_matches_mindspore_apply_momentum():
+    w, g = _params()
+    w0, g0 = w.asnumpy(), g.asnumpy()
+    got = _steps(nn.Momentum([w, g], learning_rate=0.1, momentum=0.9, weight_decay=0.01, loss_scale=2.0))
+    for p0, grad, out, decay in ((w0, GRADS[0], got[0], True), (g0, GRADS[1], got[1], False)):
+        p, v = p0.copy(), np.zeros_like(p0)
+        for _ in range(3):
+            d = grad + (0.01 * p if decay else 0)  # weight decay first (not on gamma/beta) ...
+            d = d / 2.0                             # ... then the loss scale
+            v = 0.9 * v + d
+            p = p - 0.1 * v
+        np.testing.assert_allclose(out, p, rtol=1e-6)
+
+
+def test_sgd_with_dampening_and_nesterov():
+    w, _ = _params()
+    w0 = w.asnumpy()
+    got = _steps(nn.SGD([w], learning_rate=0.1, momentum=0.9, dampening=0.5))[0]
+    p, v = w0.copy(), None
+    for _ in range(3):
+        v = GRADS[0].copy() if v is None else 0.9 * v + 0.5 * GRADS[0]
+        p = p - 0.1 * v
+    np.testing.assert_allclose(got, p, rtol=1e-6)
+    w2, _ = _params()
+    got = _steps(nn.SGD([w2], learning_rate=0.1, momentum=0.9, nesterov=True))[0]
+    p, v = w0.copy(), np.zeros_like(w0)
+    for _ in range(3):
+        v = 0.9 * v + GRADS[0]
+        p = p - 0.1 * (GRADS[0] + 0.9 * v)
+    np.testing.assert_allclose(got, p, rtol=1e-6)
+    with pytest.raises(ValueError, match="nesterov"):
+        nn.SGD([w2], momentum=0.0, nesterov=True)
+
+
+def test_adam_weight_decay_has_no_bias_correction():
+    w, g = _params()
+    w0 = w.asnumpy()
+    got = _steps(nn.AdamWeightDecay([w, g], learning_rate=0.01, weight_decay=0.1))[0]
+    p, m, v = w0.copy(), np.zeros_like(w0), np.zeros_like(w0)
+    for _ in range(3):
+        m = 0.9 * m + 0.1 * GRADS[0]
+        v = 0.999 * v + 0.001 * GRADS[0] ** 2
+        p = p - 0.01 * (m / (np.sqrt(v) + 1e-6) + 0.1 * p)
+    np.testing.assert_allclose(got, p, rtol=1e-5)
+
+
+def test_adam_is_bias_corrected():
+    w, _ = _params()
+    w0 = w.asnumpy()
+    got = _steps(nn.Adam([w], learning_rate=0.01))[0]
+    p, m, v = w0.copy(), np.zeros_like(w0), np.zeros_like(w0)
+    for t in range(1, 4):
+        m = 0.9 * m + 0.1 * GRADS[0]
+        v = 0.999 * v + 0.001 * GRADS[0] ** 2
+        p = p - 0.01 * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+    np.testing.assert_allclose(got, p, rtol=1e-5)
+
+
+def test_learning_rate_list_and_schedule():
+    w, _ = _params()
+    w0 = w.asnumpy()
+    got = _steps(nn.SGD([w], learning_rate=[0.1, 0.2, 0.3]), n=4)[0]
+    np.testing.assert_allclose(got, w0 - (0.1 + 0.2 + 0.3 + 0.3) * GRADS[0], rtol=1e-6)
+    w2, _ = _params()
+    got = _steps(nn.SGD([w2], learning_rate=nn.ExponentialDecayLR(0.1, 0.5, 1)), n=3)[0]
+    np.testing.assert_allclose(got, w0 - (0.1 + 0.05 + 0.025) * GRADS[0], rtol=1e-6)
+    assert nn.piecewise_constant_lr([2, 5], [0.1, 0.05]) == [0.1, 0.1, 0.05, 0.05, 0.05]
+
+
+def test_parameter_groups_take_their_own_lr_and_weight_decay():
+    w, g = _params()
+    w0, g0 = w.asnumpy(), g.asnumpy()
+    opt = nn.SGD([{"params": [w], "lr": 0.5}, {"params": [g], "weight_decay": 0.0}], learning_rate=0.1,
+                 weight_decay=0.0)
+    got = _steps(opt, n=1)
+    np.testing.assert_allclose(got[0], w0 - 0.5 * GRADS[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], g0 - 0.1 * GRADS[1], rtol=1e-6)
+
+
+def test_bad_optimizer_arguments():
+    w, _ = _params()
+    with pytest.raises(ValueError, match="empty"):
+        nn.Momentum([], 0.1, 0.9)
+    with pytest.raises(ValueError, match="momentum must be >= 0"):
+        nn.Momentum([w], 0.1, -1.0)
+    with pytest.raises(TypeError, match="Parameters"):
+        nn.SGD([np.ones(2)])
+    with pytest.raises(ValueError, match="unknown keys"):
+        nn.SGD([{"params": [w], "learningrate": 0.1}])
