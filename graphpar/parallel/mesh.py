@@ -40,8 +40,10 @@ def _cuts(matrix: Sequence[int]) -> list[int]:
     return cuts
 
 
-def mesh_axis_sizes(n_devices: int, matrices: Sequence[Sequence[int]] = ()) -> tuple[int, ...]:
-    """Sizes of the mesh axes (left to right) that refine every device matrix in ``matrices``."""
+def mesh_axis_sizes(n_devices: int, matrices: Sequence[Sequence[int]] = (),
+                    owners: Sequence[str] | None = None) -> tuple[int, ...]:
+    """Sizes of the mesh axes (left to right) that refine every device matrix in ``matrices`` (``owners`` names
+    whose matrix each is, for the error)."""
     cuts = {1, n_devices}
     for matrix in matrices:
         if int(np.prod(matrix)) != n_devices:
@@ -51,9 +53,10 @@ def mesh_axis_sizes(n_devices: int, matrices: Sequence[Sequence[int]] = ()) -> t
     chain = sorted(cuts)
     for a, b in zip(chain, chain[1:]):
         if b % a:
-            culprits = [list(m) for m in matrices if a in _cuts(m) or b in _cuts(m)]
+            culprits = [(f"{owners[i]} " if owners else "") + str(list(m)) for i, m in enumerate(matrices)
+                        if a in _cuts(m) or b in _cuts(m)]
             raise DeviceError(
-                f"the device matrices {culprits} cannot share one device mesh on {n_devices} devices (their "
+                f"the device matrices {', '.join(culprits)} cannot share one device mesh on {n_devices} devices (their "
                 f"row-major groupings {a} and {b} do not nest); choose strategies whose device matrices split the "
                 f"devices in the same order, e.g. all powers of two")
     sizes: list[int] = []
