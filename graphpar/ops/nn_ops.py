@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from graphpar.ops.math_ops import _Unary
@@ -174,6 +175,104 @@ class BatchNorm(Primitive):
         inv = lax.rsqrt(batch_var + self.attrs["epsilon"]) * scale
         y = (x - jnp.reshape(batch_mean, shape)) * jnp.reshape(inv, shape) + jnp.reshape(bias, shape)
         return y, batch_mean, batch_var
+
+
+def _batch_moments(x, mean_over_ranks):
+    """Mean and biased variance over every dimension but 1; ``mean_over_ranks`` averages a per-rank statistic
+    over the ranks whose batches are normalized together (the identity for one rank)."""
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    mean = mean_over_ranks(jnp.mean(x, axis=axes))
+    # two passes (centre on the global mean first): the same rounding as one device holding the whole batch
+    var = mean_over_ranks(jnp.mean(jnp.square(x - jnp.reshape(mean, shape)), axis=axes))
+    return mean, var
+
+
+class SyncBatchNorm(BatchNorm):
+    """``SyncBatchNorm(epsilon=1e-5, momentum=0.1, group="sync_bn_group0", device_num=2)(x, scale, bias, mean,
+    variance)`` → ``(y, mean, variance)``: training-mode batch normalization whose statistics cover the batches of
+    every rank in the group (MindSpore's inner op behind ``nn.SyncBatchNorm``).
+
+    Where the code runs once per rank (DATA_PARALLEL's per-device loss, a per-rank call; see
+    ``graphpar.compile.replica``) the per-rank mean and variance are averaged over the rank axis — over all ranks
+    (``groups=None``), or within each block of ``groups`` (equal-size tuples of ranks). Elsewhere (STAND_ALONE,
+    SEMI_AUTO/AUTO) the graph already holds the global batch and this is plain ``BatchNorm``. The per-rank batches
+    must have equal sizes (they do: DATA_PARALLEL splits the global batch evenly).
+    """
+
+    def __init__(self, epsilon: float = 1e-5, momentum: float = 0.1, group: str = "sync_bn_group0",
+                 device_num: int = 2, groups: Any = None):
+        Primitive.__init__(self, is_training=True, epsilon=epsilon, momentum=momentum, group=group,
+                           device_num=device_num, groups=groups)
+
+    def ranks_per_group(self) -> int:
+        """How many ranks' batches one statistic covers, in the code being traced now (1 outside a per-rank run)."""
+        from graphpar.compile.replica import current_rank_axis
+
+        axis = current_rank_axis()
+        if axis is None:
+            return 1
+        groups = self.attrs["groups"]
+        return jax.lax.axis_size(axis.name) if groups is None else len(groups[0])
+
+    def _mean_over_ranks(self, v):
+        from graphpar.compile.replica import current_rank_axis
+
+        axis = current_rank_axis()
+        if axis is None:
+            return v
+        groups = self.attrs["groups"]
+        if groups is None:
+            return jax.lax.pmean(v, axis.name)
+        from graphpar.communication import collectives
+
+        world = jax.lax.axis_size(axis.name)
+        if sorted(r for g in groups for r in g) != list(range(world)):
+            raise ValueError(f"SyncBatchNorm ('{self.instance_name}'): process_groups {list(map(list, groups))} "
+                             f"must cover ranks 0..{world - 1} of this run exactly once")
+        return collectives.all_reduce(v, "sum", axis, groups) / len(groups[0])
+
+    def compute(self, x, scale, bias, mean, variance):
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        batch_mean, batch_var = _batch_moments(x, self._mean_over_ranks)
+        inv = lax.rsqrt(batch_var + self.attrs["epsilon"]) * scale
+        y = (x - jnp.reshape(batch_mean, shape)) * jnp.reshape(inv, shape) + jnp.reshape(bias, shape)
+        return y, batch_mean, batch_var
+
+
+class AdaptiveAvgPool2D(Primitive):
+    """``AdaptiveAvgPool2D(output_size)(x)`` on (N, C, H, W) or (C, H, W): output cell ``i`` averages input rows
+    ``floor(i*H/out) .. ceil((i+1)*H/out) - 1`` (and alike for columns), as MindSpore. ``None`` in
+    ``output_size`` keeps that dimension."""
+
+    def __init__(self, output_size: Any):
+        size = (output_size, output_size) if isinstance(output_size, int) or output_size is None \
+            else tuple(output_size)
+        if len(size) != 2 or any(s is not None and (not isinstance(s, int) or s < 1) for s in size):
+            raise ValueError(f"AdaptiveAvgPool2D: output_size must be a positive int, None or a pair of them, got "
+                             f"{output_size!r}")
+        super().__init__(output_size=size)
+
+    @staticmethod
+    def _weights(n_in: int, n_out: int) -> np.ndarray:
+        """(n_out, n_in) averaging matrix of the adaptive windows."""
+        w = np.zeros((n_out, n_in), np.float32)
+        for i in range(n_out):
+            lo, hi = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
+            w[i, lo:hi] = 1.0 / (hi - lo)
+        return w
+
+    def compute(self, x):
+        if x.ndim not in (3, 4):
+            raise ValueError(f"AdaptiveAvgPool2D: input must be (N, C, H, W) or (C, H, W), got shape {x.shape}")
+        h, w = x.shape[-2:]
+        oh, ow = (s if s is not None else d for s, d in zip(self.attrs["output_size"], (h, w)))
+        if h % oh == 0 and w % ow == 0:  # equal windows: a reshape and a mean
+            lead = x.shape[:-2]
+            return jnp.mean(jnp.reshape(x, lead + (oh, h // oh, ow, w // ow)), axis=(-3, -1))
+        wh = jnp.asarray(self._weights(h, oh), x.dtype)
+        ww = jnp.asarray(self._weights(w, ow), x.dtype)
+        return jnp.einsum("...hw,oh,pw->...op", x, wh, ww)
 
 
 class LayerNorm(Primitive):

@@ -12,6 +12,7 @@ from graphpar.ops.math_ops import (  # noqa: F401
     ReduceMax, ReduceMean, ReduceMin, ReduceProd, ReduceSum, Rsqrt, Sigmoid, Sign, Sin, Sqrt, Square,
     SquaredDifference, StopGradient, Sub, Tanh, ZerosLike)
 from graphpar.ops.nn_ops import (  # noqa: F401
-    AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm, LogSoftmax, MaxPool,
-    ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits, SparseSoftmaxCrossEntropyWithLogits)
+    AdaptiveAvgPool2D, AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm,
+    LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,
+    SparseSoftmaxCrossEntropyWithLogits, SyncBatchNorm)
 from graphpar.ops.primitive import Primitive  # noqa: F401

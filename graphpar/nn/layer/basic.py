@@ -160,7 +160,9 @@ class RngKey(nnx.Variable):
 
 
 def _new_key() -> jax.Array:
-    return jax.random.key_data(jax.random.PRNGKey(int(host_generator().integers(0, 2**31 - 1))))
+    gen = host_generator()  # a numpy Generator after set_seed, numpy's global RandomState before
+    draw = gen.integers if hasattr(gen, "integers") else gen.randint
+    return jax.random.key_data(jax.random.PRNGKey(int(draw(0, 2**31 - 1))))
 
 
 class Dropout(Cell):

@@ -180,7 +180,14 @@ def _pool(node, graph):
     return DimSpec((("n", "c", None, None),), (("n", "c", None, None),), ("n", "c"))
 
 
-@register("BatchNorm")
+@register("AdaptiveAvgPool2D")
+def _adaptive_pool(node, graph):
+    ins, _ = shapes_of(node, graph)
+    lead = ("n", "c")[-(len(ins[0]) - 2):]
+    return DimSpec((lead + (None, None),), (lead + (None, None),), lead)
+
+
+@register("BatchNorm", "SyncBatchNorm")
 def _batch_norm(node, graph):
     ins, outs = shapes_of(node, graph)
     rank = len(ins[0])

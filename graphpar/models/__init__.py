@@ -1,0 +1,10 @@
+"""graphpar.models: networks the MindSpore tutorials use, ready-made (``from graphpar.models import resnet50``)."""
+
+from graphpar.models.losses import SoftmaxCrossEntropyExpand as SoftmaxCrossEntropyExpand
+from graphpar.models.resnet import ResNet as ResNet
+from graphpar.models.resnet import ResidualBlock as ResidualBlock
+from graphpar.models.resnet import ResidualBlockBase as ResidualBlockBase
+from graphpar.models.resnet import resnet18 as resnet18
+from graphpar.models.resnet import resnet34 as resnet34
+from graphpar.models.resnet import resnet50 as resnet50
+from graphpar.models.resnet import resnet101 as resnet101
