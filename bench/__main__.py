@@ -48,6 +48,22 @@ def main(argv: list[str]) -> int:
 
         print("Data pipeline (issue 4)")
         print(bench_pipeline(), "\n", flush=True)
+    if not only or "resnet" in only:
+        from bench.resnet import bench_resnet
+
+        steps, feeding = bench_resnet()
+        print("ResNet-18 train step, DATA_PARALLEL on the 8 devices, 32x32 images (issue 4; goal ratio <= 1.05)")
+        print(_table(steps, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s", "img_s"]))
+        print("Feeding ResNet-18 (issue 4; goal: pipeline >= 3x what training consumes)")
+        print(feeding, "\n", flush=True)
+    if not only or "checkpoint" in only:
+        from bench.checkpoint import bench_save, bench_step_overhead
+
+        print("Checkpoints (issue 6): 100 MB sharded save, graphpar / orbax called directly (goal ratio >= 0.9)")
+        print(_table([bench_save()], ["model_mb", "graphpar_mb_s", "orbax_mb_s", "ratio"]))
+        print("Step time with ModelCheckpoint(save_checkpoint_steps=10, async_save=True) / without")
+        print(_table([bench_step_overhead()], ["steps", "plain_ms", "ckpt_every_10_async_ms", "overhead"]), "\n",
+              flush=True)
     return 0
 
 

@@ -106,7 +106,7 @@ def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
     host = env.ms_sched_host or "127.0.0.1"
     if role == "MS_SCHED":
         scheduler = dynamic_cluster.Scheduler(process_plan.numeric_host(host), env.ms_sched_port,
-                                              env.ms_worker_num, timeout)
+                                              env.ms_worker_num, timeout, recovery=env.ms_enable_recovery)
         try:
             status = scheduler.serve()
         except ClusterError as exc:
@@ -117,7 +117,7 @@ def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
         sys.stderr.flush()
         os._exit(status)
     return dynamic_cluster.join(host, env.ms_sched_port, env.ms_worker_num, env.ms_node_id, timeout,
-                                env.local_devices)
+                                env.local_devices, recovery=env.ms_enable_recovery)
 
 
 def _local_device_ids(plan: ProcessPlan, platform: str) -> list[int] | None:

@@ -15,7 +15,8 @@ workers have finished. The protocol is one JSON object per line over TCP:
    the scheduler hands that address to everyone, and each worker calls ``jax.distributed.initialize``;
 4. the scheduler then supervises: a worker that disconnects without saying ``exit`` (killed) or exits after an
    uncaught exception makes the scheduler tell the others to stop (``abort``) rather than leave them hanging in a
-   collective.
+   collective. With ``MS_ENABLE_RECOVERY=1`` it tells them to ``restart`` instead and forms the job again once
+   every worker (the dead one restarted by hand with its ``MS_NODE_ID``) has registered (``rejoin``).
 
 Why the JAX coordinator lives in worker 0 and not in the scheduler: JAX's coordination service can only be started
 by a participating process through its public API, and the scheduler must not own devices.
@@ -132,6 +133,7 @@ class Scheduler:
     port: int
     worker_num: int
     timeout: float
+    recovery: bool = False  # MS_ENABLE_RECOVERY: a dead worker makes the job form again instead of failing
     say: Callable[[str], None] = field(default=lambda line: print(f"[graphpar scheduler] {line}", flush=True))
     workers: list[Worker] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -145,10 +147,16 @@ class Scheduler:
         with server:
             self.say(f"listening on {self.host}:{self.port} for MS_WORKER_NUM={self.worker_num} workers "
                      f"(cluster timeout {self.timeout:.0f} s)")
-            if not self._gather(server):
-                return 1
-            self._assign()
-            return self._supervise(server)
+            while True:
+                if not self._gather(server):
+                    return 1
+                self._assign()
+                status = self._supervise(server)
+                if status is not None:
+                    return status
+                self.say(f"waiting for {self.worker_num} workers to register again (restart the dead worker with "
+                         f"its MS_NODE_ID; cluster timeout {self.timeout:.0f} s)")
+                self.workers, self.failures = [], []
 
     # --- phase 1: registration -------------------------------------------------------------------------------
     def _gather(self, server: socket.socket) -> bool:
@@ -253,7 +261,8 @@ class Scheduler:
                  + ", ".join(f"process {w.process_id} = {w.describe()}" for w in ordered))
 
     # --- phase 3: supervision --------------------------------------------------------------------------------
-    def _supervise(self, server: socket.socket) -> int:
+    def _supervise(self, server: socket.socket) -> int | None:
+        """The job's exit status, or None when a failure in recovery mode asks for the job to form again."""
         selector = selectors.DefaultSelector()
         server.setblocking(False)
         selector.register(server, selectors.EVENT_READ, None)
@@ -276,6 +285,9 @@ class Scheduler:
                     worker.channel.close()
                     alive -= 1
                     self._finished(worker)
+                    if self.recovery and self.failures:
+                        self._restart_survivors(selector)
+                        return None
         selector.close()
         if self.failures:
             self.say(f"job failed: {'; '.join(self.failures)}")
@@ -291,14 +303,24 @@ class Scheduler:
         sock.setblocking(True)
         self._register(Channel(sock), peer[0])  # refused: the cluster is full
 
+    def _restart_survivors(self, selector: selectors.BaseSelector) -> None:
+        for other in self.workers:
+            if not other.channel.closed:
+                other.channel.send({"op": "restart", "reason": f"Dynamic Cluster: {self.failures[-1]}"})
+                other.channel.close()
+        selector.close()
+
     def _finished(self, worker: Worker) -> None:
         if worker.done == "ok":
             self.say(f"process {worker.process_id} ({worker.describe()}) exited")
             return
         what = "exited after an error" if worker.done == "failed" else "disconnected without exiting (killed?)"
         message = f"process {worker.process_id} ({worker.describe()}) {what}"
-        self.say(message + "; stopping the other workers")
         self.failures.append(message)
+        if self.recovery:
+            self.say(message + "; MS_ENABLE_RECOVERY: restarting the other workers, the job forms again")
+            return
+        self.say(message + "; stopping the other workers")
         for other in self.workers:
             if not other.channel.closed:
                 other.channel.send({"op": "abort", "reason": f"Dynamic Cluster: {message}"})
@@ -309,7 +331,7 @@ _session: dict[str, Any] = {}
 
 
 def join(host: str, port: int, worker_num: int, node_id: str | None, timeout: float,
-         local_devices: int | None) -> ProcessPlan:
+         local_devices: int | None, recovery: bool = False) -> ProcessPlan:
     """Register with the scheduler and return this worker's plan (blocking until the cluster has formed)."""
     deadline = time.monotonic() + timeout
     where = f"MS_SCHED_HOST:MS_SCHED_PORT = {host}:{port}"
@@ -341,12 +363,12 @@ def join(host: str, port: int, worker_num: int, node_id: str | None, timeout: fl
         channel.send({"op": "coordinator", "address": coordinator})
     else:
         coordinator = reply["coordinator"]
-    _watch(channel)
+    _watch(channel, recovery)
     return ProcessPlan("Dynamic Cluster", coordinator, reply["num_processes"], reply["process_id"],
                        reply["local_process_id"], reply["local_process_count"], local_devices)
 
 
-def _watch(channel: Channel) -> None:
+def _watch(channel: Channel, recovery: bool = False) -> None:
     """Keep the scheduler connection for the process's life: report the exit, obey ``abort``."""
     import atexit
 
@@ -361,6 +383,10 @@ def _watch(channel: Channel) -> None:
     sys.excepthook = excepthook
 
     def report_exit() -> None:
+        if _session["failed"] and recovery:
+            from graphpar.communication.rejoin import wait_for_restart
+
+            wait_for_restart(10.0)  # a peer's death broke our collective: the scheduler's restart is on its way
         channel.send({"op": "exit", "failed": _session["failed"]})
         channel.close()
 
@@ -378,5 +404,9 @@ def _watch(channel: Channel) -> None:
                 sys.stderr.write(f"graphpar: stopping this worker: {message.get('reason')}\n")
                 sys.stderr.flush()
                 os._exit(1)
+            if message.get("op") == "restart":
+                from graphpar.communication.rejoin import reexec
+
+                reexec(str(message.get("reason")))
 
     threading.Thread(target=listen, name="graphpar-dynamic-cluster", daemon=True).start()

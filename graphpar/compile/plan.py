@@ -89,6 +89,9 @@ class ExecutionPlan:
         graph = run_pipeline(graph, PlanContext(info, self.pctx.parallel_mode, self.pctx.search_mode))
         graph.meta.update(mesh=info, purpose=purpose, note=self.dump_note)
         maybe_dump_begin(graph, self)
+        from graphpar.parallel.strategy_file import maybe_save
+
+        maybe_save(graph, self.pctx, self.n, set(ns.param_names()), replicated=True)
         return graph
 
     dump_note = ""

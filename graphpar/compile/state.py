@@ -102,7 +102,8 @@ class NetworkState:
                              "the network's own parameters (net.trainable_params())")
 
     def merge(self, params: nnx.State, rest: nnx.State) -> Cell:
-        return nnx.merge(self.graphdef, params, rest)
+        # fresh Variables at the caller's trace level, so construct may assign to them under vmap/grad (PYNATIVE)
+        return nnx.merge(self.graphdef, params, rest, copy=True)
 
     def split_after(self, model: Cell) -> nnx.State:
         """The rest-group state of a merged model after it ran (its updated statistics and keys)."""

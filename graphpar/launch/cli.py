@@ -49,8 +49,9 @@ def register(subparsers) -> None:
     add("--join", type=_bool, nargs="?", const=True, default=True,
         help="accepted for msrun compatibility: graphpar launch always waits for its processes")
     add("--cluster_time_out", type=int, default=600, help="seconds to wait for every process to join (default 600)")
-    add("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
-        help="restart all local workers up to K times after a failure (default 0)")
+    add("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=None,
+        help="restart all local workers up to K times after a failure; they resume from the newest complete "
+             "checkpoint (default 0, or 3 when MS_ENABLE_RECOVERY=1)")
     add("--scheduler", action="store_true", help="Dynamic Cluster mode, and run the scheduler on this node")
     add("--dynamic-cluster", dest="dynamic_cluster", action="store_true",
         help="Dynamic Cluster mode with the scheduler on another node (at --master_addr:--master_port)")

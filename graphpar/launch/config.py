@@ -17,10 +17,12 @@ import shutil
 import sys
 from dataclasses import dataclass
 
+from graphpar import _env
 from graphpar.launch import hostfile
 
 DEFAULT_MASTER_PORT = 8118  # msrun's default
 DEFAULT_LOG_DIR = "graphpar_logs"
+RECOVERY_RESTARTS = 3  # --max-restarts when MS_ENABLE_RECOVERY=1 and none is given
 
 
 class LaunchError(ValueError):
@@ -112,8 +114,11 @@ def resolve(args) -> LaunchConfig:
     if first is not None and first + local > total:
         raise LaunchError(f"graphpar launch: node {node_rank} would run processes {first}..{first + local - 1} but the "
                           f"job has --worker_num {total} (valid node ranks: 0..{total // local - 1})")
-    if args.max_restarts < 0:
-        raise LaunchError(f"graphpar launch: --max-restarts must be >= 0, got {args.max_restarts}")
+    max_restarts = args.max_restarts
+    if max_restarts is None:  # MindSpore's disaster recovery switch makes a job restartable by default
+        max_restarts = RECOVERY_RESTARTS if _env.cluster_env().ms_enable_recovery else 0
+    if max_restarts < 0:
+        raise LaunchError(f"graphpar launch: --max-restarts must be >= 0, got {max_restarts}")
     master_addr = master_addr or "127.0.0.1"
     port = args.master_port
     if port is None:
@@ -124,6 +129,6 @@ def resolve(args) -> LaunchConfig:
         command=_command(list(args.command)), local_procs=local, total_procs=total,
         first_process=first if (not dynamic or node_rank >= 0) else None, devices_per_proc=args.devices_per_proc,
         master_addr=master_addr, master_port=port, log_dir=args.log_dir or DEFAULT_LOG_DIR,
-        cluster_timeout=args.cluster_time_out, max_restarts=args.max_restarts, dynamic_cluster=dynamic,
+        cluster_timeout=args.cluster_time_out, max_restarts=max_restarts, dynamic_cluster=dynamic,
         run_scheduler=bool(args.scheduler or (dynamic and not args.dynamic_cluster and (
             node_rank == 0 or (node_rank < 0 and master_addr in hostfile.local_names())))))

@@ -5,7 +5,8 @@ dies, JAX may abort the survivors with SIGABRT (a missed heartbeat is fatal), an
 The supervisor polls its children; the first one to exit non-zero (or by a signal) fails the attempt: the others are
 stopped (SIGTERM, then SIGKILL), the failure is reported naming the process, its ranks and the end of its log, and,
 while ``--max-restarts`` allows, every local worker is started again with ``GRAPHPAR_RESTART_COUNT`` incremented.
-(Recovery from checkpoints builds on this loop: see ``_attempt`` and ``run``.)
+A restarted job's ``Model.train`` rolls back to the newest complete checkpoint of its ``ModelCheckpoint`` (see
+``graphpar.checkpoint.recovery``); ``MS_ENABLE_RECOVERY=1`` makes ``--max-restarts`` default to 3.
 
 Each child runs in its own session, so a Ctrl-C in the terminal reaches only the launcher, which forwards SIGINT or
 SIGTERM to every child and exits with 128 + the signal number. On Linux each child also gets SIGKILL if the launcher
@@ -27,6 +28,14 @@ from graphpar.launch.logs import LogStream, last_lines
 
 _GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.1
+
+
+def _recorded_checkpoint() -> str:
+    """``: <path>`` of the checkpoint MS_RECOVERY_PATH's record names (see graphpar.checkpoint.recovery), if any."""
+    from graphpar.checkpoint.recovery import recorded_checkpoint
+
+    path = recorded_checkpoint()
+    return f" ({path})" if path else ""
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -91,7 +100,8 @@ class Supervisor:
                     return 1
                 restart += 1
                 self.say(f"restarting all local workers (restart {restart} of {self.config.max_restarts}, "
-                         f"GRAPHPAR_RESTART_COUNT={restart})")
+                         f"GRAPHPAR_RESTART_COUNT={restart}); Model.train rolls back to the newest complete "
+                         f"checkpoint{_recorded_checkpoint()}")
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

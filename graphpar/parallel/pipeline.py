@@ -17,22 +17,27 @@ from graphpar.parallel.passes.defaults import default_strategies
 from graphpar.parallel.passes.hints import apply_hints
 from graphpar.parallel.passes.parameters import place_parameters
 from graphpar.parallel.passes.propagate import propagate
+from graphpar.parallel.passes.recorded import apply_strategy_file, check_strategy_file
 from graphpar.parallel.passes.verify import verify
 
 Pass = Callable[[Graph, PlanContext], Graph]
 
 SEMI_AUTO: tuple[tuple[str, Pass], ...] = (
     ("apply_hints", apply_hints),
+    ("apply_strategy_file", apply_strategy_file),
     ("default_strategies", default_strategies),
     ("place_parameters", place_parameters),
+    ("check_strategy_file", check_strategy_file),
     ("verify", verify),
 )
 
 SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
     ("apply_hints", apply_hints),
+    ("apply_strategy_file", apply_strategy_file),
     ("propagate", propagate),
     ("default_strategies", default_strategies),
     ("place_parameters", place_parameters),
+    ("check_strategy_file", check_strategy_file),
     ("verify", verify),
 )
 

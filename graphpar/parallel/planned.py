@@ -25,13 +25,14 @@ from graphpar.compile.plan import ExecutionPlan
 from graphpar.compile.state import NetworkState
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
+from graphpar.parallel import strategy_file
 from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.pipeline import run_pipeline
-from graphpar.parallel.strategy import MeshInfo, Spec, to_partition_spec
+from graphpar.parallel.strategy import MeshInfo, Spec, strategy_text, to_partition_spec
 
 
-def _hint_matrices(graph: Graph, ctx_dims, n: int) -> list[tuple[int, ...]]:
+def _hint_matrices(graph: Graph, ctx_dims, n: int) -> list[tuple[str, tuple[int, ...]]]:
     """Device matrices (with repeat) of the user's hints, to choose a mesh that can express all of them."""
     out = []
     for node in graph.node_list():
@@ -49,7 +50,8 @@ def _hint_matrices(graph: Graph, ctx_dims, n: int) -> list[tuple[int, ...]]:
         total = int(np.prod(core)) if core else 1
         if total and n % total == 0:
             repeat = [n // total] if total < n else []
-            out.append(tuple(repeat + core if dims.repeat_first else core + repeat))
+            matrix = tuple(repeat + core if dims.repeat_first else core + repeat)
+            out.append((f"'{node.instance_name}' {strategy_text(node.hint)} ({node.scope})", matrix))
     return out
 
 
@@ -122,7 +124,8 @@ class PlannedPlan(ExecutionPlan):
     def _plan(self, ns: NetworkState, inputs: Sequence[Any], purpose: str) -> Graph:
         graph = trace_network(ns, inputs, purpose)
         probe = PlanContext(MeshInfo(("m0",), (self.n,)), self.pctx.parallel_mode, self.pctx.search_mode)
-        sizes = mesh_axis_sizes(self.n, _hint_matrices(graph, probe.dims, self.n))
+        hinted = _hint_matrices(graph, probe.dims, self.n)
+        sizes = mesh_axis_sizes(self.n, [m for _, m in hinted], [o for o, _ in hinted])
         info = MeshInfo(tuple(f"m{i}" for i in range(len(sizes))), sizes)
         if self.info is not None and self.info != info:
             raise ConfigError("set_auto_parallel_context", "parallel_mode", self.pctx.parallel_mode,
@@ -133,11 +136,13 @@ class PlannedPlan(ExecutionPlan):
             self.mesh = make_mesh(self.devices, [sizes])
         ctx = PlanContext(info, self.pctx.parallel_mode, self.pctx.search_mode)
         ctx.input_specs = dataset_specs(graph, info, self.pctx.dataset_strategy)
+        ctx.strategy_file = strategy_file.for_plan(self.pctx)
         graph = run_pipeline(graph, ctx)
         graph.meta.update(mesh=info, purpose=purpose)
         from graphpar.dump.writer import maybe_dump_begin
 
         maybe_dump_begin(graph, self)
+        strategy_file.maybe_save(graph, self.pctx, self.n, set(ns.param_names()))
         return graph
 
     # --- placement ---------------------------------------------------------------------------------------------

@@ -12,16 +12,24 @@ batch is the global batch.
 
 from __future__ import annotations
 
+import inspect
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 
-def _epoch_iter(dataset: Any, epoch: int) -> Iterator[tuple]:
+def _epoch_iter(dataset: Any, epoch: int, start: int = 0) -> Iterator[tuple]:
+    """Batches of ``epoch`` from batch ``start`` on: graphpar datasets seek (``iter_epoch(epoch, start_batch)``),
+    other iterables are read from the beginning and the first ``start`` batches dropped."""
     if hasattr(dataset, "iter_epoch"):
-        return iter(dataset.iter_epoch(epoch))
-    return iter(dataset.create_tuple_iterator(num_epochs=1, output_numpy=True))
+        if start and "start_batch" in inspect.signature(dataset.iter_epoch).parameters:
+            return iter(dataset.iter_epoch(epoch, start_batch=start))
+        it = iter(dataset.iter_epoch(epoch))
+    else:
+        it = iter(dataset.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    return itertools.islice(it, start, None) if start else it
 
 
 class BatchFeeder:
@@ -42,23 +50,24 @@ class BatchFeeder:
     def steps_per_epoch(self) -> int:
         return min(int(v.get_dataset_size()) for v in self.views)
 
-    def epoch(self, epoch: int) -> Iterator[tuple[np.ndarray, ...]]:
-        """The global batches of one epoch, in order."""
+    def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[np.ndarray, ...]]:
+        """The global batches of one epoch, in order, from global batch ``start`` on (a resumed run)."""
         steps = self.steps_per_epoch()
-        iters = [_epoch_iter(v, epoch) for v in self.views]
-        for _ in range(steps):
+        iters = [_epoch_iter(v, epoch, start) for v in self.views]
+        for _ in range(start, steps):
             if self.per_device_shards:
                 parts = [next(it) for it in iters]
             else:
                 parts = [next(iters[0])] * self.draws
             yield concat_batches(parts)
 
-    def forever(self, first_epoch: int = 0) -> Iterator[tuple[np.ndarray, ...]]:
-        """Global batches across epochs without end (sink mode with a ``sink_size``)."""
+    def forever(self, first_epoch: int = 0, start: int = 0) -> Iterator[tuple[np.ndarray, ...]]:
+        """Global batches across epochs without end (sink mode with a ``sink_size``), from batch ``start`` of
+        ``first_epoch`` on."""
         epoch = first_epoch
         while True:
-            yield from self.epoch(epoch)
-            epoch += 1
+            yield from self.epoch(epoch, start)
+            epoch, start = epoch + 1, 0
 
 
 def concat_batches(parts: list) -> tuple[np.ndarray, ...]:

@@ -81,8 +81,13 @@ class Model:
         return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
 
     def train(self, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
-              sink_size: int = -1, initial_epoch: int = 0) -> None:
-        """Train ``epoch`` epochs (from ``initial_epoch``) on ``train_dataset``."""
+              sink_size: int = -1, initial_epoch: int = 0, resume: Any = False) -> None:
+        """Train ``epoch`` epochs (from ``initial_epoch``) on ``train_dataset``.
+
+        ``resume`` (graphpar): True continues from the newest complete checkpoint of the ``ModelCheckpoint``
+        callbacks' directory, a path from that checkpoint; the step count, callbacks' numbering and the data position
+        continue where it was saved. A restarted job (``graphpar launch --max-restarts``, ``MS_ENABLE_RECOVERY``)
+        resumes by itself. See docs/checkpoints.md."""
         if self._train_network is None:
             raise ValueError("Model.train needs an optimizer: Model(network, loss_fn, optimizer)")
         if not isinstance(epoch, int) or epoch < 1:
@@ -97,17 +102,28 @@ class Model:
             raise ValueError("Model.train: the dataset yields no complete step (dataset size "
                              f"{train_dataset.get_dataset_size()} batches for {feeder.draws} device(s) per step)")
         per_call = (steps if sink_size == -1 else sink_size) if dataset_sink_mode else 1
+        start_step = initial_epoch * (per_call if dataset_sink_mode else steps)
+        progress = self._resume(resume, callbacks, steps)
+        if progress is not None:
+            start_step = progress["step"]
+            initial_epoch = start_step // (per_call if dataset_sink_mode else steps)
+        skip = start_step - initial_epoch * (per_call if dataset_sink_mode else steps)  # trained batches of it
         cb = InternalCallbackParam(
             train_network=self._train_network, network=self._network, loss_fn=self._loss_fn,
             optimizer=self._optimizer, epoch_num=epoch, batch_num=steps, cur_epoch_num=initial_epoch,
-            cur_step_num=initial_epoch * (per_call if dataset_sink_mode else steps), net_outputs=None,
+            cur_step_num=start_step, net_outputs=None,
             dataset_sink_mode=dataset_sink_mode, sink_size=per_call, train_dataset=train_dataset,
             parallel_mode=_context.current_parallel().parallel_mode, device_number=len(program.plan.devices),
             mode="train", list_callback=callbacks)
-        callback_list = CallbackList(callbacks)
+        from graphpar.train.callback._progress import with_progress_bar
+
+        callback_list = CallbackList(with_progress_bar(callbacks))  # a live bar when stdout is a terminal
         run_context = RunContext(cb)
         callback_list.on_train_begin(run_context)
-        stream = feeder.forever(initial_epoch) if dataset_sink_mode and sink_size != -1 else None
+        stream = None
+        if dataset_sink_mode and sink_size != -1:
+            stream = (feeder.forever(start_step // steps, start_step % steps) if progress is not None
+                      else feeder.forever(initial_epoch))
         for ep in range(initial_epoch, epoch):
             cb.cur_epoch_num = ep + 1
             callback_list.on_train_epoch_begin(run_context)
@@ -121,7 +137,7 @@ class Model:
                 cb.net_outputs = losses[-1]
                 callback_list.on_train_step_end(run_context)
             else:
-                for batch in feeder.epoch(ep):
+                for batch in feeder.epoch(ep, skip if ep == initial_epoch else 0):
                     cb.train_dataset_element = batch
                     callback_list.on_train_step_begin(run_context)
                     cb.net_outputs = program.run_step(batch)
@@ -133,6 +149,23 @@ class Model:
             if run_context.get_stop_requested():
                 break
         callback_list.on_train_end(run_context)
+        if not run_context.get_stop_requested():
+            from graphpar.checkpoint.resume import training_finished
+
+            training_finished()
+
+    def _resume(self, resume: Any, callbacks: Any, steps: int) -> dict | None:
+        """Restore the train network from the checkpoint to resume from (if any); its training progress."""
+        from graphpar.checkpoint import resume as resuming
+
+        path = resuming.choose(resume, callbacks)
+        if path is None:
+            return None
+        progress = resuming.restore(self._train_network, path)
+        if progress["batch_num"] != steps:
+            notice_once(f"resume-steps:{path}", f"resume: {path} was saved with {progress['batch_num']} steps per "
+                        f"epoch, this dataset gives {steps}; the data position is mapped by step count")
+        return progress
 
     # --- evaluation and prediction -----------------------------------------------------------------------------
     def eval(self, valid_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.dims import DimSpec, rule_for, shapes_of
@@ -15,6 +16,7 @@ class PlanContext:
     mode: str  # ParallelMode value
     search_mode: str = "sharding_propagation"
     input_specs: dict[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
+    strategy_file: Any = None  # parallel.strategy_file.StrategyFile to force (strategy_ckpt_config load_file)
     _dims: dict[int, DimSpec | None] = field(default_factory=dict)
 
     def dims(self, node: Node, graph: Graph) -> DimSpec | None:

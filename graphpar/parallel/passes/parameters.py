@@ -4,10 +4,10 @@ Reads: node strategies. Adds: ``graph.meta["value_specs"]`` (storage layout of e
 ``graph.meta["param_conflicts"]`` (one report per Parameter whose consumers want different layouts).
 
 A Parameter read by several nodes that want different layouts is stored in the layout that minimizes the bytes
-redistributed to all of them, and the choice is reported (warning, begin dump). If two *user-hinted* ops demand
-different layouts of one Parameter, that is MindSpore's "strategies of a shared parameter must agree" error: a
-:class:`~graphpar.errors.StrategyError` names both ops, their strategies and what would be valid. Non-trainable
-state (BatchNorm statistics, keys, constants) is stored replicated and sliced where read.
+redistributed to all of them, and the choice is reported (begin dump; a warning too when it costs any bytes). If
+two *user-hinted* ops demand different layouts of one Parameter, that is MindSpore's "strategies of a shared
+parameter must agree" error: a :class:`~graphpar.errors.StrategyError` names both ops, their strategies and what
+would be valid. Non-trainable state (BatchNorm statistics, keys, constants) is stored replicated and sliced where read.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
         report = {"parameter": value.name, "chosen": best, "cost_bytes": cost(best),
                   "wanted": [(n.instance_name, n.id, s) for n, _, s in wants]}
         conflicts.append(report)
+        if not cost(best):
+            continue  # slicing a replicated value costs nothing: recorded for the dump, not worth a warning
         notice_once(f"param-conflict:{value.name}", f"Parameter '{value.name}' is read by "
                     f"{', '.join(n.instance_name for n, _, _ in wants)} in different layouts; it is stored as "
                     f"{best} and redistributed for the others ({cost(best):g} bytes per device per step)")

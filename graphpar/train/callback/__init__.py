@@ -5,4 +5,7 @@ from graphpar.train.callback._callback import CallbackList as CallbackList
 from graphpar.train.callback._callback import InternalCallbackParam as InternalCallbackParam
 from graphpar.train.callback._callback import RunContext as RunContext
 from graphpar.train.callback._loss_monitor import LossMonitor as LossMonitor
+from graphpar.train.callback._progress import ProgressBar as ProgressBar
 from graphpar.train.callback._time_monitor import TimeMonitor as TimeMonitor
+from graphpar.checkpoint.callback import CheckpointConfig as CheckpointConfig  # noqa: E402 (after Callback)
+from graphpar.checkpoint.callback import ModelCheckpoint as ModelCheckpoint  # noqa: E402

@@ -1,0 +1,235 @@
+"""Writing and reading checkpoint directories with orbax, and committing them with the manifest.
+
+Saving (:func:`write`): every process calls it with the same arguments; orbax writes, in parallel, the shards each
+process owns (one copy of each replicated shard), into a temporary directory it renames on commit. Then process 0
+writes the manifest (``graphpar.json``, :mod:`graphpar.checkpoint.manifest`) and runs the caller's ``on_commit``
+(retention, recovery record). With ``async_save`` the device-to-host copy happens before :func:`write` returns and
+the rest runs on a background thread; the next save, a load, or interpreter exit waits for it, as MindSpore's
+``asyn_save_ckpt`` thread is waited for.
+
+Reading (:func:`read_arrays`): the named arrays of some groups, as numpy arrays on every process, after the manifest
+has verified every file. A multi-process job places them afterwards (the train step puts each value where its plan
+wants it).
+
+The orbax tree is ``{"network": {name: array}, "optimizer": {path: array}, "append": {name: array}}``; with
+``integrated_save=False`` each array is the stack of the ranks' slices (:mod:`graphpar.checkpoint.slices`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from graphpar.checkpoint import manifest
+from graphpar.checkpoint.entries import Entry
+from graphpar.checkpoint.errors import CheckpointError
+from graphpar.checkpoint.slices import global_rank, rank_devices, stack_rows
+
+TMP_MARKER = ".orbax-checkpoint-tmp"
+_lock = threading.Lock()
+_checkpointer: Any = None
+_pending: "PendingSave | None" = None
+_barriers = iter(range(1 << 62))
+
+
+def _orbax() -> Any:
+    global _checkpointer
+    if _checkpointer is None:
+        import orbax.checkpoint as ocp
+
+        _checkpointer = ocp.AsyncCheckpointer(ocp.PyTreeCheckpointHandler())
+        atexit.register(wait_for_saves)
+    return _checkpointer
+
+
+@dataclass
+class PendingSave:
+    """A save whose files may still be being written (``async_save``); ``wait()`` returns when it is committed."""
+
+    path: str
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0  # from the call to the commit
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise CheckpointError(self.path, f"saving failed: {error}") from error
+
+
+def wait_for_saves() -> None:
+    """Block until the last asynchronous save is committed (raises its error, if it failed)."""
+    global _pending
+    pending, _pending = _pending, None
+    if pending is not None:
+        pending.wait()
+
+
+def barrier(name: str) -> None:
+    """Every process waits here (a no-op in a single-process job)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"graphpar_checkpoint_{name}_{next(_barriers)}")
+
+
+def broadcast_text(text: str) -> str:
+    """Process 0's ``text`` on every process (a no-op in a single-process job)."""
+    if jax.process_count() == 1:
+        return text
+    from jax.experimental import multihost_utils
+
+    raw = text.encode()
+    length = int(multihost_utils.broadcast_one_to_all(np.int32(len(raw))))
+    buffer = np.zeros(length, np.uint8)
+    if jax.process_index() == 0:
+        buffer[:] = np.frombuffer(raw, np.uint8)
+    return bytes(np.asarray(multihost_utils.broadcast_one_to_all(buffer), np.uint8)).decode()
+
+
+def agree_on_path(path: str, what: str) -> str:
+    """Process 0's ``path`` on every process. A collective save has one directory; MindSpore scripts often give
+    every rank its own (``./ckpt_of_rank_/{rank}``), so a differing path is noted once and process 0's is used."""
+    if jax.process_count() == 1:
+        return path
+    from graphpar._logging import notice_once
+
+    chosen = broadcast_text(os.path.abspath(path))
+    if chosen != os.path.abspath(path):
+        notice_once(f"ckpt-path:{path}", f"{what}: this process was given {path} but process 0 {chosen}; a graphpar "
+                    "checkpoint is written by all processes together, into process 0's directory (every process "
+                    "writes the shards it holds)")
+    return chosen
+
+
+def _sharding_text(value: Any) -> dict | None:
+    sharding = getattr(value, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or not hasattr(sharding, "spec"):
+        return None
+    spec = [None if p is None else (list(p) if isinstance(p, tuple) else [p]) for p in sharding.spec]
+    return {"mesh": {"axis_names": list(mesh.axis_names), "axis_sizes": [int(s) for s in mesh.devices.shape]},
+            "spec": spec}
+
+
+def _storable(value: Any) -> Any:
+    """What orbax is given for ``value``: global jax.Arrays as they are; numpy for host values and (in a
+    multi-process job) for arrays that only this process holds, which process 0 then writes."""
+    if isinstance(value, jax.Array):
+        if jax.process_count() > 1 and value.is_fully_addressable:
+            return np.asarray(value)
+        return value
+    return np.asarray(value)
+
+
+def _layout(entries: Sequence[Entry], integrated: bool,
+            row_ranks: list[int] | None) -> tuple[dict, list[dict], list[int] | None]:
+    tree: dict[str, dict[str, Any]] = {}
+    records = []
+    devices = None if integrated or row_ranks is not None else rank_devices([e.value for e in entries])
+    for entry in entries:
+        shape = entry.global_shape if entry.slices is not None else tuple(np.shape(entry.value))
+        record = {"name": entry.name, "group": entry.group, "shape": list(shape),
+                  "dtype": np.dtype(entry.value.dtype).name}
+        if entry.group == "network":
+            record["trainable"] = bool(entry.trainable)
+        if integrated:
+            stored = _storable(entry.value)
+            record["sharding"] = _sharding_text(entry.value)
+        elif entry.slices is not None:
+            stored, record["slices"] = np.asarray(entry.value), entry.slices
+        else:
+            stored, record["slices"] = stack_rows(entry.value, devices, entry.name)
+        tree.setdefault(entry.group, {})[entry.name] = stored
+        records.append(record)
+    ranks = row_ranks if row_ranks is not None else None if devices is None else [global_rank(d) for d in devices]
+    return tree, records, ranks
+
+
+def write(path: str, entries: Sequence[Entry], *, integrated: bool = True, async_save: bool = False,
+          extra: dict[str, Any] | None = None, on_commit: Callable[[], None] | None = None,
+          row_ranks: list[int] | None = None) -> PendingSave:
+    """Save ``entries`` as the checkpoint directory ``path`` (replacing one of that name). Collective: every process
+    calls it. Returns the pending save (already committed unless ``async_save``). ``row_ranks``: the ranks of the rows
+    of entries that come as rows already (``Entry.slices``)."""
+    global _pending
+    wait_for_saves()
+    if not entries:
+        raise CheckpointError(path, "nothing to save (no Parameters or arrays were given)")
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    started = time.perf_counter()
+    import orbax.checkpoint as ocp
+
+    tree, records, ranks = _layout(entries, integrated, row_ranks)
+    body = {"layout": "integrated" if integrated else "sliced", "entries": records,
+            "process_count": jax.process_count(), "device_count": jax.device_count(), **(extra or {})}
+    if ranks is not None:
+        body["ranks"] = ranks
+    checkpointer = _orbax()
+    with _lock:
+        checkpointer.save(path, args=ocp.args.PyTreeSave(tree), force=True)
+    pending = PendingSave(path)
+
+    def commit() -> None:
+        try:
+            checkpointer.wait_until_finished()
+            if jax.process_index() == 0:
+                manifest.write(path, {**body, "saved_at": time.time(), "files": manifest.file_checksums(path)})
+                if on_commit is not None:
+                    on_commit()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by wait()
+            pending.error = exc
+        finally:
+            pending.seconds = time.perf_counter() - started
+
+    if async_save:
+        pending.thread = threading.Thread(target=commit, name="graphpar-async-save", daemon=False)
+        pending.thread.start()
+        _pending = pending
+    else:
+        commit()
+        barrier("commit")
+        pending.wait()
+    return pending
+
+
+def read_manifest(path: str, verify: bool = True) -> dict[str, Any]:
+    """The manifest of checkpoint ``path`` (waiting for a save of it in flight), its files verified."""
+    if _pending is not None and os.path.abspath(_pending.path) == os.path.abspath(path):
+        wait_for_saves()
+    body = manifest.read(path)
+    if verify:
+        manifest.verify(path, body)
+    return body
+
+
+def read_arrays(path: str, body: dict[str, Any], groups: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+    """``{group: {name: numpy array}}`` of the entries of ``groups`` (stacked rows for a sliced checkpoint)."""
+    import orbax.checkpoint as ocp
+
+    wanted = [r for r in body["entries"] if r["group"] in groups]
+    if not wanted:
+        return {g: {} for g in groups}
+    item: dict[str, dict[str, Any]] = {}
+    for record in wanted:
+        item.setdefault(record["group"], {})[record["name"]] = 0
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+    try:
+        with _lock:
+            restored = _orbax().restore(path, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
+                                                                          partial_restore=True))
+    except Exception as exc:  # orbax/tensorstore raise many kinds; name the checkpoint
+        raise CheckpointError(path, f"orbax could not read it: {type(exc).__name__}: {exc}",
+                              "The checkpoint may be damaged; load an earlier one") from exc
+    return {g: {n: np.asarray(v) for n, v in restored.get(g, {}).items()} for g in groups}

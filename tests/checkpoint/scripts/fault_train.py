@@ -1,0 +1,96 @@
+"""The quickstart network trained 30 steps (3 epochs of 10, shuffled, sharded over all ranks) with a checkpoint
+every 5 steps; used by the recovery tests (not a test itself).
+
+Usage: fault_train.py OUT_DIR KILL_STEP [async]
+  On the first attempt (no OUT_DIR/killed marker yet) the process holding the last rank writes the marker and
+  SIGKILLs itself at the start of step KILL_STEP (0: never). A restarted job rolls back by itself to the newest
+  complete checkpoint. At the end process 0 writes OUT_DIR/final.npz (the parameters); LossMonitor prints the steps.
+  Without a kill step the run also saves and reloads a sliced checkpoint (integrated_save=False) and prints
+  ``SLICED OK process <i>`` on each process.
+"""
+
+import os
+import signal
+import sys
+
+import numpy as np
+
+import graphpar as ms
+import graphpar.dataset as ds
+from graphpar import Parameter, Tensor, nn, ops
+from graphpar.communication import get_group_size, get_rank, init
+from graphpar.train import Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint
+
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.weight = Parameter(Tensor(rng.normal(size=(32, 16)).astype(np.float32) * 0.1), "w")
+        self.weight2 = Parameter(Tensor(rng.normal(size=(16, 16)).astype(np.float32) * 0.1), "w2")
+        self.matmul = ops.MatMul().shard(((2, 4), (4, 1)))
+        self.relu = ops.ReLU()
+        self.matmul2 = ops.MatMul()
+
+    def construct(self, x):
+        return self.matmul2(self.relu(self.matmul(x, self.weight)), self.weight2)
+
+
+class Rows:
+    def __init__(self, n):
+        rng = np.random.default_rng(1)
+        self.x = rng.normal(size=(n, 32)).astype(np.float32)
+        self.y = rng.normal(size=(n, 16)).astype(np.float32)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+    def __len__(self):
+        return len(self.x)
+
+
+class KillAt(Callback):
+    def __init__(self, step, marker):
+        self.step, self.marker = step, marker
+
+    def step_begin(self, run_context):
+        if run_context.original_args().cur_step_num + 1 == self.step:
+            print(f"KILLING process holding rank {get_rank()} at step {self.step}", flush=True)
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main():
+    out, kill_step = sys.argv[1], int(sys.argv[2])
+    async_save = len(sys.argv) > 3 and sys.argv[3] == "async"
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.AUTO_PARALLEL, search_mode="sharding_propagation")
+    ds.config.set_seed(5)
+    world = get_group_size()
+    data = ds.GeneratorDataset(Rows(world * 2 * 10), ["x", "y"], shuffle=True, num_shards=world,
+                               shard_id=get_rank()).batch(2, drop_remainder=True)
+    net = Net()
+    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+    config = CheckpointConfig(save_checkpoint_steps=5, keep_checkpoint_max=3, async_save=async_save)
+    # the seeds' recovery setup: one directory per rank; graphpar writes one checkpoint into process 0's
+    callbacks = [ModelCheckpoint("fault", os.path.join(out, "ckpt_of_rank_", str(get_rank())), config),
+                 LossMonitor()]
+    last_process = ms.communication.get_process_index() == ms.communication.get_process_count() - 1
+    marker = os.path.join(out, "killed")
+    if kill_step and last_process and not os.path.exists(marker):
+        callbacks.insert(0, KillAt(kill_step, marker))
+    model.train(3, data, callbacks=callbacks)
+    values = {p.name: p.asnumpy() for p in net.get_parameters()}
+    if ms.communication.get_process_index() == 0:
+        np.savez(os.path.join(out, "final.npz"), **values)
+    if not kill_step:  # sliced save by both processes, merged on load
+        ms.save_checkpoint(net, os.path.join(out, "sliced"), integrated_save=False)
+        loaded = ms.load_checkpoint(os.path.join(out, "sliced.ckpt"))
+        same = all(np.array_equal(loaded[k].asnumpy(), v) for k, v in values.items())
+        print(f"SLICED {'OK' if same else 'MISMATCH'} process {ms.communication.get_process_index()}", flush=True)
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()
