@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from graphpar import _context
 from graphpar._logging import notice_once
@@ -21,6 +20,37 @@ from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
 from graphpar.train.feeding import BatchFeeder, stack_steps
 from graphpar.train.metrics import get_metrics
+
+
+class _OneDevice:
+    """Where a custom training Cell runs: one device, one batch per step."""
+
+    draws, first_rank = 1, 0
+
+    def __init__(self) -> None:
+        import jax
+
+        self.devices = jax.local_devices()[:1]
+
+
+class EagerTrainProgram:
+    """A user's own training Cell (``Model(train_cell)``), called once per step as MindSpore calls it. It runs as
+    written, on one device; wrap a loss network in ``nn.TrainOneStepCell`` for the compiled, parallel step."""
+
+    def __init__(self, cell: Cell):
+        notice_once("eager-train-cell", f"Model.train runs the custom training Cell {type(cell).__name__} as "
+                    "written, step by step on one device; nn.TrainOneStepCell(loss_net, optimizer) gives the "
+                    "compiled parallel step")
+        self.cell = cell
+        self.plan = _OneDevice()
+
+    def run_step(self, inputs: Any) -> Any:
+        return self.cell(*inputs)
+
+    def run_steps(self, stacked: Any) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.stack([jnp.asarray(self.cell(*[x[i] for x in stacked])) for i in range(len(stacked[0]))])
 
 
 class Model:
@@ -45,7 +75,13 @@ class Model:
         self._loss_fn = loss_fn
         self._optimizer = optimizer
         self._metrics = get_metrics(metrics)
-        self._train_network = self._build_train_network() if optimizer is not None else None
+        if optimizer is not None:
+            self._train_network = self._build_train_network()
+        elif loss_fn is None:
+            # MindSpore: without a loss and an optimizer, the network is the training network (a custom train cell)
+            self._train_network = network
+        else:
+            self._train_network = None
         if eval_network is not None:
             self._eval_network = eval_network
         elif loss_fn is not None:
@@ -89,13 +125,15 @@ class Model:
         continue where it was saved. A restarted job (``graphpar launch --max-restarts``, ``MS_ENABLE_RECOVERY``)
         resumes by itself. See docs/checkpoints.md."""
         if self._train_network is None:
-            raise ValueError("Model.train needs an optimizer: Model(network, loss_fn, optimizer)")
+            raise ValueError("Model.train needs an optimizer: Model(network, loss_fn, optimizer), or a training "
+                             "Cell that returns the loss: Model(train_cell)")
         if not isinstance(epoch, int) or epoch < 1:
             raise ValueError(f"Model.train(epoch): expected an int >= 1, got {epoch!r}")
         if not isinstance(sink_size, int) or sink_size == 0 or sink_size < -1:
             raise ValueError(f"Model.train(sink_size): expected -1 or a positive int, got {sink_size!r}")
         self._train_network.set_train(True)
-        program = self._train_network.program
+        program = (self._train_network.program if isinstance(self._train_network, TrainOneStepCell)
+                   else EagerTrainProgram(self._train_network))
         feeder = self._feeder(train_dataset, program.plan)
         steps = feeder.steps_per_epoch()
         if steps < 1:

@@ -69,3 +69,32 @@ def test_functional_value_and_grad_with_aux():
     (loss2, _), _ = grad_fn(x, y)
     assert float(loss2) < float(loss)
     assert all(isinstance(p.get_raw_value(), type(p.get_raw_value())) for p in opt.parameters)
+
+
+def test_model_trains_a_custom_train_cell():
+    from graphpar.train import LossMonitor, Model
+    from tests.train.helpers import array_dataset
+
+    class MyTrain(nn.Cell):
+        def __init__(self, network, optimizer):
+            super().__init__(auto_prefix=False)
+            self.network, self.optimizer = network, optimizer
+            self.weights = ParameterTuple(network.trainable_params())
+            self.grad = ops.GradOperation(get_by_list=True)
+
+        def construct(self, *inputs):
+            loss = self.network(*inputs)
+            self.optimizer(self.grad(self.network, self.weights)(*inputs))
+            return loss
+
+    x, y = regression_data(64)
+    net = nn.WithLossCell(MLP(), nn.MSELoss())
+    model = Model(MyTrain(net, nn.Momentum(net.trainable_params(), 0.05, 0.9)))
+    losses = []
+
+    class Keep(LossMonitor):
+        def step_end(self, rc):
+            losses.append(float(np.mean(np.asarray(rc.original_args().net_outputs))))
+
+    model.train(2, array_dataset(x, y, batch_size=16), callbacks=[Keep()])
+    assert len(losses) == 8 and losses[-1] < losses[0]
