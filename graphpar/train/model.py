@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.compile.forward import ForwardProgram
