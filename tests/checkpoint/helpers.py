@@ -6,6 +6,7 @@ import graphpar as ms
 import graphpar.dataset as ds
 from graphpar import Parameter, Tensor, nn, ops
 from graphpar.train import Callback
+from tests.train.helpers import ArraySource as Arrays  # noqa: F401  (used here and by the tests)
 
 
 def rand(*shape, seed=0):
@@ -41,17 +42,6 @@ class DropoutMLP(nn.Cell):
 
     def construct(self, x):
         return self.fc2(self.drop(self.fc1(x)))
-
-
-class Arrays:
-    def __init__(self, *arrays):
-        self.arrays = arrays
-
-    def __getitem__(self, i):
-        return tuple(a[i] for a in self.arrays)
-
-    def __len__(self):
-        return len(self.arrays[0])
 
 
 def shuffled_dataset(n=96, batch=8, seed=7):
