@@ -8,6 +8,22 @@ from graphpar import ParameterTuple, nn, ops
 from tests.train.helpers import MLP, regression_data
 
 
+class MyTrain(nn.Cell):
+    """A MindSpore-style custom training cell: GradOperation for the gradients, the optimizer called on them."""
+
+    def __init__(self, network, optimizer):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.optimizer = optimizer
+        self.weights = ParameterTuple(network.trainable_params())
+        self.grad = ops.GradOperation(get_by_list=True)
+
+    def construct(self, *inputs):
+        loss = self.network(*inputs)
+        self.optimizer(self.grad(self.network, self.weights)(*inputs))
+        return loss
+
+
 def test_grad_operation_by_list_matches_train_one_step_cell():
     x, y = regression_data(16)
     net = nn.WithLossCell(MLP(), nn.MSELoss())
@@ -32,19 +48,6 @@ def test_grad_operation_inputs_and_sens():
 
 
 def test_custom_train_cell_with_grad_operation_and_optimizer_call():
-    class MyTrain(nn.Cell):
-        def __init__(self, network, optimizer):
-            super().__init__(auto_prefix=False)
-            self.network = network
-            self.optimizer = optimizer
-            self.weights = ParameterTuple(network.trainable_params())
-            self.grad = ops.GradOperation(get_by_list=True)
-
-        def construct(self, *inputs):
-            loss = self.network(*inputs)
-            self.optimizer(self.grad(self.network, self.weights)(*inputs))
-            return loss
-
     x, y = regression_data(16)
     net = nn.WithLossCell(MLP(), nn.MSELoss())
     step = MyTrain(net, nn.Momentum(net.trainable_params(), 0.05, 0.9))
@@ -74,18 +77,6 @@ def test_functional_value_and_grad_with_aux():
 def test_model_trains_a_custom_train_cell():
     from graphpar.train import LossMonitor, Model
     from tests.train.helpers import array_dataset
-
-    class MyTrain(nn.Cell):
-        def __init__(self, network, optimizer):
-            super().__init__(auto_prefix=False)
-            self.network, self.optimizer = network, optimizer
-            self.weights = ParameterTuple(network.trainable_params())
-            self.grad = ops.GradOperation(get_by_list=True)
-
-        def construct(self, *inputs):
-            loss = self.network(*inputs)
-            self.optimizer(self.grad(self.network, self.weights)(*inputs))
-            return loss
 
     x, y = regression_data(64)
     net = nn.WithLossCell(MLP(), nn.MSELoss())
