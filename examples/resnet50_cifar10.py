@@ -1,6 +1,7 @@
 """Seeds 000/001/003 (ResNet-50 on CIFAR-10, data or auto parallel) ported to graphpar.
 
-The training code is the tutorials': their ``create_dataset``, their ``SoftmaxCrossEntropyExpand``,
+The training code is the tutorials': their ``create_dataset``, their ``SoftmaxCrossEntropyExpand`` (kept
+verbatim in ``graphpar.models``),
 ``resnet50(batch_size, num_classes)``, ``Momentum(0.01, 0.9)``, 10 epochs in sink mode with ``LossMonitor``. The
 changes: the imports (``graphpar`` for ``mindspore``), ``init()`` without a backend name, and command-line options
 for what the tutorials hard-code (parallel mode, image size, architecture, epoch length) so it also runs on a CPU.
@@ -25,11 +26,9 @@ import graphpar.dataset as ds  # noqa: E402
 import graphpar.dataset.transforms as transforms  # noqa: E402
 import graphpar.dataset.vision as vision  # noqa: E402
 import graphpar.nn as nn  # noqa: E402
-import graphpar.ops as ops  # noqa: E402
-from graphpar import Tensor, train  # noqa: E402
-from graphpar import dtype as mstype  # noqa: E402
+from graphpar import train  # noqa: E402
 from graphpar.communication import get_group_size, get_rank, init  # noqa: E402
-from graphpar.models import resnet18, resnet50  # noqa: E402
+from graphpar.models import SoftmaxCrossEntropyExpand, resnet18, resnet50  # noqa: E402
 
 
 def create_dataset(data_path, repeat_num=1, batch_size=32, image_size=224):
@@ -70,41 +69,6 @@ def create_dataset(data_path, repeat_num=1, batch_size=32, image_size=224):
     data_set = data_set.repeat(repeat_num)
 
     return data_set
-
-
-class SoftmaxCrossEntropyExpand(nn.Cell):
-    """The tutorials' loss, unchanged (also available as graphpar.models.SoftmaxCrossEntropyExpand)."""
-
-    def __init__(self, sparse=False):
-        super(SoftmaxCrossEntropyExpand, self).__init__()
-        self.exp = ops.Exp()
-        self.sum = ops.ReduceSum(keep_dims=True)
-        self.onehot = ops.OneHot()
-        self.on_value = Tensor(1.0, mstype.float32)
-        self.off_value = Tensor(0.0, mstype.float32)
-        self.div = ops.RealDiv()
-        self.log = ops.Log()
-        self.sum_cross_entropy = ops.ReduceSum(keep_dims=False)
-        self.mul = ops.Mul()
-        self.mul2 = ops.Mul()
-        self.mean = ops.ReduceMean(keep_dims=False)
-        self.sparse = sparse
-        self.max = ops.ReduceMax(keep_dims=True)
-        self.sub = ops.Sub()
-
-    def construct(self, logit, label):
-        logit_max = self.max(logit, -1)
-        exp = self.exp(self.sub(logit, logit_max))
-        exp_sum = self.sum(exp, -1)
-        softmax_result = self.div(exp, exp_sum)
-        if self.sparse:
-            label = self.onehot(label, ops.shape(logit)[1], self.on_value, self.off_value)
-        softmax_result_log = self.log(softmax_result)
-        loss = self.sum_cross_entropy((self.mul(softmax_result_log, label)), -1)
-        loss = self.mul2(ops.scalar_to_array(-1.0), loss)
-        loss = self.mean(loss, -1)
-
-        return loss
 
 
 def train_resnet_with_cifar10(args):
