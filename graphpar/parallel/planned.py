@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
+from graphpar import _context
 from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
 from graphpar.compile.graph_trace import trace_network
@@ -29,6 +30,7 @@ from graphpar.parallel import strategy_file
 from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.pipeline import run_pipeline
+from graphpar.parallel.search.settings import search_settings
 from graphpar.parallel.strategy import MeshInfo, Spec, strategy_text, to_partition_spec
 
 
@@ -108,10 +110,6 @@ class PlannedPlan(ExecutionPlan):
         self.draws = self._n if self.pynative else len(local)
         self.first_rank = 0 if self.pynative else local[0]
         self.info: MeshInfo | None = None
-        if pctx.parallel_mode == ParallelMode.AUTO_PARALLEL and pctx.search_mode != "sharding_propagation":
-            notice_once("search-mode", f"AUTO_PARALLEL with search_mode={pctx.search_mode!r}: graphpar has no "
-                        "cost-model search yet; ops without a shard() strategy get data parallel (as "
-                        "SEMI_AUTO_PARALLEL)")
         if pctx.parallel_mode == ParallelMode.HYBRID_PARALLEL:
             notice_once("hybrid", "HYBRID_PARALLEL is planned as SEMI_AUTO_PARALLEL (hinted ops keep their "
                         "strategies, the others get data parallel)")
@@ -137,6 +135,8 @@ class PlannedPlan(ExecutionPlan):
         ctx = PlanContext(info, self.pctx.parallel_mode, self.pctx.search_mode)
         ctx.input_specs = dataset_specs(graph, info, self.pctx.dataset_strategy)
         ctx.strategy_file = strategy_file.for_plan(self.pctx)
+        ctx.search = search_settings(self.pctx.parallel_mode, self.pctx.search_mode,
+                                     _context.current().max_device_memory, self.devices[0].platform)
         graph = run_pipeline(graph, ctx)
         graph.meta.update(mesh=info, purpose=purpose)
         from graphpar.dump.writer import maybe_dump_begin

@@ -1,0 +1,147 @@
+"""Pass ``search``: AUTO_PARALLEL's cost-model search (search_mode "recursive_programming" / "dynamic_programming").
+
+Reads: the strategies already decided (``shard()`` hints and a loaded strategy file ran first: they are constraints,
+each such node has exactly its strategy as candidate), rules, shapes, the dataset layouts, ``ctx.search``
+(:class:`~.settings.SearchSettings`: memory budget, hardware). Adds: a strategy on every undecided node with
+provenance ``searched``, and ``graph.meta["search"]``: per node the chosen strategy's cost breakdown and the best
+two alternatives with theirs (each priced with every other op as planned), plus the problem's size and timings.
+
+Both MindSpore search modes run the same search here: an exact ILP (:mod:`.ilp`) over candidates (:mod:`.candidates`)
+with repeated layers sharing one solution (:mod:`.layers`). MindSpore's recursive_programming wants a power-of-two
+device count; this search takes any mesh. Errors: :class:`~.settings.MemoryBudgetError` when no plan fits the
+budget, naming the smallest need found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from graphpar.ir.graph import Graph, Node, Provenance
+from graphpar.parallel.passes.context import PlanContext
+from graphpar.parallel.search.costs import Cost
+from graphpar.parallel.search.ilp import Solution, solve_ilp
+from graphpar.parallel.search.problem import Pricer, Problem, build_problem, describe
+from graphpar.parallel.search.settings import MemoryBudgetError, SearchSettings
+from graphpar.parallel.strategy import NodeStrategy
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A strategy of one op and what it costs in the plan (this op's collectives and compute, and the
+    redistributions on its edges with every neighbour as planned)."""
+
+    strategy: tuple[tuple[int, ...], ...]
+    cost: Cost
+    time: float
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    chosen: Choice
+    alternatives: tuple[Choice, ...]
+
+
+def _min_memory(problem: Problem) -> tuple[float, list[str]]:
+    need, parts = 0.0, []
+    for g, var in enumerate(problem.variables):
+        mem = problem.memory(g)
+        if not len(mem):
+            continue
+        need += float(mem.min())
+        if var.nodes:
+            node = problem.graph.nodes[var.nodes[0]]
+            parts.append((float(mem.min()), f"{node.instance_name} ({node.scope})"))
+    parts.sort(key=lambda p: -p[0])
+    return need, [f"{name} {m / 1024 ** 2:.3g}MB" for m, name in parts[:3]]
+
+
+def _local_cost(node: Node, strategy: NodeStrategy, var: int, index: int, graph: Graph, ctx: PlanContext,
+                pricer: Pricer, chosen: dict[int, NodeStrategy], storage: dict[int, tuple]) -> Cost:
+    cost = pricer.op(var, node, index, strategy)
+    for k, vid in enumerate(node.inputs):
+        value = graph.values[vid]
+        if not value.is_array or not value.shape:
+            continue
+        if value.producer is not None:
+            producer = graph.nodes[value.producer]
+            src = chosen[producer.id].output_spec(producer.outputs.index(vid))
+        else:
+            src = storage.get(vid, ctx.input_specs.get(vid, tuple(() for _ in value.shape)))
+            if value.kind == "param" and vid not in storage:
+                continue  # stored as this op reads it
+        cost = cost + pricer.redistribution(vid, src, strategy.input_spec(k))
+    for j, vid in enumerate(node.outputs):
+        if not graph.values[vid].is_array:
+            continue
+        for consumer, k in graph.consumers(vid):
+            if consumer.id != node.id:
+                cost = cost + pricer.redistribution(vid, strategy.output_spec(j), chosen[consumer.id].input_spec(k))
+    return cost
+
+
+def _records(problem: Problem, solution: Solution, ctx: PlanContext, pricer: Pricer,
+             chosen: dict[int, NodeStrategy], storage: dict[int, tuple]) -> dict[int, SearchRecord]:
+    graph, hw = problem.graph, problem.hw
+    out = {}
+    for g, var in enumerate(problem.variables):
+        if var.param is not None or var.choices.fixed:
+            continue
+        for nid in var.nodes:
+            node = graph.nodes[nid]
+            priced = []
+            for i, s in enumerate(var.choices.strategies):
+                c = _local_cost(node, s, g, i, graph, ctx, pricer, chosen, storage)
+                priced.append((c.time(hw), i, c))
+            best = sorted(priced, key=lambda p: (p[0], p[1]))
+            mine = next(p for p in priced if p[1] == solution.choice[g])
+            alts = [p for p in best if p[1] != solution.choice[g]][:2]
+            out[nid] = SearchRecord(
+                Choice(var.choices.strategies[mine[1]].in_strategy(), mine[2], mine[0]),
+                tuple(Choice(var.choices.strategies[i].in_strategy(), c, t) for t, i, c in alts))
+    return out
+
+
+def search(graph: Graph, ctx: PlanContext) -> Graph:
+    settings: SearchSettings = ctx.search if ctx.search is not None else SearchSettings()
+    started = time.perf_counter()
+    pricer = Pricer(graph, ctx)
+    problem = build_problem(graph, ctx, settings.hardware, pricer)
+    built = time.perf_counter()
+    if settings.memory_budget is not None:
+        need, largest = _min_memory(problem)
+        if need > settings.memory_budget:
+            raise MemoryBudgetError(settings.memory_budget, need, largest)
+    solution = solve_ilp(problem, settings.memory_budget, settings.time_limit)
+    solved = time.perf_counter()
+    chosen: dict[int, NodeStrategy] = {}
+    storage: dict[int, tuple] = {}
+    for g, var in enumerate(problem.variables):
+        if var.param is not None:
+            storage[var.param] = var.layouts[solution.choice[g]]
+            continue
+        for nid in var.nodes:
+            chosen[nid] = var.strategy(solution.choice[g])
+    updates = {}
+    tied = {nid: len(var.nodes) for var in problem.variables for nid in var.nodes}
+    for node in graph.node_list():
+        g = problem.var_of[node.id]
+        var = problem.variables[g]
+        if node.strategy is not None:
+            continue
+        if var.choices.fixed:
+            updates[node.id] = {"strategy": chosen[node.id], "provenance": var.choices.provenance}
+            continue
+        detail = f"{ctx.search_mode}, {solution.method}" + (
+            f", shared by {tied[node.id]} copies of its layer" if tied[node.id] > 1 else "")
+        updates[node.id] = {"strategy": chosen[node.id], "provenance": Provenance("searched", detail=detail)}
+    records = _records(problem, solution, ctx, pricer, chosen, storage)
+    out = graph.with_annotations(updates)
+    meta = dict(out.meta)
+    meta["search"] = {
+        "records": records, "objective_s": solution.objective, "optimal": solution.optimal, "gap": solution.gap,
+        "memory_bytes": problem.memory_of(solution.choice), "budget": settings.memory_budget,
+        "problem": describe(problem), "build_s": built - started, "solve_s": solved - built,
+        "total_s": time.perf_counter() - started, "hardware": settings.hardware.name}
+    return dataclasses.replace(out, meta=meta)
