@@ -26,6 +26,28 @@ _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 
 _NODE = re.compile(r"([A-Za-z_][\w.\-]*)#(\d+)")
 
 
+def wire_bytes(kind: str, result_bytes: float, group_size: int) -> float:
+    """Bytes one device sends for a collective under ring algorithms: the project's unit of "collective bytes".
+
+    ``kind`` is the MindSpore spelling (AllReduce, AllGather, ReduceScatter, AlltoAll, CollectivePermute,
+    Broadcast), ``result_bytes`` the per-device result size R, ``group_size`` g: AllReduce 2(g-1)/g R, AllGather
+    (g-1)/g R, ReduceScatter (g-1) R (its input is g R), AlltoAll (g-1)/g R, CollectivePermute and Broadcast R;
+    a group of one moves nothing.
+    """
+    g = int(group_size)
+    if g <= 1:
+        return 0.0
+    if kind == "AllReduce":
+        return 2.0 * (g - 1) / g * result_bytes
+    if kind in ("AllGather", "AlltoAll"):
+        return (g - 1) / g * result_bytes
+    if kind == "ReduceScatter":
+        return float(g - 1) * result_bytes
+    if kind in ("CollectivePermute", "Broadcast"):
+        return float(result_bytes)
+    raise ValueError(f"wire_bytes: unknown collective kind {kind!r} (expected one of {sorted(set(_KINDS.values()))})")
+
+
 @dataclass
 class Collective:
     """One collective of the compiled program."""
