@@ -60,6 +60,11 @@ class Context:
     save_graphs: int = 0
     save_graphs_path: str = "ir_dumps"
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
+    # graphpar extension, set by `graphpar plan`: the first compiled step plans for this many virtual devices,
+    # prints the plan and ends the script (graphpar.parallel.search.planning)
+    plan_devices: int | None = None
+    plan_platform: str = "gpu"
+    plan_overrides: dict = field(default_factory=dict)  # parallel_mode / search_mode replacing the script's
 
 
 @dataclass

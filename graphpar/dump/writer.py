@@ -107,6 +107,9 @@ def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: li
                     f"wanted by " + ", ".join(f"{name} (node {nid}) as {spec_text(spec)}"
                                               for name, nid, spec in conflict["wanted"])
                     + f"; redistribution {conflict['cost_bytes']:g} B per device")
+    from graphpar.parallel.search.report import search_lines
+
+    body += search_lines(graph)
     written = []
     for rank in ranks:
         path = Path(directory) / f"rank_{rank}" / f"step_parallel_begin_{index:04d}.ir"

@@ -31,7 +31,7 @@ def _attr_text(node: Node) -> str:
     return repr(sorted((k, repr(v)) for k, v in node.attrs.items()))
 
 
-def _signature(prefix: str, nodes: list[Node], graph: Graph) -> tuple:
+def _signature(prefix: str, nodes: list[Node], graph: Graph, scoped: bool = True) -> tuple:
     local = {}
     outside: dict[int, int] = {}
     items = []
@@ -45,9 +45,32 @@ def _signature(prefix: str, nodes: list[Node], graph: Graph) -> tuple:
                 wiring.append(("x", outside.setdefault(vid, len(outside)), value.kind))
         local[node.id] = k
         shapes = tuple((graph.values[v].shape, str(graph.values[v].dtype)) for v in node.inputs + node.outputs)
-        items.append((node.kind, node.scope[len(prefix):], _attr_text(node), shapes, tuple(wiring),
+        items.append((node.kind, node.scope[len(prefix):] if scoped else _class_path(node.scope), _attr_text(node), shapes, tuple(wiring),
                       repr(node.hint), repr(node.out_hint), node.strategy is not None))
-    return (_class_of(prefix.rsplit("/", 1)[-1]), tuple(items))
+    return (_class_of(prefix.rsplit("/", 1)[-1]) if scoped else "", tuple(items))
+
+
+def _class_path(scope: str) -> str:
+    """A scope without the instance names (``layers-CellList/3-Block/attn-Attention`` -> ``CellList/Block/...``)."""
+    return "/".join(_class_of(p) for p in scope.split("/"))
+
+
+def _segments(copies: list[list[int]], graph: Graph) -> list[list[int]] | None:
+    """Widen copies that follow one another to the nodes between them (an activation Cell shared by every layer,
+    a residual add written in the parent's construct): copy i becomes every node from its first node up to the
+    first node of copy i+1; the last copy takes as many nodes. None when the widened copies do not all match."""
+    index = {nid: k for k, nid in enumerate(graph.order)}
+    starts = [index[c[0]] for c in copies]
+    if starts != sorted(starts):
+        return None
+    width = starts[1] - starts[0]
+    if any(b - a != width for a, b in zip(starts, starts[1:])) or starts[-1] + width > len(graph.order):
+        return None
+    segments = [graph.order[a:a + width] for a in starts]
+    if any(not set(c) <= set(seg) for c, seg in zip(copies, segments)):
+        return None
+    sigs = {_signature("", [graph.nodes[n] for n in seg], graph, scoped=False) for seg in segments}
+    return segments if len(sigs) == 1 else None
 
 
 def repeated_layers(graph: Graph) -> list[list[list[int]]]:
@@ -72,6 +95,7 @@ def repeated_layers(graph: Graph) -> list[list[list[int]]]:
             if len(prefixes) < 2:
                 continue
             tied.update(prefixes)
-            out.append([[n.id for n in members[p]] for p in prefixes])
+            copies = [[n.id for n in members[p]] for p in prefixes]
+            out.append(_segments(copies, graph) or copies)
     out.sort(key=lambda g: g[0][0])
     return out
