@@ -23,6 +23,10 @@ from graphpar.parallel.search.problem import Problem
 _SCALE = 1e6  # seconds -> microseconds: keeps HiGHS's absolute tolerances far below any real difference
 
 
+class Infeasible(Exception):
+    """No choice satisfies the constraints (the memory budget)."""
+
+
 @dataclass(frozen=True)
 class Solution:
     choice: list[int]
@@ -32,7 +36,10 @@ class Solution:
     method: str
 
 
-def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float = 120.0) -> Solution:
+def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float = 120.0,
+              minimize: str = "time") -> Solution:
+    """The optimal choice (``minimize="time"``: the objective; ``"memory"``: the smallest per-device memory, for
+    the error that names it) under the memory ``budget``."""
     variables, edges = problem.variables, problem.edges
     x_start = []
     n = 0
@@ -44,11 +51,16 @@ def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float =
     for e in edges:
         y_start.append(n)
         n += e.cost.size
+    memory = np.zeros(n)
     cost = np.zeros(n)
     for g in range(len(variables)):
         cost[x_start[g]:x_start[g] + variables[g].size] = problem.unary_time(g) * _SCALE
+        memory[x_start[g]:x_start[g] + variables[g].size] = problem.memory(g)
     for e, start in zip(edges, y_start):
         cost[start:start + e.cost.size] = e.cost.ravel() * _SCALE
+        memory[start:start + e.cost.size] = e.memory.ravel()
+    if minimize == "memory":
+        cost = memory / max(float(memory.max(initial=0.0)), 1.0) * 1e3
     rows_start, rows_index, rows_value, lower, upper = [0], [], [], [], []
 
     def row(index, value, lo, hi):
@@ -69,9 +81,9 @@ def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float =
             xs = [x_start[e.v] + j for j in np.flatnonzero(e.v_class == b)]
             row([start + a * nb + b for a in range(na)] + xs, [1.0] * na + [-1.0] * len(xs), 0.0, 0.0)
     if budget is not None:
-        mem = np.concatenate([problem.memory(g) for g in range(len(variables))])
-        scale = max(float(mem.max(initial=0.0)), 1.0)
-        row(range(n_x), list(mem / scale), -highspy.kHighsInf, budget / scale)
+        scale = max(float(memory.max(initial=0.0)), 1.0)
+        used = np.flatnonzero(memory)
+        row(list(used), list(memory[used] / scale), -highspy.kHighsInf, budget / scale)
     lp = highspy.HighsLp()
     lp.num_col_ = n
     lp.num_row_ = len(lower)
@@ -94,7 +106,7 @@ def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float =
     status = h.getModelStatus()
     values = np.asarray(h.getSolution().col_value)
     if status == highspy.HighsModelStatus.kInfeasible or len(values) != n:
-        raise RuntimeError(f"HiGHS found no plan (status {h.modelStatusToString(status)})")
+        raise Infeasible(h.modelStatusToString(status))
     choice = [int(np.argmax(values[x_start[g]:x_start[g] + var.size])) for g, var in enumerate(variables)]
     info = h.getInfo()
     gap = float(info.mip_gap) if status != highspy.HighsModelStatus.kOptimal else 0.0

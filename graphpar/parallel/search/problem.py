@@ -16,7 +16,9 @@ one variable). A variable picks one candidate (:mod:`.candidates`). The objectiv
   want), with an edge to each reader; a Parameter read by one op is stored as that op reads it (free).
 
 Memory: each candidate's ``memory_bytes`` (its parameters with gradient and optimizer state, and its outputs kept
-for the backward pass), summed over the copies; the plan's total is bounded by ``max_device_memory``.
+for the backward pass), summed over the copies, plus on every edge whose layouts differ the consumer's copy of the
+value in its own layout (an op keeps the inputs its backward needs, as it reads them: a gathered activation is a
+second, larger buffer); the plan's total is bounded by ``max_device_memory``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import numpy as np
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.search.candidates import Candidates, node_candidates
-from graphpar.parallel.search.costs import ZERO, Cost, Hardware, grad_values, op_cost, redistribution_cost
+from graphpar.parallel.search.costs import (
+    ZERO, Cost, Hardware, block_bytes, grad_values, op_cost, redistribution_cost)
 from graphpar.parallel.search.layers import repeated_layers
 from graphpar.parallel.strategy import NodeStrategy, Spec
 
@@ -71,6 +74,7 @@ class Edge:
     v_class: np.ndarray
     cost: np.ndarray  # (classes of u) x (classes of v), seconds, multiplicity included
     count: int
+    memory: np.ndarray  # (classes of u) x (classes of v), bytes of the redistributed copy, multiplicity included
 
 
 @dataclass
@@ -97,7 +101,10 @@ class Problem:
         return float(total)
 
     def memory_of(self, choice: list[int]) -> float:
-        return float(sum(self.variables[g].unary[i].memory_bytes for g, i in enumerate(choice)))
+        total = sum(self.variables[g].unary[i].memory_bytes for g, i in enumerate(choice))
+        for e in self.edges:
+            total += e.memory[e.u_class[choice[e.u]], e.v_class[choice[e.v]]]
+        return float(total)
 
 
 class Pricer:
@@ -117,6 +124,7 @@ class Pricer:
         cost = self._redist.get(key)
         if cost is None:
             cost = redistribution_cost(value, src, dst, self.ctx.mesh, self.training, vid in self.grads)
+            cost = dataclasses.replace(cost, memory_bytes=cost.memory_bytes + block_bytes(value, dst, self.ctx.mesh))
             self._redist[key] = cost
         return cost
 
@@ -202,11 +210,10 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
                 var.unary = [c + pricer.redistribution(vid, src, s.input_spec(k))
                              for c, s in zip(var.unary, var.choices.strategies)]
     edges: list[Edge] = []
-    constant = 0.0
     for (u, j, g, k, _), (count, vid) in edge_count.items():
         src = [s.output_spec(j) for s in variables[u].choices.strategies]
         dst = [s.input_spec(k) for s in variables[g].choices.strategies]
-        constant += _add_edge(edges, variables, pricer, hw, vid, u, src, g, dst, count)
+        _add_edge(edges, variables, pricer, hw, vid, u, src, g, dst, count)
     # Parameters read by several ops: a storage variable each (tied across copies by its readers' variables)
     param_vars: dict[tuple, int] = {}
     for vid, readers in params.items():
@@ -223,9 +230,9 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
             variables.append(Variable([], None, tuple(layouts), vid, [ZERO] * len(layouts)))
             for n, k in readers:
                 dst = [s.input_spec(k) for s in variables[var_of[n]].choices.strategies]
-                constant += _add_edge(edges, variables, pricer, hw, vid, p, layouts, var_of[n], dst,
+                _add_edge(edges, variables, pricer, hw, vid, p, layouts, var_of[n], dst,
                                       len(variables[var_of[n]].nodes))
-    return Problem(graph, variables, _merge(edges), var_of, hw, constant, len(groups))
+    return Problem(graph, variables, _merge(edges), var_of, hw, 0.0, len(groups))
 
 
 def _value_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
@@ -234,25 +241,25 @@ def _value_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
 
 
 def _add_edge(edges: list[Edge], variables: list[Variable], pricer: Pricer, hw: Hardware, vid: int, u: int,
-              src: list[Spec], v: int, dst: list[Spec], count: int) -> float:
-    """Add the edge (or fold it into a unary term when one side has a single layout); returns a constant part."""
+              src: list[Spec], v: int, dst: list[Spec], count: int) -> None:
+    """Add the edge, or fold it into a unary term when one side has a single layout."""
     u_class, u_layouts = _classes(src)
     v_class, v_layouts = _classes(dst)
-    cost = np.array([[pricer.redistribution(vid, a, b).time(hw) * count for b in v_layouts] for a in u_layouts])
-    if not cost.any():
-        return 0.0
+    priced = [[scaled(pricer.redistribution(vid, a, b), count) for b in v_layouts] for a in u_layouts]
+    cost = np.array([[c.time(hw) for c in row] for row in priced])
+    memory = np.array([[c.memory_bytes for c in row] for row in priced])
+    if not cost.any() and not memory.any():
+        return
     if len(u_layouts) == 1 and len(v_layouts) == 1:
-        return float(cost[0, 0])
+        variables[v].unary = [c + priced[0][0] for c in variables[v].unary]  # memory too; the same for all
+        return
     if len(u_layouts) == 1:
-        variables[v].unary = [c + scaled(pricer.redistribution(vid, u_layouts[0], v_layouts[b]), count)
-                              for c, b in zip(variables[v].unary, v_class)]
-        return 0.0
+        variables[v].unary = [c + priced[0][b] for c, b in zip(variables[v].unary, v_class)]
+        return
     if len(v_layouts) == 1:
-        variables[u].unary = [c + scaled(pricer.redistribution(vid, u_layouts[a], v_layouts[0]), count)
-                              for c, a in zip(variables[u].unary, u_class)]
-        return 0.0
-    edges.append(Edge(u, v, u_class, v_class, cost, count))
-    return 0.0
+        variables[u].unary = [c + priced[a][0] for c, a in zip(variables[u].unary, u_class)]
+        return
+    edges.append(Edge(u, v, u_class, v_class, cost, count, memory))
 
 
 def _merge(edges: list[Edge]) -> list[Edge]:
@@ -263,9 +270,10 @@ def _merge(edges: list[Edge]) -> list[Edge]:
         if key in merged:
             m = merged[key]
             m.cost = m.cost + e.cost
+            m.memory = m.memory + e.memory
             m.count += e.count
         else:
-            merged[key] = Edge(e.u, e.v, e.u_class, e.v_class, e.cost.copy(), e.count)
+            merged[key] = Edge(e.u, e.v, e.u_class, e.v_class, e.cost.copy(), e.count, e.memory.copy())
     return list(merged.values())
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.search.costs import Cost
-from graphpar.parallel.search.ilp import Solution, solve_ilp
+from graphpar.parallel.search.ilp import Infeasible, Solution, solve_ilp
 from graphpar.parallel.search.problem import Pricer, Problem, build_problem, describe
 from graphpar.parallel.search.settings import MemoryBudgetError, SearchSettings
 from graphpar.parallel.strategy import NodeStrategy
@@ -43,18 +43,16 @@ class SearchRecord:
     alternatives: tuple[Choice, ...]
 
 
-def _min_memory(problem: Problem) -> tuple[float, list[str]]:
-    need, parts = 0.0, []
+def _smallest_need(problem: Problem, settings: SearchSettings) -> tuple[float, list[str]]:
+    """The smallest per-device memory of any plan (an ILP minimising memory), and the ops that dominate it."""
+    solution = solve_ilp(problem, None, settings.time_limit, minimize="memory")
+    parts = []
     for g, var in enumerate(problem.variables):
-        mem = problem.memory(g)
-        if not len(mem):
-            continue
-        need += float(mem.min())
         if var.nodes:
             node = problem.graph.nodes[var.nodes[0]]
-            parts.append((float(mem.min()), f"{node.instance_name} ({node.scope})"))
+            parts.append((var.unary[solution.choice[g]].memory_bytes, f"{node.instance_name} ({node.scope})"))
     parts.sort(key=lambda p: -p[0])
-    return need, [f"{name} {m / 1024 ** 2:.3g}MB" for m, name in parts[:3]]
+    return problem.memory_of(solution.choice), [f"{name} {m / 1024 ** 2:.3g}MB" for m, name in parts[:3]]
 
 
 def _local_cost(node: Node, strategy: NodeStrategy, var: int, index: int, graph: Graph, ctx: PlanContext,
@@ -109,11 +107,11 @@ def search(graph: Graph, ctx: PlanContext) -> Graph:
     pricer = Pricer(graph, ctx)
     problem = build_problem(graph, ctx, settings.hardware, pricer)
     built = time.perf_counter()
-    if settings.memory_budget is not None:
-        need, largest = _min_memory(problem)
-        if need > settings.memory_budget:
-            raise MemoryBudgetError(settings.memory_budget, need, largest)
-    solution = solve_ilp(problem, settings.memory_budget, settings.time_limit)
+    try:
+        solution = solve_ilp(problem, settings.memory_budget, settings.time_limit)
+    except Infeasible:
+        need, largest = _smallest_need(problem, settings)
+        raise MemoryBudgetError(settings.memory_budget, need, largest) from None
     solved = time.perf_counter()
     chosen: dict[int, NodeStrategy] = {}
     storage: dict[int, tuple] = {}
