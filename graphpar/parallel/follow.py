@@ -54,3 +54,10 @@ def value_layout(graph: Graph, vid: int, strategies: dict[int, NodeStrategy],
             return None
         return s.output_spec(graph.nodes[value.producer].outputs.index(vid))
     return input_specs.get(vid)
+
+
+def input_for_output(node: Node, graph: Graph, mesh: MeshInfo, want: Spec) -> Spec:
+    """The input layout of a layout-following ``node`` that yields (as much as carries of) output layout ``want``:
+    how propagation crosses a Reshape from its consumer side (MindSpore's ``BFSPrevNodeIfCurrIsReshape``)."""
+    x, y = graph.values[node.inputs[0]], graph.values[node.outputs[0]]
+    return carry_reshape(tuple(y.shape), tuple(x.shape), dict(zip(mesh.names, mesh.sizes)), want)[1]

@@ -9,9 +9,12 @@ each of its strategies on the mesh, with the one cost model: the redistribution 
 on every edge to a decided neighbour or a graph input, and the op's own collectives and compute
 (:func:`~graphpar.parallel.cost.op_cost`). The choice follows MindSpore's ``Edge::GetNextOpStrategyByPrevOpStrategy
 WithMiniComm``: candidates with zero edge cost first (forward redistribution, a slice being free, as MindSpore
-counts it, plus the gathers an undecided consumer could not avoid), the least computation among them, then the least
-communication (edges forward and backward + the op's own collectives); when no candidate has a free edge, the least
-communication, then computation. Remaining
+counts it, plus the gathers an undecided consumer could not avoid), then the least communication (edges forward and
+backward + the op's own collectives, less the AllReduce turned ReduceScatter when a partial sum is sliced), then the
+least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
+alone, but its edge cost counts a slice as free both ways; here the backward gather of a sliced cotangent is priced,
+and the least computation decides among candidates equal in communication: ``ReLU`` after ``MatMul ((2, 4), (4,
+1))`` is ``(2, 4)`` as MindSpore documents, a residual ``Add`` is not split beyond what its neighbours use.) Remaining
 ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
 ``graphpar.parallel.follow``) carry that layout as soon as their input is decided. Configured nodes are never
 changed: a conflict becomes a redistribution, priced and reported. Nodes no configured node reaches are left to
@@ -24,9 +27,9 @@ from collections import deque
 
 from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
-from graphpar.parallel.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost
+from graphpar.parallel.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost, reduce_scatter_saving
 from graphpar.parallel.dims import shapes_of
-from graphpar.parallel.follow import follow_strategy, follows_input, value_layout
+from graphpar.parallel.follow import follow_strategy, follows_input, input_for_output, value_layout
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.strategy import NodeStrategy, enumerate_strategies
 
@@ -44,11 +47,16 @@ def _edges(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext, strat
     for i, vid in enumerate(node.inputs):
         value = graph.values[vid]
         src = value_layout(graph, vid, strategies, ctx.input_specs)
+        if src is None and value.kind == "param":
+            src = _param_layout(graph, vid, node, strategies)
         if src is None or not value.is_array:
             continue
         dst = cand.input_spec(i)
         c = redistribution_cost(value, src, dst, ctx.mesh, needs_grad=vid in grads)
-        total = total + c
+        saved = 0.0
+        if value.producer is not None:
+            saved = reduce_scatter_saving(strategies[value.producer], value, src, dst, ctx.mesh)
+        total = total + c + Cost(-saved)
         edge = edge + redistribution_cost(value, src, dst, ctx.mesh, training=False)
         if value.producer == source.id:
             changes += sum(1 for a, b in zip(src, dst) if a and a != b)
@@ -63,11 +71,39 @@ def _edges(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext, strat
                 continue
             dst = s.input_spec(k)
             c = redistribution_cost(value, src, dst, ctx.mesh, needs_grad=vid in grads)
-            total = total + c
+            saved = Cost(-reduce_scatter_saving(cand, value, src, dst, ctx.mesh))
+            total = total + c + saved
             edge = edge + redistribution_cost(value, src, dst, ctx.mesh, training=False)
             if consumer.id == source.id:
                 changes += sum(1 for a, b in zip(dst, src) if a and a != b)
     return total, edge, changes
+
+
+def _param_layout(graph: Graph, vid: int, node: Node, strategies: dict[int, NodeStrategy]):
+    """The layout a Parameter is wanted in by another decided consumer (``place_parameters`` stores it in one
+    layout: a different one here is a redistribution), or None."""
+    for consumer, k in graph.consumers(vid):
+        if consumer.id != node.id and consumer.id in strategies:
+            return strategies[consumer.id].input_spec(k)
+    return None
+
+
+def _grad_reduced(graph: Graph, node: Node, strategies: dict[int, NodeStrategy]) -> dict[int, frozenset[str]]:
+    """Per Parameter input of ``node``: the mesh axes another decided consumer already reduces its gradient over."""
+    out: dict[int, frozenset[str]] = {}
+    for vid in node.inputs:
+        if graph.values[vid].kind != "param":
+            continue
+        axes: set[str] = set()
+        for consumer, k in graph.consumers(vid):
+            s = strategies.get(consumer.id) if consumer.id != node.id else None
+            if s is None:
+                continue
+            carried = set(s.dims.inputs[k])
+            axes.update(a for l, ax in s.label_axes if l not in carried for a in ax)
+        if axes:
+            out[vid] = frozenset(axes)
+    return out
 
 
 def _lookahead(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext,
@@ -110,14 +146,15 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
     if dims is None:
         return None
     ins, outs = shapes_of(node, graph)
+    reduced = _grad_reduced(graph, node, strategies)
     best_key, best = None, None
     for index, cand in enumerate(enumerate_strategies(dims, ins, outs, ctx.mesh)):
         edges, forward, changes = _edges(node, cand, graph, ctx, strategies, source, grads)
         ahead = _lookahead(node, cand, graph, ctx, strategies)
-        own = op_cost(graph, node, cand, ctx.mesh, needs_grad=grads)
+        own = op_cost(graph, node, cand, ctx.mesh, needs_grad=grads, grad_reduced=reduced)
         comm = round(edges.comm_bytes + ahead.comm_bytes + own.comm_bytes, 3)
         if forward.comm_bytes + ahead.comm_bytes < _EPS:
-            key = (0, round(own.flops, 3), comm, changes, index)
+            key = (0, comm, round(own.flops, 3), changes, index)
         else:
             key = (1, comm, round(own.flops, 3), changes, index)
         if best_key is None or key < best_key:
@@ -146,6 +183,10 @@ def propagate(graph: Graph, ctx: PlanContext) -> Graph:
             if follows_input(neighbour):
                 dims = ctx.dims(neighbour, graph)
                 src = value_layout(graph, neighbour.inputs[0], strategies, ctx.input_specs)
+                if src is None and dims is not None:
+                    uses = [k for k, vid in enumerate(current.inputs) if vid == neighbour.outputs[0]]
+                    if uses:  # reached from its consumer: the input layout that carries to what the consumer wants
+                        src = input_for_output(neighbour, graph, ctx.mesh, strategies[current.id].input_spec(uses[0]))
                 if dims is None or src is None:
                     continue  # decided once its input is (or by the defaults)
                 strategy = follow_strategy(neighbour, dims, graph, ctx.mesh, src)
