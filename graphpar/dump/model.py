@@ -65,6 +65,7 @@ class Provenance:
     cost: float | None = None
     detail: str = ""
     text: str = ""
+    breakdown: dict[str, float] | None = None  # the cost model's record of the choice (edge/op bytes, flops, ...)
 
 
 @dataclass

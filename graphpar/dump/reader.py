@@ -116,17 +116,26 @@ def split_attrs(text: str) -> dict[str, Any]:
 _PROPAGATED = re.compile(r"^propagated from (?P<name>.+) \(node (?P<id>\d+)\) at cost (?P<cost>\S+) B$")
 
 
+_BREAKDOWN = re.compile(r" \[cost (?P<items>(?:[a-z_]+=\S+ ?)+)\]$")
+
+
 def parse_provenance(text: str) -> Provenance:
+    full, breakdown = text, None
+    m = _BREAKDOWN.search(text)
+    if m:
+        breakdown = {k: float(v) for k, v in (item.split("=", 1) for item in m.group("items").split())}
+        text = text[:m.start()]
     m = _PROPAGATED.match(text)
     if m:
-        return Provenance("propagated", int(m.group("id")), m.group("name"), float(m.group("cost")), text=text)
+        return Provenance("propagated", int(m.group("id")), m.group("name"), float(m.group("cost")), text=full,
+                          breakdown=breakdown)
     m = re.match(r"^propagated at cost (\S+) B$", text)
     if m:
-        return Provenance("propagated", cost=float(m.group(1)), text=text)
+        return Provenance("propagated", cost=float(m.group(1)), text=full, breakdown=breakdown)
     kind, _, detail = text.partition(": ")
     if not re.fullmatch(r"[a-z_]+", kind):
-        raise ValueError(f"bad provenance {text!r}")
-    return Provenance(kind, detail=detail, text=text)
+        raise ValueError(f"bad provenance {full!r}")
+    return Provenance(kind, detail=detail, text=full, breakdown=breakdown)
 
 
 # --- lines ----------------------------------------------------------------------------------------------------------

@@ -120,8 +120,14 @@ def _moves(src: Spec, dst: Spec) -> tuple[set[str], set[str], set[str]]:
 
 
 def _one_way(src: Spec, dst: Spec, value: Any, mesh: MeshInfo) -> Cost:
-    """Slice the added axes (free), AlltoAll the moved ones, then AllGather the removed ones."""
+    """Slice the added axes (free), AlltoAll the moved ones, then AllGather the removed ones. When axes are both
+    moved and gathered, XLA's SPMD partitioner does not compose the two: it gathers every removed axis (its
+    "involuntary full rematerialization") and slices, which is what is priced then."""
     gathered, moved, _ = _moves(src, dst)
+    if gathered and moved:
+        removed = tuple(sorted(gathered | moved))
+        g = mesh.size(removed)
+        return _collective("AllGather", block_bytes(value, src, mesh) * g, g)
     dst_block = block_bytes(value, dst, mesh)
     g_gather, g_move = mesh.size(tuple(sorted(gathered))), mesh.size(tuple(sorted(moved)))
     return (_collective("AlltoAll", dst_block / g_gather, g_move)
@@ -180,23 +186,29 @@ def _label_sizes(strategy: NodeStrategy, in_shapes: Iterable, out_shapes: Iterab
 
 
 def _flops(strategy: NodeStrategy, in_shapes, out_shapes, training: bool) -> float:
-    """Per-device FLOPs: 2 * (product of all label sizes) for a contraction, else the largest tensor's elements."""
+    """Per-device FLOPs. A contraction (a label shared by two inputs and on no output: MatMul's k) does
+    2 * (product of all label sizes) / (devices splitting the work); any other op does one operation per element of
+    its largest per-device block (a Gather whose table is split still writes its whole output block)."""
     dims = strategy.dims
-    sizes = _label_sizes(strategy, in_shapes, out_shapes)
-    if dims.contracted and sizes:
-        work = 2.0 * float(np.prod(list(sizes.values()), dtype=np.float64))
-        factor = 3.0 if training else 1.0  # forward, input gradient, weight gradient
-    else:
-        work = max([float(np.prod(s, dtype=np.float64)) for s in list(in_shapes) + list(out_shapes)] or [0.0])
-        factor = 2.0 if training else 1.0
-    return work * factor / max(strategy.devices_used, 1)
+    shared = [l for l in dims.contracted if sum(l in row for row in dims.inputs) >= 2]
+    if shared:
+        sizes = _label_sizes(strategy, in_shapes, out_shapes)
+        work = 2.0 * float(np.prod(list(sizes.values()), dtype=np.float64)) / max(strategy.devices_used, 1)
+        return work * (3.0 if training else 1.0)  # forward, input gradient, weight gradient
+    blocks = [float(np.prod(shape, dtype=np.float64)) / strategy.mesh.size(tuple(a for ax in spec for a in ax))
+              for shape, spec in [(s, strategy.input_spec(i)) for i, s in enumerate(in_shapes)]
+              + [(s, strategy.output_spec(j)) for j, s in enumerate(out_shapes)]]
+    return max(blocks or [0.0]) * (2.0 if training else 1.0)
 
 
 def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, training: bool = True,
-            needs_grad: frozenset[int] | None = None) -> Cost:
+            needs_grad: frozenset[int] | None = None,
+            grad_reduced: Mapping[int, frozenset[str]] | None = None) -> Cost:
     """An op's own collectives (forward partial sums, backward gradient reductions), compute and memory under
     ``strategy``. ``needs_grad``: the ids of differentiated values (:func:`grad_values`; computed when omitted,
-    which walks the whole graph: pass it when pricing many nodes)."""
+    which walks the whole graph: pass it when pricing many nodes). ``grad_reduced``: per value id, mesh axes over
+    which another consumer already reduces that value's gradient (XLA sums the partial gradients of a shared
+    Parameter first and reduces once), left out here."""
     values = graph.values
     in_shapes = [values[v].shape for v in node.inputs]
     out_shapes = [values[v].shape for v in node.outputs]
@@ -225,7 +237,8 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
             if vid not in grads:
                 continue
             carried = set(strategy.dims.inputs[i])
-            over = tuple(a for l in split_labels if l not in carried for a in axes[l])
+            done = grad_reduced.get(vid, frozenset()) if grad_reduced else frozenset()
+            over = tuple(a for l in split_labels if l not in carried for a in axes[l] if a not in done)
             cost = cost + _collective("AllReduce", block_bytes(value, strategy.input_spec(i), mesh), mesh.size(over))
     for i, vid in enumerate(node.inputs):
         value = values[vid]
@@ -263,3 +276,22 @@ def plan_cost(graph: Any, mesh: MeshInfo, training: bool = True,
             cost = cost + redistribution_cost(value, src, s.input_spec(i), mesh, training, vid in grads)
         out[node.id] = cost
     return out
+
+
+def reduce_scatter_saving(producer: NodeStrategy, value: Any, out_spec: Spec, dst: Spec, mesh: MeshInfo) -> float:
+    """Wire bytes saved when a consumer slices a partial-sum output along axes the producer reduces over: the
+    producer's AllReduce then becomes a ReduceScatter over those axes (XLA's reduce-scatter creator on GPU/TPU;
+    MindSpore's AllReduce + StridedSlice fusion), and the slice costs nothing. 0 when nothing is saved."""
+    partial = producer.partial_axes
+    if not partial:
+        return 0.0
+    gathered, moved, sliced = _moves(out_spec, dst)
+    scattered = tuple(a for a in partial if a in sliced)
+    if not scattered or gathered or moved:
+        return 0.0
+    rest = tuple(a for a in partial if a not in scattered)
+    block = block_bytes(value, out_spec, mesh)
+    g_s = mesh.size(scattered)
+    before = wire_bytes("AllReduce", block, mesh.size(partial))
+    after = wire_bytes("ReduceScatter", block / g_s, g_s) + wire_bytes("AllReduce", block / g_s, mesh.size(rest))
+    return max(before - after, 0.0)

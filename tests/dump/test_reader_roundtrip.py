@@ -62,6 +62,10 @@ def test_auto_propagation_from_the_hint(ir_dumps):
     assert relu.in_strategy == ((2, 4),)
     assert (relu.provenance.kind, relu.provenance.source, relu.provenance.source_name, relu.provenance.cost) == (
         "propagated", 0, "matmul", 0.0)
+    # the cost model's record of the choice survives the dump: no edge bytes (the AllReduce + slice is a
+    # ReduceScatter whose saving pays the backward gather), the op's own work and memory
+    assert relu.provenance.breakdown["edge_bytes"] == 0.0 and relu.provenance.breakdown["flops"] > 0
+    assert relu.provenance.breakdown["memory_bytes"] > 0
     assert matmul2.in_strategy == ((2, 4), (4, 1)) and matmul2.provenance.source_name == "relu"
     weight = dset.begin.inputs[0]
     assert (weight.name, weight.role, weight.type.shape) == ("%para0_w", "Parameter", (32, 16))
