@@ -135,6 +135,11 @@ def search(graph: Graph, ctx: PlanContext) -> Graph:
             f", shared by {tied[node.id]} copies of its layer" if tied[node.id] > 1 else "")
         updates[node.id] = {"strategy": chosen[node.id], "provenance": Provenance("searched", detail=detail)}
     records = _records(problem, solution, ctx, pricer, chosen, storage)
+    for nid, record in records.items():
+        if nid in updates:
+            prov = updates[nid]["provenance"]
+            breakdown = {**record.chosen.cost.as_dict(), "time": record.chosen.time}
+            updates[nid]["provenance"] = dataclasses.replace(prov, breakdown=breakdown)
     out = graph.with_annotations(updates)
     meta = dict(out.meta)
     meta["search"] = {
