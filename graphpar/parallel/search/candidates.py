@@ -81,4 +81,7 @@ def node_candidates(node: Node, graph: Graph, ctx: PlanContext) -> Candidates:
         if key not in seen:
             seen.add(key)
             out.append(real)
+    if out:
+        most = max(s.devices_used for s in out)
+        out = [s for s in out if s.devices_used == most]  # MindSpore's fully_use_devices
     return Candidates(tuple(out) or (replicated_strategy(dims, mesh),), False)

@@ -143,7 +143,7 @@ def search(graph: Graph, ctx: PlanContext) -> Graph:
     out = graph.with_annotations(updates)
     meta = dict(out.meta)
     meta["search"] = {
-        "records": records, "objective_s": solution.objective, "optimal": solution.optimal, "gap": solution.gap,
+        "records": records, "storage": storage, "objective_s": solution.objective, "optimal": solution.optimal, "gap": solution.gap,
         "memory_bytes": problem.memory_of(solution.choice), "budget": settings.memory_budget,
         "problem": describe(problem), "build_s": built - started, "solve_s": solved - built,
         "total_s": time.perf_counter() - started, "hardware": settings.hardware.name}

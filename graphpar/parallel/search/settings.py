@@ -59,4 +59,19 @@ def search_settings(parallel_mode: str, search_mode: str, max_device_memory: str
         notice_once("max-device-memory", f"set_context(max_device_memory={max_device_memory!r}) bounds the plans "
                     f"of AUTO_PARALLEL's searches ({', '.join(SEARCH_MODES)}); with parallel_mode={parallel_mode!r} "
                     f"and search_mode={search_mode!r} no search runs and the setting has no effect", logging.WARNING)
-    return SearchSettings(budget, HARDWARE.get(platform, DEFAULT_HW))
+    return SearchSettings(budget, objective_hardware(search_mode, HARDWARE.get(platform, DEFAULT_HW)))
+
+
+TIE_BREAK = 1e-3
+
+
+def objective_hardware(search_mode: str, hw: Hardware) -> Hardware:
+    """The weights of the objective ``alpha * messages + beta * bytes + gamma * FLOPs``.
+
+    dynamic_programming: the platform's own (the per-step time the cost model predicts). recursive_programming:
+    MindSpore's double recursive search minimises communication; here the platform's beta per byte, with latency
+    and compute kept only as tie-breakers (weighted by TIE_BREAK), so among plans that move the same bytes the
+    faster one wins."""
+    if search_mode != "recursive_programming":
+        return hw
+    return Hardware(f"{hw.name}, communication first", hw.alpha * TIE_BREAK, hw.beta, hw.gamma * TIE_BREAK)
