@@ -24,6 +24,7 @@ class MLP(nn.Cell):
         self.layers = nn.CellList([nn.Dense(width, width) for _ in range(layers)])
         for i, layer in enumerate(self.layers):
             layer.weight.set_data(ms.Tensor((rng.normal(size=(width, width)) / np.sqrt(width)).astype(np.float32)))
+            layer.bias.set_data(ms.Tensor((rng.normal(size=(width,)) * 0.1).astype(np.float32)))
             if plan is not None:
                 s = HAND_PLANS[plan](i)
                 layer.matmul.shard(s)
