@@ -95,18 +95,88 @@ def test_max_device_memory_format_is_mindspores():
     assert ms.get_context("max_device_memory") == "1.5GB"
 
 
-@pytest.mark.parametrize("devices", [6, 12])
-def test_non_power_of_two_device_counts_train_like_stand_alone(devices):
-    if devices > len(__import__("jax").devices()):
-        pytest.skip(f"needs {devices} devices")
+def test_six_devices_train_like_stand_alone():
+    _device_count_case(6)
+
+
+def _device_count_case(devices):
     x, y = mlp_data(48, 96)
     train = mlp_train(None, 2, 96, search_mode="dynamic_programming", device_num=devices)
     graph = train.program.plan_graph([x, y])
-    assert graph.meta["mesh"].sizes == {6: (2, 3), 12: (2, 2, 3)}[devices]
+    assert graph.meta["mesh"].sizes == {6: (2, 3), 12: (2, 2, 3), 24: (2, 2, 2, 3)}[devices]
     got = losses(train, (x, y))
     ms.reset_auto_parallel_context()
     want = losses(mlp_train(None, 2, 96, mode="stand_alone"), (x, y))
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [12, 24])
+def test_12_and_24_devices_in_a_process_that_has_them(devices):
+    code = ("import sys; sys.path.insert(0, %r)\n" % str(REPO)
+            + "from tests.search import test_search\n"
+            f"test_search._device_count_case({devices})\nprint('ok')\n")
+    env = {**__import__("os").environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
+                         timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+class _GPTCase:
+    """The 2-layer GPT-style model of issue 9 (tests/parallel/gpt_model.py)."""
+
+    @staticmethod
+    def bytes_and_losses(dp, mp, hints, mode, steps=3, batch=8, **ctx):
+        from tests.parallel.gpt_model import GPT, gpt_data, gpt_train_cell
+
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, search_mode="recursive_programming", **ctx)
+        train = gpt_train_cell(GPT(dp=dp, mp=mp, hints=hints, batch=batch))
+        ids, labels = gpt_data(batch=batch)
+        measured = measured_bytes(train, (ids, labels)) if mode != "stand_alone" else 0.0
+        return measured, losses(train, (ids, labels), steps)
+
+
+@pytest.mark.slow
+def test_gpt_search_with_no_hints_beats_the_hand_plans():
+    from tests.parallel.gpt_model import ALL, NONE
+
+    hand = {name: _GPTCase.bytes_and_losses(dp, mp, ALL, "semi_auto_parallel")[0]
+            for name, dp, mp in (("data_parallel", 8, 1), ("megatron", 2, 4), ("hybrid_4x2", 4, 2))}
+    searched, got = _GPTCase.bytes_and_losses(1, 1, NONE, "auto_parallel")
+    _, want = _GPTCase.bytes_and_losses(1, 1, NONE, "stand_alone")
+    _check_quality(searched, hand, got, want)
+
+
+@pytest.mark.slow
+def test_gpt_on_six_devices_trains_like_stand_alone():
+    from tests.parallel.gpt_model import NONE
+
+    measured, got = _GPTCase.bytes_and_losses(1, 1, NONE, "auto_parallel", batch=12, device_num=6)
+    _, want = _GPTCase.bytes_and_losses(1, 1, NONE, "stand_alone", batch=12)
+    print(f"6 devices: {measured:.0f} collective bytes per step")
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_resnet18_search_beats_data_parallel():
+    from graphpar.models import resnet18
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, 32).astype(np.int32)
+    results = {}
+    for mode in ("auto_parallel", "semi_auto_parallel", "stand_alone"):  # semi-auto with no hints: data parallel
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, search_mode="recursive_programming")
+        ms.set_seed(0)
+        net = resnet18(class_num=10)
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+        measured = measured_bytes(train, (x, y)) if mode != "stand_alone" else 0.0
+        results[mode] = (measured, losses(train, (x, y)))
+    print({k: v[0] for k, v in results.items()})
+    assert results["auto_parallel"][0] <= results["semi_auto_parallel"][0]
+    np.testing.assert_allclose(results["auto_parallel"][1], results["stand_alone"][1], rtol=1e-4)
 
 
 def _plan_strategies(train, inputs):
