@@ -64,6 +64,18 @@ def main(argv: list[str]) -> int:
         print("Step time with ModelCheckpoint(save_checkpoint_steps=10, async_save=True) / without")
         print(_table([bench_step_overhead()], ["steps", "plain_ms", "ckpt_every_10_async_ms", "overhead"]), "\n",
               flush=True)
+    if not only or "search" in only:
+        from bench.search import bench_search
+
+        depth, devices = bench_search()
+        keys = ["layers", "devices", "nodes", "variables", "choices", "edges", "search_s", "build_s", "solve_s",
+                "plan_s", "optimal"]
+        print("AUTO_PARALLEL search time, GPT-style model (issue 10; goal: 48 layers <= 2x 12 layers)")
+        print(_table(depth, keys))
+        print(f"search time 48 layers / 12 layers: {depth[2]['search_s'] / depth[1]['search_s']:.2f}")
+        print(_table(devices, keys))
+        print(f"search time 1,024 devices / 8 devices: {devices[1]['search_s'] / devices[0]['search_s']:.2f}", "\n",
+              flush=True)
     return 0
 
 

@@ -115,12 +115,28 @@ class Pricer:
         self.grads = grad_values(graph) if training else frozenset()
         self._redist: dict[tuple, Cost] = {}
         self._op: dict[tuple, Cost] = {}
+        self._specs: dict[int, tuple[NodeStrategy, tuple[Spec, ...], tuple[Spec, ...]]] = {}
+
+    def specs(self, strategy: NodeStrategy) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
+        """(input layouts, output layouts) of a strategy, computed once per strategy object."""
+        entry = self._specs.get(id(strategy))
+        if entry is None:
+            ins = tuple(strategy.input_spec(i) for i in range(len(strategy.dims.inputs)))
+            outs = tuple(strategy.output_spec(j) for j in range(len(strategy.dims.outputs)))
+            entry = self._specs[id(strategy)] = (strategy, ins, outs)  # the object kept: its id stays unique
+        return entry[1], entry[2]
+
+    def ins(self, strategy: NodeStrategy) -> tuple[Spec, ...]:
+        return self.specs(strategy)[0]
+
+    def outs(self, strategy: NodeStrategy) -> tuple[Spec, ...]:
+        return self.specs(strategy)[1]
 
     def redistribution(self, vid: int, src: Spec, dst: Spec) -> Cost:
         value = self.graph.values[vid]
         if src == dst or not value.shape:
             return ZERO
-        key = (value.shape, str(value.dtype), vid in self.grads, src, dst)
+        key = (value.shape, value.dtype, vid in self.grads, src, dst)
         cost = self._redist.get(key)
         if cost is None:
             cost = redistribution_cost(value, src, dst, self.ctx.mesh, self.training, vid in self.grads)
@@ -197,7 +213,7 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
                 u = var_of[value.producer]
                 j = graph.nodes[value.producer].outputs.index(vid)
                 if u == g:
-                    var.unary = [c + pricer.redistribution(vid, s.output_spec(j), s.input_spec(k))
+                    var.unary = [c + pricer.redistribution(vid, pricer.outs(s)[j], pricer.ins(s)[k])
                                  for c, s in zip(var.unary, var.choices.strategies)]
                 else:
                     entry = edge_count.setdefault((u, j, g, k, _value_key(graph, vid, pricer)), [0, vid])
@@ -207,12 +223,12 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
             else:
                 src = ctx.input_specs.get(vid, tuple(() for _ in value.shape)) if value.kind == "input" else tuple(
                     () for _ in value.shape)
-                var.unary = [c + pricer.redistribution(vid, src, s.input_spec(k))
+                var.unary = [c + pricer.redistribution(vid, src, pricer.ins(s)[k])
                              for c, s in zip(var.unary, var.choices.strategies)]
     edges: list[Edge] = []
     for (u, j, g, k, _), (count, vid) in edge_count.items():
-        src = [s.output_spec(j) for s in variables[u].choices.strategies]
-        dst = [s.input_spec(k) for s in variables[g].choices.strategies]
+        src = [pricer.outs(s)[j] for s in variables[u].choices.strategies]
+        dst = [pricer.ins(s)[k] for s in variables[g].choices.strategies]
         _add_edge(edges, variables, pricer, hw, vid, u, src, g, dst, count)
     # Parameters read by several ops: a storage variable each (tied across copies by its readers' variables)
     param_vars: dict[tuple, int] = {}
@@ -220,16 +236,16 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
         if len(readers) < 2:
             continue
         value = graph.values[vid]
-        key = (tuple(sorted((var_of[n], k) for n, k in readers)), value.shape, str(value.dtype))
+        key = (tuple(sorted((var_of[n], k) for n, k in readers)), value.shape, value.dtype)
         p = param_vars.get(key)
         if p is None:
-            layouts = list(dict.fromkeys(s.input_spec(k) for n, k in readers
+            layouts = list(dict.fromkeys(pricer.ins(s)[k] for n, k in readers
                                          for s in variables[var_of[n]].choices.strategies))
             p = len(variables)
             param_vars[key] = p
             variables.append(Variable([], None, tuple(layouts), vid, [ZERO] * len(layouts)))
             for n, k in readers:
-                dst = [s.input_spec(k) for s in variables[var_of[n]].choices.strategies]
+                dst = [pricer.ins(s)[k] for s in variables[var_of[n]].choices.strategies]
                 _add_edge(edges, variables, pricer, hw, vid, p, layouts, var_of[n], dst,
                                       len(variables[var_of[n]].nodes))
     return Problem(graph, variables, _merge(edges), var_of, hw, 0.0, len(groups))
@@ -237,7 +253,7 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
 
 def _value_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
     value = graph.values[vid]
-    return (value.shape, str(value.dtype), vid in pricer.grads)
+    return (value.shape, value.dtype, vid in pricer.grads)
 
 
 def _add_edge(edges: list[Edge], variables: list[Variable], pricer: Pricer, hw: Hardware, vid: int, u: int,

@@ -55,49 +55,67 @@ def _smallest_need(problem: Problem, settings: SearchSettings) -> tuple[float, l
     return problem.memory_of(solution.choice), [f"{name} {m / 1024 ** 2:.3g}MB" for m, name in parts[:3]]
 
 
-def _local_cost(node: Node, strategy: NodeStrategy, var: int, index: int, graph: Graph, ctx: PlanContext,
-                pricer: Pricer, chosen: dict[int, NodeStrategy], storage: dict[int, tuple]) -> Cost:
-    cost = pricer.op(var, node, index, strategy)
-    for k, vid in enumerate(node.inputs):
+def _neighbourhood(node: Node, graph: Graph, ctx: PlanContext, pricer: Pricer, chosen: dict[int, NodeStrategy],
+                   storage: dict[int, tuple]) -> tuple:
+    """The layouts around ``node`` as planned: per input the layout it arrives in (None: a Parameter stored as this
+    op reads it), per output the layouts its consumers read."""
+    ins = []
+    for vid in node.inputs:
         value = graph.values[vid]
         if not value.is_array or not value.shape:
-            continue
-        if value.producer is not None:
+            ins.append(None)
+        elif value.producer is not None:
             producer = graph.nodes[value.producer]
-            src = chosen[producer.id].output_spec(producer.outputs.index(vid))
+            ins.append(pricer.outs(chosen[producer.id])[producer.outputs.index(vid)])
+        elif value.kind == "param":
+            ins.append(storage.get(vid))
         else:
-            src = storage.get(vid, ctx.input_specs.get(vid, tuple(() for _ in value.shape)))
-            if value.kind == "param" and vid not in storage:
-                continue  # stored as this op reads it
-        cost = cost + pricer.redistribution(vid, src, strategy.input_spec(k))
-    for j, vid in enumerate(node.outputs):
-        if not graph.values[vid].is_array:
-            continue
-        for consumer, k in graph.consumers(vid):
-            if consumer.id != node.id:
-                cost = cost + pricer.redistribution(vid, strategy.output_spec(j), chosen[consumer.id].input_spec(k))
+            ins.append(ctx.input_specs.get(vid, tuple(() for _ in value.shape)))
+    outs = []
+    for vid in node.outputs:
+        outs.append(tuple((k, pricer.ins(chosen[c.id])[k]) for c, k in graph.consumers(vid) if c.id != node.id)
+                    if graph.values[vid].is_array else ())
+    return tuple(ins), tuple(outs)
+
+
+def _local_cost(node: Node, strategy: NodeStrategy, var: int, index: int, around: tuple, pricer: Pricer) -> Cost:
+    """This op's cost under ``strategy`` with its neighbours as planned: own collectives and compute, and the
+    redistributions on its edges."""
+    cost = pricer.op(var, node, index, strategy)
+    ins, outs = pricer.specs(strategy)
+    for vid, src, dst in zip(node.inputs, around[0], ins):
+        if src is not None:
+            cost = cost + pricer.redistribution(vid, src, dst)
+    for vid, src, readers in zip(node.outputs, outs, around[1]):
+        for _, dst in readers:
+            cost = cost + pricer.redistribution(vid, src, dst)
     return cost
 
 
 def _records(problem: Problem, solution: Solution, ctx: PlanContext, pricer: Pricer,
              chosen: dict[int, NodeStrategy], storage: dict[int, tuple]) -> dict[int, SearchRecord]:
     graph, hw = problem.graph, problem.hw
-    out = {}
+    out: dict[int, SearchRecord] = {}
+    cache: dict[tuple, SearchRecord] = {}  # copies of a layer with the same surroundings share their record
     for g, var in enumerate(problem.variables):
         if var.param is not None or var.choices.fixed:
             continue
         for nid in var.nodes:
             node = graph.nodes[nid]
-            priced = []
-            for i, s in enumerate(var.choices.strategies):
-                c = _local_cost(node, s, g, i, graph, ctx, pricer, chosen, storage)
-                priced.append((c.time(hw), i, c))
-            best = sorted(priced, key=lambda p: (p[0], p[1]))
-            mine = next(p for p in priced if p[1] == solution.choice[g])
-            alts = [p for p in best if p[1] != solution.choice[g]][:2]
-            out[nid] = SearchRecord(
-                Choice(var.choices.strategies[mine[1]].in_strategy(), mine[2], mine[0]),
-                tuple(Choice(var.choices.strategies[i].in_strategy(), c, t) for t, i, c in alts))
+            around = _neighbourhood(node, graph, ctx, pricer, chosen, storage)
+            record = cache.get((g, around))
+            if record is None:
+                priced = []
+                for i, s in enumerate(var.choices.strategies):
+                    c = _local_cost(node, s, g, i, around, pricer)
+                    priced.append((c.time(hw), i, c))
+                mine = priced[solution.choice[g]]
+                alts = sorted((p for p in priced if p[1] != solution.choice[g]), key=lambda p: (p[0], p[1]))[:2]
+                record = SearchRecord(
+                    Choice(var.choices.strategies[mine[1]].in_strategy(), mine[2], mine[0]),
+                    tuple(Choice(var.choices.strategies[i].in_strategy(), c, t) for t, i, c in alts))
+                cache[(g, around)] = record
+            out[nid] = record
     return out
 
 
