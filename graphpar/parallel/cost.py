@@ -213,20 +213,24 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
     in_shapes = [values[v].shape for v in node.inputs]
     out_shapes = [values[v].shape for v in node.outputs]
     axes = strategy.axes
-    partial = set(strategy.partial_axes)
+    in_labels = {l for row in strategy.dims.inputs for l in row if l is not None}
     cost = Cost(flops=_flops(strategy, in_shapes, out_shapes, training))
     memory = 0.0
     for j, vid in enumerate(node.outputs):
         value = values[vid]
+        row = set(strategy.dims.outputs[j]) if j < len(strategy.dims.outputs) else set()
+        # partial over the split labels the inputs have and this output lacks (a contracted k; a BatchNorm's
+        # batch for its statistics)
+        partial = tuple(a for l in strategy.dims.order if l in in_labels and l not in row for a in axes.get(l, ()))
         if not value.shape and not partial:
             continue
         spec = strategy.output_spec(j)
         out_block = block_bytes(value, spec, mesh)
         memory += out_block
-        if partial:
+        if partial and _is_float(value):
             on_output = {a for dim in spec for a in dim}
-            scattered = tuple(a for a in strategy.partial_axes if a in on_output)
-            reduced = tuple(a for a in strategy.partial_axes if a not in on_output)
+            scattered = tuple(a for a in partial if a in on_output)
+            reduced = tuple(a for a in partial if a not in on_output)
             cost = (cost + _collective("ReduceScatter", out_block * mesh.size(reduced), mesh.size(scattered))
                     + _collective("AllReduce", out_block, mesh.size(reduced)))
     if training:
