@@ -14,8 +14,14 @@ def measured_bytes(hlo: str, n_devices: int, rank: int = 0) -> float:
 
 def predicted_and_measured(train, inputs) -> tuple[float, float]:
     """(predicted, measured) collective bytes per step of ``train`` (a TrainOneStepCell) on ``inputs``."""
+    predicted, measured, _ = predicted_measured_hlo(train, inputs)
+    return predicted, measured
+
+
+def predicted_measured_hlo(train, inputs) -> tuple[float, float, str]:
+    """(predicted, measured, compiled HLO text) of one train step."""
     graph = train.program.plan_graph(inputs)
     n = train.program.plan.n
     predicted = predicted_bytes(graph, _context.current_parallel().parallel_mode, n)
     hlo = train.program.lower_step(inputs).compile().as_text()
-    return predicted, measured_bytes(hlo, n)
+    return predicted, measured_bytes(hlo, n), hlo
