@@ -168,3 +168,17 @@ def test_resnet18_data_parallel_prediction(sync_bn):
     train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.01, 0.9))
     predicted, measured = predicted_and_measured(train, [x, y])
     assert measured > 0 and abs(predicted - measured) <= 0.1 * measured, (predicted, measured)
+
+
+def test_each_inserted_redistribution_is_reported_once(caplog):
+    with caplog.at_level(logging.WARNING, logger="graphpar"):
+        _, _, graph = forward(QuickstartNet(((2, 1), (1, 4))), rand(16, 32))
+        forward(QuickstartNet(((2, 1), (1, 4))), rand(16, 32))
+    # matmul's output (2, 4)-split feeds relu's data-parallel (8, 1) input: an AllToAll-like move, priced
+    lines = [r.getMessage() for r in caplog.records if "redistribution inserted at edge 'matmul' -> 'relu'" in
+             r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "from (m0, m1.m2) to (m0.m1.m2, -)" in lines[0] and "B per device per step" in lines[0]
+    records = graph.meta["redistributions"]
+    relu = graph.find("relu")[0]
+    assert any(r["node"] == relu.id and r["bytes"] > 0 for r in records)
