@@ -145,11 +145,12 @@ _NODE_HEAD = re.compile(r"^(?P<outs>(?:%[^\s(]*)?)\((?P<tag>[^)]*)\) = (?P<kind>
                         r"\{instance name: (?P<inst>[^}]*)\} primitive_attrs: \{")
 _COLL_HEAD = re.compile(r"^(?P<name>%c\d+) = (?P<kind>\w+)\((?P<args>[^)]*)\) "
                         r"\{instance name: (?P<inst>[^}]*)\} primitive_attrs: \{")
-_TRAILER = re.compile(r"  # (scope|node|provenance|device_matrix|in_layouts): ")
+_TRAILER = re.compile(r"  # (scope|node|provenance|device_matrix|in_layouts|predicted_bytes): ")
 _CONFLICT = re.compile(r"^# parameter conflict: (?P<param>.+) stored as (?P<stored>\([^)]*\)); wanted by "
                        r"(?P<wanted>.*); redistribution (?P<cost>\S+) B per device$")
 _WANTED = re.compile(r"(?P<name>\S+) \(node (?P<id>\d+)\) as (?P<layout>\([^)]*\))")
-_TOTAL = re.compile(r"^# total collective bytes per step \(rank (?P<rank>\d+)\): (?P<total>\d+)$")
+_TOTAL = re.compile(r"^# total collective bytes per step \(rank (?P<rank>\d+)\): (?P<total>\d+)"
+                    r"(?:  # wire: (?P<wire>\S+)  # predicted: (?P<predicted>\S+))?$")
 
 
 def _split_main(text: str) -> tuple[str, str, str, dict[str, str]]:
@@ -201,7 +202,8 @@ def parse_node(line: str, lineno: int) -> Node:
                 output_types=parse_types(outs), scope=_scope(trailers),
                 provenance=parse_provenance(trailers["provenance"]) if "provenance" in trailers else None,
                 device_matrix=parse_tuple(dm) if dm is not None else None,
-                in_layouts=[parse_layout(t) for t in layouts.split("; ")] if layouts else [], line=lineno)
+                in_layouts=[parse_layout(t) for t in layouts.split("; ")] if layouts else [], line=lineno,
+                predicted_bytes=float(trailers["predicted_bytes"]) if "predicted_bytes" in trailers else None)
 
 
 def parse_collective(line: str, lineno: int) -> Collective:
@@ -219,6 +221,8 @@ def parse_collective(line: str, lineno: int) -> Collective:
     return Collective(name=head.group("name"), kind=head.group("kind"), arg=head.group("args").strip(),
                       instance_name=head.group("inst"), attrs=attrs, op=attrs.get("op"), group=group,
                       bytes=attrs["bytes"], pass_=str(attrs.get("pass", "")), cause=str(attrs.get("cause", "")),
+                      wire_bytes=float(attrs["wire_bytes"]) if "wire_bytes" in attrs else None,
+                      parameters=tuple(str(attrs.get("parameters", "")).split()),
                       hlo=str(attrs.get("hlo", "")), input_types=parse_types(ins), output_types=parse_types(outs),
                       scope=_scope(trailers), node=_node_id(trailers, allow_none=True), line=lineno)
 
@@ -297,7 +301,11 @@ def parse_text(text: str, path: str | Path = "<text>") -> Dump:
                     if m is None:
                         raise ValueError("expected '# total collective bytes per step (rank R): N'")
                     dump.total_bytes = int(m.group("total"))
-                elif line == "# inputs" or line.startswith("# collectives not attributed to an op"):
+                    if m.group("wire") is not None:
+                        dump.total_wire_bytes = float(m.group("wire"))
+                        dump.total_predicted_bytes = float(m.group("predicted"))
+                elif line == "# inputs" or line.startswith(("# collectives not attributed to an op",
+                                                            "# gradient reductions")):
                     last_node = None
                 else:
                     dump.comments.append((lineno, line))

@@ -27,7 +27,9 @@ equivalent (AllReduce + slice becomes ReduceScatter), which the model does not p
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+import math
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -95,8 +97,8 @@ def replicated_spec(rank: int) -> Spec:
 
 def block_bytes(value: Any, spec: Spec, mesh: MeshInfo) -> float:
     """Bytes of the block of ``value`` one device holds in layout ``spec``."""
-    total = float(np.prod(value.shape, dtype=np.float64)) * value.itemsize
-    return total / mesh.size(tuple(a for axes in spec for a in axes))
+    total = float(math.prod(value.shape)) * value.itemsize
+    return total / mesh.size([a for axes in spec for a in axes])
 
 
 def _collective(kind: str, result_bytes: float, group: int) -> Cost:
@@ -141,10 +143,17 @@ def redistribution_cost(value: Any, src: Spec, dst: Spec, mesh: MeshInfo, traini
     this edge; by default, for floating-point values)."""
     if src == dst or not value.shape:
         return ZERO
+    backward = training and (needs_grad if needs_grad is not None else _is_float(value))
+    return _redistribution(tuple(value.shape), value.itemsize, src, dst, mesh, backward)
+
+
+@lru_cache(maxsize=1 << 16)
+def _redistribution(shape: tuple[int, ...], itemsize: int, src: Spec, dst: Spec, mesh: MeshInfo,
+                    backward: bool) -> Cost:
+    """Cached: a plan prices the same (shape, layouts) pairs many times."""
+    value = _Shape(shape, itemsize)
     cost = _one_way(src, dst, value, mesh)
-    if training and (needs_grad if needs_grad is not None else _is_float(value)):
-        cost = cost + _one_way(dst, src, value, mesh)
-    return cost
+    return cost + _one_way(dst, src, value, mesh) if backward else cost
 
 
 def redistribution_bytes(src: Spec, dst: Spec, shape: tuple[int, ...], itemsize: int, mesh: MeshInfo) -> float:
@@ -193,9 +202,9 @@ def _flops(strategy: NodeStrategy, in_shapes, out_shapes, training: bool) -> flo
     shared = [l for l in dims.contracted if sum(l in row for row in dims.inputs) >= 2]
     if shared:
         sizes = _label_sizes(strategy, in_shapes, out_shapes)
-        work = 2.0 * float(np.prod(list(sizes.values()), dtype=np.float64)) / max(strategy.devices_used, 1)
+        work = 2.0 * float(math.prod(sizes.values())) / max(strategy.devices_used, 1)
         return work * (3.0 if training else 1.0)  # forward, input gradient, weight gradient
-    blocks = [float(np.prod(shape, dtype=np.float64)) / strategy.mesh.size(tuple(a for ax in spec for a in ax))
+    blocks = [float(math.prod(shape)) / strategy.mesh.size([a for ax in spec for a in ax])
               for shape, spec in [(s, strategy.input_spec(i)) for i, s in enumerate(in_shapes)]
               + [(s, strategy.output_spec(j)) for j, s in enumerate(out_shapes)]]
     return max(blocks or [0.0]) * (2.0 if training else 1.0)
@@ -213,20 +222,24 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
     in_shapes = [values[v].shape for v in node.inputs]
     out_shapes = [values[v].shape for v in node.outputs]
     axes = strategy.axes
-    partial = set(strategy.partial_axes)
+    in_labels = {l for row in strategy.dims.inputs for l in row if l is not None}
     cost = Cost(flops=_flops(strategy, in_shapes, out_shapes, training))
     memory = 0.0
     for j, vid in enumerate(node.outputs):
         value = values[vid]
+        row = set(strategy.dims.outputs[j]) if j < len(strategy.dims.outputs) else set()
+        # partial over the split labels the inputs have and this output lacks (a contracted k; a BatchNorm's
+        # batch for its statistics)
+        partial = tuple(a for l in strategy.dims.order if l in in_labels and l not in row for a in axes.get(l, ()))
         if not value.shape and not partial:
             continue
         spec = strategy.output_spec(j)
         out_block = block_bytes(value, spec, mesh)
         memory += out_block
-        if partial:
+        if partial and _is_float(value):
             on_output = {a for dim in spec for a in dim}
-            scattered = tuple(a for a in strategy.partial_axes if a in on_output)
-            reduced = tuple(a for a in strategy.partial_axes if a not in on_output)
+            scattered = tuple(a for a in partial if a in on_output)
+            reduced = tuple(a for a in partial if a not in on_output)
             cost = (cost + _collective("ReduceScatter", out_block * mesh.size(reduced), mesh.size(scattered))
                     + _collective("AllReduce", out_block, mesh.size(reduced)))
     if training:

@@ -10,8 +10,10 @@ are.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from jax.sharding import PartitionSpec
@@ -31,11 +33,18 @@ class MeshInfo:
 
     @property
     def n_devices(self) -> int:
-        return int(np.prod(self.sizes))
+        return math.prod(self.sizes)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return dict(zip(self.names, self.sizes))
 
     def size(self, axes: Sequence[str]) -> int:
-        index = {n: s for n, s in zip(self.names, self.sizes)}
-        return int(np.prod([index[a] for a in axes])) if axes else 1
+        """Devices along ``axes`` (a plain product: the planner calls this in its inner loops)."""
+        index, out = self._index, 1
+        for a in axes:
+            out *= index[a]
+        return out
 
 
 def strategy_text(strategy: Sequence[Sequence[int]]) -> str:
@@ -56,7 +65,7 @@ class NodeStrategy:
     out_override: tuple[Spec, ...] | None = None
     in_override: tuple[Spec, ...] | None = None  # layout-following ops (Reshape): input layouts given directly
 
-    @property
+    @cached_property
     def axes(self) -> dict[str, tuple[str, ...]]:
         return dict(self.label_axes)
 
@@ -84,7 +93,7 @@ class NodeStrategy:
 
     @property
     def devices_used(self) -> int:
-        return int(np.prod([self.split(l) for l in self.dims.order])) if self.dims.order else 1
+        return math.prod(self.split(l) for l in self.dims.order)
 
     def _spec(self, row: Sequence[str | None]) -> Spec:
         axes = self.axes

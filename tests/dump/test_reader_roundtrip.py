@@ -173,3 +173,19 @@ def test_mixed_network_lines(ir_dumps):
     assert ("matmul", conflict.wanted[0][1], (("m1", "m2"), ())) == conflict.wanted[0]
     assert dset.execute.unattributed and all(c.node is None and c.arg == "" for c in dset.execute.unattributed)
     assert dset.execute.total_bytes == sum(c.bytes for c in dset.execute.collectives)
+
+
+@pytest.mark.parametrize("mode", ["semi", "auto", "mixed"])
+def test_fused_gradient_reductions_name_their_parameters(ir_dumps, mode):
+    dset = load(ir_dumps[mode])
+    fused = [c for c in dset.execute.collectives if c.cause == "gradient reduction"]
+    params = {i.name.removeprefix("%para").split("_", 1)[-1] for i in dset.execute.inputs if i.role == "Parameter"}
+    for c in fused:  # one fused AllReduce carries several parameters' gradients, listed by name
+        assert c.kind == "AllReduce" and c.pass_ == "backward" and c.node is None
+        assert c.parameters and set(c.parameters) <= params, (c.parameters, params)
+    # every collective counts once in the totals, measured and predicted in the same unit
+    ex = dset.execute
+    assert ex.total_wire_bytes == pytest.approx(sum(c.wire_bytes for c in ex.collectives))
+    assert ex.total_predicted_bytes == pytest.approx(sum(n.predicted_bytes for n in ex.nodes))
+    if mode != "mixed":
+        assert fused
