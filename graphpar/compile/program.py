@@ -278,11 +278,15 @@ class TrainProgram:
         return self._place(planned.layout, inputs, avals, stacked)
 
     # --- inspection --------------------------------------------------------------------------------------------
-    def plan_graph(self, inputs: Sequence[Any]) -> Any:
-        """The planned graph of the train step for ``inputs`` (None in PYNATIVE_MODE)."""
+    def planned(self, inputs: Sequence[Any]) -> Planned:
+        """The planned stage of the train step for ``inputs`` (traced and planned if not cached yet)."""
         ns = self.state
         with CompileProgress(self.orchestrator.what) as progress:
-            return self._planned(ns, [_global_aval(x) for x in inputs], progress)[1].graph
+            return self._planned(ns, [_global_aval(x) for x in inputs], progress)[1]
+
+    def plan_graph(self, inputs: Sequence[Any]) -> Any:
+        """The planned graph of the train step for ``inputs`` (None in PYNATIVE_MODE)."""
+        return self.planned(inputs).graph
 
     def lower_step(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
         """The ``jax.stages.Lowered`` train step for ``inputs`` (a fresh lowering: dumps and benchmarks)."""

@@ -46,7 +46,7 @@ class CompileProgress:
         total = time.perf_counter() - self._started
         if total >= self._after and exc[0] is None:
             stages = ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
-            notice_once(f"slow-compile:{self.what}", f"graphpar: compiling {self.what} took {total:.1f} s ({stages})")
+            notice_once(f"slow-compile:{self.what}", f"compiling {self.what} took {total:.1f} s ({stages})")
 
     def _text(self) -> str:
         return f"graphpar: compiling {self.what} — {self._current} {time.perf_counter() - self._started:.1f} s"
