@@ -9,10 +9,13 @@ Lowering to HLO for N devices is not done.
 (``Model.train``, a ``TrainOneStepCell`` call, a forward) plans for N virtual devices, prints the summary and ends
 the script (:class:`PlanDone`). The batch is MindSpore's per-device batch: the script's global batch divided by its
 own device count, times N (``dataset_strategy="full_batch"`` keeps the batch as it is).
+The plan-only plan hooks the compile stage's protocol: its ``trace_avals`` scales the batch and its ``setup`` (which
+the orchestrator calls with the traced graph) plans, prints and raises :class:`PlanDone`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,16 +96,16 @@ def _modes(pctx: Any) -> tuple[str, str]:
     return mode, search
 
 
-def plan_graph_for_devices(ns: NetworkState, avals: Sequence[Any], devices: int, purpose: str = "train",
-                           pctx: Any = None, platform: str = "gpu") -> PlanSummary:
-    """Trace ``ns`` for ``avals`` (global shapes for ``devices`` devices) and plan it with the pipeline."""
+def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", pctx: Any = None,
+                           platform: str = "gpu") -> PlanSummary:
+    """Plan a traced ``graph`` (global shapes for ``devices`` devices) with the pass pipeline, on a mesh of
+    ``devices`` devices that need not exist."""
     from graphpar.parallel import strategy_file
     from graphpar.parallel.planned import _hint_matrices, dataset_specs
 
     pctx = pctx if pctx is not None else _context.current_parallel()
     mode, search_mode = _modes(pctx)
     started = time.perf_counter()
-    graph = trace_network(ns, avals, purpose)
     probe = PlanContext(MeshInfo(("m0",), (devices,)), mode, search_mode)
     hinted = _hint_matrices(graph, probe.dims, devices)
     sizes = mesh_axis_sizes(devices, [m for _, m in hinted], [o for o, _ in hinted])
@@ -111,8 +114,8 @@ def plan_graph_for_devices(ns: NetworkState, avals: Sequence[Any], devices: int,
     ctx.input_specs = dataset_specs(graph, info, pctx.dataset_strategy)
     ctx.strategy_file = strategy_file.for_plan(pctx)
     ctx.search = search_settings(mode, search_mode, _context.current().max_device_memory, platform)
+    graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": info, "purpose": purpose})
     graph = run_pipeline(graph, ctx)
-    graph.meta.update(mesh=info, purpose=purpose)
     per_node = plan_cost(graph, info, training=purpose == "train")
     total = sum_costs(per_node.values())
     return PlanSummary(devices, mode, search_mode, AbstractMesh(tuple(sizes), info.names), graph,
@@ -129,7 +132,11 @@ def plan_for_devices(network: Any, *inputs: Any, devices: int, purpose: str = "t
     for ``devices`` devices on global-batch ``inputs`` (arrays or ``jax.ShapeDtypeStruct``), under the context in
     force, without those devices. ``platform`` picks the cost model's hardware ("gpu", "tpu", "cpu")."""
     ns = NetworkState(network, network.trainable_params())
-    return plan_graph_for_devices(ns, [_aval(x) for x in inputs], devices, purpose, platform=platform)
+    started = time.perf_counter()
+    graph, _ = trace_network(ns, [_aval(x) for x in inputs], purpose)
+    summary = plan_graph_for_devices(graph, devices, purpose, platform=platform)
+    summary.seconds = time.perf_counter() - started
+    return summary
 
 
 class PlanOnlyPlan(ExecutionPlan):
@@ -144,7 +151,8 @@ class PlanOnlyPlan(ExecutionPlan):
         self.virtual, self.script_devices, self.platform = devices, script_devices, platform
         self.draws = script_devices  # Model.train stacks this many per-device batches: the script's global batch
 
-    def prepare(self, ns: NetworkState, inputs: Sequence[Any], purpose: str = "train") -> Graph | None:
+    def trace_avals(self, inputs: Sequence[Any], purpose: str) -> list[jax.ShapeDtypeStruct]:
+        """The script's global batch for its own device count, as the global batch of ``virtual`` devices."""
         scale = not self.pctx.full_batch and self.pctx.dataset_strategy == "data_parallel"
         avals = []
         for x in inputs:
@@ -152,7 +160,13 @@ class PlanOnlyPlan(ExecutionPlan):
             if scale and shape and shape[0] % self.script_devices == 0:
                 shape = (shape[0] // self.script_devices * self.virtual,) + shape[1:]
             avals.append(jax.ShapeDtypeStruct(shape, x.dtype))
-        summary = plan_graph_for_devices(ns, avals, self.virtual, purpose, self.pctx, self.platform)
+        return avals
+
+    def setup(self, graph: Graph) -> Any:
+        """Plan the traced graph for the virtual devices, print the plan, end the script."""
+        purpose = graph.name.rsplit("_", 1)[-1]  # trace_network names it "{network}_{purpose}"
+        summary = plan_graph_for_devices(graph, self.virtual, purpose, self.pctx,
+                                         self.platform)
         print(summary.text(), flush=True)
         raise PlanDone(summary)
 
