@@ -64,7 +64,7 @@ class Context:
     # prints the plan and ends the script (graphpar.parallel.search.planning)
     plan_devices: int | None = None
     plan_platform: str = "gpu"
-    plan_overrides: dict = field(default_factory=dict)  # parallel_mode / search_mode replacing the script's
+    plan_overrides: tuple = ()  # (key, value) pairs: parallel_mode / search_mode replacing the script's
 
 
 @dataclass

@@ -31,8 +31,8 @@ def _run(args: argparse.Namespace) -> int:
         raise SystemExit(f"graphpar plan: no such script: {args.script}")
     ctx = _context.current()
     ctx.plan_devices, ctx.plan_platform = args.devices, args.platform
-    ctx.plan_overrides = {k: v for k, v in (("parallel_mode", args.parallel_mode),
-                                            ("search_mode", args.search_mode)) if v}
+    ctx.plan_overrides = tuple((k, v) for k, v in (("parallel_mode", args.parallel_mode),
+                                                   ("search_mode", args.search_mode)) if v)
     argv = sys.argv
     sys.argv = [args.script] + list(args.args)
     try:
@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     finally:
         sys.argv = argv
-        ctx.plan_devices, ctx.plan_overrides = None, {}
+        ctx.plan_devices, ctx.plan_overrides = None, ()
     raise SystemExit(f"graphpar plan: {args.script} finished without compiling a step; plan what it trains with "
                      "graphpar.parallel.plan_for_devices(net_with_loss, *inputs, devices=N) instead")
 

@@ -179,6 +179,6 @@ def plan_only(network: Any) -> ExecutionPlan | None:
     pctx = _context.current_parallel()
     script_devices = pctx.device_num or jax.device_count()
     plan = PlanOnlyPlan(ctx.plan_devices, script_devices, ctx.plan_platform)
-    for key, value in ctx.plan_overrides.items():
+    for key, value in ctx.plan_overrides:
         setattr(plan.pctx, key, value)
     return plan
