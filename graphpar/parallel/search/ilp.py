@@ -41,6 +41,8 @@ def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float =
     """The optimal choice (``minimize="time"``: the objective; ``"memory"``: the smallest per-device memory, for
     the error that names it) under the memory ``budget``."""
     variables, edges = problem.variables, problem.edges
+    if not variables:
+        return Solution([], problem.objective([]), True, 0.0, "nothing to choose")
     x_start = []
     n = 0
     for var in variables:
