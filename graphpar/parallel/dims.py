@@ -70,7 +70,7 @@ def registered_kinds() -> list[str]:
 
 def _load() -> None:
     # The rule modules register themselves on import; importing them here keeps graphpar's import cheap.
-    from graphpar.parallel.rules import lax_rules, op_rules  # noqa: F401
+    from graphpar.parallel.rules import lax_rules, op_rules, structured_rules  # noqa: F401
 
 
 # --- builders shared by rules -------------------------------------------------------------------------------------
