@@ -273,6 +273,14 @@ class TrainProgram:
         ns = self.state
         return self.plan.prepare(ns, [_global_aval(x) for x in inputs], "train")
 
+    def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
+        """Global shapes and dtypes of one step's inputs as last run (None before the first step): what
+        ``graphpar.parallel.plan(model)`` re-lowers to show the plan ``Model.train`` compiled."""
+        if self._fast is None:
+            return None
+        stacked = self._fast[1]
+        return [jax.ShapeDtypeStruct(tuple(s)[1:] if stacked else tuple(s), d) for s, d, _ in self._fast[3]]
+
     def lower_step(self, inputs: Sequence[Any]) -> Any:
         """The ``jax.stages.Lowered`` train step for ``inputs`` (used by dumps and benchmarks)."""
         ns = self.state
