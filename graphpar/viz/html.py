@@ -67,7 +67,7 @@ def collective_text(c: Collective) -> str:
 
 
 # --- the per-op table ------------------------------------------------------------------------------------------
-def op_table(begin: Dump | None, execute: Dump | None) -> str:
+def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") -> str:
     """One row per op: node, op, kind, scope, strategy, provenance, global → per-device shapes, collectives,
     bytes. Rows carry ``class="op-row"``; the table names its rank and kind in ``data-`` attributes."""
     main = execute or begin
@@ -87,7 +87,8 @@ def op_table(begin: Dump | None, execute: Dump | None) -> str:
                      escape(prov), shapes, colls, nbytes])
     for c in (execute.unattributed if execute is not None else []):
         rows.append(["-", "(not attributed)", "", "", "", "", "", escape(collective_text(c)), str(c.bytes)])
-    attrs = f' data-rank="{main.rank}" data-graph="{escape(main.graph)}" data-ops="{len(main.nodes)}"'
+    attrs = (f' data-rank="{main.rank}" data-graph="{escape(main.graph)}" data-ops="{len(main.nodes)}"'
+             f' data-kind="{kind}"')
     classes = ["op-row"] * len(main.nodes) + ["gp-loose"] * (len(rows) - len(main.nodes))
     return table(["node", "op", "kind", "scope", "strategy", "provenance", "global \u2192 per-device shapes",
                   "collectives", "bytes"], rows, css_class="gp-table op-table", row_classes=classes, attrs=attrs)
