@@ -57,3 +57,18 @@ def test_history_plot_in_sink_mode(tmp_path):
     plot = HistoryPlot(tmp_path / "loss.png")
     _train(2, [plot], sink=True)
     assert len(plot.steps) == 2 and len(plot.epoch_loss) == 2
+
+
+def test_progress_bar_is_wanted_in_jupyter(monkeypatch):
+    import importlib.util
+
+    from graphpar.train.callback import _progress
+
+    monkeypatch.delenv("GRAPHPAR_PROGRESS", raising=False)
+    monkeypatch.setattr(_progress, "in_jupyter", lambda: True)
+    assert _progress.progress_bar_wanted()  # pytest's stdout is no terminal, but a notebook is
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
+    assert not _progress.progress_bar_wanted()  # rich cannot draw a live bar there without ipywidgets
+    monkeypatch.setattr(_progress, "in_jupyter", lambda: False)
+    assert not _progress.progress_bar_wanted()

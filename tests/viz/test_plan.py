@@ -161,3 +161,20 @@ def test_pynative_has_no_plan():
     ms.set_context(mode=ms.PYNATIVE_MODE)
     with pytest.raises(PlanError, match="PYNATIVE_MODE .* set_context\\(mode=GRAPH_MODE\\)"):
         graphpar.parallel.plan(_cell(), *_batch())
+
+
+def test_html_page_without_a_browser(auto_plan, tmp_path, capsys):
+    """The page itself (the Chromium test checks it renders): every rank's table has one row per op."""
+    plan, dumps = auto_plan
+    page = tmp_path / "plan.html"
+    assert cli(["ir", "html", str(dumps), "-o", str(page)]) == 0
+    text = page.read_text()
+    n = len(plan.dumps().main.nodes)
+    for rank in range(8):
+        table = re.search(rf'<table class="gp-table op-table" data-rank="{rank}"[^>]*data-kind="summary">(.*?)'
+                          r"</table>", text, re.S)
+        assert table is not None and table.group(1).count('<tr class="op-row">') == n
+    assert text.count('class="gp-panel"') == 8 and "<script>" in text and "<svg" in text
+    capsys.readouterr()
+    assert cli(["ir", "html", str(tmp_path / "missing"), "-o", str(page)]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
