@@ -27,7 +27,7 @@ CSS = """
 .gp-root .gp-user{background:#fff4e6}.gp-root .gp-fallback{background:#fff5f5}
 .gp-root .gp-meta{color:#495057;margin:2px 0}
 .gp-root .gp-scroll{overflow:auto;max-height:640px;border:1px solid #e9ecef;margin:4px 0}
-.gp-root .gp-grids{display:flex;flex-wrap:wrap;gap:14px}
+.gp-root .gp-grids{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 .gp-root .gp-grid{border:1px solid #dee2e6;padding:4px}
 .gp-root table.gp-blocks{border-collapse:collapse}
 .gp-root table.gp-blocks td{border:1px solid #fff;padding:4px 6px;text-align:center;min-width:44px;font-size:11px}
