@@ -51,7 +51,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]], css_class: str 
     return f'<table class="{css_class}"{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _code(text: str) -> str:
+def code_cell(text: str) -> str:
     return f"<code>{escape(text)}</code>"
 
 
@@ -83,7 +83,7 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
         colls = "<br>".join(escape(collective_text(c)) for c in node.collectives)
         nbytes = str(node.collective_bytes) if execute is not None else "-"
         rows.append([str(node.id), f"<b>{escape(node.instance_name)}</b>", escape(node.kind),
-                     f'<span class="gp-small">{escape(node.scope)}</span>', _code(node.strategy_text or "-"),
+                     f'<span class="gp-small">{escape(node.scope)}</span>', code_cell(node.strategy_text or "-"),
                      escape(prov), shapes, colls, nbytes])
     for c in (execute.unattributed if execute is not None else []):
         rows.append(["-", "(not attributed)", "", "", "", "", "", escape(collective_text(c)), str(c.bytes)])
@@ -246,11 +246,11 @@ def dump_html(dump: Dump) -> str:
 
 def rows_html(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
     """A list of dicts as a table (``Plan.collectives()``, ``Plan.memory()``)."""
-    cells = [[escape(_cell(r.get(c))) for c in columns] for r in rows]
+    cells = [[escape(cell_text(r.get(c))) for c in columns] for r in rows]
     return wrap(table(columns, cells))
 
 
-def _cell(value: Any) -> str:
+def cell_text(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):

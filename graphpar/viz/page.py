@@ -18,7 +18,8 @@ from graphpar.viz.svg import graph_picture
 _PAGE_CSS = """
 body{margin:16px;background:#fff}
 .gp-ranks{margin:6px 0}.gp-ranks button{border:1px solid #adb5bd;background:#f8f9fa;padding:2px 8px;margin:0 2px 2px 0;
-cursor:pointer;border-radius:3px;font-size:12px}.gp-ranks button.gp-on{background:#339af0;color:#fff;border-color:#1c7ed6}
+cursor:pointer;border-radius:3px;font-size:12px}
+.gp-ranks button.gp-on{background:#339af0;color:#fff;border-color:#1c7ed6}
 section.gp-section{border-top:2px solid #dee2e6;margin-top:14px;padding-top:6px}
 .gp-side{display:flex;gap:16px;align-items:flex-start}.gp-side>div{flex:1;min-width:0}
 """

@@ -18,7 +18,7 @@ from typing import Any
 from graphpar.cli import ir as cli
 from graphpar.cli.ir_views import diff_data, explain_data, find_op, show_data, summary_data
 from graphpar.dump.loading import DumpSet, load
-from graphpar.dump.model import Dump, DumpError
+from graphpar.dump.model import DumpError
 from graphpar.viz import html as views
 
 
@@ -54,7 +54,7 @@ class Rows(list):
         self.columns, self.title = columns, title
 
     def __str__(self) -> str:
-        return _captured(cli._emit_table, self.columns, [[views._cell(r.get(c)) for c in self.columns]
+        return _captured(cli._emit_table, self.columns, [[views.cell_text(r.get(c)) for c in self.columns]
                                                          for r in self], self.title or None)
 
     def _repr_html_(self) -> str:
@@ -116,7 +116,7 @@ class Plan:
         def html() -> str:
             node = find_op(dset, op)
             rows = [[str(c["node"]), views.escape(c["instance_name"]), views.escape(c["kind"]),
-                     views._code(cli._fmt_strategy(c["strategy"])),
+                     views.code_cell(cli._fmt_strategy(c["strategy"])),
                      views.escape(c["provenance"]["text"] if c["provenance"] else "-"),
                      "" if c["edge_cost"] is None else f"{c['edge_cost']:g} B"] for c in data["chain"]]
             grids = views.op_input_grids(node, dset.begin) if dset.begin is not None else ""
@@ -220,7 +220,8 @@ def diff_views(a: DumpSet, b: DumpSet, data: Mapping[str, Any]) -> str:
         ba, bb = o["collective_bytes_a"], o["collective_bytes_b"]
         delta = o["collective_bytes_delta"]
         rows.append([views.escape(o["instance_name"]), views.escape(o["kind"]), views.escape(o["status"]),
-                     views._code(cli._fmt_strategy(o["strategy_a"])), views._code(cli._fmt_strategy(o["strategy_b"])),
+                     views.code_cell(cli._fmt_strategy(o["strategy_a"])),
+                     views.code_cell(cli._fmt_strategy(o["strategy_b"])),
                      "-" if ba is None else str(ba), "-" if bb is None else str(bb),
                      "-" if delta is None else f"{delta:+d}", views.escape(o["scope"])])
         classes.append("diff-row " + ("gp-user" if o["status"] != "same" or delta else ""))
