@@ -11,7 +11,8 @@ from graphpar.dump.model import DumpError
 def _html(args: argparse.Namespace) -> None:
     from graphpar.viz.page import diff_page, dump_page
 
-    text = diff_page(args.dir, args.diff, args.index, args.rank) if args.diff else dump_page(args.dir)
+    text = (diff_page(args.dir, args.diff, args.index, args.rank) if args.diff
+            else dump_page(args.dir, args.index, args.rank))
     out = Path(args.output)
     try:
         out.write_text(text, encoding="utf-8")
@@ -28,5 +29,6 @@ def add_html_command(command, index_type) -> None:
     p.add_argument("dir", help="ir_dumps, ir_dumps/rank_R, or one dump file")
     p.add_argument("-o", "--output", default="plan.html", help="the page to write (default: plan.html)")
     p.add_argument("--diff", metavar="DIR2", help="a second dump directory: write a diff page (A = DIR, B = DIR2)")
-    p.add_argument("--index", type=index_type, help="with --diff: the graph counter NNNN (default: newest train)")
-    p.add_argument("--rank", type=int, help="with --diff: the rank to compare (default: lowest)")
+    p.add_argument("--index", type=index_type, help="only the graph NNNN (with --diff: the graph to compare, "
+                   "default the newest train graph)")
+    p.add_argument("--rank", type=int, help="only rank R (with --diff: the rank to compare, default the lowest)")

@@ -75,11 +75,12 @@ def _graph_section(sets: list[DumpSet]) -> str:
             + f'<div class="gp-scroll">{graph_picture(main)}</div></section>')
 
 
-def dump_page(path: str | Path) -> str:
-    """The page of every graph and every rank in ``path`` (``ir_dumps``, a ``rank_R`` directory or a file)."""
-    first = load(path)
-    ranks = first.ranks or [None]
-    indexes = first.indexes or [first.index]
+def dump_page(path: str | Path, index: int | None = None, rank: int | None = None) -> str:
+    """The page of every graph and every rank in ``path`` (``ir_dumps``, a ``rank_R`` directory or a file); only
+    graph ``index`` and only ``rank`` when given."""
+    first = load(path, index, rank)
+    ranks = [rank] if rank is not None else first.ranks or [None]
+    indexes = [first.index] if index is not None else first.indexes or [first.index]
     sections = []
     for index in indexes:
         sets = [load(path, index, r) for r in ranks] if index is not None else [first]
