@@ -1,10 +1,11 @@
 """``graphpar.parallel.plan(network_or_train_cell, *example_inputs)``: a plan in memory, as its dumps describe it.
 
-A thin adapter over the public compile entry points: ``TrainProgram.plan_graph`` / ``lower_step`` for a train cell
-(or the one ``Model.train`` runs), ``ForwardProgram.lower`` for any other Cell. The planned graph and the compiled
-HLO are turned into dump *text* by the dump writer's own functions and parsed by the dump reader, so a Plan, the
-files ``save_graphs`` writes and ``graphpar ir`` agree by construction (one source of truth). With ``save_graphs``
-on, the dumps are written as well. Imports are lazy: ``graphpar.parallel`` imports this module.
+A thin adapter over the public compile entry points: ``TrainProgram.stages`` for a train cell (the compile cache's
+program, the one ``Model.train`` runs), ``ForwardProgram.planned`` / ``lower`` for any other Cell (its shared
+program, as ``net(x)`` and ``Model.eval`` use). The planned graph and the compiled HLO are turned into dump *text*
+by the dump writer's own functions and parsed by the dump reader, so a Plan, the files ``save_graphs`` writes and
+``graphpar ir`` agree by construction (one source of truth). With ``save_graphs`` on, the dumps are written as
+well. Imports are lazy: ``graphpar.parallel`` imports this module on first use of ``plan``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _program_and_inputs(target: Any, inputs: tuple) -> tuple[Any, str, list]:
     """The program that plans ``target``, its purpose (train / forward) and the example inputs to plan for."""
     import numpy as np
 
-    from graphpar.compile.forward import ForwardProgram
+    from graphpar.compile.forward import program_for
     from graphpar.nn.cell import Cell
     from graphpar.nn.wrap import TrainOneStepCell
     from graphpar.train.model import Model
@@ -52,7 +53,7 @@ def _program_and_inputs(target: Any, inputs: tuple) -> tuple[Any, str, list]:
     if isinstance(target, Cell):
         if not inputs:
             raise PlanError(target, "example inputs are needed: plan(network, *inputs)")
-        return ForwardProgram(target), "forward", list(inputs)
+        return program_for(target), "forward", list(inputs)
     raise PlanError(target, "expected a Model, a TrainOneStepCell or a Cell")
 
 
@@ -89,13 +90,13 @@ def plan(target: Any, *example_inputs: Any) -> Any:
                                 "set_context(mode=GRAPH_MODE) to plan it")
     program, purpose, inputs = _program_and_inputs(target, example_inputs)
     if purpose == "train":
-        graph = program.plan_graph(inputs)
-        compiled = program.lower_step(inputs).compile()
+        stages = program.stages(inputs)  # the compile cache's program: the one Model.train runs
+        graph, compiled = stages.planned.graph, stages.compiled.executable
     else:
+        graph = program.planned(*inputs).graph
         compiled = program.lower(*inputs).compile()
-        graph = program.graph
     exec_plan = program.plan
-    if graph is None:
+    if graph is None or compiled is None:
         raise PlanError(target, "this execution plan has no planned graph")
     hlo = compiled.as_text()
     maybe_dump_execute(graph, exec_plan, hlo)  # save_graphs: the files match what this Plan holds

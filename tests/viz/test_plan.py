@@ -148,11 +148,10 @@ def test_plan_of_a_trained_model_and_of_a_network(tmp_path, capsys):
     forward = graphpar.parallel.plan(net, x)
     assert forward.dumps().main.purpose == "forward"
     assert [n.instance_name for n in forward.dumps().main.nodes] == ["matmul", "relu", "matmul2"]
-    from graphpar.compile.forward import ForwardProgram
+    from graphpar.compile.forward import program_for
 
-    program = ForwardProgram(net)
-    program.lower(x)
-    assert program.graph._repr_html_().count('<tr class="op-row">') == 3
+    graph = program_for(net).planned(x).graph  # a planned Graph shows itself too
+    assert graph._repr_html_().count('<tr class="op-row">') == 3
     with pytest.raises(PlanError, match="example inputs are needed"):
         graphpar.parallel.plan(net)
 
