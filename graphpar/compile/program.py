@@ -313,7 +313,7 @@ def _global_aval(x: Any, stacked: bool = False) -> jax.ShapeDtypeStruct:
     """The global shape of a process-local batch input (rows of every process stacked on dimension 0); of one
     step's batch when ``x`` is a stack of batches."""
     shape = tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x))
-    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    dtype = x.dtype if isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)) else np.asarray(x).dtype
     dtype = jax.dtypes.canonicalize_dtype(dtype)
     if jax.process_count() > 1 and shape and not isinstance(x, jax.Array):
         if not _context.current_parallel().full_batch:
