@@ -238,6 +238,7 @@ def read_arrays(path: str, body: dict[str, Any], groups: Sequence[str]) -> dict[
     """``{group: {name: numpy array}}`` of the entries of ``groups`` (stacked rows for a sliced checkpoint)."""
     import orbax.checkpoint as ocp
 
+    path = os.path.abspath(path)  # orbax wants absolute paths; a relative one means the current directory
     wanted = [r for r in body["entries"] if r["group"] in groups]
     if not wanted:
         return {g: {} for g in groups}

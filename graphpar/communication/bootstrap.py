@@ -7,7 +7,9 @@ Conventions, in order of precedence (the first one present wins; see ``process_p
    ``MS_SCHED`` role serves ranks and exits here, never returning to the user's script);
 3. OpenMPI ``mpirun`` — OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK;
 4. SLURM ``srun`` — SLURM_NTASKS / SLURM_PROCID / SLURM_LOCALID;
-5. otherwise one process: nothing to join.
+5. MindSpore's one process per device (seed 003's ``run.sh``) — RANK_SIZE > 1 / RANK_ID (/ RANK_TABLE_FILE,
+   DEVICE_ID): the processes of one host agree on a loopback coordinator through a file;
+6. otherwise one process: nothing to join.
 
 ``jax.distributed.initialize`` must run before any JAX backend starts, so nothing here touches devices until the
 job has formed. The coordinator binds the address it was given (``coordinator_bind_address``), never all
@@ -76,6 +78,7 @@ def initialize(platform: str) -> None:
     kind = process_plan.convention(env)
     if kind is None:
         return
+    _check_variables(env, kind)
     cluster_timeout, heartbeat = process_plan.timeouts(env)
     if kind == "dynamic_cluster":
         plan = _dynamic_cluster(env, cluster_timeout)
@@ -83,11 +86,26 @@ def initialize(platform: str) -> None:
         plan = process_plan.from_launcher(env)
     elif kind == "openmpi":
         plan = process_plan.from_openmpi(env, cluster_timeout)
+    elif kind == "rank_table":
+        plan = process_plan.from_rank_table(env, cluster_timeout)
     else:
         plan = process_plan.from_slurm(env)
     _join(plan, platform, cluster_timeout, heartbeat)
     _joined = plan
     _placement = HostPlacement(plan.local_process_id, plan.local_process_count)
+
+
+def _check_variables(env: _env.ClusterEnv, kind: str) -> None:
+    """Refuse an unusable value of a variable this convention reads; note once those it does not read."""
+    used = process_plan.VARIABLES[kind] + process_plan.TIMEOUT_VARIABLES
+    env.check(*used)
+    for name, value in sorted(env.invalid.items()):
+        if name not in used:
+            from graphpar._logging import notice_once
+
+            notice_once(f"env-ignored:{name}", f"environment variable {name}={value!r} is not an integer; ignored: "
+                        f"this process joins its job by the {kind.replace('_', ' ')} convention, which does not read "
+                        "it")
 
 
 def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
