@@ -43,6 +43,7 @@ class HostPlacement:
 
 _placement = HostPlacement()
 _joined: ProcessPlan | None = None
+_tunnels: list = []  # the TLS proxy or forwarder of this process, alive as long as the process
 
 
 def placement() -> HostPlacement:
@@ -109,7 +110,12 @@ def _check_variables(env: _env.ClusterEnv, kind: str) -> None:
 
 
 def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
-    from graphpar.communication import dynamic_cluster
+    from graphpar.communication import dynamic_cluster, tls_config
+
+    if tls_config.active() is not None:
+        raise ClusterError("set_ps_context(enable_ssl=True) with the Dynamic Cluster variables (MS_ROLE): the "
+                           "scheduler's rank assignment is not tunnelled through TLS; start the job with msrun/"
+                           "graphpar launch --node_rank N on each node (direct mode), mpirun or srun", "MS_ROLE")
 
     role = env.ms_role
     if role not in ("MS_SCHED", "MS_WORKER"):
@@ -167,15 +173,16 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
     ids = _local_device_ids(plan, platform)
     if ids is not None:
         kwargs["local_device_ids"] = ids
+    coordinator, bind = _through_tls(plan, timeout)
     # JAX aborts the process (uncatchable) when the job does not form in time; say why first.
     watchdog = threading.Timer(timeout, _report_slow_formation, (plan, timeout))
     watchdog.daemon = True
     watchdog.start()
     try:
         jax.distributed.initialize(
-            coordinator_address=plan.coordinator, num_processes=plan.num_processes, process_id=plan.process_id,
+            coordinator_address=coordinator, num_processes=plan.num_processes, process_id=plan.process_id,
             initialization_timeout=timeout, heartbeat_timeout_seconds=heartbeat,
-            coordinator_bind_address=plan.bind_address, **kwargs)
+            coordinator_bind_address=bind, **kwargs)
     except Exception as exc:  # JAX raises RuntimeError/XlaRuntimeError variants; say what we were doing
         raise ClusterError(
             f"{plan.source}: process {plan.process_id} of {plan.num_processes} could not join the job through the "
@@ -185,6 +192,30 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
         from graphpar.communication import rendezvous_file
 
         rendezvous_file.withdraw()
+
+
+def _through_tls(plan: ProcessPlan, timeout: int) -> tuple[str, str]:
+    """(coordinator address, bind address) to give JAX: the plan's own, or, with ``set_ps_context(enable_ssl=
+    True)``, the loopback ends of the TLS tunnel (see ``tls_tunnel``)."""
+    from graphpar.communication import tls_config
+
+    settings = tls_config.active()
+    if settings is None:
+        return plan.coordinator, plan.bind_address
+    from graphpar.communication import tls_tunnel
+
+    host, port = process_plan.split_address(plan.bind_address, plan.source)
+    if plan.process_id == 0:
+        internal = f"127.0.0.1:{process_plan.free_port('127.0.0.1')}"
+        proxy = tls_tunnel.TlsProxy(settings, (host, port), process_plan.split_address(internal, plan.source))
+        _tunnels.append(proxy.start())
+        return internal, internal
+    remote = process_plan.split_address(plan.coordinator, plan.source)
+    forwarder = tls_tunnel.TlsForwarder(settings, (process_plan.numeric_host(remote[0]), remote[1]))
+    forwarder.probe(timeout)  # a refused certificate is an error now, naming it, before JAX starts
+    _tunnels.append(forwarder.start())
+    local = f"127.0.0.1:{forwarder.port}"
+    return local, local
 
 
 def _report_slow_formation(plan: ProcessPlan, timeout: int) -> None:
