@@ -72,6 +72,7 @@ def _check_index(source: str, name: str, index: int, count: int, count_name: str
 def from_launcher(env: ClusterEnv) -> ProcessPlan:
     """``graphpar launch``'s variables: GRAPHPAR_COORDINATOR, GRAPHPAR_NUM_PROCESSES, GRAPHPAR_PROCESS_ID, ..."""
     source = "graphpar launch environment"
+    env.check(*VARIABLES["launch"])
     missing = [n for n, v in (("GRAPHPAR_COORDINATOR", env.coordinator), ("GRAPHPAR_NUM_PROCESSES",
                                                                           env.num_processes),
                               ("GRAPHPAR_PROCESS_ID", env.process_id)) if v is None]
@@ -118,6 +119,7 @@ def _ompi_coordinator(env: ClusterEnv, timeout: float) -> str:
 def from_openmpi(env: ClusterEnv, timeout: float) -> ProcessPlan:
     """``mpirun -n N python train.py``: OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK / _LOCAL_SIZE."""
     source = "OpenMPI environment"
+    env.check(*VARIABLES["openmpi"])
     if env.ompi_world_rank is None:
         raise ClusterError(f"{source}: OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not",
                            "OMPI_COMM_WORLD_RANK")
@@ -149,6 +151,7 @@ def _slurm_local_count(tasks_per_node: str | None) -> int:
 def from_slurm(env: ClusterEnv) -> ProcessPlan:
     """``srun python train.py``: SLURM_NTASKS / SLURM_PROCID / SLURM_LOCALID; coordinator on the first node."""
     source = "SLURM environment"
+    env.check(*VARIABLES["slurm"])
     if env.slurm_procid is None:
         raise ClusterError(f"{source}: SLURM_NTASKS is set but SLURM_PROCID is not", "SLURM_PROCID")
     _check_index(source, "SLURM_PROCID", env.slurm_procid, env.slurm_ntasks, "SLURM_NTASKS")
@@ -187,7 +190,7 @@ def from_rank_table(env: ClusterEnv, timeout: float) -> ProcessPlan:
     one host, each with RANK_ID (and DEVICE_ID, RANK_TABLE_FILE). The processes agree on a loopback coordinator
     through a file, as ``mpirun`` ranks on one host do; a job spanning hosts is refused with what to use instead."""
     source = "MindSpore rank-table environment (RANK_SIZE/RANK_ID)"
-    env.check("RANK_SIZE", "RANK_ID", "DEVICE_ID")
+    env.check(*VARIABLES["rank_table"])
     if env.rank_id is None:
         raise ClusterError(f"{source}: RANK_SIZE={env.rank_size} is set but RANK_ID is not; give every process "
                            "its RANK_ID (0..RANK_SIZE-1), or start the job with "
