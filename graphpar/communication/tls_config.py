@@ -132,8 +132,15 @@ def load_settings(config_file: str, client_password: bytes | None, server_passwo
         raise TlsError(f"TLS: {config_file}: cert_expire_warning_time_in_day must be an int >= 0, got {days!r}",
                        config_file)
     cipher_list = body.get("cipher_list") or None
-    if cipher_list is not None and not isinstance(cipher_list, str):
-        raise TlsError(f"TLS: {config_file}: cipher_list must be an OpenSSL cipher string", config_file)
+    if cipher_list is not None:
+        import ssl
+
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).set_ciphers(cipher_list)
+        except (ssl.SSLError, TypeError):
+            raise TlsError(f"TLS: {config_file}: cipher_list {cipher_list!r} selects no cipher OpenSSL knows (an "
+                           "OpenSSL cipher string, e.g. 'ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-GCM-SHA256')",
+                           "cipher_list") from None
     return TlsSettings(
         config_file=os.path.abspath(config_file),
         server=load_identity(path("server_cert_path"), server_password, "server_cert_path"),
@@ -155,7 +162,8 @@ def set_ps_context(**kwargs: Any) -> None:
             raise UnknownSettingError(api, key, valid)
     if kwargs.get("enable_ps"):
         raise ConfigError(api, "enable_ps", kwargs["enable_ps"], valid=[False],
-                          reason="graphpar has no parameter-server mode (Parameter Server training is not supported)")
+                          reason="enable_ps=True: graphpar has no parameter-server mode (Parameter Server training is not "
+                          "supported)")
     for key in ("enable_ssl", "enable_ps"):
         if key in kwargs and not isinstance(kwargs[key], bool):
             raise ConfigError(api, key, kwargs[key], valid=[True, False])

@@ -87,7 +87,7 @@ def for_cell(exc: BaseException, scope: str, cell: str) -> BaseException:
         return exc
     if isinstance(exc, _CONCRETE):
         return _control_flow(exc, scope, cell)
-    if isinstance(exc, TypeError) and any(m in str(exc) for m in _SHAPE_RULE_WORDS):
+    if isinstance(exc, (TypeError, ValueError)) and any(m in str(exc) for m in _SHAPE_RULE_WORDS):
         return OpShapeError(f"Cell '{cell}' (scope {scope}): {_first_line(exc)} (in jnp/lax code of its construct). "
                             "Check the shapes of the Parameters and of the data it computes with", scope,
                             _first_line(exc))
