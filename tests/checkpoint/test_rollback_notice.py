@@ -47,3 +47,22 @@ def test_a_newer_save_in_flight_is_named_when_rolling_back_to_an_older_one(tmp_p
         assert resume.choose(False, [cb]) == path
     assert f"resume: rolling back to {path}; the newest save, {tmp_path}/net-1_10.ckpt, was still in flight" in \
         caplog.text
+
+
+def test_a_relative_path_loads_as_it_was_saved(tmp_path, monkeypatch):
+    """save_checkpoint and load_checkpoint agree on a relative path (the current directory)."""
+    import graphpar as ms
+    from graphpar import Parameter, Tensor, nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.arange(4, dtype=np.float32)), "w")
+
+        def construct(self, x):
+            return x * self.w
+
+    monkeypatch.chdir(tmp_path)
+    ms.save_checkpoint(Net(), "sub/rel.ckpt")
+    loaded = ms.load_checkpoint("sub/rel.ckpt")
+    assert np.array_equal(np.asarray(loaded["w"]), np.arange(4, dtype=np.float32))
