@@ -379,6 +379,9 @@ ROWS: list[Row] = [
     Row("ckpt-prefix", "checkpoint", "ModelCheckpoint(prefix='a/b')",
         lambda t: __import__("graphpar.train", fromlist=["ModelCheckpoint"]).ModelCheckpoint(prefix="a/b"),
         ValueError, ("prefix='a/b'", "without '/'")),
+    Row("strategy-file-malformed", "files", "a strategy file with \"parallel_layout_item\": null",
+        lambda t: _strategy_file(t, '{"parallel_layout_item": null}'), ERR + "ConfigError",
+        ("strategy.json", "malformed strategy file")),
     Row("strategy-file-json", "files", "strategy_ckpt_load_file that is not JSON",
         lambda t: _strategy_file(t, "{not json"), ERR + "ConfigError", ("strategy.json", "not a JSON strategy file")),
 ]
