@@ -250,6 +250,9 @@ def read_arrays(path: str, body: dict[str, Any], groups: Sequence[str]) -> dict[
         with _lock:
             restored = _orbax().restore(path, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
                                                                           partial_restore=True))
+    except OSError as exc:  # a path problem (permissions, a directory gone), not a damaged checkpoint
+        raise CheckpointError(path, f"cannot be read: {exc.strerror or exc}",
+                              "Check that the path exists and is readable by this process") from exc
     except Exception as exc:  # orbax/tensorstore raise many kinds; name the checkpoint
         raise CheckpointError(path, f"orbax could not read it: {type(exc).__name__}: {exc}",
                               "The checkpoint may be damaged; load an earlier one") from exc
