@@ -160,7 +160,13 @@ class TlsProxy:
         family = socket.AF_INET6 if ":" in self.public[0] else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(self.public)
+        try:
+            self._sock.bind(self.public)
+        except OSError as exc:
+            self._sock.close()
+            raise TlsError(f"TLS: the coordinator's public address {self.public[0]}:{self.public[1]} cannot be "
+                           f"bound: {exc.strerror or exc} (another job on that port?)",
+                           f"{self.public[0]}:{self.public[1]}") from None
         self._sock.listen(64)
         threading.Thread(target=self._accept, name="graphpar-tls-proxy", daemon=True).start()
         return self

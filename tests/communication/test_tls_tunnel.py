@@ -126,3 +126,9 @@ def test_wrong_password_and_missing_file_name_the_file(configs, tmp_path):
     missing.write_text('{"server_cert_path": "s.p12", "client_cert_path": "c.p12", "ca_cert_path": "ca.crt"}')
     with pytest.raises(tls_config.TlsError, match=r"server_cert_path '.*s\.p12' cannot be read"):
         tls_config.load_settings(str(missing), None, None)
+
+
+def test_a_public_port_in_use_is_named(configs, proxy):
+    proxy, echo, _ = proxy
+    with pytest.raises(tls_config.TlsError, match=rf"127\.0\.0\.1:{proxy.public[1]} cannot be bound"):
+        tls_tunnel.TlsProxy(settings(configs["server"]), proxy.public, ("127.0.0.1", echo.port)).start()
