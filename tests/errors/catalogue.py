@@ -86,6 +86,24 @@ def _rank_table(tmp: Path, servers: int, devices: int) -> str:
     return str(path)
 
 
+def _refused(tmp: Path, variant: str):
+    """A worker with the ``variant`` certificate connecting to a coordinator's TLS proxy on 127.0.0.1."""
+    import io
+
+    from graphpar.communication import tls_config, tls_tunnel
+    from graphpar.communication.process_plan import free_port
+    from tests.communication import tls_certs
+
+    configs = tls_certs.make(tmp / "certs")
+    pw = tls_certs.PASSWORD.encode()
+    proxy = tls_tunnel.TlsProxy(tls_config.load_settings(str(configs["server"]), pw, pw), ("127.0.0.1", free_port()),
+                                ("127.0.0.1", free_port()), log=io.StringIO()).start()
+    try:
+        tls_tunnel.TlsForwarder(tls_config.load_settings(str(configs[variant]), pw, pw), proxy.public).probe(10)
+    finally:
+        proxy.close()
+
+
 def _tls_config(tmp: Path, **override) -> str:
     from tests.communication import tls_certs
 
@@ -266,6 +284,19 @@ ROWS: list[Row] = [
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t, cipher_list="NOT-A-CIPHER"),
                                        client_password="graphpar-test-pw", server_password="graphpar-test-pw"),
         "graphpar.communication.tls_config:TlsError", ("cipher_list 'NOT-A-CIPHER'",)),
+    Row("tls-revoked", "files", "a worker whose client_cert_path certificate the CRL revokes",
+        lambda t: _refused(t, "revoked"), "graphpar.communication.tls_config:TlsError",
+        ("refused this worker's certificate client_cert_path", "revoked.p12", "CN=worker-revoked",
+         "certificate revoked")),
+    Row("tls-other-ca", "files", "a worker whose certificate another CA signed", lambda t: _refused(t, "other_ca"),
+        "graphpar.communication.tls_config:TlsError", ("other_ca.p12", "unknown ca")),
+    Row("tls-expired", "files", "a worker whose certificate expired", lambda t: _refused(t, "expired"),
+        "graphpar.communication.tls_config:TlsError", ("expired.p12", "expired on", "certificate expired")),
+    Row("tls-dynamic-cluster", "env", "set_ps_context(enable_ssl=True, ...) with MS_ROLE=MS_WORKER",
+        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t),
+                                       client_password="graphpar-test-pw", server_password="graphpar-test-pw")
+        or _dynamic(t), "graphpar.communication.errors:ClusterError", ("enable_ssl=True", "not tunnelled", "msrun"),
+        {"MS_ROLE": "MS_WORKER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "2"}),
     # --- environment variables --------------------------------------------------------------------------------
     Row("env-not-integer", "env", "GRAPHPAR_NUM_PROCESSES=two (set by hand)", lambda t: _plan("launch"),
         ERR + "EnvVarError", ("GRAPHPAR_NUM_PROCESSES='two'", "must be an integer"),
