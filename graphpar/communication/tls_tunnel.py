@@ -67,13 +67,20 @@ def _context(settings: TlsSettings, server: bool) -> ssl.SSLContext:
         ctx.check_hostname = False  # identity is "signed by the job's CA", as in MindSpore; hosts move
     ctx.verify_mode = ssl.CERT_REQUIRED
     identity = settings.server if server else settings.client
-    folder = tempfile.mkdtemp(prefix="graphpar-tls-")  # mode 0700; removed before this returns
+    # ssl loads keys from files only: the key goes there encrypted with a one-time password, in a 0700 directory
+    # removed before this returns
+    from cryptography.hazmat.primitives import serialization
+
+    secret = os.urandom(24).hex().encode()
+    key_pem = serialization.load_pem_private_key(identity.key_pem, None).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(secret))
+    folder = tempfile.mkdtemp(prefix="graphpar-tls-")
     try:
         cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
-        for path, data in ((cert, identity.cert_pem), (key, identity.key_pem)):
+        for path, data in ((cert, identity.cert_pem), (key, key_pem)):
             with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as fh:
                 fh.write(data)
-        ctx.load_cert_chain(cert, key)
+        ctx.load_cert_chain(cert, key, password=secret)
         trust = os.path.join(folder, "trust.pem")
         with open(trust, "wb") as fh:
             fh.write(_pem(settings.ca_cert))
