@@ -1,7 +1,6 @@
 """A rollback that cannot use the newest save says so in one line, naming the checkpoint directory and the save
 that was still in flight when the job stopped (a recovery must never start over silently)."""
 
-import logging
 import os
 
 import numpy as np
@@ -15,18 +14,17 @@ def _restarted(monkeypatch):
     monkeypatch.setenv("GRAPHPAR_RESTART_COUNT", "1")
 
 
-def test_no_complete_checkpoint_names_directory_and_the_save_in_flight(tmp_path, monkeypatch, caplog):
+def test_no_complete_checkpoint_names_directory_and_the_save_in_flight(tmp_path, monkeypatch, notices):
     _restarted(monkeypatch)
     os.makedirs(tmp_path / f"net-1_5.ckpt{TMP_MARKER}-1700000000")  # orbax's directory of an uncommitted save
     cb = ModelCheckpoint("net", str(tmp_path), CheckpointConfig(save_checkpoint_steps=5))
-    with caplog.at_level(logging.WARNING, logger="graphpar"):
-        assert resume.choose(False, [cb]) is None
-    lines = [r.getMessage() for r in caplog.records if "no complete checkpoint" in r.getMessage()]
+    assert resume.choose(False, [cb]) is None
+    lines = [r.getMessage() for r in notices.records if "no complete checkpoint" in r.getMessage()]
     assert lines == [f"resume: no complete checkpoint in {tmp_path}; the newest save, {tmp_path}/net-1_5.ckpt, was "
                      "still in flight when the job stopped and is incomplete; training starts from the beginning"]
 
 
-def test_a_newer_save_in_flight_is_named_when_rolling_back_to_an_older_one(tmp_path, monkeypatch, caplog):
+def test_a_newer_save_in_flight_is_named_when_rolling_back_to_an_older_one(tmp_path, monkeypatch, notices):
     import graphpar as ms
     from graphpar import Parameter, Tensor, nn
 
@@ -43,10 +41,9 @@ def test_a_newer_save_in_flight_is_named_when_rolling_back_to_an_older_one(tmp_p
     os.makedirs(tmp_path / "net-1_10.ckpt")  # committed by orbax, but its manifest was never written
     _restarted(monkeypatch)
     cb = ModelCheckpoint("net", str(tmp_path), CheckpointConfig(save_checkpoint_steps=5))
-    with caplog.at_level(logging.WARNING, logger="graphpar"):
-        assert resume.choose(False, [cb]) == path
+    assert resume.choose(False, [cb]) == path
     assert f"resume: rolling back to {path}; the newest save, {tmp_path}/net-1_10.ckpt, was still in flight" in \
-        caplog.text
+        notices.text
 
 
 def test_a_relative_path_loads_as_it_was_saved(tmp_path, monkeypatch):

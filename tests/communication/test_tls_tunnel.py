@@ -108,15 +108,12 @@ def test_plain_tcp_to_the_public_port_gets_nothing(configs, proxy):
     assert "refused a connection" in logged(log, "refused a connection")
 
 
-def test_a_certificate_near_expiry_warns(configs, proxy, caplog):
+def test_a_certificate_near_expiry_warns(configs, proxy, notices):
     proxy, _, _ = proxy
     forwarder = tls_tunnel.TlsForwarder(settings(configs["expiring"]), proxy.public)
-    import logging
-
-    with caplog.at_level(logging.WARNING, logger="graphpar"):
-        forwarder.probe(10)
+    forwarder.probe(10)
     assert f"client_cert_path {configs['expiring'].parent / 'expiring.p12'} (CN=worker-expiring) expires in" in \
-        caplog.text
+        notices.text
 
 
 def test_wrong_password_and_missing_file_name_the_file(configs, tmp_path):

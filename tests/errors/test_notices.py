@@ -1,25 +1,22 @@
 """Settings that graphpar does not refuse but must not ignore silently: each is said once, naming what happens."""
 
-import logging
 
 import numpy as np
 
 import graphpar as ms
 
 
-def test_device_num_below_the_device_count_names_the_devices_used(caplog):
+def test_device_num_below_the_device_count_names_the_devices_used(notices):
     from graphpar.compile.devices import job_devices
 
-    with caplog.at_level(logging.INFO, logger="graphpar"):
-        assert len(job_devices(4)) == 4
+    assert len(job_devices(4)) == 4
     assert "set_auto_parallel_context(device_num=4): training on ranks 0..3 (cpu:0-3) of the 8 devices" in \
-        caplog.text
+        notices.text
 
 
-def test_tls_files_given_with_ssl_off_are_said_to_be_unused(caplog, tmp_path):
-    with caplog.at_level(logging.INFO, logger="graphpar"):
-        ms.set_ps_context(enable_ssl=False, config_file_path=str(tmp_path / "tls.json"))
-    assert "set_ps_context(config_file_path): not used while enable_ssl is False" in caplog.text
+def test_tls_files_given_with_ssl_off_are_said_to_be_unused(notices, tmp_path):
+    ms.set_ps_context(enable_ssl=False, config_file_path=str(tmp_path / "tls.json"))
+    assert "set_ps_context(config_file_path): not used while enable_ssl is False" in notices.text
     ms.set_ps_context(config_file_path="")
 
 

@@ -3,7 +3,6 @@ RANK_TABLE_FILE) forms one job; ``msrun`` trains the quickstart; variables that 
 The multi-process ones are ``dist`` (``make test-dist``)."""
 
 import json
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -55,14 +54,13 @@ def test_device_id_beyond_the_hosts_devices_is_an_error(tmp_path):
     assert "set_context(device_id=3): this host has 2 CPU device(s); valid device_id: 0..1" in result.stderr
 
 
-def test_an_unusable_variable_of_another_convention_is_ignored_with_a_notice(monkeypatch, caplog):
+def test_an_unusable_variable_of_another_convention_is_ignored_with_a_notice(monkeypatch, notices):
     from graphpar import _env
     from graphpar.communication import bootstrap
 
     monkeypatch.setenv("MS_WORKER_NUM", "abc")
-    with caplog.at_level(logging.INFO, logger="graphpar"):
-        bootstrap._check_variables(_env.cluster_env(), "launch")
-    assert "MS_WORKER_NUM='abc' is not an integer; ignored" in caplog.text
+    bootstrap._check_variables(_env.cluster_env(), "launch")
+    assert "MS_WORKER_NUM='abc' is not an integer; ignored" in notices.text
 
 
 @pytest.mark.dist
