@@ -110,6 +110,40 @@ def _check_platform(device_target: str) -> None:
             f"{device_target} (e.g. pip install 'jax[cuda12]').")
 
 
+def _check_device_id(device_id: int) -> None:
+    """``device_id`` must name a device of this host: one of this process's devices times the processes of the
+    host (one process per device, the seeds' way, gives each process DEVICE_ID = its device on the host). Deferred
+    to ``init()`` while a multi-process job has not formed (no backend may start before)."""
+    import jax
+
+    from graphpar.communication.bootstrap import cluster_pending, placement
+
+    if cluster_pending():
+        return
+    devices = jax.local_devices()
+    host = len(devices) * placement().local_process_count
+    if device_id >= host:
+        raise DeviceError(f"set_context(device_id={device_id}): this host has {host} {devices[0].platform.upper()} "
+                          f"device(s); valid device_id: 0..{host - 1} (graphpar uses every device of the job; "
+                          "device_num in set_auto_parallel_context selects how many)")
+
+
+def _check_writable_dir(api: str, key: str, path: str) -> None:
+    """Refuse now a directory the dumps could not be written to (not at the first step, deep in the writer): it
+    must be a writable directory, or not exist yet under a writable one (it is created when the first dump is
+    written)."""
+    import os
+
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ConfigError(api, key, path, reason=f"{key}={path!r}: {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(api, key, path, reason=f"{key}={path!r}: the directory {probe} is not writable by this "
+                          "process; give a directory you can write to")
+
+
 def set_context(**kwargs: Any) -> None:
     """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
     ``save_graphs_path``. Other MindSpore settings that mean nothing on XLA are accepted with a log line."""
@@ -137,6 +171,7 @@ def set_context(**kwargs: Any) -> None:
         elif key == "device_id":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(api, key, value, reason=f"device_id must be an int >= 0, got {value!r}")
+            _check_device_id(value)
             _context.device_id = value
         elif key == "save_graphs":
             if isinstance(value, bool):
@@ -147,6 +182,7 @@ def set_context(**kwargs: Any) -> None:
         elif key == "save_graphs_path":
             if not isinstance(value, str) or not value:
                 raise ConfigError(api, key, value, reason="save_graphs_path must be a non-empty string")
+            _check_writable_dir(api, key, value)
             _context.save_graphs_path = value
 
 
