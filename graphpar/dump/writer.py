@@ -153,9 +153,13 @@ def tensor_type_from_hlo(dtype: str, shape: tuple[int, ...]) -> str:
 
 
 def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
-                  ranks: list[int]) -> list[Path]:
+                  ranks: list[int], rank_offset: int = 0, program_devices: int | None = None) -> list[Path]:
+    """``rank_offset``/``program_devices``: a program compiled for a group of ``program_devices`` consecutive ranks
+    from ``rank_offset`` (a pipeline stage); its HLO numbers devices from 0."""
     index = _dump_index(graph)
-    collectives = parse_collectives(hlo_text, plan.n)
+    collectives = parse_collectives(hlo_text, program_devices or plan.n)
+    for c in collectives:
+        c.groups = [[r + rank_offset for r in g] for g in c.groups]
     by_node: dict[int, list[Collective]] = {}
     loose = []
     for c in collectives:
