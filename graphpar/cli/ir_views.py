@@ -12,6 +12,7 @@ from typing import Any
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, DumpError, Node, TensorType
 from graphpar.dump.model import strategy_text
+from graphpar.dump.pipeline import schedule_for
 
 _ARROW = "\u2190"  # ←
 
@@ -109,7 +110,8 @@ def summary_data(dset: DumpSet) -> dict[str, Any]:
             "note": main.header.get("note"), "begin": dset.begin.path if dset.begin else None,
             "execute": dset.execute.path if dset.execute else None, "ops": ops,
             "unattributed_collectives": unattributed, "parameter_conflicts": _conflicts(dset.begin),
-            "total_collective_bytes": _total(dset)}
+            "total_collective_bytes": _total(dset),
+            "pipeline": schedule_for((dset.execute or dset.begin).path, dset.index)}
 
 
 def _keyed(dump: Dump) -> dict[tuple[str, str, int], Node]:

@@ -401,10 +401,10 @@ class PipelineProgram:
                         losses.append(loss)
                     for v, x in zip(sg.sent, sent):
                         for d in dests[v]:
-                            inbox[(v, d, a.micro)] = jax.device_put(x, stages[d].value_sh[v])
+                            inbox[(v, d, a.micro)] = placed = jax.device_put(x, stages[d].value_sh[v])
                             moved += 1
                             if first:
-                                log.append(_log_entry("forward", a.micro, a.stage, d, v, built, x))
+                                log.append(_log_entry("forward", a.micro, a.stage, d, v, built, placed))
                     self._measure(a.stage, residual)
                 else:
                     ct = []
@@ -419,10 +419,11 @@ class PipelineProgram:
                     floats = [v for v in sg.received if _is_float(built.graph.values[v])]
                     for v, d in zip(floats, drecv):
                         src = source[v]
-                        ct_box.setdefault((v, a.micro), []).append(jax.device_put(d, stages[src].value_sh[v]))
+                        placed = jax.device_put(d, stages[src].value_sh[v])
+                        ct_box.setdefault((v, a.micro), []).append(placed)
                         moved += 1
                         if first:
-                            log.append(_log_entry("backward", a.micro, a.stage, src, v, built, d))
+                            log.append(_log_entry("backward", a.micro, a.stage, src, v, built, placed))
         for st in stages:
             if not st.sg.params:
                 continue

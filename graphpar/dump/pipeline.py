@@ -6,9 +6,9 @@ With ``save_graphs``, for every stage ``s`` and every rank ``r`` of its device g
   micro-batch graph, as for any plan (the execute dump reads the collectives of the stage's forward, backward and
   update programs; groups are global ranks);
 * ``rank_{r}/pipeline_schedule_{NNNN}.ir`` (same ``NNNN``): the schedule (each stage's order and the time steps of
-  the whole pipeline), and one ``Send``/``Receive`` line per activation and activation gradient crossing a stage
-  boundary in one step, micro-batch by micro-batch, with MindSpore's ``sr_tag``/``src_rank``/``dest_rank`` style
-  attributes. :func:`read_schedule` parses it back (``graphpar ir summary`` shows it).
+  the whole pipeline), and one ``Send`` line per activation or activation gradient this rank's stage sends in one
+  step, one ``Receive`` line per one it receives, micro-batch by micro-batch, with MindSpore's
+  ``sr_tag``/``src_rank``/``dest_rank`` style attributes. :func:`read_schedule` parses it back (``graphpar ir summary`` shows it).
 """
 
 from __future__ import annotations
@@ -88,17 +88,22 @@ def schedule_text(built: Any, program: Any, st: Any) -> str:
     lines.append("")
     lines.append("# transfers between stages in one step (activations forward, their gradients backward)")
     ranks = [built.stages[s].ranks for s in range(n)]
+    here = st.sg.stage
     for k, t in enumerate(stats.transfer_log):
+        if here not in (t["src_stage"], t["dst_stage"]):
+            continue  # this rank neither sends nor receives it
         src, dst = ranks[t["src_stage"]], ranks[t["dst_stage"]]
         attrs = {"micro": t["micro"], "pass": t["pass"], "src_stage": t["src_stage"], "dest_stage": t["dst_stage"],
                  "src_rank": src, "dest_rank": dst, "sr_tag": k, "bytes": t["bytes"],
                  "device_bytes": t["device_bytes"], "producer": t["producer"]}
         tensor = f"<Tensor[{t['dtype']}], {tuple(t['shape'])}>"
-        lines.append(f"%t{k} = Send(%{t['value']}) {{instance name: send_{t['pass']}_{k}}} primitive_attrs: "
-                     f"{json.dumps(attrs)} : ({tensor}) -> ()  # scope: ({t['scope']})")
-        lines.append(f"%r{k} = Receive() {{instance name: receive_{t['pass']}_{k}}} primitive_attrs: "
-                     f"{json.dumps(attrs)} : () -> ({tensor})  # scope: ({t['scope']})")
-    lines.append(f"# activation transfers per step: {stats.transfers_last_step}")
+        if t["src_stage"] == here:
+            lines.append(f"%t{k} = Send(%{t['value']}) {{instance name: send_{t['pass']}_{k}}} primitive_attrs: "
+                         f"{json.dumps(attrs)} : ({tensor}) -> ()  # scope: ({t['scope']})")
+        else:
+            lines.append(f"%r{k} = Receive() {{instance name: receive_{t['pass']}_{k}}} primitive_attrs: "
+                         f"{json.dumps(attrs)} : () -> ({tensor})  # scope: ({t['scope']})")
+    lines.append(f"# activation transfers per step (all stages): {stats.transfers_last_step}")
     lines.append("# peak live micro-batches (measured): "
                  + " ".join(f"stage{s}={c}" for s, c in enumerate(stats.peak_live_micro_batches)))
     lines.append("# peak residual bytes per device (measured): "
@@ -118,14 +123,14 @@ _ORDER = re.compile(r"^stage (\d+) ranks (\S+): (.*?)  # peak live micro-batches
 
 
 def read_schedule(path: str | Path) -> dict[str, Any]:
-    """The schedule dump at ``path`` as a dict: settings, per-stage orders, time steps, sends (one per transfer),
-    the transfer count and the measured peaks."""
+    """The schedule dump at ``path`` as a dict: settings, per-stage orders, time steps, this rank's sends and
+    receives (one per transfer), the transfer count of all stages and the measured peaks."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise DumpError(str(path), f"cannot read: {exc.strerror}") from None
-    out: dict[str, Any] = {"file": str(p), "orders": {}, "ticks": [], "sends": [], "receives": 0,
+    out: dict[str, Any] = {"file": str(p), "orders": {}, "ticks": [], "sends": [], "receives": [],
                            "transfers_per_step": None, "peak_live": {}, "peak_residual_bytes": {}}
     for no, line in enumerate(text.splitlines(), 1):
         if (m := re.match(r"^# pipeline_stages: (\d+)  micro_size: (\d+)  scheduler: (\S+)$", line)):
@@ -139,11 +144,8 @@ def read_schedule(path: str | Path) -> dict[str, Any]:
             m = re.match(r"^%([tr])\d+ = (Send|Receive)\(.*?primitive_attrs: (\{.*?\}) : ", line)
             if m is None:
                 raise DumpError(str(path), f"line {no}: not a Send/Receive line: {line[:80]}")
-            if m.group(1) == "t":
-                out["sends"].append(json.loads(m.group(3)))
-            else:
-                out["receives"] += 1
-        elif (m := re.match(r"^# activation transfers per step: (\d+)$", line)):
+            out["sends" if m.group(1) == "t" else "receives"].append(json.loads(m.group(3)))
+        elif (m := re.match(r"^# activation transfers per step \(all stages\): (\d+)$", line)):
             out["transfers_per_step"] = int(m.group(1))
         elif (m := re.match(r"^# peak live micro-batches \(measured\): (.*)$", line)):
             out["peak_live"] = {int(k[5:]): int(v) for k, v in (x.split("=") for x in m.group(1).split())}

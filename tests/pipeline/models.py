@@ -97,7 +97,8 @@ class GPT(nn.Cell):
         self.ln_f = LayerNorm(d)
         self.head = nn.Dense(d, vocab, weight_init=_w(rng, (vocab, d), 0.1), has_bias=False)
         self.reshape = ops.Reshape()
-        self.pipeline_stage = 0  # the embedding runs in stage 0
+        # the embedding (ops of this Cell's own construct) follows its consumers into stage 0; the final reshape its
+        # producer into the last stage
         for i, block in enumerate(self.blocks):
             block.pipeline_stage = i * stages // layers
         self.ln_f.pipeline_stage = self.head.pipeline_stage = stages - 1
