@@ -109,6 +109,7 @@ class _Built:
     ticks: list[list[Action]]
     orders: list[list[Action]]
     dumped: bool = False
+    opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
 
 
 def _spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
@@ -259,7 +260,8 @@ class PipelineProgram:
                 return diff, (sent, rest)
 
             (_, loss), vjp, (sent, rest) = jax.vjp(f, list(pvals), [recv[i] for i in recv_float], has_aux=True)
-            return sent, loss, rest, vjp
+            # the reported loss of this micro-batch (as TrainProgram reports it): its mean, in float32
+            return sent, None if loss is None else jnp.mean(loss.astype(jnp.float32)), rest, vjp
 
         def backward(vjp, ct_sent, acc):
             ct_loss = jnp.full(loss_value.shape, sens, loss_value.dtype) if sg.has_loss else None
@@ -343,9 +345,11 @@ class PipelineProgram:
         names = ns.param_names()
         owner = {names[i]: st.sg.stage for st in built.stages for i in st.sg.params}
         by_stage = [dict(jax.tree_util.tree_flatten_with_path(s)[0]) for s in states]
-        template = jax.eval_shape(self.optimizer.transformation().init,
-                                  {n: jax.ShapeDtypeStruct(np.shape(v), v.dtype)
-                                   for n, v in zip(names, ns.params.values())})
+        if built.opt_template is None:
+            built.opt_template = jax.eval_shape(self.optimizer.transformation().init,
+                                                {n: jax.ShapeDtypeStruct(np.shape(v), v.dtype)
+                                                 for n, v in zip(names, ns.params.values())})
+        template = built.opt_template
 
         def pick(path, leaf):
             for entry in path:
@@ -444,8 +448,9 @@ class PipelineProgram:
             from graphpar.dump.pipeline import maybe_dump_execute
 
             maybe_dump_execute(built, self)
-        total = sum((jnp.mean(x.astype(jnp.float32)) for x in losses[1:]), jnp.mean(losses[0].astype(jnp.float32)))
-        return total
+        # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled)
+        total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
+        return jax.device_put(total, self.devices[-1])
 
     def _measure(self, stage: int, residual: dict[tuple[int, int], Any]) -> None:
         """The live residual buffers of ``stage``: how many micro-batches, and their bytes on one device."""
