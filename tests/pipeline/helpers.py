@@ -54,4 +54,4 @@ def train_unpipelined(model, stages, micro, x, y, steps, whole_batch=False):
 
 
 def params(net):
-    return {p.name: np.asarray(p.value) for p in net.trainable_params()}
+    return {p.name: p.asnumpy() for p in net.trainable_params()}

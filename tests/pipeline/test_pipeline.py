@@ -36,7 +36,7 @@ def test_mlp_two_stages_1f1b_equals_unpipelined():
     assert max(stats.peak_live_micro_batches) <= stages
     assert stats.peak_live_micro_batches == [2, 1]
     # each stage's parameters live on its own group of 4 devices
-    groups = {p.name: sorted(d.id for d in p.value.sharding.device_set) for p in net.trainable_params()}
+    groups = {p.name: sorted(d.id for d in p.get_raw_value().sharding.device_set) for p in net.trainable_params()}
     assert groups["layers.0.weight"] == groups["layers.1.weight"] == [0, 1, 2, 3]
     assert groups["layers.2.weight"] == groups["layers.3.weight"] == [4, 5, 6, 7]
 
@@ -59,7 +59,7 @@ def test_stage_strategies_dumps_and_strategy_file(tmp_path, capsys):
         np.testing.assert_allclose(value, want[name], rtol=1e-5, atol=1e-6, err_msg=name)
     assert train.program.stats.peak_live_micro_batches == [micro, micro]  # GPipe holds every micro-batch
     assert train.program.stats.transfers_last_step == 2 * micro
-    shards = {p.name: p.value.addressable_shards[0].data.shape for p in net.trainable_params()}
+    shards = {p.name: p.get_raw_value().addressable_shards[0].data.shape for p in net.trainable_params()}
     assert shards["layers.0.weight"] == (16, 16)  # (32, 16) split 2 on its output rows
     assert shards["layers.1.weight"] == (32, 16)  # (32, 32) split 2 on its input columns
     assert shards["layers.2.weight"] == (16, 32)
