@@ -46,3 +46,26 @@ def test_saved_with_two_stages_loads_into_one_device_and_data_parallel(tmp_path)
         after[mode] = params(loaded)
     for name in saved:
         np.testing.assert_allclose(after["data_parallel"][name], after["stand_alone"][name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_model_train_pipelined(capsys):
+    """``Model(PipelineCell(WithLossCell(...)), optimizer=...).train`` with LossMonitor: a process draws one batch
+    per device of a stage, and the losses are the unpipelined PipelineCell's on the same global batches."""
+    from graphpar.train import LossMonitor
+
+    from tests.train.helpers import array_dataset
+
+    x, y = mlp_data(batch=64)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2)
+    net = MLP4(stages=2)
+    model = ms.Model(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4),
+                     optimizer=nn.Momentum(net.trainable_params(), 0.05, 0.9))
+    model.train(1, array_dataset(x, y, batch_size=8), callbacks=[LossMonitor()])
+    printed = [float(line.rsplit(" ", 1)[1]) for line in capsys.readouterr().out.splitlines() if "loss is" in line]
+    ms.reset_auto_parallel_context()
+    ref_net = MLP4(stages=2)
+    ref = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(ref_net, nn.MSELoss()), 4),
+                              nn.Momentum(ref_net.trainable_params(), 0.05, 0.9))
+    want = [float(ref(x[i:i + 32], y[i:i + 32])) for i in (0, 32)]
+    np.testing.assert_allclose(printed, want, rtol=1e-5)
