@@ -409,7 +409,7 @@ class PipelineProgram:
                             moved += 1
                             if first:
                                 log.append(_log_entry("forward", a.micro, a.stage, d, v, built, placed))
-                    self._measure(a.stage, residual)
+                    self._measure(a.stage, residual, [pvals[i] for i in sg.params])
                 else:
                     ct = []
                     for v in sg.sent:
@@ -452,12 +452,18 @@ class PipelineProgram:
         total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
         return jax.device_put(total, self.devices[-1])
 
-    def _measure(self, stage: int, residual: dict[tuple[int, int], Any]) -> None:
-        """The live residual buffers of ``stage``: how many micro-batches, and their bytes on one device."""
+    def _measure(self, stage: int, residual: dict[tuple[int, int], Any], params: list[Any]) -> None:
+        """The live residual buffers of ``stage``: how many micro-batches, and their bytes on one device (each
+        buffer once; the stage's parameters, which a VJP also holds, are not activations)."""
         held = [vjp for (s, _), vjp in residual.items() if s == stage]
+        seen = {p.addressable_shards[0].data.unsafe_buffer_pointer() for p in params if isinstance(p, jax.Array)}
+        nbytes = 0
+        for leaf in (x for vjp in held for x in jax.tree.leaves(vjp) if isinstance(x, jax.Array)):
+            shard = leaf.addressable_shards[0].data
+            if shard.unsafe_buffer_pointer() not in seen:
+                seen.add(shard.unsafe_buffer_pointer())
+                nbytes += shard.nbytes
         count = len(held)
-        nbytes = sum(leaf.addressable_shards[0].data.nbytes for vjp in held for leaf in jax.tree.leaves(vjp)
-                     if isinstance(leaf, jax.Array))
         self.stats.peak_live_micro_batches[stage] = max(self.stats.peak_live_micro_batches[stage], count)
         self.stats.peak_residual_bytes[stage] = max(self.stats.peak_residual_bytes[stage], nbytes)
 
