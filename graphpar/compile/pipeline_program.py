@@ -50,7 +50,7 @@ from graphpar.parallel.strategy import MeshInfo, to_partition_spec
 _PIPELINE_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
 
 
-def wants_pipeline(network: Any) -> bool:
+def wants_pipeline() -> bool:
     """True when the context asks for pipeline stages (the train step is then a :class:`PipelineProgram`)."""
     return _context.current_parallel().pipeline_stages > 1
 
@@ -239,7 +239,6 @@ class PipelineProgram:
     def _stage_functions(self, ns: NetworkState, graph: Graph, sg: StageGraph, mesh: Mesh):
         """The forward, backward, update and zero-gradient programs of one stage (jitted, not yet compiled)."""
         g, sens = sg.graph, self.sens
-        n_p, n_r, n_d = len(sg.params), len(sg.rest), len(sg.data)
         recv_float = [i for i, v in enumerate(sg.received) if _is_float(graph.values[v])]
         sent_float = [i for i, v in enumerate(sg.sent) if _is_float(graph.values[v])]
         n_sent = len(sg.sent)
@@ -277,7 +276,6 @@ class PipelineProgram:
         def zeros(pvals):
             return [jnp.zeros_like(p) for p in pvals]
 
-        del n_p, n_r, n_d
         return (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)), jax.jit(step, donate_argnums=(0, 1, 2)),
                 jax.jit(zeros))
 

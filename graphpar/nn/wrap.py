@@ -68,7 +68,7 @@ class TrainOneStepCell(Cell):
 
         if self._program is None:
             # pipeline_stages > 1: one program per stage on its own devices (compile/pipeline_program.py)
-            self._program = PipelineProgram(self) if wants_pipeline(self.network) else TrainProgram(self)
+            self._program = PipelineProgram(self) if wants_pipeline() else TrainProgram(self)
         return self._program
 
     def construct(self, *inputs: Any) -> Any:

@@ -5,7 +5,6 @@ import functools
 import json
 
 import numpy as np
-import pytest
 
 import graphpar as ms
 from graphpar.dump.pipeline import read_schedule
