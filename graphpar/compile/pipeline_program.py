@@ -38,7 +38,7 @@ from graphpar.compile.graph_trace import trace_network
 from graphpar.compile.interpret import evaluate
 from graphpar.compile.pipeline_schedule import Action, dispatch_order, stage_orders
 from graphpar.compile.program import _ensure
-from graphpar.compile.state import NetworkState, structure_epoch
+from graphpar.compile.state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
 from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
@@ -166,6 +166,7 @@ class PipelineProgram:
                                    peak_residual_bytes=[0] * self.n_stages)
         self.compile_seconds = 0.0
         self._ns: NetworkState | None = None
+        self._flags: tuple[bool, ...] = ()
         self._built: dict[tuple, _Built] = {}
         self._opt_written: Any = None
         self._stage_opt: list[Any] | None = None
@@ -174,8 +175,10 @@ class PipelineProgram:
     # --- state -------------------------------------------------------------------------------------------------
     @property
     def state(self) -> NetworkState:
-        if self._ns is None or self._ns.epoch != structure_epoch():
-            self._ns = NetworkState(self.network, self.optimizer.parameters)
+        """The network split into pure state; split again (and re-planned) when a Cell's training flag changed."""
+        flags = tuple(cell.training for _, cell in self.network.cells_and_names())
+        if self._ns is None or flags != self._flags:
+            self._ns, self._flags = NetworkState(self.network, self.optimizer.parameters), flags
             self._built.clear()
         return self._ns
 
