@@ -140,6 +140,10 @@ class PipelineProgram:
             raise PipelineError(f"parallel_mode={pctx.parallel_mode!r}",
                                 f"pipeline_stages={self.n_stages} runs in SEMI_AUTO_PARALLEL or AUTO_PARALLEL (as in "
                                 "MindSpore)", "set_auto_parallel_context(parallel_mode='semi_auto_parallel')")
+        if pctx.enable_parallel_optimizer:
+            raise PipelineError("enable_parallel_optimizer=True", f"the parallel optimizer is not combined with "
+                                f"pipeline_stages={self.n_stages} yet (each stage keeps whole optimizer state)",
+                                "use enable_parallel_optimizer=False with pipeline stages")
         if _context.current().mode == PYNATIVE_MODE:
             raise PipelineError("set_context(mode=PYNATIVE_MODE)", "pipeline parallel runs in GRAPH_MODE only (as "
                                 "in MindSpore)", "use set_context(mode=GRAPH_MODE)")
