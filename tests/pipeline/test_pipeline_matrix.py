@@ -34,7 +34,7 @@ def test_pipeline_matrix(model, stages, micro, scheduler):
           f"{np.round(ref, 6).tolist()}")
     np.testing.assert_allclose(got, ref, rtol=1e-5)
     for name, value in params(net).items():
-        np.testing.assert_allclose(value, want[name], rtol=2e-4, atol=2e-5, err_msg=name)
+        np.testing.assert_allclose(value, want[name], rtol=1e-4, atol=1e-5, err_msg=name)
     stats = train.program.stats
     print(f"  transfers/step {stats.transfers_last_step}, peak live micro-batches {stats.peak_live_micro_batches}, "
           f"peak residual bytes/device {stats.peak_residual_bytes}")
