@@ -191,7 +191,7 @@ class PipelineProgram:
         from graphpar.parallel import strategy_file
         from graphpar.parallel.planned import _hint_matrices, dataset_specs
 
-        graph = trace_network(ns, avals, "train")
+        graph, _ = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
         assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning
         k, pctx = self.per_stage, self.pctx
         probe = PlanContext(MeshInfo(("m0",), (k,)), pctx.parallel_mode, pctx.search_mode)
