@@ -28,16 +28,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.sharding import Mesh, NamedSharding
 
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, ParallelMode
 from graphpar.compile.devices import job_devices
 from graphpar.compile.graph_trace import trace_network
-from graphpar.compile.interpret import evaluate
 from graphpar.compile.pipeline_schedule import Action, dispatch_order, stage_orders
 from graphpar.compile.program import _ensure
+from graphpar.compile.stage_opt_state import join_state, split_state
+from graphpar.compile.stage_programs import is_float, stage_programs
 from graphpar.compile.state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
@@ -114,10 +114,6 @@ class _Built:
 
 def _spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
     return NamedSharding(mesh, to_partition_spec(spec if spec is not None else tuple(() for _ in range(ndim))))
-
-
-def _is_float(value: Any) -> bool:
-    return isinstance(value.dtype, np.dtype) and np.issubdtype(value.dtype, np.floating)
 
 
 class PipelineProgram:
@@ -231,7 +227,8 @@ class PipelineProgram:
                 producer = graph.nodes[graph.values[vid].producer]
                 spec = producer.strategy.output_spec(producer.outputs.index(vid)) if producer.strategy else None
                 value_sh[vid] = _spec_sharding(mesh, spec, len(graph.values[vid].shape))
-            fwd, bwd, update, zeros = self._stage_functions(ns, graph, sg, mesh)
+            fwd, bwd, update, zeros = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
+                                                     self.optimizer.transformation(), self.sens)
             stages.append(_Stage(sg, mesh, list(range(sg.stage * k, (sg.stage + 1) * k)), param_sh, rest_sh, data_sh,
                                  value_sh, fwd, bwd, update, zeros))
         orders = stage_orders(self.scheduler, self.n_stages, m)
@@ -242,49 +239,6 @@ class PipelineProgram:
         maybe_dump_begin(built, self)
         maybe_save_strategy(built, self, set(ns.param_names()))
         return built
-
-    def _stage_functions(self, ns: NetworkState, graph: Graph, sg: StageGraph, mesh: Mesh):
-        """The forward, backward, update and zero-gradient programs of one stage (jitted, not yet compiled)."""
-        g, sens = sg.graph, self.sens
-        recv_float = [i for i, v in enumerate(sg.received) if _is_float(graph.values[v])]
-        sent_float = [i for i, v in enumerate(sg.sent) if _is_float(graph.values[v])]
-        n_sent = len(sg.sent)
-        loss_value = graph.values[graph.outputs[0]]
-        names = [ns.param_names()[i] for i in sg.params]
-        tx = self.optimizer.transformation()
-
-        def forward(pvals, rvals, data, recv):
-            def f(p, rf):
-                full = list(recv)
-                for i, x in zip(recv_float, rf):
-                    full[i] = x
-                outs = evaluate(g, list(p) + list(rvals) + list(data) + full, mesh)
-                sent = outs[:n_sent]
-                loss = outs[n_sent] if sg.has_loss else None
-                rest = outs[n_sent + (1 if sg.has_loss else 0):]
-                diff = ([sent[i] for i in sent_float], loss)
-                return diff, (sent, rest)
-
-            (_, loss), vjp, (sent, rest) = jax.vjp(f, list(pvals), [recv[i] for i in recv_float], has_aux=True)
-            # the reported loss of this micro-batch (as TrainProgram reports it): its mean, in float32
-            return sent, None if loss is None else jnp.mean(loss.astype(jnp.float32)), rest, vjp
-
-        def backward(vjp, ct_sent, acc):
-            ct_loss = jnp.full(loss_value.shape, sens, loss_value.dtype) if sg.has_loss else None
-            dp, drecv = vjp(([ct_sent[i] for i in sent_float], ct_loss))
-            return [a + d for a, d in zip(acc, dp)], drecv
-
-        def step(pvals, grads, opt_state):
-            pdict, gdict = dict(zip(names, pvals)), dict(zip(names, grads))
-            updates, opt_state = tx.update(gdict, opt_state, pdict)
-            new = optax.apply_updates(pdict, updates)
-            return [new[name] for name in names], opt_state
-
-        def zeros(pvals):
-            return [jnp.zeros_like(p) for p in pvals]
-
-        return (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)), jax.jit(step, donate_argnums=(0, 1, 2)),
-                jax.jit(zeros))
 
     def _record_stages(self, ns: NetworkState, split: StageSplit) -> None:
         """Each Parameter carries its stage (checkpoints and strategy files record it)."""
@@ -315,8 +269,8 @@ class PipelineProgram:
         return out
 
     def _opt_states(self, ns: NetworkState, built: _Built, pvals: list[Any]) -> list[Any]:
-        """Per-stage optimizer states, cut by path from the optimizer's one state (set by a checkpoint load or by
-        the previous step)."""
+        """Per-stage optimizer states, cut from the optimizer's one state (set by a checkpoint load, or by the
+        previous step, whose states are reused as they are)."""
         if self._stage_opt is not None and self.optimizer.opt_state is self._opt_written:
             return self._stage_opt
         names = ns.param_names()
@@ -324,47 +278,21 @@ class PipelineProgram:
         whole = self.optimizer.opt_state
         if whole is None:
             whole = tx.init(dict(zip(names, [np.asarray(v) for v in pvals])))
-        flat = dict(jax.tree_util.tree_flatten_with_path(whole)[0])
-        states = []
-        for st in built.stages:
-            pdict = {names[i]: pvals[i] for i in st.sg.params}
-            shard = {names[i]: (tuple(np.shape(pvals[i])), st.param_sh[i]) for i in st.sg.params}
-            template = jax.eval_shape(tx.init, pdict)
-            replicated = _spec_sharding(st.mesh, None, 0)
-
-            def place(path, leaf, shard=shard, replicated=replicated, st=st):
-                value = flat.get(path, leaf)
-                value = np.zeros(leaf.shape, leaf.dtype) if isinstance(value, jax.ShapeDtypeStruct) else value
-                for entry in path:
-                    found = shard.get(getattr(entry, "key", None))
-                    if found is not None and tuple(np.shape(value)) == found[0]:
-                        return _ensure(value, found[1])
-                return _ensure(value, NamedSharding(st.mesh, jax.sharding.PartitionSpec()))
-
-            states.append(jax.tree_util.tree_map_with_path(place, template))
-        self._stage_opt = states
-        return states
+        self._stage_opt = split_state(whole, tx, [{names[i]: pvals[i] for i in st.sg.params} for st in built.stages],
+                                      [{names[i]: st.param_sh[i] for i in st.sg.params} for st in built.stages],
+                                      [st.mesh for st in built.stages])
+        return self._stage_opt
 
     def _write_opt(self, ns: NetworkState, built: _Built, states: list[Any]) -> None:
         """Put the stages' optimizer states back together as the optimizer's one state (for checkpoints)."""
         names = ns.param_names()
-        owner = {names[i]: st.sg.stage for st in built.stages for i in st.sg.params}
-        by_stage = [dict(jax.tree_util.tree_flatten_with_path(s)[0]) for s in states]
         if built.opt_template is None:
             built.opt_template = jax.eval_shape(self.optimizer.transformation().init,
                                                 {n: jax.ShapeDtypeStruct(np.shape(v), v.dtype)
                                                  for n, v in zip(names, ns.params.values())})
-        template = built.opt_template
-
-        def pick(path, leaf):
-            for entry in path:
-                stage = owner.get(getattr(entry, "key", None))
-                if stage is not None and path in by_stage[stage]:
-                    return by_stage[stage][path]
-            return by_stage[0].get(path, leaf)
-
+        owner = {names[i]: st.sg.stage for st in built.stages for i in st.sg.params}
         self._stage_opt = states
-        self._opt_written = self.optimizer.opt_state = jax.tree_util.tree_map_with_path(pick, template)
+        self._opt_written = self.optimizer.opt_state = join_state(built.opt_template, states, owner)
 
     def run_step(self, inputs: Any) -> jax.Array:
         """One pipelined training step on a global batch; returns the summed micro-batch loss."""
@@ -425,7 +353,7 @@ class PipelineProgram:
                     vjp = residual.pop((a.stage, a.micro))
                     grads[a.stage], drecv = self._call(st, "backward", st.bwd, vjp, ct, grads[a.stage])
                     del vjp
-                    floats = [v for v in sg.received if _is_float(built.graph.values[v])]
+                    floats = [v for v in sg.received if is_float(built.graph.values[v])]
                     for v, d in zip(floats, drecv):
                         src = source[v]
                         placed = jax.device_put(d, stages[src].value_sh[v])
