@@ -66,6 +66,15 @@ def main(argv: list[str]) -> int:
         print("Step time with ModelCheckpoint(save_checkpoint_steps=10, async_save=True) / without")
         print(_table([bench_step_overhead()], ["steps", "plain_ms", "ckpt_every_10_async_ms", "overhead"]), "\n",
               flush=True)
+    if not only or "pipeline_parallel" in only:
+        from bench.pipeline_parallel import bench_pipeline_parallel
+
+        print("Pipeline parallel (issue 12): step time and memory per device, pipelining on/off; ratio = graphpar / "
+              "a hand-written 2-stage JAX GPipe pipeline")
+        print(_table(bench_pipeline_parallel(), ["setup", "micro", "graphpar_ms", "handwritten_gpipe_ms", "ratio",
+                                                 "state_mb_per_device", "handwritten_state_mb",
+                                                 "peak_residual_mb_per_device", "transfers_per_step"]), "\n",
+              flush=True)
     return 0
 
 

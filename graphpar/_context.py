@@ -74,6 +74,8 @@ class AutoParallelContext:
         "load_file": "", "save_file": "", "only_trainable_params": True})
     enable_parallel_optimizer: bool = False
     pipeline_stages: int = 1
+    pipeline_config: dict = field(default_factory=lambda: {"pipeline_interleave": False,
+                                                           "pipeline_scheduler": "1f1b"})
 
     @property
     def full_batch(self) -> bool:
@@ -207,12 +209,36 @@ def _check_dataset_strategy(value: Any) -> Any:
     return value
 
 
+PIPELINE_SCHEDULERS = ("1f1b", "gpipe")
+
+
+def _check_pipeline_config(value: Any) -> dict:
+    """MindSpore's ``pipeline_config={"pipeline_interleave": bool, "pipeline_scheduler": "1f1b" | "gpipe"}``."""
+    api, key = "set_auto_parallel_context", "pipeline_config"
+    if not isinstance(value, dict) or not set(value) <= {"pipeline_interleave", "pipeline_scheduler"}:
+        raise ConfigError(api, key, value, valid=["a dict with keys pipeline_interleave, pipeline_scheduler"])
+    interleave = value.get("pipeline_interleave", False)
+    if not isinstance(interleave, bool):
+        raise ConfigError(api, key, value, reason=f"pipeline_interleave must be a bool, got {interleave!r}")
+    if interleave:
+        raise ConfigError(api, key, value, valid=["pipeline_interleave=False"],
+                          reason="the interleaved (virtual-stage) pipeline scheduler is not built in graphpar; "
+                                 "use pipeline_interleave=False with pipeline_scheduler '1f1b' or 'gpipe'")
+    scheduler = value.get("pipeline_scheduler", "1f1b")
+    if scheduler not in PIPELINE_SCHEDULERS:
+        raise ConfigError(api, key, value, valid=[f"pipeline_scheduler={s!r}" for s in PIPELINE_SCHEDULERS],
+                          reason=f"pipeline_scheduler {scheduler!r} is not built in graphpar (MindSpore's "
+                                 "seqpipe/seqvpp/seqsmartvpp/zero_bubble_v need interleaving)")
+    return {"pipeline_interleave": interleave, "pipeline_scheduler": scheduler}
+
+
 def set_auto_parallel_context(**kwargs: Any) -> None:
     """Set MindSpore's auto-parallel context. See ``docs/porting_from_mindspore.md`` for every difference."""
     api = "set_auto_parallel_context"
     valid = {"parallel_mode", "search_mode", "auto_parallel_search_mode", "gradients_mean", "parameter_broadcast",
              "device_num", "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
-             "strategy_ckpt_load_file", "strategy_ckpt_save_file", "enable_parallel_optimizer", "pipeline_stages"}
+             "strategy_ckpt_load_file", "strategy_ckpt_save_file", "enable_parallel_optimizer", "pipeline_stages",
+             "pipeline_config"}
     for key, value in kwargs.items():
         if key in _IGNORED_PARALLEL_KEYS:
             notice_once(f"parallel:{key}", f"set_auto_parallel_context({key}=...) has no effect in graphpar "
@@ -246,8 +272,11 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
         elif key == "full_batch":
             _auto_parallel.dataset_strategy = "full_batch" if _bool(api, key, value) else "data_parallel"
         elif key == "pipeline_stages":
-            if value != 1:
-                raise ConfigError(api, key, value, valid=[1], reason="pipeline parallelism is not implemented yet")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(api, key, value, reason=f"pipeline_stages must be an int >= 1, got {value!r}")
+            _auto_parallel.pipeline_stages = value
+        elif key == "pipeline_config":
+            _auto_parallel.pipeline_config = _check_pipeline_config(value)
         elif key == "strategy_ckpt_config":
             if not isinstance(value, dict) or not set(value) <= {"load_file", "save_file", "only_trainable_params"}:
                 raise ConfigError(api, key, value, valid=["a dict with keys load_file, save_file, "
@@ -260,7 +289,7 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
 
 _PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",
                      "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
-                     "enable_parallel_optimizer", "pipeline_stages"}
+                     "enable_parallel_optimizer", "pipeline_stages", "pipeline_config"}
 
 
 def get_auto_parallel_context(key: str) -> Any:

@@ -162,6 +162,8 @@ def _layout(entries: Sequence[Entry], integrated: bool,
                   "dtype": np.dtype(entry.value.dtype).name}
         if entry.group == "network":
             record["trainable"] = bool(entry.trainable)
+        if entry.pipeline_stage is not None:
+            record["pipeline_stage"] = int(entry.pipeline_stage)
         if integrated:
             stored = _storable(entry.value)
             record["sharding"] = _sharding_text(entry.value)

@@ -12,6 +12,7 @@ from typing import Any
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, DumpError, Node, TensorType
 from graphpar.dump.model import strategy_text
+from graphpar.dump.pipeline import schedule_for
 
 _ARROW = "\u2190"  # ←
 
@@ -103,13 +104,14 @@ def summary_data(dset: DumpSet) -> dict[str, Any]:
                       "collectives": row["collectives"],
                       "collective_bytes": node.collective_bytes if dset.execute else None})
     unattributed = [_collective(c) for c in dset.execute.unattributed] if dset.execute else []
+    pipeline = schedule_for((dset.execute or dset.begin).path, dset.index)
     return {"source": dset.source, "graph": main.graph, "purpose": main.purpose, "index": dset.index,
             "indexes": dset.indexes, "rank": main.rank, "n_ranks": main.n_ranks, "ranks": dset.ranks,
             "parallel_mode": main.parallel_mode, "search_mode": main.search_mode, "mesh": main.mesh,
             "note": main.header.get("note"), "begin": dset.begin.path if dset.begin else None,
             "execute": dset.execute.path if dset.execute else None, "ops": ops,
             "unattributed_collectives": unattributed, "parameter_conflicts": _conflicts(dset.begin),
-            "total_collective_bytes": _total(dset)}
+            "total_collective_bytes": _total(dset)} | ({"pipeline": pipeline} if pipeline else {})
 
 
 def _keyed(dump: Dump) -> dict[tuple[str, str, int], Node]:

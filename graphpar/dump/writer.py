@@ -166,9 +166,15 @@ def tensor_type_from_hlo(dtype: str, shape: tuple[int, ...]) -> str:
     return f"<Tensor[{_HLO_TO_MS.get(dtype, dtype)}], {tuple(shape)}>"
 
 
-def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int]) -> dict[int, str]:
-    """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank."""
-    collectives = parse_collectives(hlo_text, plan.n)
+def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int], rank_offset: int = 0,
+                  program_devices: int | None = None) -> dict[int, str]:
+    """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank.
+
+    ``rank_offset``/``program_devices``: a program compiled for a group of ``program_devices`` consecutive ranks
+    from ``rank_offset`` (a pipeline stage); its HLO numbers devices from 0."""
+    collectives = parse_collectives(hlo_text, program_devices or plan.n)
+    for c in collectives:
+        c.groups = [[r + rank_offset for r in g] for g in c.groups]
     by_node: dict[int, list[Collective]] = {}
     loose = []
     for c in collectives:
@@ -198,10 +204,10 @@ def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int]) -> d
 
 
 def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
-                  ranks: list[int]) -> list[Path]:
+                  ranks: list[int], rank_offset: int = 0, program_devices: int | None = None) -> list[Path]:
     index = dump_index(graph)
     written = []
-    for rank, text in execute_texts(graph, plan, hlo_text, ranks).items():
+    for rank, text in execute_texts(graph, plan, hlo_text, ranks, rank_offset, program_devices).items():
         path = dump_path(directory, rank, "execute", index)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
