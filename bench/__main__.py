@@ -45,6 +45,19 @@ def main(argv: list[str]) -> int:
               "(1.0 = linear)")
         print("passes (ms):", {r["model"]: {k: round(v, 1) for k, v in r["passes_ms"].items()} for r in rows}, "\n",
               flush=True)
+    if not only or "planner" in only:
+        from bench.planner import bench_cost_model, bench_planning_per_node
+
+        rows = [bench_planning_per_node(33), bench_planning_per_node(333)]
+        print("Planner cost per op node (issue 9; goal: ~10k-node per-node time within 1.5x of ~1k's)")
+        print(_table(rows, ["layers", "nodes", "trace_and_plan_s", "plan_s", "plan_us_per_node"]))
+        print(f"per-node planning time {rows[1]['nodes']} / {rows[0]['nodes']} nodes: "
+              f"{rows[1]['plan_us_per_node'] / rows[0]['plan_us_per_node']:.2f}")
+        print("passes (ms):", {r["nodes"]: r["passes_ms"] for r in rows})
+        cost = [bench_cost_model(3), bench_cost_model(12)]
+        print("Cost model on 8 vs 4,096 devices (issue 9; goal ratio <= 2)")
+        print(_table(cost, ["devices", "axes", "us_per_pricing"]))
+        print(f"4,096 / 8 devices: {cost[1]['us_per_pricing'] / cost[0]['us_per_pricing']:.2f}\n", flush=True)
     if not only or "pipeline" in only:
         from bench.pipeline import bench_pipeline
 
