@@ -25,10 +25,10 @@ def main(argv: list[str]) -> int:
     print(f"graphpar bench on {jax.device_count()} {jax.devices()[0].platform} devices "
           f"({os.cpu_count()} CPU cores); ratios are graphpar / hand-written, measured interleaved\n", flush=True)
     if not only or "step" in only:
-        from bench.step_time import bench_data_parallel, bench_megatron
+        from bench.step_time import bench_data_parallel, bench_dispatch, bench_megatron
 
         rows = [bench_data_parallel([32, 16, 16], 16, calls=300), bench_data_parallel([1024] * 5, 256, calls=5),
-                bench_megatron()]
+                bench_megatron(), bench_dispatch()]
         print("Train step time (issues 2, 3 and 11; goal ratio <= 1.02; the Megatron baseline gives XLA only the "
               "parameter and batch shardings)")
         print(_table(rows, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s"]), "\n",
@@ -90,6 +90,15 @@ def main(argv: list[str]) -> int:
         print(f"search time 48 layers / 12 layers: {depth[2]['search_s'] / depth[1]['search_s']:.2f}")
         print(_table(devices, keys))
         print(f"search time 1,024 devices / 8 devices: {devices[1]['search_s'] / devices[0]['search_s']:.2f}", "\n",
+              flush=True)
+    if not only or "pipeline_parallel" in only:
+        from bench.pipeline_parallel import bench_pipeline_parallel
+
+        print("Pipeline parallel (issue 12): step time and memory per device, pipelining on/off; ratio = graphpar / "
+              "a hand-written 2-stage JAX GPipe pipeline")
+        print(_table(bench_pipeline_parallel(), ["setup", "micro", "graphpar_ms", "handwritten_gpipe_ms", "ratio",
+                                                 "state_mb_per_device", "handwritten_state_mb",
+                                                 "peak_residual_mb_per_device", "transfers_per_step"]), "\n",
               flush=True)
     return 0
 

@@ -161,6 +161,21 @@ def _print_summary(data: dict[str, Any]) -> None:
     if data.get("total_wire_bytes") is not None:
         print(f"collective wire bytes per step (rank {data['rank']}): measured {data['total_wire_bytes']:g}, "
               f"predicted {data['total_predicted_bytes']:g}")
+    if data.get("pipeline"):
+        _print_pipeline(data["pipeline"])
+
+
+def _print_pipeline(p: dict[str, Any]) -> None:
+    """The schedule of a pipeline stage's graph (graphpar.dump.pipeline)."""
+    print(f"\npipeline: {p['stages']} stages, micro_size {p['micro_size']}, scheduler {p['scheduler']}; "
+          f"{p['transfers_per_step']} activation transfers per step between stages (a stage's forward and backward "
+          f"programs, whose collectives are listed above, run once per micro-batch)")
+    _emit_table(["stage", "ranks", "order", "peak live micro-batches (schedule / measured)"],
+                [[str(s), o["ranks"], " ".join(o["actions"]), f"{o['peak_live']} / {p['peak_live'].get(s, '-')}"]
+                 for s, o in sorted(p["orders"].items())], title="schedule")
+    rows = [[t["pass"], str(t["micro"]), f"{t['src_stage']} -> {t['dest_stage']}", "send" if k == "sends" else "receive",
+             str(t["bytes"])] for k in ("sends", "receives") for t in p[k]]
+    _emit_table(["pass", "micro", "stages", "this rank", "bytes"], rows, title="transfers of this rank's stage")
 
 
 def _print_diff(data: dict[str, Any], show_all: bool) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, DumpError, Node, TensorType
 from graphpar.dump.model import strategy_text
+from graphpar.dump.pipeline import schedule_for
 
 _ARROW = "\u2190"  # ←
 
@@ -106,6 +107,7 @@ def summary_data(dset: DumpSet) -> dict[str, Any]:
                       "wire_bytes": node.wire_bytes if dset.execute else None,
                       "predicted_bytes": node.predicted_bytes})
     unattributed = [_collective(c) for c in dset.execute.unattributed] if dset.execute else []
+    pipeline = schedule_for((dset.execute or dset.begin).path, dset.index)
     return {"source": dset.source, "graph": main.graph, "purpose": main.purpose, "index": dset.index,
             "indexes": dset.indexes, "rank": main.rank, "n_ranks": main.n_ranks, "ranks": dset.ranks,
             "parallel_mode": main.parallel_mode, "search_mode": main.search_mode, "mesh": main.mesh,
@@ -114,7 +116,7 @@ def summary_data(dset: DumpSet) -> dict[str, Any]:
             "unattributed_collectives": unattributed, "parameter_conflicts": _conflicts(dset.begin),
             "total_collective_bytes": _total(dset),
             "total_wire_bytes": dset.execute.total_wire_bytes if dset.execute else None,
-            "total_predicted_bytes": dset.execute.total_predicted_bytes if dset.execute else None}
+            "total_predicted_bytes": dset.execute.total_predicted_bytes if dset.execute else None} | ({"pipeline": pipeline} if pipeline else {})
 
 
 def _keyed(dump: Dump) -> dict[tuple[str, str, int], Node]:

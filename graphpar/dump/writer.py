@@ -197,9 +197,15 @@ def _predicted(graph: Graph, plan: Any) -> dict[int, float]:
     return {nid: c.comm_bytes for nid, c in costs.items()}
 
 
-def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int]) -> dict[int, str]:
-    """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank."""
-    collectives = parse_collectives(hlo_text, plan.n)
+def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int], rank_offset: int = 0,
+                  program_devices: int | None = None) -> dict[int, str]:
+    """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank.
+
+    ``rank_offset``/``program_devices``: a program compiled for a group of ``program_devices`` consecutive ranks
+    from ``rank_offset`` (a pipeline stage); its HLO numbers devices from 0."""
+    collectives = parse_collectives(hlo_text, program_devices or plan.n)
+    for c in collectives:
+        c.groups = [[r + rank_offset for r in g] for g in c.groups]
     predicted = _predicted(graph, plan)
     by_node: dict[int, list[Collective]] = {}
     loose, fused = [], []
@@ -242,10 +248,10 @@ def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int]) -> d
 
 
 def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
-                  ranks: list[int]) -> list[Path]:
+                  ranks: list[int], rank_offset: int = 0, program_devices: int | None = None) -> list[Path]:
     index = dump_index(graph)
     written = []
-    for rank, text in execute_texts(graph, plan, hlo_text, ranks).items():
+    for rank, text in execute_texts(graph, plan, hlo_text, ranks, rank_offset, program_devices).items():
         path = dump_path(directory, rank, "execute", index)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
