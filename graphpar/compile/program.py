@@ -25,6 +25,7 @@ from graphpar._context import PYNATIVE_MODE
 from graphpar.compile.choose import choose_plan
 from graphpar.compile.plan import ExecutionPlan
 from graphpar.compile.state import NetworkState, structure_epoch
+from graphpar.nn.loss_scale import current_scale, scaled_transformation
 
 
 def _key_of(inputs: Sequence[Any]) -> tuple:
@@ -72,7 +73,7 @@ class TrainProgram:
         if self.optimizer.opt_state is None:
             names = ns.param_names()
             params = dict(zip(names, ns.params.values()))
-            state = self.optimizer.transformation().init(params)
+            state = self._transformation().init(params)
             self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, state))
         return self.optimizer.opt_state
 
@@ -96,13 +97,19 @@ class TrainProgram:
         return jax.tree_util.tree_map_with_path(sharding, opt_state)
 
     # --- the step function -------------------------------------------------------------------------------------
+    def _transformation(self) -> optax.GradientTransformation:
+        """The optimizer's update, wrapped in the train cell's loss scaling if it has one (mixed precision hook:
+        nn/loss_scale.py; without loss scaling the optimizer's transformation is used unchanged)."""
+        return scaled_transformation(self.optimizer.transformation(), self.train_cell.scale_update)
+
     def _step_fn(self, ns: NetworkState):
-        plan, sens, names = self.plan, self.sens, ns.param_names()
-        tx = self.optimizer.transformation()
+        plan, names = self.plan, ns.param_names()
+        tx = self._transformation()
 
         def step(pvals, rvals, opt_state, inputs):
             params = ns.params.unflatten(pvals)
             rest = ns.rest.unflatten(rvals)
+            sens = current_scale(opt_state, self.sens)  # the loss scale when loss-scaled (mixed precision hook)
 
             def objective(p):
                 return plan.objective(ns, p, rest, inputs, sens)

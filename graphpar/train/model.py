@@ -62,14 +62,20 @@ class Model:
             raise TypeError(f"Model(network): expected a Cell, got {type(network).__name__}")
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise TypeError(f"Model(optimizer): expected a graphpar optimizer, got {type(optimizer).__name__}")
-        if amp_level not in ("O0", "O1", "O2", "O3", "auto"):
-            raise ValueError(f"Model(amp_level={amp_level!r}): valid levels: 'O0', 'O1', 'O2', 'O3', 'auto'")
-        if amp_level != "O0":
-            notice_once("amp", f"Model(amp_level={amp_level!r}): mixed precision is not applied yet; training runs "
-                        "in the network's own dtypes")
+        from graphpar.train.amp import check_level
+
+        amp_level = check_level(amp_level, "Model(amp_level)")
+        if optimizer is None and amp_level != "O0":
+            raise ValueError(f"Model(amp_level={amp_level!r}): mixed precision needs an optimizer (it builds the "
+                             "train network); pass optimizer=... or amp_level='O0'")
         unknown = set(kwargs) - {"loss_scale_manager", "keep_batchnorm_fp32"}
         if unknown:
             raise TypeError(f"Model() got unexpected arguments {sorted(unknown)}")
+        # MindSpore's _process_amp_args: O0/O3 default to keep_batchnorm_fp32=False, an explicit value wins
+        self._amp_level = amp_level
+        self._amp_config = dict(kwargs)
+        if "keep_batchnorm_fp32" not in kwargs and amp_level in ("O0", "O3"):
+            self._amp_config["keep_batchnorm_fp32"] = False
         self._network = network
         self._loss_fn = loss_fn
         self._optimizer = optimizer
@@ -84,7 +90,7 @@ class Model:
         if eval_network is not None:
             self._eval_network = eval_network
         elif loss_fn is not None:
-            self._eval_network = WithEvalCell(network, loss_fn)
+            self._eval_network = WithEvalCell(network, loss_fn, add_cast_fp32=amp_level in ("O2", "O3"))
         else:
             self._eval_network = None
         self._eval_program: ForwardProgram | None = None
@@ -93,8 +99,10 @@ class Model:
     def _build_train_network(self) -> TrainOneStepCell:
         if isinstance(self._network, TrainOneStepCell):
             return self._network
-        loss_net = WithLossCell(self._network, self._loss_fn) if self._loss_fn is not None else self._network
-        return TrainOneStepCell(loss_net, self._optimizer)
+        from graphpar.train.amp import build_train_network
+
+        return build_train_network(self._network, self._optimizer, self._loss_fn, level=self._amp_level,
+                                   **self._amp_config)
 
     @property
     def train_network(self) -> TrainOneStepCell | None:

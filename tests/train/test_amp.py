@@ -1,0 +1,203 @@
+"""Mixed precision (Model amp_level, loss scale managers): MindSpore's levels on ResNet-18 and the quickstart MLP.
+
+Each level is checked against the float32 run of the same seed and data (the loss over 20 steps), and in the HLO of
+the compiled step (dots and convolutions in bfloat16, the CPU's low type). Loss scaling is checked by injecting an
+overflow. O0 must be the float32 program exactly.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+import graphpar as ms
+from graphpar import amp, nn, ops
+from graphpar.common.initializer import initializer
+from graphpar.common.parameter import Parameter
+from graphpar.models import resnet18
+from graphpar.train import DynamicLossScaleManager, FixedLossScaleManager, Model
+
+LOW = "bf16"  # device_target="CPU": bfloat16 where MindSpore uses float16
+
+
+class QuickstartNet(nn.Cell):
+    """The seed quickstart's network (examples/quickstart.py), with its matmul hint."""
+
+    def __init__(self, in_dim=32, hidden_dim=64, out_dim=16):
+        super().__init__()
+        self.weight = Parameter(initializer("normal", [in_dim, hidden_dim]), "w")
+        self.weight2 = Parameter(initializer("normal", [hidden_dim, out_dim]), "w2")
+        self.matmul = ops.MatMul().shard(((2, 4), (4, 1)))
+        self.relu = ops.ReLU()
+        self.matmul2 = ops.MatMul()
+
+    def construct(self, x):
+        return self.matmul2(self.relu(self.matmul(x, self.weight)), self.weight2)
+
+
+def _quickstart(level, steps=20, **kwargs):
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    ms.set_seed(1)
+    net = QuickstartNet()
+    rng = np.random.default_rng(1)
+    x, y = rng.random((16, 32), np.float32), rng.random((16, 16), np.float32)
+    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9), amp_level=level, **kwargs)
+    return _run(model, (x, y), steps)
+
+
+def _learnable_images(n=32, size=8, classes=10, seed=0):
+    """Images whose class shows as a per-channel mean shift: a task the net learns smoothly in a few steps."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n).astype(np.int32)
+    centres = rng.normal(0, 1, (classes, 3, 1, 1)).astype(np.float32)
+    x = (centres[y] + 0.5 * rng.normal(size=(n, 3, size, size))).astype(np.float32)
+    return x, y
+
+
+def _resnet(level, steps=20, mode="stand_alone", **kwargs):
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
+    ms.set_seed(0)
+    net = resnet18(class_num=10, width=0.0625)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    model = Model(net, loss, nn.Momentum(net.trainable_params(), 0.01, 0.9), amp_level=level, **kwargs)
+    return _run(model, _learnable_images(n=64), steps)
+
+
+def _run(model, batch, steps):
+    train = model.train_network
+    losses = []
+    for _ in range(steps):
+        out = train(*batch)
+        losses.append(float(np.asarray(out[0] if isinstance(out, tuple) else out)))
+    hlo = train.program.lower_step(list(batch)).as_text(dialect="hlo")
+    params = {p.name: p.asnumpy() for p in model.predict_network.get_parameters()}
+    return losses, hlo, params, train
+
+
+def _ops_in(hlo, op):
+    """Result types of every ``op`` instruction of the HLO text (``bf16``, ``f32``, ...)."""
+    return [m.group(1) for m in re.finditer(rf"= (\w+)\[[^\]]*\]\S* {op}\(", hlo)]
+
+
+def _max_rel(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def resnet_f32():
+    return _resnet("O0")
+
+
+@pytest.mark.parametrize("level", ["O2", pytest.param("O3", marks=pytest.mark.slow)])
+def test_resnet18_low_precision_tracks_float32_and_convolves_in_bf16(level, resnet_f32):
+    losses, hlo, params, train = _resnet(level)
+    assert _max_rel(losses, resnet_f32[0]) <= 2e-2, (losses, resnet_f32[0])
+    assert losses[-1] < losses[0] - 0.3  # it learns
+    convs = _ops_in(hlo, "convolution")
+    assert len(convs) >= 20 and set(convs) == {LOW}, convs
+    assert set(_ops_in(resnet_f32[1], "convolution")) == {"f32"}
+    # master weights stay float32
+    assert all(v.dtype == np.float32 for v in params.values())
+    # O2 keeps BatchNorm in float32 and scales the loss dynamically (2**24, MindSpore's default); O3 does neither
+    assert isinstance(train, nn.TrainOneStepWithLossScaleCell) == (level == "O2")
+    if level == "O2":
+        assert train.loss_scale == 2.0 ** 24
+
+
+def test_batchnorm_kept_in_float32_under_o2_only():
+    net = resnet18(class_num=10, width=0.0625)
+    amp.auto_mixed_precision(net, "O2")
+    assert net.bn1._amp_cast.compute == np.float32 and net.bn1._amp_cast.output == ms.bfloat16
+    assert net.conv1._amp_cast.compute == ms.bfloat16
+    net3 = amp.auto_mixed_precision(resnet18(class_num=10, width=0.0625), "O3")
+    assert net3.bn1._amp_cast.compute == ms.bfloat16
+    net1 = amp.auto_mixed_precision(resnet18(class_num=10, width=0.0625), "O1")
+    assert net1.conv1._amp_cast.compute == ms.bfloat16 and net1.conv1._amp_cast.output == np.float32
+    assert net1.bn1._amp_cast is None
+
+
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+def test_quickstart_mlp_low_precision_tracks_float32_with_bf16_dots(level):
+    f32, hlo32, _, _ = _quickstart("O0")
+    losses, hlo, params, _ = _quickstart(level)
+    assert _max_rel(losses, f32) <= 2e-2, (losses, f32)
+    assert set(_ops_in(hlo32, "dot")) == {"f32"}
+    dots = _ops_in(hlo, "dot")
+    assert dots and set(dots) == {LOW}, dots
+    assert all(v.dtype == np.float32 for v in params.values())
+
+
+def test_o0_is_the_float32_program_bitwise():
+    l0, hlo0, p0, _ = _quickstart("O0", steps=5)
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    ms.set_seed(1)
+    net = QuickstartNet()
+    rng = np.random.default_rng(1)
+    batch = (rng.random((16, 32), np.float32), rng.random((16, 16), np.float32))
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    plain = [float(train(*batch)) for _ in range(5)]
+    assert l0 == plain
+    assert hlo0 == train.program.lower_step(list(batch)).as_text(dialect="hlo")
+    for p in net.get_parameters():
+        np.testing.assert_array_equal(p.asnumpy(), p0[p.name])
+
+
+def test_dynamic_loss_scale_skips_an_overflowing_step_and_halves_the_scale():
+    ms.set_seed(1)
+    net = QuickstartNet()
+    rng = np.random.default_rng(1)
+    x, y = rng.random((16, 32), np.float32), rng.random((16, 16), np.float32)
+    manager = DynamicLossScaleManager(init_loss_scale=2 ** 10, scale_factor=2, scale_window=3)
+    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9), amp_level="O2",
+                  loss_scale_manager=manager)
+    train = model.train_network
+    host = DynamicLossScaleManager(init_loss_scale=2 ** 10, scale_factor=2, scale_window=3)  # MindSpore's rule
+    bad = x.copy()
+    bad[0, 0] = np.inf
+    for step, batch in enumerate([x, x, bad, x, x, x, x, bad, bad, x]):
+        before = {p.name: p.asnumpy() for p in net.get_parameters()}
+        opt_before = train.optimizer.opt_state
+        loss, overflow, scale = train(batch, y)
+        overflowed = not np.isfinite(batch).all()
+        assert bool(overflow) == overflowed, step
+        host.update_loss_scale(overflowed)
+        assert float(scale) == host.get_loss_scale(), (step, float(scale), host.get_loss_scale())
+        after = {p.name: p.asnumpy() for p in net.get_parameters()}
+        changed = any(not np.array_equal(before[n], after[n]) for n in before)
+        assert changed != overflowed, step
+        if overflowed and opt_before is not None:  # the momentum is kept too
+            import jax
+
+            for a, b in zip(jax.tree.leaves(opt_before.inner), jax.tree.leaves(train.optimizer.opt_state.inner)):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert host.get_loss_scale() == 2 ** 10 / 4 * 2  # two halvings, one doubling
+
+
+def test_fixed_loss_scale_managers():
+    net = QuickstartNet()
+    sens = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9, loss_scale=64.0),
+                 loss_scale_manager=FixedLossScaleManager(64.0, drop_overflow_update=False)).train_network
+    assert type(sens) is nn.TrainOneStepCell and sens.sens == 64.0
+    drop = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9),
+                 loss_scale_manager=FixedLossScaleManager(64.0)).train_network
+    assert isinstance(drop, nn.TrainOneStepWithLossScaleCell) and drop.loss_scale == 64.0
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"amp_level": "O4"}, "valid levels"),
+    ({"amp_level": "O2", "keep_batchnorm_fp32": 1}, "keep_batchnorm_fp32"),
+    ({"amp_level": "O2", "loss_scale_manager": 128.0}, "loss_scale_manager"),
+])
+def test_bad_amp_arguments_are_named(kwargs, error):
+    net = QuickstartNet()
+    with pytest.raises((ValueError, TypeError), match=error):
+        Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9), **kwargs)
+    with pytest.raises(ValueError, match="needs an optimizer"):
+        Model(net, nn.MSELoss(), amp_level="O2")
+    with pytest.raises(ValueError, match="must be a number >= 1"):
+        DynamicLossScaleManager(init_loss_scale=0.5)
