@@ -17,7 +17,8 @@ from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
-from graphpar.train.feeding import BatchFeeder, stack_steps
+from graphpar.compile.program import TrainProgram
+from graphpar.train.feeding import BatchFeeder, prefetched, stack_steps
 from graphpar.train.metrics import get_metrics
 
 
@@ -165,6 +166,10 @@ class Model:
         callback_list = CallbackList(with_progress_bar(callbacks))  # a live bar when stdout is a terminal
         run_context = RunContext(cb)
         callback_list.on_train_begin(run_context)
+        from graphpar.dataset.config import get_device_prefetch_size
+
+        place = program.place_inputs if isinstance(program, TrainProgram) else None
+        depth = get_device_prefetch_size()
         stream = None
         if dataset_sink_mode and sink_size != -1:
             stream = (feeder.forever(start_step // steps, start_step % steps) if progress is not None
@@ -182,14 +187,17 @@ class Model:
                 cb.net_outputs = losses[-1]
                 callback_list.on_train_step_end(run_context)
             else:
-                for batch in feeder.epoch(ep, skip if ep == initial_epoch else 0):
+                # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
+                batches = prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0), place, depth)
+                for batch, placed in batches:
                     cb.train_dataset_element = batch
                     callback_list.on_train_step_begin(run_context)
-                    cb.net_outputs = program.run_step(batch)
+                    cb.net_outputs = program.run_step(placed)
                     cb.cur_step_num += 1
                     callback_list.on_train_step_end(run_context)
                     if run_context.get_stop_requested():
                         break
+                batches.close()
             callback_list.on_train_epoch_end(run_context)
             if run_context.get_stop_requested():
                 break
