@@ -3,8 +3,8 @@
 * ``O0``: nothing changes (the program is the float32 program, bit for bit).
 * ``O1``: the white list computes in the low type (``Dense``, ``Conv2d`` Cells and the ``MatMul``,
   ``BatchMatMul``, ``Conv2D``, ``ReLU`` ops held by any Cell); their outputs are cast back to float32.
-* ``O2``: the whole network computes in the low type except the black list (``BatchNorm1d/2d``, ``SyncBatchNorm``,
-  ``LayerNorm`` when present), which computes in float32 and hands the low type on (``keep_batchnorm_fp32=True``);
+* ``O2``: the whole network computes in the low type except the black list (``BatchNorm1d/2d``,
+  ``SyncBatchNorm``), which computes in float32 and hands the low type on (``keep_batchnorm_fp32=True``);
   the loss runs in float32; dynamic loss scaling (``DynamicLossScaleManager()``) by default.
 * ``O3``: the whole network in the low type, BatchNorm included; no loss scaling.
 
@@ -36,13 +36,7 @@ from graphpar.train.loss_scale_manager import DynamicLossScaleManager, LossScale
 LEVELS = ("O0", "O1", "O2", "O3", "auto")
 
 AMP_WHITE_LIST: list[type] = [Dense, Conv2d, math_ops.MatMul, math_ops.BatchMatMul, nn_ops.Conv2D, nn_ops.ReLU]
-AMP_BLACK_LIST: list[type] = [_BatchNorm]
-
-
-def _layer_norm() -> list[type]:
-    from graphpar.nn import layer
-
-    return [layer.LayerNorm] if "LayerNorm" in getattr(layer, "__all__", dir(layer)) else []
+AMP_BLACK_LIST: list[type] = [_BatchNorm]  # BatchNorm1d/2d, SyncBatchNorm (MindSpore's list adds LayerNorm)
 
 
 def get_white_list() -> list[type]:
@@ -52,7 +46,7 @@ def get_white_list() -> list[type]:
 
 def get_black_list() -> list[type]:
     """A copy of the O2 black list (kept in float32)."""
-    return list(AMP_BLACK_LIST) + _layer_norm()
+    return list(AMP_BLACK_LIST)
 
 
 def low_precision_dtype() -> np.dtype:
