@@ -218,3 +218,30 @@ def test_bad_amp_arguments_are_named(kwargs, error):
         Model(net, nn.MSELoss(), amp_level="O2")
     with pytest.raises(ValueError, match="must be a number >= 1"):
         DynamicLossScaleManager(init_loss_scale=0.5)
+
+
+def test_train_one_step_with_a_tensor_scale_matches_the_unscaled_step():
+    rng = np.random.default_rng(1)
+    x, y = rng.random((16, 32), np.float32), rng.random((16, 16), np.float32)
+    ms.set_seed(1)
+    scaled_net = QuickstartNet()
+    ms.set_seed(1)
+    plain_net = QuickstartNet()
+    scaled = nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(scaled_net, nn.MSELoss()),
+                                              nn.Momentum(scaled_net.trainable_params(), 0.01, 0.9),
+                                              scale_sense=ms.Tensor(np.float32(1024)))
+    plain = nn.TrainOneStepCell(nn.WithLossCell(plain_net, nn.MSELoss()),
+                                nn.Momentum(plain_net.trainable_params(), 0.01, 0.9))
+    loss, overflow, scale = scaled(x, y)
+    assert float(scale) == 1024.0 and not bool(overflow)
+    assert float(loss) == pytest.approx(float(plain(x, y)), rel=1e-6)
+    scaled.set_sense_scale(ms.Tensor(np.float32(8)))
+    loss, overflow, scale = scaled(x, y)
+    assert float(scale) == 8.0
+    assert float(loss) == pytest.approx(float(plain(x, y)), rel=1e-6)
+    for a, b in zip(scaled_net.get_parameters(), plain_net.get_parameters()):
+        np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match=r"shape \(\) or \(1,\)"):
+        nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(plain_net, nn.MSELoss()),
+                                         nn.Momentum(plain_net.trainable_params(), 0.01, 0.9),
+                                         scale_sense=ms.Tensor(np.ones(2, np.float32)))

@@ -156,7 +156,9 @@ class _RandomFlip(Transform):
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         _check_image(x, type(self).__name__)
-        return np.flip(x, axis=self.axis) if rng.random() < self.prob else x
+        if rng.random() >= self.prob:
+            return x
+        return x[:, ::-1] if self.axis == 1 else x[::-1]  # slicing: np.flip's axis handling costs more
 
 
 class RandomHorizontalFlip(_RandomFlip):
