@@ -111,15 +111,19 @@ def bench_amp(width: float = 0.25, batch: int = 32, size: int = 32, steps: int =
             out = train.program.run_step(placed)
             losses.append(float(np.asarray(out)))
         runs[level] = (lambda t=train, p=placed: t.program.run_step(p)), losses
-    rows = []
     f32_step, f32_losses = runs["O0"]
-    for level in ("O0", "O2", "O3"):
+    rows, f32_times = [], []
+    for level in ("O2", "O3"):
         step, losses = runs[level]
         t_amp, t_f32, ratio = compare(step, f32_step, calls=calls, rounds=rounds, warmup=1)
+        f32_times.append(t_f32)
         rows.append({"amp_level": level, "width": width, "batch": batch, "step_ms": round(t_amp * 1e3, 1),
                      "vs_float32": round(ratio, 3),
                      "max_rel_loss_diff": round(max(abs(a - b) / abs(b) for a, b in zip(losses, f32_losses)), 4),
                      "loss_first_last": (round(losses[0], 4), round(losses[-1], 4))})
+    rows.insert(0, {"amp_level": "O0", "width": width, "batch": batch,
+                    "step_ms": round(statistics.median(f32_times) * 1e3, 1), "vs_float32": 1.0,
+                    "max_rel_loss_diff": 0.0, "loss_first_last": (round(f32_losses[0], 4), round(f32_losses[-1], 4))})
     return rows
 
 
