@@ -110,10 +110,11 @@ def test_resnet18_o2_program_convolves_in_bf16_with_float32_batchnorm():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("level", ["O2", "O3"])
-def test_resnet18_low_precision_tracks_float32_and_convolves_in_bf16(level, resnet_f32):
-    losses, hlo, params, train = _resnet(level)
-    assert _max_rel(losses, resnet_f32[0]) <= 2e-2, (losses, resnet_f32[0])
+@pytest.mark.parametrize("level, mode", [("O2", "stand_alone"), ("O3", "stand_alone"), ("O2", "data_parallel")])
+def test_resnet18_low_precision_tracks_float32_and_convolves_in_bf16(level, mode, resnet_f32):
+    losses, hlo, params, train = _resnet(level, mode=mode)
+    f32 = resnet_f32[0] if mode == "stand_alone" else _resnet("O0", mode=mode)[0]
+    assert _max_rel(losses, f32) <= 2e-2, (losses, f32)
     assert losses[-1] < losses[0] - 0.3  # it learns
     convs = _ops_in(hlo, "convolution")
     assert len(convs) >= 20 and set(convs) == {LOW}, convs
