@@ -10,8 +10,8 @@ the scale with the update Cell's rule:
 * :class:`FixedLossScaleUpdateCell`: the scale never changes; overflowing steps are still skipped.
 
 The scale and its counters are optimizer state (:class:`LossScaleState`, next to optax's), so they are placed,
-donated, checkpointed and resumed with it, and the step's signature does not change. ``scaled_transformation`` is
-the one hook ``compile.program`` calls.
+donated, checkpointed and resumed with it, and the step's signature does not change. ``scaled_transformation`` and
+``loss_scale_of`` are the hooks ``compile.program`` uses.
 """
 
 from __future__ import annotations
@@ -159,9 +159,10 @@ def scaled_transformation(inner: optax.GradientTransformation, update: Any) -> o
     return optax.GradientTransformation(init, apply)
 
 
-def current_scale(opt_state: Any, sens: float) -> Any:
-    """The sensitivity the step differentiates with: the loss scale when the step is loss-scaled, else ``sens``."""
-    return opt_state.scale if isinstance(opt_state, LossScaleState) else sens
+def loss_scale_of(opt_state: Any) -> Any:
+    """The factor the step multiplies its objective by: the current loss scale when the step is loss-scaled, else
+    None (``compile.step.StepParts.loss_scale``)."""
+    return opt_state.scale if isinstance(opt_state, LossScaleState) else None
 
 
 def all_finite(tree: Any) -> jax.Array:

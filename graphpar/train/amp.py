@@ -118,8 +118,6 @@ def _white_list(network: Cell, low: np.dtype) -> None:
 def auto_mixed_precision(network: Cell, amp_level: str = "O0", dtype: Any = None) -> Cell:
     """Cast ``network`` in place for ``amp_level`` (O2/O3 also cast its outputs back to float32); returns it.
     ``dtype`` names the low type (default: :func:`low_precision_dtype`)."""
-    from graphpar.compile.state import bump_structure_epoch
-
     if not isinstance(network, Cell):
         raise TypeError(f"auto_mixed_precision(network): expected a Cell, got {type(network).__name__}")
     level = check_level(amp_level)
@@ -131,7 +129,6 @@ def auto_mixed_precision(network: Cell, amp_level: str = "O0", dtype: Any = None
         if level == "O2":
             _keep_black_list_fp32(network, low)
         _mixed_precision.set_output_dtype(network, mstype.float32)
-    bump_structure_epoch()
     return network
 
 
@@ -150,7 +147,6 @@ def build_train_network(network: Cell, optimizer: Any, loss_fn: Cell | None = No
                         boost_level: str = "O0", **kwargs: Any) -> TrainOneStepCell:
     """MindSpore's ``amp.build_train_network``: cast ``network`` for ``level`` (in place), add ``loss_fn`` and
     build the train cell, with loss scaling when the level or ``loss_scale_manager`` asks for it."""
-    from graphpar.compile.state import bump_structure_epoch
     from graphpar.nn.optim.optimizer import Optimizer
 
     if not isinstance(optimizer, Optimizer):
@@ -171,7 +167,6 @@ def build_train_network(network: Cell, optimizer: Any, loss_fn: Cell | None = No
         _mixed_precision.set_compute_dtype(network, low_precision_dtype())
     elif level not in ("O2", "O3"):
         auto_mixed_precision(network, level)
-    bump_structure_epoch()
     if loss_fn is not None:
         if not isinstance(loss_fn, Cell):
             raise TypeError(f"build_train_network(loss_fn): expected a Cell, got {type(loss_fn).__name__}")

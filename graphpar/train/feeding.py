@@ -148,6 +148,30 @@ class DevicePrefetch:
         self._thread.join()
 
 
+def _put(x: Any, sharding: Any) -> Any:
+    import jax
+    from jax.sharding import NamedSharding
+
+    if jax.process_count() > 1 and isinstance(sharding, NamedSharding):
+        from graphpar.compile.global_batch import make_global
+
+        return make_global(np.asarray(x), sharding)
+    return jax.device_put(np.asarray(x), sharding)
+
+
+def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callable[[tuple], Any]:
+    """Place later batches where ``place`` put ``first``: a ``device_put`` with the same shardings (no planning on
+    the prefetch thread); a batch of another shape (a last, smaller batch) goes through ``place`` again."""
+    like = [(np.shape(x), p.sharding) for x, p in zip(first, placed)]
+
+    def place_like(batch: tuple) -> Any:
+        if len(batch) != len(like) or any(np.shape(x) != shape for x, (shape, _) in zip(batch, like)):
+            return place(batch)
+        return [_put(x, sharding) for x, (_, sharding) in zip(batch, like)]
+
+    return place_like
+
+
 def prefetched(batches: Iterator[tuple], place: Callable[[tuple], Any] | None, depth: int) -> Iterator[tuple]:
     """``(host_batch, placed_batch)`` pairs: placed ``depth`` ahead by a :class:`DevicePrefetch`, or placed on
     demand (``placed_batch`` is the host batch) when ``depth`` is 0 or there is nothing to place with."""
@@ -158,8 +182,12 @@ def prefetched(batches: Iterator[tuple], place: Callable[[tuple], Any] | None, d
     first = next(batches, None)
     if first is None:
         return
-    yield first, place(first)  # the first placement plans and compiles: on the caller's thread
-    ahead = DevicePrefetch(batches, place, depth)
+    placed = place(first)  # the first placement traces and plans: on the caller's thread
+    yield first, placed
+    import jax
+
+    placer = _placer(place, first, placed) if all(isinstance(p, jax.Array) for p in placed) else place
+    ahead = DevicePrefetch(batches, placer, depth)
     try:
         yield from ahead
     finally:
