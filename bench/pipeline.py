@@ -82,6 +82,21 @@ def _numpy_loop(source: SyntheticCifar, size: int, batch_size: int, seed: int = 
     return done
 
 
+def _timed_epoch(data: Any, workers: int) -> tuple[float, float]:
+    """(seconds until every worker delivered a batch, steady images/s over the rest of epoch 0)."""
+    start = time.perf_counter()
+    it = data.iter_epoch(0)
+    for _ in range(workers):  # batches come round-robin from the workers: one each means all have started
+        next(it)
+    ready = time.perf_counter()
+    images = 0
+    for batch in it:
+        images += len(batch[0])
+    elapsed = time.perf_counter() - ready
+    it.close()
+    return ready - start, images / elapsed if elapsed > 0 else float("inf")
+
+
 def _epochs(data: Any) -> Any:
     """Batches of epoch 0, 1, ... without end (consecutive epochs reuse the same running stream)."""
     epoch = 0
