@@ -55,15 +55,6 @@ def test_batched_tail_gives_the_per_sample_values_and_draws(cifar, size):
         np.testing.assert_allclose(gx, rx, rtol=1e-5, atol=1e-5)
 
 
-def test_batched_tail_is_the_same_with_worker_threads(cifar):
-    one = list(_seeds_pipeline(cifar, 32).iter_epoch(0))
-    ds.config.set_num_parallel_workers(2)
-    two = list(_seeds_pipeline(cifar, 32).iter_epoch(0))
-    for a, b in zip(one, two):
-        for x, y in zip(a, b):
-            np.testing.assert_array_equal(x, y)
-
-
 def test_a_map_below_per_sample_work_on_its_column_is_not_moved(cifar):
     data = ds.Cifar10Dataset(cifar, usage="train")
     data = data.map(vision.Rescale(1.0 / 255.0, 0.0), input_columns="image")
