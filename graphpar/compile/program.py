@@ -306,6 +306,14 @@ class TrainProgram:
         signature, arg_avals = self._signature(ns, planned.layout, avals, self._opt_state(ns, planned.layout), None)
         return lower(train_step(self.step_parts(planned, ns), ns), signature, arg_avals, planned).lowered
 
+    def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
+        """Global shapes and dtypes of one step's inputs as last run (None before the first step): what
+        ``graphpar.parallel.plan(model)`` asks the compile cache for to show the plan ``Model.train`` runs."""
+        memo = self._memo
+        if memo is None:
+            return None
+        return [jax.ShapeDtypeStruct(tuple(s)[1:] if memo.stacked else tuple(s), d) for s, d, _ in memo.inputs]
+
     def stages(self, inputs: Sequence[Any]) -> ProgramStages:
         """Every stage of the train step for ``inputs`` (each with ``as_text()``); compiles if needed."""
         ns = self.state
