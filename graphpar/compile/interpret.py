@@ -8,7 +8,7 @@ redistribution), and the named scope travels into the HLO metadata, which is how
 collective to its op. Gradients follow by autodiff of this function (a sharding constraint's transpose constrains
 the cotangent alike).
 
-Op nodes evaluate their inner jaxpr; ``custom_jvp``/``custom_vjp`` equations are re-bound with their bind params
+Op nodes bind their own ``jit`` equation; ``custom_jvp``/``custom_vjp`` equations are re-bound with their bind params
 (keeping custom derivatives).
 """
 
@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-from jax.extend import core as jcore
 from jax.sharding import Mesh, NamedSharding
 
 from graphpar.ir.graph import Graph, Node
@@ -28,7 +27,9 @@ from graphpar.parallel.strategy import to_partition_spec
 def _apply(node: Node, args: Sequence[Any]) -> list[Any]:
     eqn = node.eqn
     if node.is_op:
-        return list(jcore.jaxpr_as_fun(eqn.params["jaxpr"])(*args))
+        # the op's own jit equation, bound whole: JAX differentiates and lowers it as one call (cheaper than
+        # re-evaluating its equations one by one), and its name stays inside the node's named scope
+        return list(eqn.primitive.bind(*args, **eqn.params))
     params = eqn.primitive.get_bind_params(eqn.params)
     with eqn.ctx.manager:
         out = eqn.primitive.bind(*args, **params)

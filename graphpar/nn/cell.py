@@ -26,7 +26,7 @@ from graphpar.ir import recorder as _recorder
 from graphpar.nn import _mixed_precision
 from graphpar.ops.primitive import Primitive
 
-_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order")
+_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_pipeline_stage")
 
 
 class Cell(nnx.Module, pytree=False):
@@ -165,12 +165,30 @@ class Cell(nnx.Module, pytree=False):
         """Compute this Cell and every Cell below it in ``dst_type`` (MindSpore's ``to_float``): floating inputs,
         the Cells' own Parameters and constants are cast when they run; the Parameters stay in their own dtype."""
         from graphpar.common import dtype as mstype
+
         dtype = _np.dtype(dst_type)
         if dtype not in (mstype.float16, mstype.bfloat16, mstype.float32):
             raise TypeError(f"{type(self).__name__}.to_float(dst_type): expected float16, bfloat16 or float32, "
                             f"got {dst_type!r}")
         _mixed_precision.set_compute_dtype(self, dtype)
         return self
+
+    # --- pipeline parallel -------------------------------------------------------------------------------------
+    @property
+    def pipeline_stage(self) -> int | None:
+        """The pipeline stage this Cell (and every Cell below it that sets none) runs in; ``None`` when unset, as
+        MindSpore's default. Read by ``graphpar.parallel.pipeline_stages`` when ``pipeline_stages > 1``."""
+        return self.__dict__.get("_pipeline_stage")
+
+    @pipeline_stage.setter
+    def pipeline_stage(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_stage' must be int type, "
+                            f"but got type : {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_stage' can not be less "
+                             f"than 0, but got {value}")
+        object.__setattr__(self, "_pipeline_stage", value)
 
     # --- modes -------------------------------------------------------------------------------------------------
     def set_train(self, mode: bool = True) -> "Cell":

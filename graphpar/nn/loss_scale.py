@@ -111,6 +111,17 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
             raise TypeError("TrainOneStepWithLossScaleCell: scale_sense must be a DynamicLossScaleUpdateCell, a "
                             f"FixedLossScaleUpdateCell or a scalar Tensor, got {type(scale_sense).__name__}")
 
+    @property
+    def program(self):
+        """The compiled train program; loss scaling is built into the one-program step only."""
+        from graphpar.compile.pipeline_program import wants_pipeline
+
+        if self._program is None and wants_pipeline():
+            raise ValueError("TrainOneStepWithLossScaleCell (amp_level='O2', a loss_scale_manager): loss scaling "
+                             "with pipeline_stages > 1 is not built; use amp_level='O3' or loss_scale_manager=None, "
+                             "or pipeline_stages=1")
+        return super().program
+
     def _scale_state(self) -> LossScaleState | None:
         state = self.optimizer.opt_state
         return state if isinstance(state, LossScaleState) else None
