@@ -173,12 +173,16 @@ def assign(holder: nnx.Variable, name: str, value: Any, strict_load: bool, what:
     holder.set_raw_value(value if isinstance(value, jax.Array) else jnp.asarray(value))
 
 
-def load_optimizer(optimizer: Any, values: dict[str, Any], where: str) -> list[str]:
+def load_optimizer(optimizer: Any, values: dict[str, Any], where: str, cell: Any = None) -> list[str]:
     """Set the optimizer's state from ``{path name: array}``; returns the names used. The state's structure comes
-    from the optimizer itself (initialized from its Parameters if it has not run yet)."""
+    from the optimizer's state if it has run, else from the transformation the train step of ``cell`` (the Cell
+    being loaded) applies with it, initialized from its Parameters: with loss scaling (``amp_level="O2"``, a
+    ``loss_scale_manager``) that state wraps the optimizer's own with the scale and its counters."""
+    from graphpar.nn.loss_scale import train_transformation
+
     if optimizer.opt_state is None:
         params = {p.name: p.get_raw_value() for p in optimizer.parameters}
-        optimizer.opt_state = optimizer.transformation().init(params)
+        optimizer.opt_state = train_transformation(cell, optimizer).init(params)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(optimizer.opt_state)
     names = [tree_path_name(path) for path, _ in leaves]
     missing = [n for n in names if n not in values]

@@ -115,7 +115,7 @@ def restore(train_network: Any, path: str) -> dict:
         if not arrays["optimizer"]:
             raise CheckpointError(path, "it holds no optimizer state", "Resume from a checkpoint written by "
                                   "ModelCheckpoint during Model.train")
-        load_optimizer(optimizer, arrays["optimizer"], f"resume from {path}")
+        load_optimizer(optimizer, arrays["optimizer"], f"resume from {path}", train_network)
     notice_once(f"resumed:{path}", f"resuming from {path} (epoch {progress['epoch']}, step {progress['step']})",
                 logging.WARNING)
     return progress

@@ -213,7 +213,7 @@ def load_param_into_net(net: Cell, parameter_dict: dict, strict_load: bool = Fal
     optimizer = optimizer_of(net)
     opt_values = {k[len(OPTIMIZER_PREFIX):]: _raw(k, v) for k, v in values.items() if k.startswith(OPTIMIZER_PREFIX)}
     if optimizer is not None and opt_values:
-        for name in load_optimizer(optimizer, opt_values, what):
+        for name in load_optimizer(optimizer, opt_values, what, net):
             ckpt_not_load.remove(OPTIMIZER_PREFIX + name)
     if param_not_load:
         notice_once(f"not-loaded:{id(net)}:{len(param_not_load)}", f"load_param_into_net: {len(param_not_load)} "

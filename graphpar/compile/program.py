@@ -38,7 +38,7 @@ from graphpar.compile.progress import CompileProgress
 from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
 from graphpar.compile.state import NetworkState, current_state
 from graphpar.compile.step import StepParts, optax_update, sink_loop, train_step
-from graphpar.nn.loss_scale import loss_scale_of, scaled_transformation
+from graphpar.nn.loss_scale import loss_scale_of, train_transformation
 
 
 def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
@@ -137,7 +137,7 @@ class TrainProgram:
     def _transformation(self) -> optax.GradientTransformation:
         """The optimizer's transformation, wrapped in the train cell's loss scaling if it has one (unchanged
         without: the step is then the float32 program exactly)."""
-        return scaled_transformation(self.optimizer.transformation(), self.train_cell.scale_update)
+        return train_transformation(self.train_cell, self.optimizer)
 
     # --- building ----------------------------------------------------------------------------------------------
     def _planned(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct],

@@ -170,6 +170,20 @@ def scaled_transformation(inner: optax.GradientTransformation, update: Any) -> o
     return optax.GradientTransformation(init, apply)
 
 
+def train_transformation(cell: Any, optimizer: Any) -> optax.GradientTransformation:
+    """The transformation the train step of ``cell`` applies with ``optimizer``: its own, wrapped in the loss scaling
+    of the train cell (``cell`` or one inside it) that trains ``optimizer``, if that cell scales its loss.
+    ``compile.program`` builds the step with it and the checkpoint loader shapes the state it restores with it, so
+    the two always agree on the state's structure."""
+    update = None
+    if isinstance(cell, Cell):
+        for _, sub in cell.cells_and_names():
+            if isinstance(sub, TrainOneStepCell) and sub.optimizer is optimizer:
+                update = sub.scale_update
+                break
+    return scaled_transformation(optimizer.transformation(), update)
+
+
 def loss_scale_of(opt_state: Any) -> Any:
     """The factor the step multiplies its objective by: the current loss scale when the step is loss-scaled, else
     None (``compile.step.StepParts.loss_scale``)."""

@@ -96,3 +96,35 @@ def test_resume_in_a_fresh_process(tmp_path):
     a, b = np.load(tmp_path / "a" / "params_0_0.npz"), np.load(tmp_path / "b" / "params_0_1.npz")
     for name in a.files:
         np.testing.assert_array_equal(a[name], b[name])
+
+
+@pytest.mark.parametrize("amp", ["O2", "dynamic"])
+def test_resume_a_loss_scaled_run(tmp_path, amp):
+    """amp_level="O2" (bfloat16, dynamic loss scaling) and a DynamicLossScaleManager whose scale grows every 3
+    steps: the loss scale and its counters are optimizer state, so a resumed run continues the uninterrupted one
+    exactly (losses, parameters and the scale)."""
+    from graphpar import nn
+    from graphpar.train import DynamicLossScaleManager
+
+    def run(sub, stop=None, resume=False):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
+        ms.set_seed(3)
+        net = DropoutMLP()
+        kwargs = ({"amp_level": "O2"} if amp == "O2" else
+                  {"loss_scale_manager": DynamicLossScaleManager(2.0 ** 10, 2, 3)})
+        model = ms.Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.05, 0.9), **kwargs)
+        record = Record()
+        ckpt = ModelCheckpoint("net", str(tmp_path / sub / "ckpt"), CheckpointConfig(save_checkpoint_steps=4))
+        callbacks = [ckpt, record] + ([StopAt(stop)] if stop else [])
+        model.train(2, shuffled_dataset(), callbacks=callbacks, resume=resume)
+        return record, params(net), model.train_network.loss_scale
+
+    full, full_params, full_scale = run("a")
+    first, _, _ = run("b", stop=8)
+    rest, rest_params, rest_scale = run("b", resume=True)
+    assert first.where + rest.where == full.where
+    assert first.losses + rest.losses == full.losses
+    assert rest_scale == full_scale and (amp == "O2" or full_scale > 2.0 ** 10)
+    for name in full_params:
+        np.testing.assert_array_equal(rest_params[name], full_params[name])
