@@ -22,9 +22,13 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE
+from graphpar.compile import accumulate
 from graphpar.compile.choose import choose_plan
+from graphpar.compile.opt_shard import OptimizerSharding
 from graphpar.compile.plan import ExecutionPlan
 from graphpar.compile.state import NetworkState, structure_epoch
+from graphpar.nn.grad_accumulation import unwrap_accumulation
+from graphpar.parallel.optimizer_parallel import OptimizerParallelConfig
 
 
 def _key_of(inputs: Sequence[Any]) -> tuple:
@@ -43,7 +47,12 @@ class TrainProgram:
 
     def __init__(self, train_cell: Any):
         self.train_cell = train_cell
-        self.network = train_cell.network
+        # bigger models: GradAccumulation / grad_accumulation_step, and the parallel optimizer (see compile.accumulate,
+        # compile.opt_shard)
+        pctx = _context.current_parallel()
+        self.network, self.micro_size = unwrap_accumulation(train_cell.network, pctx.grad_accumulation_step)
+        self.opt_config = OptimizerParallelConfig.from_context(pctx)
+        self._opt_sharding: OptimizerSharding | None = None
         self.optimizer = train_cell.optimizer
         self.sens = train_cell.sens
         self.network.check_names()
@@ -76,6 +85,15 @@ class TrainProgram:
             self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, state))
         return self.optimizer.opt_state
 
+    def optimizer_sharding(self, ns: NetworkState) -> OptimizerSharding:
+        """Storage (parallel optimizer) and compute shardings of the trainable parameters (after planning)."""
+        compute = self._state_shardings(ns.params.values(), ns.param_names())
+        cached = self._opt_sharding
+        if cached is None or cached.compute != compute:
+            cached = OptimizerSharding(self.opt_config, ns.param_names(), ns.params.values(), compute)
+            self._opt_sharding = cached
+        return cached
+
     def _state_shardings(self, values: Sequence[Any], names: Sequence[str] | None = None) -> list:
         if names is not None and hasattr(self.plan, "param_sharding"):
             return [self.plan.param_sharding(n, tuple(np.shape(v))) for n, v in zip(names, values)]
@@ -84,7 +102,7 @@ class TrainProgram:
     def _opt_shardings(self, ns: NetworkState, opt_state: Any) -> Any:
         """Optimizer-state leaves that mirror a parameter (momentum, Adam moments) live where it lives."""
         names, values = ns.param_names(), ns.params.values()
-        by_name = {n: (np.shape(v), s) for n, v, s in zip(names, values, self._state_shardings(values, names))}
+        by_name = {n: (np.shape(v), s) for n, v, s in zip(names, values, self.optimizer_sharding(ns).storage)}
 
         def sharding(path, leaf):
             for entry in path:
@@ -97,27 +115,33 @@ class TrainProgram:
 
     # --- the step function -------------------------------------------------------------------------------------
     def _step_fn(self, ns: NetworkState):
-        plan, sens, names = self.plan, self.sens, ns.param_names()
+        plan, sens, names, micro = self.plan, self.sens, ns.param_names(), self.micro_size
         tx = self.optimizer.transformation()
+        opt = self.optimizer_sharding(ns)
 
         def step(pvals, rvals, opt_state, inputs):
-            params = ns.params.unflatten(pvals)
-            rest = ns.rest.unflatten(rvals)
+            if accumulate.uses_replica_gradients(plan, opt, micro):
+                shardings = [plan.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
+                (loss, new_rest), grads = accumulate.accumulated_value_and_grad(
+                    plan, ns, opt, list(pvals), list(rvals), inputs, sens, micro, shardings)
+            else:
+                rest = ns.rest.unflatten(rvals)
 
-            def objective(p):
-                return plan.objective(ns, p, rest, inputs, sens)
+                def objective(p):
+                    return plan.objective(ns, ns.params.unflatten(p), rest, inputs, sens)
 
-            (_, (loss, new_rest)), grads = jax.value_and_grad(objective, has_aux=True)(params)
-            gdict = dict(zip(names, jax.tree.leaves(grads)))
+                (_, (loss, new_rest)), grads = opt.value_and_grad(objective)(list(pvals))
+                new_rest = jax.tree.leaves(new_rest)
+            gdict = dict(zip(names, grads))
             pdict = dict(zip(names, pvals))
             updates, opt_state = tx.update(gdict, opt_state, pdict)
             new = optax.apply_updates(pdict, updates)
-            return [new[n] for n in names], jax.tree.leaves(new_rest), opt_state, loss
+            return [new[n] for n in names], new_rest, opt_state, loss
 
         return step
 
     def _shardings(self, ns: NetworkState, inputs: Sequence[Any], opt_state: Any):
-        p_sh = self._state_shardings(ns.params.values(), ns.param_names())
+        p_sh = self.optimizer_sharding(ns).storage
         r_sh = self._state_shardings(ns.rest.values(), ns.rest.names())
         o_sh = self._opt_shardings(ns, opt_state)
         i_sh = [self.plan.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
@@ -189,6 +213,9 @@ class TrainProgram:
         if jax.process_count() > 1:  # process-local rows: check the global batch they make
             shapes = [global_shape(s, self.plan.input_sharding(i, s)) for i, s in enumerate(shapes)]
         self.plan.check_batch(shapes)
+        if self.micro_size > 1:
+            accumulate.check_batch(shapes, self.micro_size, [accumulate.dim0_split(self.plan.input_sharding(i, s))
+                                                             for i, s in enumerate(shapes)])
         for i, (x, shape) in enumerate(zip(inputs, shapes)):
             sharding = self.plan.input_sharding(i, shape)
             if stacked:
@@ -202,7 +229,14 @@ class TrainProgram:
     def _prepare(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> None:
         per_step = [np.asarray(x[0]) if stacked and not isinstance(x, jax.Array) else (x[0] if stacked else x)
                     for x in inputs]
-        self.plan.prepare(ns, [_global_aval(x) for x in per_step], "train")
+        self.plan.prepare(ns, self._trace_avals([_global_aval(x) for x in per_step]), "train")
+
+    def _trace_avals(self, avals: list[jax.ShapeDtypeStruct]) -> list[jax.ShapeDtypeStruct]:
+        """What the plan traces: the step's inputs, or one micro-batch of them under gradient accumulation."""
+        if self.micro_size == 1:
+            return avals
+        accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size, [1] * len(avals))
+        return accumulate.micro_avals(avals, self.micro_size)
 
     def _run(self, fn_getter, inputs: Sequence[Any], stacked: bool) -> jax.Array:
         ns = self.state
@@ -271,7 +305,7 @@ class TrainProgram:
     def plan_graph(self, inputs: Sequence[Any]) -> Any:
         """The planned graph of the train step for ``inputs`` (SEMI/AUTO plans; None for the others)."""
         ns = self.state
-        return self.plan.prepare(ns, [_global_aval(x) for x in inputs], "train")
+        return self.plan.prepare(ns, self._trace_avals([_global_aval(x) for x in inputs]), "train")
 
     def lower_step(self, inputs: Sequence[Any]) -> Any:
         """The ``jax.stages.Lowered`` train step for ``inputs`` (used by dumps and benchmarks)."""

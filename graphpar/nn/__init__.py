@@ -14,3 +14,4 @@ from graphpar.nn.loss import (  # noqa: F401
     CrossEntropyLoss, L1Loss, LossBase, MSELoss, SmoothL1Loss, SoftmaxCrossEntropyWithLogits)
 from graphpar.nn.optim import SGD, Adam, AdamWeightDecay, Momentum, Optimizer  # noqa: F401
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell  # noqa: F401
+from graphpar.nn.grad_accumulation import GradAccumulation, GradAccumulationCell  # noqa: F401
