@@ -26,6 +26,7 @@ from graphpar.compile import accumulate
 from graphpar.compile.choose import choose_plan
 from graphpar.compile.opt_shard import OptimizerSharding
 from graphpar.compile.plan import ExecutionPlan
+from graphpar.compile.recompute import advise_cpu_scheduler
 from graphpar.compile.state import NetworkState, structure_epoch
 from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.parallel.optimizer_parallel import OptimizerParallelConfig
@@ -59,6 +60,7 @@ class TrainProgram:
         self.network.set_train(True)
         self.pynative = _context.current().mode == PYNATIVE_MODE
         self.plan: ExecutionPlan = choose_plan(self.network)
+        advise_cpu_scheduler(self.network, self.plan.devices[0].platform)
         self._ns: NetworkState | None = None
         self._in_flight: collections.deque = collections.deque()
         self._fast: tuple | None = None

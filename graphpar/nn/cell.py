@@ -24,7 +24,7 @@ from graphpar.errors import CellError
 from graphpar.ir import recorder as _recorder
 from graphpar.ops.primitive import Primitive
 
-_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order")
+_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute")
 
 
 class Cell(nnx.Module, pytree=False):
@@ -167,6 +167,17 @@ class Cell(nnx.Module, pytree=False):
                 changed = True
         if changed:
             bump_structure_epoch()
+        return self
+
+    def recompute(self, **kwargs: Any) -> "Cell":
+        """MindSpore's ``Cell.recompute(mp_comm_recompute=True, parallel_optimizer_comm_recompute=False)``: the
+        backward pass recomputes this Cell's activations from its inputs (``jax.checkpoint``, see
+        ``graphpar.compile.recompute``)."""
+        from graphpar.compile.recompute import cell_config
+        from graphpar.compile.state import bump_structure_epoch
+
+        object.__setattr__(self, "_recompute", cell_config(self, kwargs))
+        bump_structure_epoch()
         return self
 
     def set_grad(self, requires_grad: bool = True) -> "Cell":
