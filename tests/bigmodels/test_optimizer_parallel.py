@@ -58,6 +58,7 @@ def test_default_threshold_keeps_a_16kb_parameter_replicated():
     assert shards["fc2.weight"].group_size == 8
 
 
+@pytest.mark.slow
 def test_model_parallel_parameter_is_sharded_further_over_its_replica_axes():
     class Net(nn.Cell):
         def __init__(self):
