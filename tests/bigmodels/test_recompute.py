@@ -95,6 +95,7 @@ class Block(nn.Cell):
         return self.mm2(self.act(self.mm(x, self.w)), self.w2)
 
 
+@pytest.mark.slow
 def test_mp_comm_recompute_false_saves_communication_outputs():
     x, y = data(16, 32, 32)
     counts, values = {}, {}
