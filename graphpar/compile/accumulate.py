@@ -142,7 +142,8 @@ def uses_replica_gradients(plan: ExecutionPlan, opt: OptimizerSharding, micro: i
 
 
 def _data_parallel(plan: DataParallelPlan, ns: NetworkState, opt: OptimizerSharding, stored: list[Any],
-                   compute: list[Any], rvals: list[Any], micro_inputs: Any, scan_xs: list[Any], sens: float, shard_carry: bool):
+                   compute: list[Any], rvals: list[Any], micro_inputs: Any, scan_xs: list[Any], sens: float,
+                   shard_carry: bool):
     replicas = plan.replicas
     axes = plan._batch_axes
     per_replica_sharding = (NamedSharding(plan.mesh, PartitionSpec(axes)) if plan.mesh is not None and axes

@@ -9,8 +9,8 @@ collective to its op. Gradients follow by autodiff of this function (a sharding 
 the cotangent alike).
 
 Runs of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()``) are evaluated inside
-``jax.checkpoint`` (``compile.recompute``). Op nodes evaluate their inner jaxpr; ``custom_jvp``/``custom_vjp`` equations are re-bound with their bind params
-(keeping custom derivatives).
+``jax.checkpoint`` (``compile.recompute``). Op nodes evaluate their inner jaxpr; ``custom_jvp``/``custom_vjp``
+equations are re-bound with their bind params (keeping custom derivatives).
 """
 
 from __future__ import annotations

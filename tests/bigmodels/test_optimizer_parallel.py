@@ -13,8 +13,9 @@ from tests.bigmodels.nets import WideMLP, data, params
 
 def _adam(mode, opt_parallel, steps=10, config=None, net=None, dims=(64, 64), hlo=False, **ctx):
     ms.reset_auto_parallel_context()
+    config = {"parallel_optimizer_threshold": 0} if config is None else config
     ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, enable_parallel_optimizer=opt_parallel,
-                                 parallel_optimizer_config=({"parallel_optimizer_threshold": 0} if config is None else config), **ctx)
+                                 parallel_optimizer_config=config, **ctx)
     net = net or WideMLP()
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.01))
     x, y = data(32, *dims)
