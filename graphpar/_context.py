@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from graphpar._logging import notice_once
@@ -292,6 +292,24 @@ def reset_context() -> None:
 
 def current() -> Context:
     return _context
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+_NOT_COMPILED = frozenset({"save_graphs", "save_graphs_path"})  # dumps describe a program, never change it
+
+
+def compile_key() -> tuple:
+    """Every setting a compiled program depends on, as one hashable value (read without copying: it is checked
+    on every step). ``save_graphs`` is not part of it: dumping never changes the program that runs."""
+    own = tuple(getattr(_context, f.name) for f in fields(_context) if f.name not in _NOT_COMPILED)
+    return own + tuple(_frozen(getattr(_auto_parallel, f.name)) for f in fields(_auto_parallel))
 
 
 def current_parallel() -> AutoParallelContext:

@@ -264,7 +264,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "(ir_dumps/rank_R/step_parallel_begin_NNNN.ir, NN_execute_NNNN.ir). DIR is a rank "
                                "directory, or ir_dumps itself (then rank 0, or --rank R). In a directory the newest "
                                "train graph is used unless --index NNNN. See docs/ir_format.md.")
-    sub = ir.add_subparsers(dest="ir_command", metavar="{show,summary,diff,explain}")
+    sub = ir.add_subparsers(dest="ir_command", metavar="{show,summary,diff,explain,html}")
     ir.set_defaults(func=lambda args: ir.print_help() or 2)
 
     def command(name: str, fn, help_: str) -> argparse.ArgumentParser:
@@ -295,3 +295,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("dir", help="ir_dumps/rank_R, ir_dumps, or one dump file")
     p.add_argument("op", help="an instance name (matmul2), SCOPE/instance, or node:N")
     selection(p)
+    from graphpar.cli.ir_html import add_html_command
+
+    add_html_command(command, _index)

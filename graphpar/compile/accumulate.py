@@ -24,7 +24,7 @@ The loss reported is the sum of the micro-batch losses, as MindSpore's wrapper r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -36,6 +36,7 @@ from graphpar.compile.opt_shard import OptimizerSharding
 from graphpar.compile.plan import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
 from graphpar.compile.replica import replica_axis
 from graphpar.compile.state import NetworkState
+from graphpar.compile.step import StepParts
 from graphpar.errors import DatasetError
 from graphpar.parallel.strategy import to_partition_spec
 
@@ -79,8 +80,28 @@ def _constrain(x: Any, sharding: Any) -> Any:
     return jax.lax.with_sharding_constraint(x, sharding) if isinstance(sharding, NamedSharding) else x
 
 
-def accumulated_value_and_grad(plan: ExecutionPlan, ns: NetworkState, opt: OptimizerSharding, stored: list[Any],
-                               rvals: list[Any], inputs: Sequence[Any], sens: float, micro: int,
+def train_step(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding, parts: StepParts,
+               sens: float, micro: int) -> Callable[..., Any]:
+    """``compile.step.train_step`` with the gradient of ``micro`` micro-batches (``parts``' objective, parameter
+    cast, gradient transform and update are kept)."""
+    names = ns.param_names()
+    layout = planned.layout
+
+    def step(pvals, rvals, opt_state, inputs):
+        shardings = [layout.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
+        (loss, new_rest), grads = accumulated_value_and_grad(plan, planned, ns, opt, parts, list(pvals), list(rvals),
+                                                             inputs, sens, micro, shardings)
+        pdict = dict(zip(names, pvals))
+        gdict = parts.transform_gradients(dict(zip(names, grads)), pdict)
+        new, opt_state = parts.update(gdict, opt_state, pdict)
+        return [new[n] for n in names], new_rest, opt_state, loss
+
+    return step
+
+
+def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
+                               parts: StepParts, stored: list[Any], rvals: list[Any], inputs: Sequence[Any],
+                               sens: float, micro: int,
                                input_shardings: Sequence[Any]) -> tuple[tuple[Any, list[Any]], list[Any]]:
     """``((summed loss, new rest leaves), gradients in the parameters' storage layout)`` of one accumulated step."""
     stacks = [_stack(x, micro, s) if np.ndim(x) else None for x, s in zip(inputs, input_shardings)]
@@ -92,14 +113,14 @@ def accumulated_value_and_grad(plan: ExecutionPlan, ns: NetworkState, opt: Optim
     compute = opt.gather(stored)
     shard_carry = opt.config.shard_accumulated_gradients and opt.active and micro > 1
     if isinstance(plan, DataParallelPlan):
-        return _data_parallel(plan, ns, opt, stored, compute, rvals, micro_inputs, scan_xs, sens, shard_carry)
+        return _data_parallel(plan, planned, ns, opt, parts, stored, compute, rvals, micro_inputs, scan_xs, sens, shard_carry)
 
     def body(carry, xs):
         acc, rest, loss_sum = carry
 
         def objective(p):
-            obj, (loss, new_rest) = plan.objective(ns, ns.params.unflatten(p), ns.rest.unflatten(rest),
-                                                   micro_inputs(xs), sens)
+            obj, (loss, new_rest) = parts.objective(parts.cast_params(ns.params.unflatten(p)),
+                                                    ns.rest.unflatten(rest), micro_inputs(xs))
             return obj, (loss, jax.tree.leaves(new_rest))
 
         (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(compute)
@@ -141,7 +162,8 @@ def uses_replica_gradients(plan: ExecutionPlan, opt: OptimizerSharding, micro: i
     return micro > 1 or (isinstance(plan, DataParallelPlan) and opt.active)
 
 
-def _data_parallel(plan: DataParallelPlan, ns: NetworkState, opt: OptimizerSharding, stored: list[Any],
+def _data_parallel(plan: DataParallelPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
+                   parts: StepParts, stored: list[Any],
                    compute: list[Any], rvals: list[Any], micro_inputs: Any, scan_xs: list[Any], sens: float,
                    shard_carry: bool):
     replicas = plan.replicas
@@ -155,7 +177,8 @@ def _data_parallel(plan: DataParallelPlan, ns: NetworkState, opt: OptimizerShard
         def objective(p):
             if regather:  # level3: p is the stored parameters; backward gathers them again
                 p = opt.gather_for_recompute(p)
-            loss, new_rest = plan._loss_and_state(ns, ns.params.unflatten(p), ns.rest.unflatten(rest), local_inputs)
+            loss, new_rest = plan._loss_and_state(planned, ns, parts.cast_params(ns.params.unflatten(p)),
+                                                  ns.rest.unflatten(rest), local_inputs)
             return _objective_of(loss, sens), (jnp.asarray(loss), jax.tree.leaves(new_rest))
 
         if regather:

@@ -1,13 +1,21 @@
-"""The compiled forward pass (evaluation, prediction, a Cell called at top level in GRAPH_MODE).
+"""The compiled forward call: ``net(x)`` at top level in GRAPH_MODE, ``Model.eval`` and ``Model.predict``.
 
-Same machinery as the train step without gradients: the network's state is split, the plan places it, and one
-``jax.jit`` per input signature runs ``plan.forward``. Updated non-trainable state is discarded (evaluation does not
-change statistics).
+Same machinery as the train step without gradients: the network's state is split, the orchestrator traces, plans,
+lowers and compiles one program per (structure, call signature, context), and the program returns global arrays in
+the planned layouts. Array arguments (``jax.Array``, numpy) are the program's inputs; any other argument (a Python
+number, a string) is a constant of the traced program and part of its key, as MindSpore treats them in graph mode.
+State the call updates (BatchNorm statistics of a Cell in training mode) is written back into the network; in
+evaluation mode nothing changes, and nothing is written.
+
+A Cell called with tracers (inside ``jax.grad``, ``ops.GradOperation``, a traced step), or whose parameters are
+tracers, runs inline; so does a Cell holding an optimizer (a custom training Cell), which Model runs as written.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -15,82 +23,223 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
-from graphpar._context import PYNATIVE_MODE
+from graphpar.compile.cache import CompileCounts, ProgramKey
 from graphpar.compile.choose import choose_plan
-from graphpar.compile.state import NetworkState, structure_epoch
+from graphpar.compile.global_batch import gather_process_rows
+from graphpar.compile.graph_trace import call_network
+from graphpar.compile.orchestrate import Orchestrator, lower
+from graphpar.compile.plan import ExecutionPlan
+from graphpar.compile.progress import CompileProgress
+from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.state import NetworkState, current_state
 from graphpar.errors import DatasetError
 from graphpar.nn.cell import Cell
 
 
+def _is_input(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call's arguments split into array inputs and the static rest."""
+
+    inputs: list[Any]
+    statics: tuple  # (position, value) of the non-array leaves
+    treedef: Any
+
+    @staticmethod
+    def of(args: tuple, kwargs: dict) -> "_Call":
+        leaves, treedef = jax.tree.flatten((args, kwargs))
+        return _Call([x for x in leaves if _is_input(x)],
+                     tuple((i, x) for i, x in enumerate(leaves) if not _is_input(x)), treedef)
+
+    def rebuild(self, inputs: Sequence[Any]) -> tuple[tuple, dict]:
+        it, statics = iter(inputs), dict(self.statics)
+        leaves = [statics[i] if i in statics else next(it) for i in range(self.treedef.num_leaves)]
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def network_call(self):
+        def call(model, xs):
+            args, kwargs = self.rebuild(xs)
+            return call_network(model, args) if not kwargs else _call_with_kwargs(model, args, kwargs)
+
+        return call
+
+
+def _call_with_kwargs(model: Any, args: tuple, kwargs: dict) -> Any:
+    from graphpar.ir.recorder import cell_scope
+
+    with cell_scope("Default"):
+        return model(*args, **kwargs)
+
+
 class ForwardProgram:
+    """The compiled forward calls of one Cell."""
+
     def __init__(self, cell: Cell):
         self.cell = cell
-        self.pynative = _context.current().mode == PYNATIVE_MODE
-        self.plan = choose_plan(cell)
+        self.orchestrator = Orchestrator(f"{type(cell).__name__} forward")
+        self._plans: dict[tuple, ExecutionPlan] = {}
         self._ns: NetworkState | None = None
-        self._fns: dict[tuple, Any] = {}
-        self.graph = None  # the planned graph of the last call (SEMI/AUTO plans)
+        self._copies: tuple[list, list] | None = None  # (network values, their copies in the program's layouts)
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        key = _context.compile_key()
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = choose_plan(self.cell)
+        return plan
 
     @property
     def state(self) -> NetworkState:
-        if self._ns is None or self._ns.epoch != structure_epoch():
-            self._ns = NetworkState(self.cell, [])
-            self._fns.clear()
+        self._ns = current_state(self._ns, self.cell, [])
         return self._ns
 
-    def _place(self, inputs: Sequence[Any]) -> tuple[list, list]:
-        """Inputs placed as the plan wants; a last batch the plan cannot split runs replicated instead."""
-        from graphpar.compile.global_batch import gather_process_rows
-        from graphpar.compile.program import _global_aval, _put
+    @property
+    def counts(self) -> CompileCounts:
+        return self.orchestrator.cache.counts
 
-        shapes = [tuple(_global_aval(x).shape) for x in inputs]
+    # --- building ----------------------------------------------------------------------------------------------
+    def _input_shardings(self, planned: Planned, avals: Sequence[Any]) -> tuple[list, bool]:
+        """The planned input shardings, or replicated ones when the plan cannot split this batch (a last
+        partial batch in evaluation)."""
+        shapes = [tuple(a.shape) for a in avals]
         try:
             self.plan.check_batch(shapes)
-            shardings = [self.plan.input_sharding(i, s) for i, s in enumerate(shapes)]
-            return shardings, [_put(x, s) for x, s in zip(inputs, shardings)]
+            return [planned.layout.input_sharding(i, s) for i, s in enumerate(shapes)], False
         except DatasetError:
-            if self.plan.mesh is None:
-                shardings = [self.plan.input_sharding(i, ()) for i in range(len(shapes))]
-            else:
-                shardings = [NamedSharding(self.plan.mesh, PartitionSpec()) for _ in shapes]
-            # every process needs the whole batch to replicate it
-            rows = [gather_process_rows(np.asarray(x)) for x in inputs]
-            return shardings, [jax.device_put(r, s) for r, s in zip(rows, shardings)]
+            mesh = planned.layout.mesh
+            if mesh is None:
+                return [planned.layout.input_sharding(i, ()) for i in range(len(shapes))], True
+            return [NamedSharding(mesh, PartitionSpec()) for _ in shapes], True
 
-    def _prepared(self, inputs: Sequence[Any]):
+    def _compiled(self, call: _Call) -> Compiled:
         from graphpar.compile.program import _global_aval
 
-        ns = self.state
-        self.graph = self.plan.prepare(ns, [_global_aval(x) for x in inputs], "forward")
-        shardings, placed = self._place(inputs)
-        key = tuple((tuple(np.shape(x)), str(x.dtype)) for x in placed)
-        fn = self._fns.get(key)
-        if fn is None:
-            plan = self.plan
+        ns, plan = self.state, self.plan
+        avals = [_global_aval(x) for x in call.inputs]
+        key = ProgramKey.of("forward", ns.structure, avals, (call.treedef, call.statics))
+        with CompileProgress(self.orchestrator.what) as progress:
+            planned = self.orchestrator.planned(plan, ns, avals, "forward", key, progress, call.network_call())
+            i_sh, replicated = self._input_shardings(planned, avals)
+            layout = planned.layout
+            r_sh = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]
+            changed = self._changed(planned, len(r_sh))
 
-            def forward(rvals, args):
-                return plan.forward(ns, ns.params.unflatten([]), ns.rest.unflatten(rvals), args)
+            def forward(rvals, inputs):
+                outs, new_rest = plan.forward(planned, ns, ns.params.unflatten([]), ns.rest.unflatten(rvals), inputs)
+                new = jax.tree.leaves(new_rest)
+                return outs, [new[j] for j in changed]
 
-            if self.pynative:
-                fn, r_sh = forward, None
+            signature = StepSignature((r_sh, i_sh), (None, [r_sh[j] for j in changed]))
+            arg_avals = ([jax.ShapeDtypeStruct(np.shape(v), jax.numpy.result_type(v), sharding=s)
+                          for v, s in zip(ns.rest.values(), r_sh)],
+                         [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(avals, i_sh)])
+            return self.orchestrator.compiled(plan, planned, key, "replicated" if replicated else "call",
+                                              forward, signature, arg_avals, progress)
+
+    @staticmethod
+    def _changed(planned: Planned, n_rest: int) -> list[int]:
+        """Indices of the state leaves the call can change (all of them in PYNATIVE_MODE, where nothing is
+        traced); in a traced graph a leaf the call leaves alone is its own input."""
+        if planned.graph is None:
+            return list(range(n_rest))
+        graph, n_out = planned.graph, planned.out_treedef.num_leaves
+        return [j for j in range(n_rest) if graph.outputs[n_out + j] != graph.inputs[j]]
+
+    # --- running -----------------------------------------------------------------------------------------------
+    def _state_values(self, compiled: Compiled) -> list:
+        """The network's state in the program's layouts: the values themselves, or copies when another program
+        (the train step) keeps them elsewhere — never moving the originals."""
+        values = self.state.rest.values()
+        copies = self._copies
+        if copies is not None and len(copies[0]) == len(values) and all(a is b for a, b in zip(values, copies[0])):
+            return copies[1]
+        placed = [v if isinstance(v, jax.Array) and v.sharding == s else jax.device_put(v, s)
+                  for v, s in zip(values, compiled.in_shardings[0])]
+        self._copies = (values, placed)
+        return placed
+
+    def _place(self, compiled: Compiled, inputs: Sequence[Any]) -> list:
+        from graphpar.compile.program import _put
+
+        out = []
+        for x, s in zip(inputs, compiled.in_shardings[1]):
+            if isinstance(x, jax.Array) and x.sharding == s:
+                out.append(x)
+            elif s.is_fully_replicated and jax.process_count() > 1:
+                out.append(jax.device_put(gather_process_rows(np.asarray(x)), s))  # every process needs it all
             else:
-                r_sh = [plan.param_sharding(n, tuple(np.shape(v))) if hasattr(plan, "param_sharding")
-                        else plan.state_sharding(tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]
-                fn = jax.jit(forward, in_shardings=(r_sh, shardings))
-            self._fns[key] = (fn, r_sh)
-        fn, r_sh = self._fns[key]
+                out.append(_put(x, s))
+        return out
+
+    def call(self, args: tuple, kwargs: dict) -> Any:
+        """``cell(*args, **kwargs)`` through the compiled program."""
+        call = _Call.of(args, kwargs)
+        compiled = self._compiled(call)
+        outs, new_rest = compiled(self._state_values(compiled), self._place(compiled, call.inputs))
+        self._write_back(self._changed(compiled.planned, len(compiled.in_shardings[0])), new_rest)
+        return outs
+
+    def _write_back(self, changed: list[int], new_rest: list) -> None:
+        if not changed:
+            return
+        ns = self.state
         values = ns.rest.values()
-        if r_sh is not None:
-            # the train program may keep parameters in another layout: reshard copies, never the originals
-            values = [v if isinstance(v, jax.Array) and v.sharding == s else jax.device_put(v, s)
-                      for v, s in zip(values, r_sh)]
-        return fn, values, placed
+        for j, v in zip(changed, new_rest):
+            values[j] = v
+        ns.rest.write(values)
 
     def __call__(self, *inputs: Any) -> Any:
-        fn, values, placed = self._prepared(inputs)
-        return fn(values, placed)
+        return self.call(inputs, {})
 
-    def lower(self, *inputs: Any) -> Any:
-        """The ``jax.stages.Lowered`` forward for ``inputs`` (``.compile().as_text()`` shows the collectives)."""
-        fn, values, placed = self._prepared(inputs)
-        return fn.lower(values, placed)
+    def planned(self, *inputs: Any) -> Planned:
+        """The planned forward graph for these inputs (trace and plan if needed)."""
+        return self._compiled(_Call.of(inputs, {})).planned
+
+    def lower(self, *inputs: Any) -> jax.stages.Lowered:
+        """A fresh ``jax.stages.Lowered`` of the forward for ``inputs`` (``.compile().as_text()`` shows the
+        collectives)."""
+        call = _Call.of(inputs, {})
+        compiled = self._compiled(call)
+        ns = self.state
+        arg_avals = ([jax.ShapeDtypeStruct(np.shape(v), jax.numpy.result_type(v), sharding=s)
+                      for v, s in zip(ns.rest.values(), compiled.in_shardings[0])],
+                     [jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x), sharding=s)
+                      for x, s in zip(call.inputs, compiled.in_shardings[1])])
+        lowered: Lowered = lower(compiled.fn, compiled.signature, arg_avals, compiled.planned)
+        return lowered.lowered
+
+
+_programs: "weakref.WeakKeyDictionary[Cell, ForwardProgram]" = weakref.WeakKeyDictionary()
+
+
+def program_for(cell: Cell) -> ForwardProgram:
+    """The forward program of ``cell`` (one per Cell: ``net(x)``, ``Model.eval`` and ``Model.predict`` share
+    it)."""
+    program = _programs.get(cell)
+    if program is None:
+        program = _programs[cell] = ForwardProgram(cell)
+    return program
+
+
+def _runs_inline(cell: Cell) -> bool:
+    """A Cell holding an optimizer (a custom training Cell), or one whose parameters are being traced."""
+    from graphpar.nn.optim.optimizer import Optimizer
+
+    if any(isinstance(sub, Optimizer) for _, sub in cell.cells_and_names()):
+        return True
+    return any(isinstance(p.get_raw_value(), jax.core.Tracer) for p in cell.get_parameters())
+
+
+def run_compiled(cell: Cell, args: tuple, kwargs: dict) -> Any:
+    """A top-level GRAPH_MODE call of ``cell``: the compiled forward (or inline, see the module docstring)."""
+    program = _programs.get(cell)
+    if program is None and _runs_inline(cell):
+        return cell.construct(*args, **kwargs)
+    program = program or program_for(cell)
+    if any(isinstance(v, jax.core.Tracer) for v in program.state.rest.values()):
+        return cell.construct(*args, **kwargs)
+    return program.call(args, kwargs)

@@ -111,6 +111,16 @@ class OptimizerSharding:
             stored_objective = jax.checkpoint(stored_objective, policy=self.recompute_policy())
         return jax.value_and_grad(stored_objective, has_aux=True)
 
+    def gradient(self, objective: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``compile.step``'s gradient part: ``value_and_grad`` of ``objective(params)`` (a pytree of compute-layout
+        parameters, in ``ns.params`` order) with respect to the stored parameters."""
+        def value_and_grad(stored_tree):
+            leaves, treedef = jax.tree.flatten(stored_tree)
+            out, grads = self.value_and_grad(lambda p: objective(jax.tree.unflatten(treedef, p)))(leaves)
+            return out, jax.tree.unflatten(treedef, grads)
+
+        return value_and_grad
+
     def to_storage(self, grads: Sequence[Any]) -> list[Any]:
         """Gradients put in the storage layout (a reduce-scatter where they are still partial sums)."""
         return [g if not s.sharded else jax.lax.with_sharding_constraint(g, st)

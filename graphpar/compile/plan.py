@@ -1,10 +1,11 @@
-"""Execution plans: where each array of a train step lives and how the per-device loss becomes the objective.
+"""Execution plans: where each array of a program lives and how the per-device loss becomes the objective.
 
-A plan answers four questions for the step builder (``compile.program``):
+Every plan answers the same protocol for ``compile.orchestrate`` and the step builder:
 
-* ``prepare``: trace the step for these inputs into the graph IR and plan it (once per input signature);
-* ``state_sharding`` / ``input_sharding``: where parameters, statistics, optimizer state and batches live;
-* ``objective``: the scalar that is differentiated, the loss reported, and the updated non-trainable state.
+* ``trace``: the network's step or forward traced into the graph IR (``compile.graph_trace``);
+* ``setup``: what the pass pipeline needs for that graph (the mesh, the dataset layouts, the dump note);
+* ``layout``: the planned graph's :class:`~graphpar.compile.layout.Layout` (parameter, state and input shardings);
+* ``objective`` / ``forward``: the function of a *planned* graph that is differentiated / evaluated.
 
 ``StandAlonePlan`` runs on one device. ``DataParallelPlan`` gives MindSpore's DATA_PARALLEL semantics exactly: each
 device computes the user's loss on its own slice of the global batch (``jax.vmap`` over the device axis, sharded
@@ -17,6 +18,7 @@ global batch through the planned graph. In GRAPH_MODE every plan evaluates its t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -24,18 +26,21 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
-from graphpar.compile.graph_trace import GraphCache, call_network, trace_network
+from graphpar.compile.graph_trace import call_network, trace_network
 from graphpar.compile.interpret import evaluate
+from graphpar.compile.layout import Layout, UniformLayout
 from graphpar.compile.replica import replica_axis
+from graphpar.compile.stages import Planned, Traced
 from graphpar.compile.state import NetworkState
 from graphpar.errors import DatasetError
 from graphpar.ir.graph import Graph
 from graphpar.parallel.mesh import make_mesh
+from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.strategy import MeshInfo
 
 REPLICA_AXIS = "graphpar_replica"
 
-__all__ = ["ExecutionPlan", "StandAlonePlan", "DataParallelPlan", "call_network", "REPLICA_AXIS"]
+__all__ = ["ExecutionPlan", "StandAlonePlan", "DataParallelPlan", "PlanSetup", "call_network", "REPLICA_AXIS"]
 
 
 def _objective_of(loss: Any, sens: float) -> Any:
@@ -46,8 +51,21 @@ def _objective_of(loss: Any, sens: float) -> Any:
     return jnp.sum(loss.astype(jnp.float32)) * sens
 
 
+@dataclass(frozen=True)
+class PlanSetup:
+    """What the pass pipeline needs for one traced graph."""
+
+    ctx: PlanContext
+    note: str = ""
+    replicated: bool = False  # the graph runs whole on every device (a strategy file records no splits)
+
+
+def _flat(params: Any, rest: Any, inputs: Sequence[Any]) -> list[Any]:
+    return jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
+
+
 class ExecutionPlan:
-    """Base class of plans."""
+    """Base class of plans (see the module docstring for the protocol)."""
 
     name = "plan"
     devices: list[jax.Device]
@@ -58,81 +76,62 @@ class ExecutionPlan:
 
     def __init__(self) -> None:
         self.pctx = _context.current_parallel()
-        self.graphs = GraphCache()
 
     @property
     def n(self) -> int:
         return len(self.devices)
 
-    @property
-    def _last(self) -> Graph | None:
-        return self.graphs.last
-
-    # --- planning ----------------------------------------------------------------------------------------------
+    # --- tracing and planning ----------------------------------------------------------------------------------
     def trace_avals(self, inputs: Sequence[Any], purpose: str) -> list[jax.ShapeDtypeStruct]:
         """The input avals the traced graph takes (the global batch by default)."""
         return list(inputs)
 
-    def prepare(self, ns: NetworkState, inputs: Sequence[Any], purpose: str = "train") -> Graph | None:
-        """Trace and plan for these (global-shaped) inputs before the step is jitted (GRAPH_MODE only)."""
-        if self.pynative:
-            return None
-        return self.graphs.get_or_plan(ns, self.trace_avals(inputs, purpose), purpose, self._plan)
+    def trace(self, ns: NetworkState, inputs: Sequence[Any], purpose: str, call: Any = None) -> Traced:
+        """The network's ``purpose`` graph for these global input avals (``call``: see ``trace_network``)."""
+        graph, out_treedef = trace_network(ns, self.trace_avals(inputs, purpose), purpose, call=call)
+        return Traced(graph, purpose, out_treedef)
 
-    def _plan(self, ns: NetworkState, avals: Sequence[Any], purpose: str) -> Graph:
-        from graphpar.dump.writer import maybe_dump_begin
-        from graphpar.parallel.passes.context import PlanContext
-        from graphpar.parallel.pipeline import run_pipeline
-
-        graph = self._trace(ns, avals, purpose)
-        info = MeshInfo(("m0",), (1,))  # the graph runs whole on each device (replicas are outside it)
-        graph = run_pipeline(graph, PlanContext(info, self.pctx.parallel_mode, self.pctx.search_mode))
-        graph.meta.update(mesh=info, purpose=purpose, note=self.dump_note)
-        maybe_dump_begin(graph, self)
-        from graphpar.parallel.strategy_file import maybe_save
-
-        maybe_save(graph, self.pctx, self.n, set(ns.param_names()), replicated=True)
-        return graph
+    def setup(self, graph: Graph) -> PlanSetup:
+        # the graph runs whole on each device (replicas, if any, are outside it)
+        return PlanSetup(PlanContext(MeshInfo(("m0",), (1,)), self.pctx.parallel_mode, self.pctx.search_mode),
+                         self.dump_note, replicated=True)
 
     dump_note = ""
 
-    def _trace(self, ns: NetworkState, avals: Sequence[Any], purpose: str) -> Graph:
-        return trace_network(ns, avals, purpose)
-
-    def _run_graph(self, purpose: str, flat: list[Any], inputs: Sequence[Any]) -> list[Any]:
-        return evaluate(self.graphs.for_inputs(purpose, inputs), flat, None)
-
-    # --- placement ---------------------------------------------------------------------------------------------
-    def state_sharding(self, shape: tuple[int, ...]) -> jax.sharding.Sharding:
-        raise NotImplementedError
-
-    def input_sharding(self, index: int, shape: tuple[int, ...]) -> jax.sharding.Sharding:
+    def layout(self, graph: Graph | None) -> Layout:
         raise NotImplementedError
 
     def check_batch(self, shapes: Sequence[tuple[int, ...]]) -> None:
         """Raise a clear error if a global batch cannot be split as this plan needs."""
 
     # --- the computation ---------------------------------------------------------------------------------------
-    def _loss_and_state(self, ns: NetworkState, params: Any, rest: Any, inputs: Sequence[Any]):
+    def _mesh_for_pins(self) -> Mesh | None:
+        """The mesh the interpreter pins layouts on (None: the graph's layouts are not pinned)."""
+        return None
+
+    def _loss_and_state(self, planned: Planned, ns: NetworkState, params: Any, rest: Any, inputs: Sequence[Any]):
         if self.pynative:
             model = ns.merge(params, rest)
             return call_network(model, inputs), ns.split_after(model)
-        flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
-        loss, *new_rest = self._run_graph("train", flat, inputs)
+        loss, *new_rest = evaluate(planned.graph, _flat(params, rest, inputs), self._mesh_for_pins())
         return loss, ns.rest.unflatten(new_rest)
 
-    def objective(self, ns: NetworkState, params: Any, rest: Any, inputs: Sequence[Any], sens: float):
-        """``(objective, (reported_loss, new_rest))``."""
-        loss, new_rest = self._loss_and_state(ns, params, rest, inputs)
+    def objective(self, planned: Planned, ns: NetworkState, params: Any, rest: Any, inputs: Sequence[Any],
+                  sens: float):
+        """``(objective, (reported_loss, new_rest))``: the scalar differentiated, the loss the step returns."""
+        loss, new_rest = self._loss_and_state(planned, ns, params, rest, inputs)
         return _objective_of(loss, sens), (jnp.mean(jnp.asarray(loss, jnp.float32)), new_rest)
 
-    def forward(self, ns: NetworkState, params: Any, rest: Any, inputs: Sequence[Any]) -> Any:
-        """The network's output on ``inputs`` (evaluation and prediction)."""
+    def forward(self, planned: Planned, ns: NetworkState, params: Any, rest: Any, inputs: Sequence[Any]):
+        """``(outputs, new_rest)``: the network's outputs on ``inputs`` and its state after the call."""
         if self.pynative:
-            return call_network(ns.merge(params, rest), inputs)
-        flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
-        graph = self.graphs.for_inputs("forward", inputs)
-        return jax.tree.unflatten(graph.meta["out_treedef"], evaluate(graph, flat, None))
+            model = ns.merge(params, rest)
+            return call_network(model, inputs), ns.split_after(model)
+        if planned.graph is None:
+            raise RuntimeError("graphpar: a GRAPH_MODE forward needs a planned graph")
+        flat = evaluate(planned.graph, _flat(params, rest, inputs), self._mesh_for_pins())
+        n_out = planned.out_treedef.num_leaves
+        return jax.tree.unflatten(planned.out_treedef, flat[:n_out]), ns.rest.unflatten(flat[n_out:])
 
 
 class StandAlonePlan(ExecutionPlan):
@@ -145,16 +144,14 @@ class StandAlonePlan(ExecutionPlan):
         super().__init__()
         self.devices = [device]
         self.pynative = pynative
-        self._sharding = SingleDeviceSharding(device)
+        sharding = SingleDeviceSharding(device)
+        self._layout = UniformLayout(sharding, sharding)
         from graphpar.compile.devices import all_devices
 
         self.first_rank = all_devices().index(device) if device in all_devices() else 0
 
-    def state_sharding(self, shape):
-        return self._sharding
-
-    def input_sharding(self, index, shape):
-        return self._sharding
+    def layout(self, graph):
+        return self._layout
 
 
 class DataParallelPlan(ExecutionPlan):
@@ -176,11 +173,12 @@ class DataParallelPlan(ExecutionPlan):
         self.first_rank = local[0] if local and len(self.devices) > 1 else 0
         if len(self.devices) > 1:
             self.mesh = make_mesh(self.devices)
-            self._replicated = NamedSharding(self.mesh, PartitionSpec())
             self._batch_axes: tuple[str, ...] | None = tuple(self.mesh.axis_names)
-            self._batch = NamedSharding(self.mesh, PartitionSpec(self._batch_axes))
+            self._layout = UniformLayout(NamedSharding(self.mesh, PartitionSpec()),
+                                         NamedSharding(self.mesh, PartitionSpec(self._batch_axes)), self.mesh)
         else:
-            self._replicated = self._batch = SingleDeviceSharding(self.devices[0])
+            one = SingleDeviceSharding(self.devices[0])
+            self._layout = UniformLayout(one, one)
             self._batch_axes = None
 
     @property
@@ -188,11 +186,8 @@ class DataParallelPlan(ExecutionPlan):
         return (f"data parallel: each of the {self.replicas} devices runs this graph on its slice of the batch; "
                 "gradients are reduced across devices")
 
-    def state_sharding(self, shape):
-        return self._replicated
-
-    def input_sharding(self, index, shape):
-        return self._batch if shape else self._replicated
+    def layout(self, graph):
+        return self._layout
 
     def check_batch(self, shapes):
         for i, shape in enumerate(shapes):
@@ -202,12 +197,14 @@ class DataParallelPlan(ExecutionPlan):
                     f"whose first dimension is not divisible by the data-parallel degree {self.replicas}; use a "
                     f"global batch size that is a multiple of {self.replicas}")
 
-    def _trace(self, ns, avals, purpose):
-        if purpose != "train":
-            return trace_network(ns, avals, purpose)
+    def trace(self, ns, inputs, purpose, call=None):
+        if purpose != "train":  # evaluation needs no per-replica semantics: the global graph, batch split
+            return super().trace(ns, inputs, purpose, call)
         # one replica's graph, traced with the replica axis bound so that collectives in construct see it
         with replica_axis(REPLICA_AXIS):
-            return trace_network(ns, avals, purpose, axis_env=[(REPLICA_AXIS, self.replicas)])
+            graph, out_treedef = trace_network(ns, self.trace_avals(inputs, purpose), purpose,
+                                               axis_env=[(REPLICA_AXIS, self.replicas)])
+        return Traced(graph, purpose, out_treedef)
 
     def trace_avals(self, inputs, purpose):
         if purpose != "train":
@@ -219,9 +216,9 @@ class DataParallelPlan(ExecutionPlan):
     def _split(self, x):
         return jnp.reshape(x, (self.replicas, x.shape[0] // self.replicas) + x.shape[1:])
 
-    def objective(self, ns, params, rest, inputs, sens):
+    def objective(self, planned, ns, params, rest, inputs, sens):
         def per_replica(local_inputs):
-            loss, new_rest = self._loss_and_state(ns, params, rest, local_inputs)
+            loss, new_rest = self._loss_and_state(planned, ns, params, rest, local_inputs)
             return jnp.asarray(loss), new_rest
 
         local = [self._split(x) for x in inputs]
@@ -236,11 +233,3 @@ class DataParallelPlan(ExecutionPlan):
         new_rest = jax.tree.map(lambda v: jnp.mean(v, axis=0).astype(v.dtype)
                                 if jnp.issubdtype(v.dtype, jnp.floating) else v[0], new_rests)
         return total, (jnp.mean(losses.astype(jnp.float32)), new_rest)
-
-    def forward(self, ns, params, rest, inputs):
-        if self.pynative:
-            return call_network(ns.merge(params, rest), inputs)
-        # evaluation needs no per-replica semantics: the global graph with the batch split over the mesh
-        flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
-        graph = self.graphs.for_inputs("forward", inputs)
-        return jax.tree.unflatten(graph.meta["out_treedef"], evaluate(graph, flat, None))

@@ -1,39 +1,48 @@
 """The compiled train step: forward, loss, gradients and the optax update as one XLA program.
 
-``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. It splits the network into pure state
-(``compile.state``), asks the plan (``compile.choose``) where every array lives and what the objective is, and jits
-one step function with those shardings for in- and outputs, donating the old state. Sink mode scans the same step
-over a stack of batches in one device call. After each call the new values are written back into the network's
-Parameters and the optimizer's state, so ``param.asnumpy()`` always shows the trained values.
+``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. Each call:
+
+1. ``_dispatch``: finds the compiled program for the network's current structure, the batch signature and the
+   context (a memo of the last call answers a training loop in microseconds; otherwise the compile cache, which
+   builds a missing program through ``compile.orchestrate``: trace → plan → lower → compile), and places the batch;
+2. ``_bound_state``: the parameters, other state and optimizer state where that program wants them (re-placed
+   only when something replaced them since the last step: ``set_data``, a checkpoint load, another program);
+3. the call itself (``jax.stages.Compiled``: the C++ dispatch path, with or without ``save_graphs``);
+4. ``_write_back``: the new values into the network's Variables and the optimizer, so ``param.asnumpy()`` shows
+   trained values; ``_throttle``: at most two steps in flight.
+
+The step function is composed in ``compile.step`` from named parts (objective → gradient → transform → update);
+:meth:`TrainProgram.step_parts` is where a feature (gradient accumulation, mixed precision) swaps one part.
 """
 
 from __future__ import annotations
 
 import collections
-import time
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
-from graphpar._context import PYNATIVE_MODE
 from graphpar.compile import accumulate
+from graphpar.compile.cache import CompileCounts, ProgramKey
 from graphpar.compile.choose import choose_plan
+from graphpar.compile.layout import Layout
 from graphpar.compile.opt_shard import OptimizerSharding
+from graphpar.compile.orchestrate import Orchestrator, lower
 from graphpar.compile.plan import ExecutionPlan
+from graphpar.compile.progress import CompileProgress
 from graphpar.compile.recompute import advise_cpu_scheduler
-from graphpar.compile.state import NetworkState, structure_epoch
+from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.state import NetworkState, current_state
+from graphpar.compile.step import StepParts, optax_update, sink_loop, train_step
 from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.parallel.optimizer_parallel import OptimizerParallelConfig
-
-
-def _key_of(inputs: Sequence[Any]) -> tuple:
-    return tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x).__name__))) for x in inputs)
 
 
 def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
@@ -43,12 +52,38 @@ def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
     return sharding
 
 
+@dataclass(frozen=True)
+class _Dispatch:
+    """What the last call resolved to, and the inputs it was resolved for (the training loop's fast path)."""
+
+    ns: NetworkState
+    stacked: bool
+    context: tuple
+    compiled: Compiled
+    inputs: tuple  # (shape, dtype, sharding) of each placed input
+
+
+@dataclass(frozen=True)
+class ProgramStages:
+    """Every stage of one train-step program (``TrainProgram.stages``)."""
+
+    planned: Planned
+    lowered: Lowered
+    compiled: Compiled
+
+    @property
+    def traced(self):
+        return self.planned.traced
+
+
 class TrainProgram:
-    """One compiled train step for a ``TrainOneStepCell`` under the context in force when it was built."""
+    """The compiled train steps of a ``TrainOneStepCell``, one per (structure, batch signature, context)."""
+
+    MAX_IN_FLIGHT = 2
 
     def __init__(self, train_cell: Any):
         self.train_cell = train_cell
-        # bigger models: GradAccumulation / grad_accumulation_step, and the parallel optimizer (see compile.accumulate,
+        # bigger models: GradAccumulation / grad_accumulation_step and the parallel optimizer (compile.accumulate,
         # compile.opt_shard)
         pctx = _context.current_parallel()
         self.network, self.micro_size = unwrap_accumulation(train_cell.network, pctx.grad_accumulation_step)
@@ -58,277 +93,273 @@ class TrainProgram:
         self.sens = train_cell.sens
         self.network.check_names()
         self.network.set_train(True)
-        self.pynative = _context.current().mode == PYNATIVE_MODE
-        self.plan: ExecutionPlan = choose_plan(self.network)
-        advise_cpu_scheduler(self.network, self.plan.devices[0].platform)
+        self.orchestrator = Orchestrator(f"{type(self.network).__name__} train step")
+        self._plans: dict[tuple, ExecutionPlan] = {}
         self._ns: NetworkState | None = None
+        self._memo: _Dispatch | None = None
+        self._written: tuple[Compiled, list, list] | None = None
         self._in_flight: collections.deque = collections.deque()
-        self._fast: tuple | None = None
-        self._fresh: set[int] = set()  # jitted steps not yet run (their first call compiles)
-        self._written: tuple[list, list] | None = None
-        self._steps: dict[tuple, Any] = {}
-        self._sinks: dict[tuple, Any] = {}
-        self.compile_seconds = 0.0
+        advise_cpu_scheduler(self.network, self.plan.devices[0].platform)
 
-    # --- state -------------------------------------------------------------------------------------------------
+    # --- what it is made of ------------------------------------------------------------------------------------
+    @property
+    def plan(self) -> ExecutionPlan:
+        """The execution plan for the context in force (chosen once per context)."""
+        key = _context.compile_key()
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = choose_plan(self.network)
+        return plan
+
+    @property
+    def pynative(self) -> bool:
+        return self.plan.pynative
+
     @property
     def state(self) -> NetworkState:
-        if self._ns is None or self._ns.epoch != structure_epoch():
-            self._ns = NetworkState(self.network, self.optimizer.parameters)
-            self._steps.clear()
-            self._sinks.clear()
+        """The network split for the compiled step (re-split after any ``set_train`` in its tree)."""
+        self._ns = current_state(self._ns, self.network, self.optimizer.parameters)
         return self._ns
 
-    def _opt_state(self, ns: NetworkState) -> Any:
-        if self.optimizer.opt_state is None:
-            names = ns.param_names()
-            params = dict(zip(names, ns.params.values()))
-            state = self.optimizer.transformation().init(params)
-            self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, state))
-        return self.optimizer.opt_state
+    @property
+    def counts(self) -> CompileCounts:
+        """How many traces, plans, lowerings and XLA compiles this program has run (read-only snapshot)."""
+        return self.orchestrator.cache.counts
 
-    def optimizer_sharding(self, ns: NetworkState) -> OptimizerSharding:
-        """Storage (parallel optimizer) and compute shardings of the trainable parameters (after planning)."""
-        compute = self._state_shardings(ns.params.values(), ns.param_names())
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent building every program so far (trace, plan, lower, XLA compile)."""
+        cache = self.orchestrator.cache
+        return (sum(p.seconds for p in cache.planned.entries.values())
+                + sum(sum(c.seconds.values()) for c in cache.compiled.entries.values()))
+
+    def step_parts(self, planned: Planned, ns: NetworkState) -> StepParts:
+        """The parts the step is composed of (see ``compile.step``); override or extend a part here."""
+        plan, sens = self.plan, self.sens
+
+        def objective(params, rest, inputs):
+            return plan.objective(planned, ns, params, rest, inputs, sens)
+
+        return StepParts(objective=objective, update=optax_update(self.optimizer.transformation()))
+
+    def optimizer_sharding(self, ns: NetworkState, layout: Layout) -> OptimizerSharding:
+        """Storage (parallel optimizer) and compute shardings of the trainable parameters under ``layout``."""
+        compute = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.param_names(), ns.params.values())]
         cached = self._opt_sharding
         if cached is None or cached.compute != compute:
             cached = OptimizerSharding(self.opt_config, ns.param_names(), ns.params.values(), compute)
             self._opt_sharding = cached
         return cached
 
-    def _state_shardings(self, values: Sequence[Any], names: Sequence[str] | None = None) -> list:
-        if names is not None and hasattr(self.plan, "param_sharding"):
-            return [self.plan.param_sharding(n, tuple(np.shape(v))) for n, v in zip(names, values)]
-        return [self.plan.state_sharding(tuple(np.shape(v))) for v in values]
+    def _step(self, planned: Planned, ns: NetworkState):
+        """The step function: ``compile.step``'s, or gradient accumulation's per-micro-batch scan
+        (``compile.accumulate``), with parameters gathered from their parallel-optimizer storage."""
+        opt = self.optimizer_sharding(ns, planned.layout)
+        parts = self.step_parts(planned, ns)
+        if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size):
+            return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size)
+        return train_step(dataclasses.replace(parts, gradient=opt.gradient), ns)
 
-    def _opt_shardings(self, ns: NetworkState, opt_state: Any) -> Any:
+    # --- building ----------------------------------------------------------------------------------------------
+    def _planned(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct],
+                 progress: CompileProgress) -> tuple[ProgramKey, Planned]:
+        if self.micro_size > 1:  # the plan traces one micro-batch
+            accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size, [1] * len(avals))
+            avals = accumulate.micro_avals(avals, self.micro_size)
+        key = ProgramKey.of("train", ns.structure, avals)
+        return key, self.orchestrator.planned(self.plan, ns, avals, "train", key, progress)
+
+    def _opt_state(self, ns: NetworkState, layout: Layout) -> Any:
+        if self.optimizer.opt_state is None:
+            params = dict(zip(ns.param_names(), ns.params.values()))
+            state = self.optimizer.transformation().init(params)
+            self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, layout, state))
+        return self.optimizer.opt_state
+
+    def _opt_shardings(self, ns: NetworkState, layout: Layout, opt_state: Any) -> Any:
         """Optimizer-state leaves that mirror a parameter (momentum, Adam moments) live where it lives."""
-        names, values = ns.param_names(), ns.params.values()
-        by_name = {n: (np.shape(v), s) for n, v, s in zip(names, values, self.optimizer_sharding(ns).storage)}
+        storage = self.optimizer_sharding(ns, layout).storage
+        by_name = {n: (np.shape(v), s) for n, v, s in zip(ns.param_names(), ns.params.values(), storage)}
 
         def sharding(path, leaf):
             for entry in path:
                 found = by_name.get(getattr(entry, "key", None))
                 if found is not None and np.shape(leaf) == found[0]:
                     return found[1]
-            return self.plan.state_sharding(tuple(np.shape(leaf)))
+            return layout.state_sharding(tuple(np.shape(leaf)))
 
         return jax.tree_util.tree_map_with_path(sharding, opt_state)
 
-    # --- the step function -------------------------------------------------------------------------------------
-    def _step_fn(self, ns: NetworkState):
-        plan, sens, names, micro = self.plan, self.sens, ns.param_names(), self.micro_size
-        tx = self.optimizer.transformation()
-        opt = self.optimizer_sharding(ns)
-
-        def step(pvals, rvals, opt_state, inputs):
-            if accumulate.uses_replica_gradients(plan, opt, micro):
-                shardings = [plan.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
-                (loss, new_rest), grads = accumulate.accumulated_value_and_grad(
-                    plan, ns, opt, list(pvals), list(rvals), inputs, sens, micro, shardings)
-            else:
-                rest = ns.rest.unflatten(rvals)
-
-                def objective(p):
-                    return plan.objective(ns, ns.params.unflatten(p), rest, inputs, sens)
-
-                (_, (loss, new_rest)), grads = opt.value_and_grad(objective)(list(pvals))
-                new_rest = jax.tree.leaves(new_rest)
-            gdict = dict(zip(names, grads))
-            pdict = dict(zip(names, pvals))
-            updates, opt_state = tx.update(gdict, opt_state, pdict)
-            new = optax.apply_updates(pdict, updates)
-            return [new[n] for n in names], new_rest, opt_state, loss
-
-        return step
-
-    def _shardings(self, ns: NetworkState, inputs: Sequence[Any], opt_state: Any):
-        p_sh = self.optimizer_sharding(ns).storage
-        r_sh = self._state_shardings(ns.rest.values(), ns.rest.names())
-        o_sh = self._opt_shardings(ns, opt_state)
-        i_sh = [self.plan.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
-        loss_sh = self.plan.state_sharding(())
-        return p_sh, r_sh, o_sh, i_sh, loss_sh
-
-    def _compile(self, fn, ns: NetworkState, placed: Sequence[Any], opt_state: Any, stacked: bool):
-        """AOT-compile ``fn`` for these arguments (GRAPH_MODE), placing the state where the plan wants it first."""
-        per_step = [x[0] for x in placed] if stacked else placed
-        p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, per_step, opt_state)
-        if stacked:
+    def _signature(self, ns: NetworkState, layout: Layout, avals: Sequence[Any], opt_state: Any,
+                   steps: int | None) -> tuple[StepSignature, tuple]:
+        """Shardings and argument avals of the step (``steps``: the sink loop over that many batches)."""
+        p_sh = self.optimizer_sharding(ns, layout).storage
+        r_sh = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]
+        o_sh = self._opt_shardings(ns, layout, opt_state)
+        i_sh = [layout.input_sharding(i, tuple(a.shape)) for i, a in enumerate(avals)]
+        loss_sh = layout.state_sharding(())
+        i_avals = list(avals)
+        if steps is not None:
             i_sh, loss_sh = [_stacked(s) for s in i_sh], _stacked(loss_sh)
-        self._place_state(ns, p_sh, r_sh, o_sh)
-        jitted = jax.jit(fn, in_shardings=(p_sh, r_sh, o_sh, i_sh), out_shardings=(p_sh, r_sh, o_sh, loss_sh),
-                         donate_argnums=(0, 1, 2))
-        if not _context.current().save_graphs:
-            # compiled on its first call; jit's C++ dispatch path is the fastest way to run it every step
-            self._fresh.add(id(jitted))
-            return jitted
-        started = time.perf_counter()
-        compiled = jitted.lower(ns.params.values(), ns.rest.values(), self.optimizer.opt_state, placed).compile()
-        self.compile_seconds += time.perf_counter() - started
-        from graphpar.dump.writer import maybe_dump_execute
+            i_avals = [jax.ShapeDtypeStruct((steps,) + tuple(a.shape), a.dtype) for a in avals]
 
-        maybe_dump_execute(getattr(self.plan, "_last", None), self.plan, compiled.as_text())
-        return compiled
+        def aval(x, s):
+            return jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x), sharding=s)
 
-    def _place_state(self, ns: NetworkState, p_sh, r_sh, o_sh) -> None:
-        """Move parameters, state and optimizer state onto their planned shardings (once, before compiling)."""
-        ns.params.write([_ensure(v, s) for v, s in zip(ns.params.values(), p_sh)])
-        ns.rest.write([_ensure(v, s) for v, s in zip(ns.rest.values(), r_sh)])
-        self.optimizer.opt_state = jax.tree.map(_ensure, self.optimizer.opt_state, o_sh)
+        arg_avals = ([aval(v, s) for v, s in zip(ns.params.values(), p_sh)],
+                     [aval(v, s) for v, s in zip(ns.rest.values(), r_sh)],
+                     jax.tree.map(aval, opt_state, o_sh),
+                     [aval(a, s) for a, s in zip(i_avals, i_sh)])
+        signature = StepSignature((p_sh, r_sh, o_sh, i_sh), (p_sh, r_sh, o_sh, loss_sh), donate_argnums=(0, 1, 2))
+        return signature, arg_avals
 
-    def _compiled_step(self, ns: NetworkState, placed: Sequence[Any], opt_state: Any):
-        key = _key_of(placed)
-        fn = self._steps.get(key)
-        if fn is None:
-            step = self._step_fn(ns)
-            fn = step if self.pynative else self._compile(step, ns, placed, opt_state, stacked=False)
-            self._steps[key] = fn
-        return fn
-
-    def _compiled_sink(self, ns: NetworkState, stacked: Sequence[Any], opt_state: Any):
-        key = _key_of(stacked)
-        fn = self._sinks.get(key)
-        if fn is None:
-            step = self._step_fn(ns)
-
-            def sink(pvals, rvals, opt_state, stacked_inputs):
-                def body(carry, inputs):
-                    p, r, o, loss = step(*carry, inputs)
-                    return (p, r, o), loss
-
-                (p, r, o), losses = jax.lax.scan(body, (pvals, rvals, opt_state), list(stacked_inputs))
-                return p, r, o, losses
-
-            fn = sink if self.pynative else self._compile(sink, ns, stacked, opt_state, stacked=True)
-            self._sinks[key] = fn
-        return fn
+    def _compiled(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct], steps: int | None) -> Compiled:
+        with CompileProgress(self.orchestrator.what) as progress:
+            key, planned = self._planned(ns, avals, progress)
+            opt_state = self._opt_state(ns, planned.layout)
+            signature, arg_avals = self._signature(ns, planned.layout, avals, opt_state, steps)
+            step = self._step(planned, ns)
+            fn, variant = (step, "step") if steps is None else (sink_loop(step), f"sink{steps}")
+            return self.orchestrator.compiled(self.plan, planned, key, variant, fn, signature, arg_avals, progress)
 
     # --- running -----------------------------------------------------------------------------------------------
-    def place_inputs(self, inputs: Sequence[Any], stacked: bool = False) -> list[jax.Array]:
-        """Put global-batch inputs (numpy or jax) where the plan wants them (planning first if needed)."""
-        from graphpar.compile.global_batch import global_shape
+    def run_step(self, inputs: Sequence[Any]) -> jax.Array:
+        """One training step on a global batch; returns the loss (a scalar jax.Array)."""
+        return self._run(inputs, stacked=False)
 
-        self._prepare(self.state, inputs, stacked)
-        out = []
-        shapes = [tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x)) for x in inputs]
-        if jax.process_count() > 1:  # process-local rows: check the global batch they make
-            shapes = [global_shape(s, self.plan.input_sharding(i, s)) for i, s in enumerate(shapes)]
-        self.plan.check_batch(shapes)
-        if self.micro_size > 1:
-            accumulate.check_batch(shapes, self.micro_size, [accumulate.dim0_split(self.plan.input_sharding(i, s))
-                                                             for i, s in enumerate(shapes)])
-        for i, (x, shape) in enumerate(zip(inputs, shapes)):
-            sharding = self.plan.input_sharding(i, shape)
-            if stacked:
-                sharding = _stacked(sharding)
-            if isinstance(x, jax.Array) and x.sharding == sharding:
-                out.append(x)
-            else:
-                out.append(_put(x, sharding))
-        return out
+    def run_steps(self, stacked_inputs: Sequence[Any]) -> jax.Array:
+        """``len(stacked_inputs[0])`` steps in one device call (sink mode); returns the per-step losses."""
+        return self._run(stacked_inputs, stacked=True)
 
-    def _prepare(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> None:
-        per_step = [np.asarray(x[0]) if stacked and not isinstance(x, jax.Array) else (x[0] if stacked else x)
-                    for x in inputs]
-        self.plan.prepare(ns, self._trace_avals([_global_aval(x) for x in per_step]), "train")
-
-    def _trace_avals(self, avals: list[jax.ShapeDtypeStruct]) -> list[jax.ShapeDtypeStruct]:
-        """What the plan traces: the step's inputs, or one micro-batch of them under gradient accumulation."""
-        if self.micro_size == 1:
-            return avals
-        accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size, [1] * len(avals))
-        return accumulate.micro_avals(avals, self.micro_size)
-
-    def _run(self, fn_getter, inputs: Sequence[Any], stacked: bool) -> jax.Array:
+    def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
         ns = self.state
-        # Fast path: the same input signature as the last step, inputs already placed (a training loop).
-        fast = self._fast
-        if (fast is not None and fast[0] is ns and fast[1] == stacked and len(inputs) == len(fast[3])
-                and all(isinstance(x, jax.Array) and x.shape == s and x.dtype == d and x.sharding == sh
-                        for x, (s, d, sh) in zip(inputs, fast[3]))):
-            fn, placed = fast[2], list(inputs)
-        else:
-            self._prepare(ns, inputs, stacked)
-            self._opt_state(ns)
-            placed = self.place_inputs(inputs, stacked)
-            fn = fn_getter(ns, placed, self.optimizer.opt_state)
-            self._fast = (ns, stacked, fn, [(x.shape, x.dtype, x.sharding) for x in placed])
-        pvals, rvals = ns.params.values(), ns.rest.values()
-        if not self.pynative and not self._unchanged(pvals, rvals):
-            # a value was replaced since our last step (set_data, a checkpoint load, another program's layout):
-            # put everything back where this program's compiled step expects it
-            p_sh, r_sh, o_sh, _, _ = self._shardings(ns, placed, self.optimizer.opt_state)
-            self._place_state(ns, p_sh, r_sh, o_sh)
-            pvals, rvals = ns.params.values(), ns.rest.values()
-        box = self.optimizer._box
-        if self._fresh and id(fn) in self._fresh:
-            self._fresh.discard(id(fn))
-            started = time.perf_counter()
-            pvals, rvals, box.state, loss = fn(pvals, rvals, box.state, placed)
-            jax.block_until_ready(loss)
-            self.compile_seconds += time.perf_counter() - started
-        else:
-            pvals, rvals, box.state, loss = fn(pvals, rvals, box.state, placed)
-        self._limit_in_flight(loss)
-        ns.params.write(pvals)
-        ns.rest.write(rvals)
-        self._written = (pvals, rvals)
+        compiled, placed = self._dispatch(ns, inputs, stacked)
+        pvals, rvals, opt_state = self._bound_state(ns, compiled)
+        pvals, rvals, opt_state, loss = compiled(pvals, rvals, opt_state, placed)
+        self._write_back(ns, compiled, pvals, rvals, opt_state)
+        self._throttle(loss)
         return loss
 
-    def _unchanged(self, pvals: list, rvals: list) -> bool:
+    def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[Compiled, list]:
+        """The program for this call and the inputs placed for it."""
+        memo, context = self._memo, _context.compile_key()
+        if (memo is not None and memo.ns is ns and memo.stacked == stacked and memo.context == context
+                and len(inputs) == len(memo.inputs)
+                and all(isinstance(x, jax.Array) and x.shape == s and x.dtype == d and x.sharding == sh
+                        for x, (s, d, sh) in zip(inputs, memo.inputs))):
+            return memo.compiled, list(inputs)
+        avals = self._step_avals(inputs, stacked)
+        compiled = self._compiled(ns, avals, len(inputs[0]) if stacked else None)
+        placed = self._place(compiled.layout, inputs, avals, stacked)
+        self._memo = _Dispatch(ns, stacked, context, compiled, tuple((x.shape, x.dtype, x.sharding) for x in placed))
+        return compiled, placed
+
+    def _bound_state(self, ns: NetworkState, compiled: Compiled) -> tuple[list, list, Any]:
+        pvals, rvals = ns.params.values(), ns.rest.values()
         written = self._written
-        if written is None:
-            return True  # the first call: _compile placed the state
-        return (len(pvals) == len(written[0]) and all(a is b for a, b in zip(pvals, written[0]))
-                and all(a is b for a, b in zip(rvals, written[1])))
+        if (written is not None and written[0] is compiled and all(a is b for a, b in zip(pvals, written[1]))
+                and all(a is b for a, b in zip(rvals, written[2]))):
+            return pvals, rvals, self.optimizer._box.state
+        # first call of this program, or a value was replaced since (set_data, a checkpoint load, another
+        # program's layout): put everything where this program expects it
+        p_sh, r_sh, o_sh, _ = compiled.in_shardings
+        ns.params.write([_ensure(v, s) for v, s in zip(pvals, p_sh)])
+        ns.rest.write([_ensure(v, s) for v, s in zip(rvals, r_sh)])
+        self.optimizer.opt_state = jax.tree.map(_ensure, self._opt_state(ns, compiled.layout), o_sh)
+        return ns.params.values(), ns.rest.values(), self.optimizer._box.state
 
-    MAX_IN_FLIGHT = 2
+    def _write_back(self, ns: NetworkState, compiled: Compiled, pvals: list, rvals: list, opt_state: Any) -> None:
+        ns.params.write(pvals)
+        ns.rest.write(rvals)
+        self.optimizer._box.state = opt_state
+        self._written = (compiled, pvals, rvals)
 
-    def _limit_in_flight(self, loss: Any) -> None:
+    def _throttle(self, loss: Any) -> None:
         """Let at most ``MAX_IN_FLIGHT`` steps be queued on the devices. Steps are dispatched asynchronously; XLA's
         CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few
         cores (seen with 8 simulated devices on 2 cores, in plain JAX too), and a queue of two keeps the devices
         as busy as a longer one."""
-        if self.pynative or not isinstance(loss, jax.Array):
+        if not isinstance(loss, jax.Array) or self.plan.pynative:
             return
         self._in_flight.append(loss)
         while len(self._in_flight) > self.MAX_IN_FLIGHT:
             self._in_flight.popleft().block_until_ready()
 
-    def run_step(self, inputs: Sequence[Any]) -> jax.Array:
-        """One training step on a global batch; returns the loss (a scalar jax.Array)."""
-        return self._run(self._compiled_step, inputs, stacked=False)
+    # --- inputs ------------------------------------------------------------------------------------------------
+    def _step_avals(self, inputs: Sequence[Any], stacked: bool) -> list[jax.ShapeDtypeStruct]:
+        """Global avals of one step's batch (checked against the plan)."""
+        avals = [_global_aval(x, stacked) for x in inputs]
+        self.plan.check_batch([tuple(a.shape) for a in avals])
+        return avals
 
-    def run_steps(self, stacked_inputs: Sequence[Any]) -> jax.Array:
-        """``len(stacked_inputs[0])`` steps in one device call (sink mode); returns the per-step losses."""
-        return self._run(self._compiled_sink, stacked_inputs, stacked=True)
+    def _place(self, layout: Layout, inputs: Sequence[Any], avals: Sequence[Any], stacked: bool) -> list:
+        if self.micro_size > 1:
+            accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size,
+                                   [accumulate.dim0_split(layout.input_sharding(i, tuple(a.shape)))
+                                    for i, a in enumerate(avals)])
+        out = []
+        for i, (x, a) in enumerate(zip(inputs, avals)):
+            sharding = layout.input_sharding(i, tuple(a.shape))
+            if stacked:
+                sharding = _stacked(sharding)
+            out.append(x if isinstance(x, jax.Array) and x.sharding == sharding else _put(x, sharding))
+        return out
+
+    def place_inputs(self, inputs: Sequence[Any], stacked: bool = False) -> list[jax.Array]:
+        """Put global-batch inputs (numpy or jax) where the plan wants them (tracing and planning first if
+        needed)."""
+        ns = self.state
+        avals = self._step_avals(inputs, stacked)
+        with CompileProgress(self.orchestrator.what) as progress:
+            _, planned = self._planned(ns, avals, progress)
+        return self._place(planned.layout, inputs, avals, stacked)
+
+    # --- inspection --------------------------------------------------------------------------------------------
+    def planned(self, inputs: Sequence[Any]) -> Planned:
+        """The planned stage of the train step for ``inputs`` (traced and planned if not cached yet)."""
+        ns = self.state
+        with CompileProgress(self.orchestrator.what) as progress:
+            return self._planned(ns, [_global_aval(x) for x in inputs], progress)[1]
 
     def plan_graph(self, inputs: Sequence[Any]) -> Any:
-        """The planned graph of the train step for ``inputs`` (SEMI/AUTO plans; None for the others)."""
+        """The planned graph of the train step for ``inputs`` (None in PYNATIVE_MODE)."""
+        return self.planned(inputs).graph
+
+    def lower_step(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
+        """The ``jax.stages.Lowered`` train step for ``inputs`` (a fresh lowering: dumps and benchmarks)."""
         ns = self.state
-        return self.plan.prepare(ns, self._trace_avals([_global_aval(x) for x in inputs]), "train")
+        avals = self._step_avals(inputs, False)
+        with CompileProgress(self.orchestrator.what) as progress:
+            _, planned = self._planned(ns, avals, progress)
+        signature, arg_avals = self._signature(ns, planned.layout, avals, self._opt_state(ns, planned.layout), None)
+        return lower(self._step(planned, ns), signature, arg_avals, planned).lowered
 
-    def lower_step(self, inputs: Sequence[Any]) -> Any:
-        """The ``jax.stages.Lowered`` train step for ``inputs`` (used by dumps and benchmarks)."""
+    def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
+        """Global shapes and dtypes of one step's inputs as last run (None before the first step): what
+        ``graphpar.parallel.plan(model)`` asks the compile cache for to show the plan ``Model.train`` runs."""
+        memo = self._memo
+        if memo is None:
+            return None
+        return [jax.ShapeDtypeStruct(tuple(s)[1:] if memo.stacked else tuple(s), d) for s, d, _ in memo.inputs]
+
+    def stages(self, inputs: Sequence[Any]) -> ProgramStages:
+        """Every stage of the train step for ``inputs`` (each with ``as_text()``); compiles if needed."""
         ns = self.state
-        self._prepare(ns, inputs, False)
-        opt_state = self._opt_state(ns)
-        placed = self.place_inputs(inputs)
-        p_sh, r_sh, o_sh, i_sh, loss_sh = self._shardings(ns, placed, opt_state)
-        fn = jax.jit(self._step_fn(ns), in_shardings=(p_sh, r_sh, o_sh, i_sh),
-                     out_shardings=(p_sh, r_sh, o_sh, loss_sh))
-        return fn.lower(ns.params.values(), ns.rest.values(), opt_state, placed)
+        avals = self._step_avals(inputs, False)
+        compiled = self._compiled(ns, avals, None)
+        signature, arg_avals = self._signature(ns, compiled.layout, avals,
+                                               self._opt_state(ns, compiled.layout), None)
+        lowered = lower(self._step(compiled.planned, ns), signature, arg_avals, compiled.planned)
+        return ProgramStages(compiled.planned, lowered, compiled)
 
 
-def _global_aval(x: Any) -> jax.ShapeDtypeStruct:
-    """The global shape of a process-local batch input (rows of every process stacked on dimension 0)."""
-    shape = tuple(np.shape(x))
+def _global_aval(x: Any, stacked: bool = False) -> jax.ShapeDtypeStruct:
+    """The global shape of a process-local batch input (rows of every process stacked on dimension 0); of one
+    step's batch when ``x`` is a stack of batches."""
+    shape = tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x))
     dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
     dtype = jax.dtypes.canonicalize_dtype(dtype)
     if jax.process_count() > 1 and shape and not isinstance(x, jax.Array):
-        from graphpar import _context
-
         if not _context.current_parallel().full_batch:
             shape = (shape[0] * jax.process_count(),) + shape[1:]
     return jax.ShapeDtypeStruct(shape, dtype)

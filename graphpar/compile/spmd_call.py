@@ -152,24 +152,24 @@ class PerRankProgram:
         return run
 
 
-_programs: "weakref.WeakKeyDictionary[Any, tuple[int, Any, PerRankProgram]]" = weakref.WeakKeyDictionary()
+_programs: "weakref.WeakKeyDictionary[Any, tuple[Any, dict[Any, PerRankProgram]]]" = weakref.WeakKeyDictionary()
 
 
 def run_spmd(cell: Any, args: tuple, kwargs: dict) -> Any:
-    """Run ``cell(*args, **kwargs)`` once per rank of the job (see the module docstring for the convention)."""
-    from graphpar.compile.state import NetworkState, structure_epoch
+    """Run ``cell(*args, **kwargs)`` once per rank of the job (see the module docstring for the convention).
+    Programs are kept per network structure (each Cell's ``training`` flag among it)."""
+    from graphpar.compile.state import current_state
 
-    entry = _programs.get(cell)
-    if entry is None or entry[0] != structure_epoch():
-        ns = NetworkState(cell, [])
-
-        def call(state_vals, *a, **kw):
-            model = ns.merge(ns.params.unflatten([]), ns.rest.unflatten(state_vals))
+    ns, programs = _programs.get(cell, (None, {}))
+    ns = current_state(ns, cell, [])
+    program = programs.get(ns.structure)
+    if program is None:
+        def call(state_vals, *a, _ns=ns, **kw):
+            model = _ns.merge(_ns.params.unflatten([]), _ns.rest.unflatten(state_vals))
             return model.construct(*a, **kw)
 
-        entry = (structure_epoch(), ns, PerRankProgram(call, f"{type(cell).__name__} (per-rank call)"))
-        _programs[cell] = entry
-    _, ns, program = entry
+        program = programs[ns.structure] = PerRankProgram(call, f"{type(cell).__name__} (per-rank call)")
+    _programs[cell] = (ns, programs)
     return program(ns.rest.values(), args, kwargs)
 
 

@@ -17,19 +17,6 @@ from flax import nnx
 from graphpar.common.parameter import Parameter
 from graphpar.nn.cell import Cell
 
-_structure_epoch = 0
-
-
-def bump_structure_epoch() -> None:
-    """Called when a Cell's static structure changes (``set_train``): programs re-split before the next step."""
-    global _structure_epoch
-    _structure_epoch += 1
-
-
-def structure_epoch() -> int:
-    return _structure_epoch
-
-
 class StateGroup:
     """One group of a split network: its live State, flatten definition and Variables in leaf order.
 
@@ -84,12 +71,20 @@ def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
 
 
 class NetworkState:
-    """``network`` split into graphdef + trainable group + rest group."""
+    """``network`` split into graphdef + trainable group + rest group.
+
+    The graphdef is the network's *structure*: its Cells, their static attributes (every Cell's ``training``
+    flag among them) and where each Variable sits. It is hashable, so it keys the compile cache. A split stays
+    valid while no Cell's ``training`` flag changes (:meth:`is_current`, a few microseconds per step); a
+    ``set_train`` anywhere in the tree makes the next call re-split and look its programs up by the new
+    structure.
+    """
 
     def __init__(self, network: Cell, trainable: Sequence[Parameter]):
         ids = {id(p) for p in trainable}
         self.network = network
-        self.epoch = structure_epoch()
+        self.cells = [cell for _, cell in network.cells_and_names()]
+        self.flags = tuple(cell.training for cell in self.cells)
         graphdef, params, rest = nnx.split(network, lambda path, v: id(v) in ids, ...)
         self.graphdef = graphdef
         self.params = StateGroup(params, network)
@@ -100,6 +95,15 @@ class NetworkState:
             names = [p.name for p in trainable if id(p) in missing]
             raise ValueError(f"the optimizer updates Parameters that the network does not use: {names}; pass "
                              "the network's own parameters (net.trainable_params())")
+
+    def is_current(self) -> bool:
+        """True while every Cell's ``training`` flag is as it was at the split."""
+        return all(cell.training == flag for cell, flag in zip(self.cells, self.flags))
+
+    @property
+    def structure(self) -> Any:
+        """The hashable structure the compile cache keys programs by."""
+        return self.graphdef
 
     def merge(self, params: nnx.State, rest: nnx.State) -> Cell:
         # fresh Variables at the caller's trace level, so construct may assign to them under vmap/grad (PYNATIVE)
@@ -120,3 +124,10 @@ def param_dict(names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
 
 
 
+
+
+def current_state(ns: NetworkState | None, network: Cell, trainable: Sequence[Parameter]) -> NetworkState:
+    """``ns`` if it still describes ``network``, else a fresh split."""
+    if ns is not None and ns.is_current():
+        return ns
+    return NetworkState(network, trainable)

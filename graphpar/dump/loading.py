@@ -33,6 +33,12 @@ class DumpSet:
     def rank(self) -> int | None:
         return self.main.rank
 
+    def _repr_html_(self) -> str:
+        """Notebooks: the views of this graph's begin and execute dumps (graphpar.viz)."""
+        from graphpar.viz.html import dump_views, wrap
+
+        return wrap(dump_views(self.begin, self.execute))
+
     def global_types(self, node: Node) -> tuple[list[TensorType], list[TensorType]] | None:
         """Input and output types of ``node`` with global shapes (from the begin dump)."""
         if self.begin is None:

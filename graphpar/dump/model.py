@@ -166,5 +166,11 @@ class Dump:
     def node(self, node_id: int) -> Node | None:
         return next((n for n in self.nodes if n.id == node_id), None)
 
+    def _repr_html_(self) -> str:
+        """Notebooks: the per-op table, charts, device grids and graph picture of this dump (graphpar.viz)."""
+        from graphpar.viz.html import dump_html
+
+        return dump_html(self)
+
 
 # --- values ---------------------------------------------------------------------------------------------------------

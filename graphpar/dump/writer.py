@@ -26,7 +26,7 @@ _counter = itertools.count()
 EXECUTE_STAGE = 18  # graphpar's pipeline: trace, passes, lower, compile ... the executable is stage 18 as in MindSpore
 
 
-def _dump_index(graph: Graph) -> int:
+def dump_index(graph: Graph) -> int:
     """The graph's NNNN: assigned once per graph, shared by its begin and execute dumps."""
     if "dump_index" not in graph.meta:
         graph.meta["dump_index"] = next(_counter)
@@ -97,8 +97,16 @@ def _node_line(graph: Graph, node: Node, per_device: bool) -> str:
             f"# in_layouts: {layouts}")
 
 
-def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: list[int]) -> list[Path]:
-    index = _dump_index(graph)
+def dump_path(directory: str | os.PathLike, rank: int, kind: str, index: int) -> Path:
+    """Where the ``kind`` (``step_parallel_begin`` / ``execute``) dump of graph ``index`` for ``rank`` goes."""
+    name = (f"step_parallel_begin_{index:04d}.ir" if kind == "step_parallel_begin"
+            else f"{EXECUTE_STAGE:02d}_execute_{index:04d}.ir")
+    return Path(directory) / f"rank_{rank}" / name
+
+
+def begin_texts(graph: Graph, plan: Any, ranks: list[int]) -> dict[int, str]:
+    """The text of the begin dump of ``graph`` for each rank (what :func:`write_begin` writes, what the reader
+    parses; ``graphpar.parallel.plan`` parses it in memory)."""
     body = _input_lines(graph, per_device=False)
     body += [_node_line(graph, n, per_device=False) for n in graph.node_list()]
     body.append("return " + ", ".join(value_ref(graph.values[v]) for v in graph.outputs))
@@ -107,11 +115,17 @@ def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: li
                     f"wanted by " + ", ".join(f"{name} (node {nid}) as {spec_text(spec)}"
                                               for name, nid, spec in conflict["wanted"])
                     + f"; redistribution {conflict['cost_bytes']:g} B per device")
+    return {rank: "\n".join(_header("step_parallel_begin", graph, plan, rank, "global shapes") + body) + "\n"
+            for rank in ranks}
+
+
+def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: list[int]) -> list[Path]:
+    index = dump_index(graph)
     written = []
-    for rank in ranks:
-        path = Path(directory) / f"rank_{rank}" / f"step_parallel_begin_{index:04d}.ir"
+    for rank, text in begin_texts(graph, plan, ranks).items():
+        path = dump_path(directory, rank, "step_parallel_begin", index)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(_header("step_parallel_begin", graph, plan, rank, "global shapes") + body) + "\n")
+        path.write_text(text)
         written.append(path)
     return written
 
@@ -152,9 +166,8 @@ def tensor_type_from_hlo(dtype: str, shape: tuple[int, ...]) -> str:
     return f"<Tensor[{_HLO_TO_MS.get(dtype, dtype)}], {tuple(shape)}>"
 
 
-def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
-                  ranks: list[int]) -> list[Path]:
-    index = _dump_index(graph)
+def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int]) -> dict[int, str]:
+    """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank."""
     collectives = parse_collectives(hlo_text, plan.n)
     by_node: dict[int, list[Collective]] = {}
     loose = []
@@ -164,7 +177,7 @@ def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.Pa
             by_node.setdefault(owners[-1], []).append(c)
         else:
             loose.append(c)
-    written = []
+    texts = {}
     for rank in ranks:
         lines = _header("execute", graph, plan, rank, "per-device shapes of this rank") + _input_lines(graph, True)
         k = itertools.count()
@@ -180,9 +193,18 @@ def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.Pa
                 lines.append(_collective_line(c, next(k), rank, None, graph))
                 total += c.nbytes
         lines.append(f"# total collective bytes per step (rank {rank}): {total}")
-        path = Path(directory) / f"rank_{rank}" / f"{EXECUTE_STAGE:02d}_execute_{index:04d}.ir"
+        texts[rank] = "\n".join(lines) + "\n"
+    return texts
+
+
+def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
+                  ranks: list[int]) -> list[Path]:
+    index = dump_index(graph)
+    written = []
+    for rank, text in execute_texts(graph, plan, hlo_text, ranks).items():
+        path = dump_path(directory, rank, "execute", index)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
+        path.write_text(text)
         written.append(path)
     return written
 

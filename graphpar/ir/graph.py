@@ -145,6 +145,12 @@ class Graph:
             nodes[nid] = dataclasses.replace(nodes[nid], **fields_)
         return dataclasses.replace(self, nodes=nodes)
 
+    def _repr_html_(self) -> str | None:
+        """Notebooks: a planned graph's per-op table, device grids and picture (graphpar.viz)."""
+        from graphpar.parallel.plan_api import graph_html
+
+        return graph_html(self)
+
     def as_text(self) -> str:
         """A readable listing: one line per node with kind, instance, shapes, strategy and scope."""
         lines = [f"graph {self.name}("]

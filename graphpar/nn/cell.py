@@ -158,15 +158,11 @@ class Cell(nnx.Module, pytree=False):
 
     # --- modes -------------------------------------------------------------------------------------------------
     def set_train(self, mode: bool = True) -> "Cell":
-        from graphpar.compile.state import bump_structure_epoch
-
-        changed = False
+        """Training (True) or evaluation mode for this Cell and every Cell below it. The flag is part of the
+        network's structure: compiled programs are cached per structure, so switching back and forth reuses
+        both programs."""
         for _, cell in self.cells_and_names():
-            if cell.training != bool(mode):
-                cell.training = bool(mode)
-                changed = True
-        if changed:
-            bump_structure_epoch()
+            cell.training = bool(mode)
         return self
 
     def recompute(self, **kwargs: Any) -> "Cell":
@@ -211,9 +207,9 @@ class Cell(nnx.Module, pytree=False):
                             f"`def construct(self, *inputs)` computing its output")
         recorder = _recorder.active()
         if recorder is None:
-            spmd = _spmd_runner(self, args)
-            if spmd is not None:
-                return spmd(self, args, kwargs)
+            runner = _top_level_runner(self, args, kwargs)
+            if runner is not None:
+                return runner(self, args, kwargs)
             return self.construct(*args, **kwargs)
         with _recorder.cell_scope(self._scope_label(recorder), self):
             return self.construct(*args, **kwargs)
@@ -233,21 +229,26 @@ class Cell(nnx.Module, pytree=False):
         return ""
 
 
-def _spmd_runner(cell: "Cell", args: tuple) -> Any:
-    """The per-rank runner for a top-level GRAPH_MODE call of a Cell holding collective ops, else None.
+def _top_level_runner(cell: "Cell", args: tuple, kwargs: dict) -> Any:
+    """How a top-level call (not inside another Cell's trace) runs, or None to run ``construct`` as written.
 
-    Collective ops (``ops.AllGather`` ...) only mean something when the Cell runs once per rank; such a call is
-    handed to ``graphpar.compile.spmd_call``. Calls made while tracing (arguments are tracers) run inline.
+    A Cell holding collective ops runs once per rank (``graphpar.compile.spmd_call``); in GRAPH_MODE any other
+    Cell runs its planned, compiled forward (``graphpar.compile.forward``), as MindSpore compiles a Cell call in
+    graph mode. PYNATIVE_MODE, and calls made while tracing (arguments are tracers), run inline.
     """
     import jax
 
-    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args)):
+    from graphpar import _context
+
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
         return None
-    try:
-        from graphpar.compile import spmd_call
-    except ModuleNotFoundError:
-        return None
-    return spmd_call.run_spmd if spmd_call.needs_spmd(cell) else None
+    from graphpar.compile import forward, spmd_call
+
+    if spmd_call.needs_spmd(cell):
+        return spmd_call.run_spmd
+    if _context.current().mode == _context.GRAPH_MODE:
+        return forward.run_compiled
+    return None
 
 
 class SequentialCell(Cell):

@@ -1,11 +1,11 @@
 """The SEMI_AUTO / AUTO / HYBRID parallel plan: trace, plan with the pass pipeline, lower with pinned layouts.
 
-``PlannedPlan.prepare`` runs once per input signature, before the step is jitted: it traces the network into the
-graph IR with global shapes, builds the base mesh from the user's device matrices, runs the pipeline
-(``parallel.pipeline``), creates the one global ``jax.sharding.Mesh``, and writes the begin dump. The objective is
-then the planned graph evaluated by ``compile.interpret`` with every layout pinned — the loss of the *global*
-batch, whose gradient is the gradient of the loss the user wrote (see docs/porting_from_mindspore.md for how this
-relates to MindSpore's ``gradients_mean``).
+What is particular to these modes, for ``compile.orchestrate`` (which traces, runs the passes and dumps for every
+plan): ``setup`` chooses the mesh from the user's device matrices (one global ``jax.sharding.Mesh`` per plan) and
+the dataset layouts of the inputs; ``layout`` reads the storage layouts the passes chose. The objective is the
+planned graph evaluated by ``compile.interpret`` with every layout pinned — the loss of the *global* batch, whose
+gradient is the gradient of the loss the user wrote (see docs/porting_from_mindspore.md for how this relates to
+MindSpore's ``gradients_mean``).
 """
 
 from __future__ import annotations
@@ -15,21 +15,18 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import SingleDeviceSharding
 
 from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
-from graphpar.compile.graph_trace import trace_network
-from graphpar.compile.interpret import evaluate
-from graphpar.compile.plan import ExecutionPlan
-from graphpar.compile.state import NetworkState
+from graphpar.compile.layout import GraphLayout, Layout, UniformLayout
+from graphpar.compile.plan import ExecutionPlan, PlanSetup
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
 from graphpar.parallel import strategy_file
 from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
 from graphpar.parallel.passes.context import PlanContext
-from graphpar.parallel.pipeline import run_pipeline
-from graphpar.parallel.strategy import MeshInfo, Spec, strategy_text, to_partition_spec
+from graphpar.parallel.strategy import MeshInfo, Spec, strategy_text
 
 
 def _hint_matrices(graph: Graph, ctx_dims, n: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -107,7 +104,9 @@ class PlannedPlan(ExecutionPlan):
         local = [i for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
         self.draws = self._n if self.pynative else len(local)
         self.first_rank = 0 if self.pynative else local[0]
-        self.info: MeshInfo | None = None
+        self.info: MeshInfo | None = None  # the plan's one mesh, fixed by the first graph planned
+        one = SingleDeviceSharding(self.devices[0])
+        self._one_device = UniformLayout(one, one)
         if pctx.parallel_mode == ParallelMode.AUTO_PARALLEL and pctx.search_mode != "sharding_propagation":
             notice_once("search-mode", f"AUTO_PARALLEL with search_mode={pctx.search_mode!r}: graphpar has no "
                         "cost-model search yet; ops without a shard() strategy get data parallel (as "
@@ -120,9 +119,7 @@ class PlannedPlan(ExecutionPlan):
     def n(self) -> int:
         return self._n
 
-    # --- planning ----------------------------------------------------------------------------------------------
-    def _plan(self, ns: NetworkState, inputs: Sequence[Any], purpose: str) -> Graph:
-        graph = trace_network(ns, inputs, purpose)
+    def setup(self, graph: Graph) -> PlanSetup:
         probe = PlanContext(MeshInfo(("m0",), (self.n,)), self.pctx.parallel_mode, self.pctx.search_mode)
         hinted = _hint_matrices(graph, probe.dims, self.n)
         sizes = mesh_axis_sizes(self.n, [m for _, m in hinted], [o for o, _ in hinted])
@@ -130,58 +127,23 @@ class PlannedPlan(ExecutionPlan):
         if self.info is not None and self.info != info:
             raise ConfigError("set_auto_parallel_context", "parallel_mode", self.pctx.parallel_mode,
                               reason="the network's strategies need a different device mesh for another input "
-                                     "shape; graphpar keeps one mesh per program")
-        self.info = info
-        if self.mesh is None:
-            self.mesh = make_mesh(self.devices, [sizes])
+                                     "shape or training mode; graphpar keeps one mesh per program")
+        if self.info is None:
+            self.info, self.mesh = info, make_mesh(self.devices, [sizes])
         ctx = PlanContext(info, self.pctx.parallel_mode, self.pctx.search_mode)
         ctx.input_specs = dataset_specs(graph, info, self.pctx.dataset_strategy)
         ctx.strategy_file = strategy_file.for_plan(self.pctx)
-        graph = run_pipeline(graph, ctx)
-        graph.meta.update(mesh=info, purpose=purpose)
-        from graphpar.dump.writer import maybe_dump_begin
+        return PlanSetup(ctx)
 
-        maybe_dump_begin(graph, self)
-        strategy_file.maybe_save(graph, self.pctx, self.n, set(ns.param_names()))
-        return graph
+    def layout(self, graph: Graph | None) -> Layout:
+        if graph is None or self.mesh is None:
+            return self._one_device
+        specs = graph.meta["value_specs"]
+        return GraphLayout(self.mesh, {(graph.values[v].kind, graph.values[v].name): specs[v]
+                                       for v in graph.inputs if v in specs})
 
-    # --- placement ---------------------------------------------------------------------------------------------
-    def _sharding(self, spec: Spec) -> jax.sharding.Sharding:
-        if self.mesh is None:
-            return SingleDeviceSharding(self.devices[0])
-        return NamedSharding(self.mesh, to_partition_spec(spec))
-
-    def _value_spec(self, kind: str, name: str) -> Spec | None:
-        graph = self._last
-        if graph is None:
-            return None
-        index = graph.meta.get("specs_by_name")
-        if index is None:
-            index = {(graph.values[v].kind, graph.values[v].name): graph.meta["value_specs"][v] for v in graph.inputs}
-            graph.meta["specs_by_name"] = index
-        return index.get((kind, name))
-
-    def param_sharding(self, name: str, shape: tuple[int, ...]) -> jax.sharding.Sharding:
-        """Where a Parameter (or other state leaf) named ``name`` is stored: its consumers' layout."""
-        spec = self._value_spec("param", name)
-        return self._sharding(spec if spec is not None else tuple(() for _ in shape))
-
-    def state_sharding(self, shape):
-        return self._sharding(tuple(() for _ in shape))
-
-    def input_sharding(self, index, shape):
-        spec = self._value_spec("input", f"input{index}")
-        return self._sharding(spec if spec is not None else tuple(() for _ in shape))
-
-    def _run_graph(self, purpose, flat, inputs):
-        return evaluate(self.graphs.for_inputs(purpose, inputs), flat, self.mesh)
-
-    def forward(self, ns, params, rest, inputs):
-        if self.pynative:
-            return super().forward(ns, params, rest, inputs)
-        flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
-        graph = self.graphs.for_inputs("forward", inputs)
-        return jax.tree.unflatten(graph.meta["out_treedef"], evaluate(graph, flat, self.mesh))
+    def _mesh_for_pins(self):
+        return self.mesh
 
 
 def planned_plan(network, devices, pctx, n_virtual=None) -> PlannedPlan:

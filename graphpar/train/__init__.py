@@ -4,6 +4,8 @@ from graphpar.train import metrics as metrics
 from graphpar.train.callback import Callback as Callback
 from graphpar.train.callback import CheckpointConfig as CheckpointConfig
 from graphpar.train.callback import ModelCheckpoint as ModelCheckpoint
+from graphpar.train.callback import History as History
+from graphpar.train.callback import HistoryPlot as HistoryPlot
 from graphpar.train.callback import LossMonitor as LossMonitor
 from graphpar.train.callback import RunContext as RunContext
 from graphpar.train.callback import TimeMonitor as TimeMonitor

@@ -11,7 +11,7 @@ from typing import Any
 
 from graphpar import _context
 from graphpar._logging import notice_once
-from graphpar.compile.forward import ForwardProgram
+from graphpar.compile.forward import ForwardProgram, program_for
 from graphpar.compile.global_batch import to_host
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
@@ -213,7 +213,7 @@ class Model:
             raise ValueError("Model.eval needs a loss_fn or an eval_network")
         self._eval_network.set_train(False)
         if self._eval_program is None:
-            self._eval_program = ForwardProgram(self._eval_network)
+            self._eval_program = program_for(self._eval_network)
         for metric in self._metrics.values():
             metric.clear()
         feeder = self._feeder(valid_dataset, self._eval_program.plan)
@@ -243,5 +243,5 @@ class Model:
         """The network's output on ``predict_data`` (evaluation mode)."""
         self._network.set_train(False)
         if self._predict_program is None:
-            self._predict_program = ForwardProgram(self._network)
+            self._predict_program = program_for(self._network)
         return self._predict_program(*predict_data)

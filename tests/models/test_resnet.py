@@ -106,7 +106,9 @@ def test_data_parallel_with_global_statistics_equals_one_device():
 def test_conv_net_trains_in_auto_parallel():
     params, losses, train = _train("auto_parallel", False, steps=4)
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
-    graph = train.program.plan.graphs.last
+    # the planned graph of the batch it trained on (same signature: the cached plan, not a new one)
+    graph = train.program.plan_graph([np.zeros((16, 3, 16, 16), np.float32), np.zeros(16, np.int32)])
+    assert train.program.counts.plans == 1
     convs = graph.find("conv2d")
     assert convs and any("layer1-MakeLayer0/a-ResidualBlockBase/conv1-Conv2d" in n.scope for n in convs)
     # unhinted ops are planned data parallel: the convolution's batch dimension is split over the 8 devices

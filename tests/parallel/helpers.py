@@ -27,7 +27,7 @@ def forward(cell, *inputs, mode="semi_auto_parallel", **ctx):
     program = ForwardProgram(cell)
     out = program(*inputs)
     hlo = program.lower(*inputs).compile().as_text()
-    return out, hlo, program.graph
+    return out, hlo, program.planned(*inputs).graph
 
 
 def reference(cell, *inputs):

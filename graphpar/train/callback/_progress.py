@@ -1,7 +1,7 @@
 """``ProgressBar``: a live progress bar (rich) while ``Model.train`` runs in a terminal.
 
 The bar shows the epoch, the step within it, the latest loss and the images per second. ``Model.train`` adds one
-by itself when standard output is a terminal (``GRAPHPAR_PROGRESS=1`` forces it on, ``0`` off; see
+by itself when standard output is a terminal or a Jupyter notebook (``GRAPHPAR_PROGRESS=1`` forces it on, ``0`` off; see
 :func:`with_progress_bar`); in a log file nothing changes, so logs hold exactly MindSpore's plain lines. While the
 bar is live, ``LossMonitor``/``TimeMonitor`` lines go through ``cb_params["printer"]`` to the bar's console, which
 prints them *above* the bar, so every ``epoch: 1 step: 1, loss is ...`` line stays on screen as it would without
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from graphpar import _env
+from graphpar._logging import notice_once
 from graphpar.train.callback._callback import Callback, RunContext, loss_value
 
 _LOSS_REFRESH_S = 0.2  # read the loss back at most this often (each read waits for that step to finish)
@@ -131,15 +132,36 @@ class ProgressBar(Callback):
         return rows * (int(cb.get("sink_size") or 1) if cb.get("dataset_sink_mode") else 1)
 
 
+def in_jupyter() -> bool:
+    """Whether this runs in a Jupyter kernel (rich's own detection, which its live display follows)."""
+    from rich.console import Console
+
+    return Console().is_jupyter
+
+
+def _jupyter_bar_available() -> bool:
+    """rich draws a live display in Jupyter through an ipywidgets ``Output``; without ipywidgets say so, once."""
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is not None:
+        return True
+    notice_once("progress-ipywidgets", "no progress bar in this notebook: rich needs ipywidgets for a live display "
+                "in Jupyter (pip install 'graphpar[notebook]'); LossMonitor lines still print")
+    return False
+
+
 def progress_bar_wanted() -> bool:
-    """``GRAPHPAR_PROGRESS`` if set (1 on, 0 off), else whether standard output is a terminal."""
+    """``GRAPHPAR_PROGRESS`` if set (1 on, 0 off), else whether standard output is a terminal or a Jupyter
+    notebook (rich renders the bar there as a live widget)."""
     forced = _env.progress_bar_enabled()
     if forced is not None:
         return forced
     try:
-        return sys.stdout.isatty()
+        if sys.stdout.isatty():
+            return True
     except (AttributeError, ValueError):
         return False
+    return in_jupyter() and _jupyter_bar_available()
 
 
 def with_progress_bar(callbacks: Any) -> Any:

@@ -1,0 +1,109 @@
+"""The one place that turns a network into a program: trace → plan → lower → compile, each stage a value.
+
+``Orchestrator.planned`` traces the network (``plan.trace``) and runs the pass pipeline of the plan
+(``parallel.pipeline``) on it, writing the begin dump; ``Orchestrator.compiled`` lowers a step function of the
+planned graph with its shardings (``jax.jit(...).trace(...).lower()``), has XLA compile it, and writes the execute
+dump. Both are cached (``compile.cache``); both time their stages and tell the user about a slow compile
+(``compile.progress``). The executable that runs is always the one compiled here, with or without ``save_graphs``:
+``jax.stages.Compiled`` dispatches through the same C++ path as ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from graphpar import _context
+from graphpar.compile.cache import ProgramCache, ProgramKey
+from graphpar.compile.plan import ExecutionPlan
+from graphpar.compile.progress import CompileProgress
+from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.state import NetworkState
+from graphpar.ir.graph import Graph
+
+
+def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str) -> Graph:
+    """The plan's pass pipeline on a traced graph; writes the begin dump and the strategy file (if configured)."""
+    from graphpar.dump.writer import maybe_dump_begin
+    from graphpar.parallel import strategy_file
+    from graphpar.parallel.pipeline import run_pipeline
+
+    setup = plan.setup(graph)
+    graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": setup.ctx.mesh, "purpose": purpose,
+                                             "note": setup.note})
+    graph = run_pipeline(graph, setup.ctx)
+    maybe_dump_begin(graph, plan)
+    strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=setup.replicated)
+    return graph
+
+
+class Orchestrator:
+    """Builds and caches the programs of one network (a train cell's steps, or a Cell's forward calls)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.cache = ProgramCache()
+
+    def planned(self, plan: ExecutionPlan, ns: NetworkState, avals: Sequence[Any], purpose: str,
+                key: ProgramKey, progress: CompileProgress, call: Any = None) -> Planned:
+        def build() -> Planned:
+            if plan.pynative:
+                return Planned(None, plan.layout(None), purpose)
+            started = time.perf_counter()
+            with progress.stage("tracing"):
+                traced = plan.trace(ns, avals, purpose, call)
+            self.cache.count("traces")
+            with progress.stage("planning"):
+                graph = run_passes(plan, traced.graph, ns, purpose)
+            self.cache.count("plans")
+            return Planned(graph, plan.layout(graph), purpose, traced.out_treedef, time.perf_counter() - started,
+                           traced)
+
+        planned, built = self.cache.planned.get_or_build(key, build)
+        if not built and not plan.pynative and _dumps_on() and ("begin", key) not in self.cache.dumped:
+            from graphpar.dump.writer import maybe_dump_begin
+
+            maybe_dump_begin(planned.graph, plan)
+        if _dumps_on():
+            self.cache.dumped.add(("begin", key))
+        return planned
+
+    def compiled(self, plan: ExecutionPlan, planned: Planned, key: ProgramKey, variant: str,
+                 fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any],
+                 progress: CompileProgress) -> Compiled:
+        """The compiled ``fn`` for arguments of ``avals`` (``jax.ShapeDtypeStruct`` trees)."""
+        def build() -> Compiled:
+            if plan.pynative:
+                return Compiled(planned, signature, fn, fn=fn)
+            with progress.stage("lowering"):
+                lowered = lower(fn, signature, avals, planned)
+            self.cache.count("lowerings")
+            with progress.stage("XLA compile"):
+                executable = lowered.lowered.compile()
+            self.cache.count("compiles")
+            seconds = {k: progress.seconds[k] for k in ("lowering", "XLA compile")}
+            return Compiled(planned, signature, executable, executable, seconds, fn)
+
+        compiled, built = self.cache.compiled.get_or_build((key, variant), build)
+        if not plan.pynative and _dumps_on() and ("execute", key, variant) not in self.cache.dumped:
+            from graphpar.dump.writer import maybe_dump_execute
+
+            self.cache.dumped.add(("execute", key, variant))
+            maybe_dump_execute(planned.graph, plan, compiled.as_text())
+        return compiled
+
+
+def lower(fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any], planned: Planned) -> Lowered:
+    started = time.perf_counter()
+    jitted = jax.jit(fn, in_shardings=signature.in_shardings, out_shardings=signature.out_shardings,
+                     donate_argnums=signature.donate_argnums)
+    lowered = jitted.trace(*avals).lower()
+    return Lowered(planned, lowered, signature, time.perf_counter() - started)
+
+
+def _dumps_on() -> bool:
+    return _context.current().save_graphs > 0

@@ -1,0 +1,100 @@
+"""The stages of compiling a network, as values: ``Traced → Planned → Lowered → Compiled``.
+
+``compile.orchestrate`` produces them in order and the compile cache keeps them; nothing reads a stage from an
+attribute some earlier call left behind. Each stage has ``as_text()`` (as ``jax.stages`` do): the traced jaxpr, the
+planned strategies, the StableHLO, the compiled HLO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+
+from graphpar.compile.layout import Layout
+from graphpar.ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class Traced:
+    """The network's step (``purpose`` "train") or forward ("forward") traced into the graph IR, global shapes."""
+
+    graph: Graph
+    purpose: str
+    out_treedef: Any = None  # forward: the structure of the network's outputs
+    seconds: float = 0.0
+
+    def as_text(self) -> str:
+        return str(self.graph.closed_jaxpr)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A traced graph after the plan's pass pipeline: every node has a strategy, every input a layout."""
+
+    graph: Graph | None  # None in PYNATIVE_MODE (the network runs as written)
+    layout: Layout
+    purpose: str
+    out_treedef: Any = None
+    seconds: float = 0.0  # tracing + planning
+    traced: Traced | None = None
+
+    def as_text(self) -> str:
+        if self.graph is None:
+            return "# PYNATIVE_MODE: no planned graph; the network runs eagerly as written"
+        lines = [f"# {self.graph.name} ({self.purpose})"]
+        for node in self.graph.node_list():
+            strategy = node.strategy.in_strategy_text() if node.strategy is not None else "-"
+            source = node.provenance.text(self.graph) if node.provenance is not None else ""
+            lines.append(f"{node.label}  {node.kind}  {strategy}  {source}".rstrip())
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class StepSignature:
+    """What a compiled function takes: the shardings of its arguments and results, the donated arguments."""
+
+    in_shardings: tuple
+    out_shardings: Any
+    donate_argnums: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Lowered:
+    planned: Planned
+    lowered: jax.stages.Lowered
+    signature: StepSignature
+    seconds: float = 0.0
+
+    def as_text(self) -> str:
+        return self.lowered.as_text()
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A program ready to run: XLA's executable (GRAPH_MODE) or the Python step run eagerly (PYNATIVE_MODE)."""
+
+    planned: Planned
+    signature: StepSignature
+    run: Callable[..., Any]  # jax.stages.Compiled (its C++ call path) or the plain Python function
+    executable: jax.stages.Compiled | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage, as built
+    fn: Callable[..., Any] | None = None  # the Python function compiled (to lower it again)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.run(*args)
+
+    @property
+    def layout(self) -> Layout:
+        return self.planned.layout
+
+    @property
+    def in_shardings(self) -> Sequence[Any]:
+        return self.signature.in_shardings
+
+    def as_text(self) -> str:
+        if self.executable is None:
+            return "# PYNATIVE_MODE: the step runs eagerly, op by op"
+        return self.executable.as_text()

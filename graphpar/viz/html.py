@@ -1,0 +1,260 @@
+"""HTML views of dumps and plans: the per-op table, device grids, byte charts and the graph picture.
+
+Every function takes :mod:`graphpar.dump.model` objects (a begin and/or an execute :class:`Dump` of one graph on one
+rank) and returns an HTML fragment with its own scoped CSS, for ``_repr_html_`` in notebooks and for the page
+``graphpar ir html`` writes. No JavaScript is needed to read a fragment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from graphpar.dump.model import Collective, Dump, Node, TensorType, layout_text
+from graphpar.viz.blocks import block_holders, splits
+from graphpar.viz.svg import bar_chart, graph_picture, human_bytes
+
+CSS = """
+.gp-root{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;font-size:12px;color:#212529}
+.gp-root h3{font-size:14px;margin:14px 0 6px}.gp-root h4{font-size:13px;margin:10px 0 4px}
+.gp-root table.gp-table{border-collapse:collapse;margin:4px 0}
+.gp-root table.gp-table th{background:#f1f3f5;text-align:left;padding:3px 6px;border:1px solid #dee2e6}
+.gp-root table.gp-table td{padding:3px 6px;border:1px solid #dee2e6;vertical-align:top}
+.gp-root td.gp-num{text-align:right;font-variant-numeric:tabular-nums}
+.gp-root code{font-family:SFMono-Regular,Menlo,Consolas,monospace;font-size:11px}
+.gp-root .gp-user{background:#fff4e6}.gp-root .gp-fallback{background:#fff5f5}
+.gp-root .gp-meta{color:#495057;margin:2px 0}
+.gp-root .gp-scroll{overflow:auto;max-height:640px;border:1px solid #e9ecef;margin:4px 0}
+.gp-root .gp-grids{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
+.gp-root .gp-grid{border:1px solid #dee2e6;padding:4px}
+.gp-root table.gp-blocks{border-collapse:collapse}
+.gp-root table.gp-blocks td{border:1px solid #fff;padding:4px 6px;text-align:center;min-width:44px;font-size:11px}
+.gp-root .gp-small{font-size:10px;color:#343a40}
+.gp-root details>summary{cursor:pointer;font-weight:bold;margin:6px 0}
+"""
+
+
+def wrap(body: str) -> str:
+    """A fragment with the stylesheet, ready for ``_repr_html_``."""
+    return f'<div class="gp-root"><style>{CSS}</style>{body}</div>'
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[str]], css_class: str = "gp-table",
+          row_classes: Sequence[str] | None = None, attrs: str = "") -> str:
+    """A table of already-escaped HTML cells (``row_classes``: a CSS class per row)."""
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    classes = list(row_classes) if row_classes is not None else [""] * len(rows)
+    body = "".join((f'<tr class="{rc}">' if rc else "<tr>") + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>"
+                   for rc, row in zip(classes, rows))
+    return f'<table class="{css_class}"{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def code_cell(text: str) -> str:
+    return f"<code>{escape(text)}</code>"
+
+
+def _shapes(types: Sequence[TensorType]) -> str:
+    return ", ".join(str(tuple(t.shape)) for t in types)
+
+
+def collective_text(c: Collective) -> str:
+    op = f"({c.op})" if c.op else ""
+    cause = "" if c.cause in ("", "operator") else " [" + c.cause.replace("redistribution of", "redistributes") + "]"
+    when = {"forward": "fwd ", "backward": "bwd "}.get(c.pass_, "")
+    return f"{c.kind}{op} {when}{human_bytes(c.bytes)} ranks {'-'.join(map(str, c.group))}{cause}"
+
+
+# --- the per-op table ------------------------------------------------------------------------------------------
+def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") -> str:
+    """One row per op: node, op, kind, scope, strategy, provenance, global → per-device shapes, collectives,
+    bytes. Rows carry ``class="op-row"``; the table names its rank and kind in ``data-`` attributes."""
+    main = execute or begin
+    if main is None:
+        return "<p>no dump</p>"
+    rows = []
+    for node in main.nodes:
+        twin = begin.node(node.id) if begin is not None else None
+        glob = f"{_shapes(twin.input_types)} \u2192 {_shapes(twin.output_types)}" if twin is not None else ""
+        local = f"{_shapes(node.input_types)} \u2192 {_shapes(node.output_types)}" if execute is not None else ""
+        shapes = escape(glob) + ("<br>per device: " + escape(local) if local else "") if glob else escape(local)
+        prov = node.provenance.text if node.provenance else ""
+        colls = "<br>".join(escape(collective_text(c)) for c in node.collectives)
+        nbytes = str(node.collective_bytes) if execute is not None else "-"
+        rows.append([str(node.id), f"<b>{escape(node.instance_name)}</b>", escape(node.kind),
+                     f'<span class="gp-small">{escape(node.scope)}</span>', code_cell(node.strategy_text or "-"),
+                     escape(prov), shapes, colls, nbytes])
+    for c in (execute.unattributed if execute is not None else []):
+        rows.append(["-", "(not attributed)", "", "", "", "", "", escape(collective_text(c)), str(c.bytes)])
+    attrs = (f' data-rank="{main.rank}" data-graph="{escape(main.graph)}" data-ops="{len(main.nodes)}"'
+             f' data-kind="{kind}"')
+    classes = ["op-row"] * len(main.nodes) + ["gp-loose"] * (len(rows) - len(main.nodes))
+    return table(["node", "op", "kind", "scope", "strategy", "provenance", "global \u2192 per-device shapes",
+                  "collectives", "bytes"], rows, css_class="gp-table op-table", row_classes=classes, attrs=attrs)
+
+
+def header(dump: Dump) -> str:
+    mesh = " ".join(f"{k}={v}" for k, v in dump.mesh.items())
+    total = dump.total_bytes if dump.total_bytes is not None else sum(c.bytes for c in dump.collectives)
+    lines = [f"graph <b>{escape(dump.graph)}</b> ({escape(dump.purpose)}), rank {dump.rank} of {dump.n_ranks}",
+             f"{escape(dump.parallel_mode)} / {escape(dump.search_mode)}, mesh <code>{escape(mesh)}</code>"]
+    if dump.header.get("note"):
+        lines.append(escape(dump.header["note"]))
+    if dump.kind == "execute":
+        lines.append(f"total collective bytes per step (rank {dump.rank}): <b>{total}</b> ({human_bytes(total)})")
+    return "".join(f'<p class="gp-meta">{line}</p>' for line in lines)
+
+
+# --- device grids ----------------------------------------------------------------------------------------------
+def _hue(index: Sequence[int], ways: Sequence[int]) -> str:
+    flat, total = 0, 1
+    for i, w in zip(index, ways):
+        flat, total = flat * w + i, total * w
+    return f"hsl({int(360 * flat / max(total, 1)) % 360},60%,{82 if total > 1 else 92}%)"
+
+
+def _range(b: int, size: int, w: int) -> str:
+    step = size // w
+    return f"{b * step}:{(b + 1) * step}"
+
+
+def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]], mesh: Mapping[str, int]) -> str:
+    """Which device holds which block of a tensor: one cell per block (rows: dimension -2, columns: the last
+    dimension), listing the ranks that hold it; a tensor of more than two dimensions is drawn as one grid per
+    block of its leading dimensions. Cells carry ``data-block`` and ``data-devices``."""
+    holders = block_holders(shape, layout, mesh)
+    ways = splits(layout, mesh)
+    nd = len(shape)
+    lead = ways[:-2] if nd > 2 else ()
+    grids = []
+    lead_indices = [()] if not lead else sorted({k[:len(lead)] for k in holders})
+    for li in lead_indices:
+        rows_w = ways[-2] if nd >= 2 else 1
+        cols_w = ways[-1] if nd >= 1 else 1
+        trs = []
+        for r in range(rows_w):
+            tds = []
+            for c in range(cols_w):
+                index = li + ((r, c) if nd >= 2 else (c,) if nd == 1 else ())
+                ranks = holders[index]
+                rng = ", ".join(_range(b, s, w) for b, s, w in zip(index, shape, ways))
+                tds.append(f'<td class="gp-block" style="background:{_hue(index, ways)}" '
+                           f'data-block="{",".join(map(str, index))}" data-devices="{",".join(map(str, ranks))}" '
+                           f'title="block {index} = [{rng}]">dev {", ".join(map(str, ranks))}'
+                           f'<div class="gp-small">[{rng}]</div></td>')
+            trs.append("<tr>" + "".join(tds) + "</tr>")
+        caption = ""
+        if lead:
+            caption = ("<div class=\"gp-small\">[" + ", ".join(_range(b, s, w) for b, s, w in
+                                                          zip(li, shape, ways)) + ", \u2026]</div>")
+        grids.append(f'<div>{caption}<table class="gp-blocks">{"".join(trs)}</table></div>')
+    per_block = [s // w for s, w in zip(shape, ways)]
+    return (f'<div class="gp-grid" data-tensor="{escape(name)}"><div><b>{escape(name)}</b> '
+            f'<code>{escape(str(tuple(shape)))}</code> layout <code>{escape(layout_text(tuple(map(tuple, layout))))}'
+            f'</code> \u2192 blocks <code>{escape(str(tuple(per_block)))}</code>, '
+            f'{math.prod(ways)} block(s), each on {len(next(iter(holders.values())))} device(s)</div>'
+            f'<div style="display:flex;gap:8px;flex-wrap:wrap">{"".join(grids)}</div></div>')
+
+
+def input_grids(begin: Dump) -> str:
+    """A device grid for every graph input (parameters, state, batch) of a begin dump."""
+    cells = []
+    for inp in begin.inputs:
+        if len(inp.layout) != len(inp.type.shape):
+            continue
+        cells.append(device_grid(f"{inp.role} {inp.name}", inp.type.shape, inp.layout, begin.mesh))
+    return f'<div class="gp-grids">{"".join(cells)}</div>' if cells else "<p>no inputs</p>"
+
+
+def op_input_grids(node: Node, begin: Dump) -> str:
+    """Device grids for the inputs of one op, in the layouts the op uses them in."""
+    twin = begin.node(node.id) or node
+    cells = [device_grid(f"input {k} {arg}", t.shape, lay, begin.mesh)
+             for k, (arg, t, lay) in enumerate(zip(twin.args, twin.input_types, twin.in_layouts))
+             if len(lay) == len(t.shape)]
+    return f'<div class="gp-grids">{"".join(cells)}</div>'
+
+
+# --- charts ----------------------------------------------------------------------------------------------------
+def bytes_by_op(execute: Dump) -> list[tuple[str, dict[str, float]]]:
+    rows = []
+    for n in execute.nodes:
+        if n.collectives:
+            by_kind: dict[str, float] = {}
+            for c in n.collectives:
+                by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
+            rows.append((f"{n.instance_name} (node {n.id})", by_kind))
+    if execute.unattributed:
+        by_kind = {}
+        for c in execute.unattributed:
+            by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
+        rows.append(("(not attributed)", by_kind))
+    return rows
+
+
+def bytes_by_layer(execute: Dump) -> list[tuple[str, dict[str, float]]]:
+    """Collective bytes per Cell scope (a layer), split into forward and backward."""
+    layers: dict[str, dict[str, float]] = {}
+    for n in execute.nodes:
+        for c in n.collectives:
+            entry = layers.setdefault(n.scope or "(top)", {})
+            entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
+    for c in execute.unattributed:
+        entry = layers.setdefault("(not attributed)", {})
+        entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
+    return list(layers.items())
+
+
+def charts(execute: Dump | None) -> str:
+    if execute is None:
+        return "<p>no execute dump (not compiled): no collectives to chart</p>"
+    return (bar_chart(bytes_by_op(execute), f"collective bytes per op (rank {execute.rank})") + "<br>"
+            + bar_chart(bytes_by_layer(execute), f"collective bytes per layer (Cell scope, rank {execute.rank})"))
+
+
+def legend() -> str:
+    return ('<p class="gp-small">boxes: <span style="background:#ffd8a8">user hint</span> '
+            '<span style="background:#d0ebff">propagated</span> <span style="background:#e9ecef">default</span> '
+            '<span style="background:#ffc9c9">fallback (replicated)</span>; red dashed edge: the value changes layout '
+            'on the way into the op (a redistribution); red border: the op\'s output is redistributed</p>')
+
+
+def dump_views(begin: Dump | None, execute: Dump | None, grids: bool = True, picture: bool = True) -> str:
+    """Everything about one graph on one rank: header, per-op table, charts, device grids, graph picture."""
+    main = execute or begin
+    if main is None:
+        return "<p>no dump</p>"
+    parts = [header(main), "<h4>ops</h4>", f'<div class="gp-scroll">{op_table(begin, execute)}</div>',
+             "<h4>where the bytes go</h4>", charts(execute)]
+    if grids and begin is not None:
+        parts += ["<details><summary>device grids (which device holds which block)</summary>",
+                  input_grids(begin), "</details>"]
+    if picture:
+        parts += ["<details open><summary>graph</summary>", legend(),
+                  f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
+    return "".join(parts)
+
+
+def dump_html(dump: Dump) -> str:
+    """``Dump._repr_html_``: one dump file's views."""
+    begin = dump if dump.kind == "step_parallel_begin" else None
+    execute = dump if dump.kind == "execute" else None
+    return wrap(f'<p class="gp-meta"><code>{escape(dump.path)}</code> ({escape(dump.kind)} dump)</p>'
+                + dump_views(begin, execute))
+
+
+def rows_html(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """A list of dicts as a table (``Plan.collectives()``, ``Plan.memory()``)."""
+    cells = [[escape(cell_text(r.get(c))) for c in columns] for r in rows]
+    return wrap(table(columns, cells))
+
+
+def cell_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return str(tuple(tuple(v) if isinstance(v, list) else v for v in value))
+    return str(value)

@@ -1,0 +1,222 @@
+"""The compile layer: one program per (structure, signature, context), train ↔ eval without recompiling, the
+compiled forward of ``net(x)``, the same executable with and without save_graphs, stages as values."""
+
+import contextlib
+import logging
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+
+import graphpar as ms
+from graphpar import nn
+from graphpar.compile.forward import program_for
+from graphpar.compile.progress import CompileProgress
+from graphpar.parallel.strategy import to_partition_spec
+from graphpar.train import Model
+
+from tests.train.helpers import array_dataset
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def xla_compiles():
+    """Every XLA compilation in the block (jax.monitoring), not only graphpar's."""
+    seen: list[str] = []
+
+    def listener(event, duration, **kwargs):
+        if event == BACKEND_COMPILE:
+            seen.append(kwargs.get("fun_name", ""))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+class BNNet(nn.Cell):
+    """Dense → BatchNorm → ReLU → Dense: its train and eval programs differ (batch vs moving statistics)."""
+
+    def __init__(self, d_in=8, hidden=16, classes=4):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.fc1 = nn.Dense(d_in, hidden, weight_init=ms.Tensor(rng.normal(0, 0.5, (hidden, d_in)).astype(np.float32)))
+        self.bn = nn.BatchNorm1d(hidden, momentum=0.5)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Dense(hidden, classes, weight_init=ms.Tensor(rng.normal(0, 0.5, (classes, hidden)).astype(np.float32)))
+
+    def construct(self, x):
+        return self.fc2(self.relu(self.bn(self.fc1(x))))
+
+
+def _data(n=64, d_in=8, classes=4, seed=3):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(1.0, 2.0, size=(n, d_in)).astype(np.float32)
+    y = (np.abs(x[:, 0] * 3).astype(np.int64) % classes).astype(np.int32)
+    return x, y
+
+
+def _inference_numpy(net, x):
+    """The network in evaluation mode, by hand: BatchNorm with its moving statistics."""
+    h = x @ net.fc1.weight.asnumpy().T + net.fc1.bias.asnumpy()
+    bn = net.bn
+    h = (h - bn.moving_mean.asnumpy()) / np.sqrt(bn.moving_variance.asnumpy() + bn.eps)
+    h = np.maximum(h * bn.gamma.asnumpy() + bn.beta.asnumpy(), 0)
+    return h @ net.fc2.weight.asnumpy().T + net.fc2.bias.asnumpy()
+
+
+def test_train_eval_epochs_compile_each_program_once_and_eval_keeps_statistics():
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
+    x, y = _data()
+    net = BNNet()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    model = Model(net, loss, nn.Momentum(net.trainable_params(), 0.05, 0.9), metrics={"acc"})
+    data = array_dataset(x, y, batch_size=16)
+    model.train(1, data)
+    model.eval(data)
+    with xla_compiles() as compiles:
+        for _ in range(4):
+            model.train(1, data)
+            stats = (net.bn.moving_mean.asnumpy().copy(), net.bn.moving_variance.asnumpy().copy())
+            model.eval(data)
+            # evaluation runs the inference graph: the moving statistics are read, not updated
+            np.testing.assert_array_equal(net.bn.moving_mean.asnumpy(), stats[0])
+            np.testing.assert_array_equal(net.bn.moving_variance.asnumpy(), stats[1])
+    assert compiles == [], compiles  # epochs 2-5 reuse both programs: no XLA compilation at all
+    assert model.train_network.program.counts.compiles == 1
+    assert model.train_network.program.counts.traces == 1
+    assert program_for(model.eval_network).counts.compiles == 1
+    # and what eval computed is the inference network
+    net.set_train(False)
+    np.testing.assert_allclose(np.asarray(net(x)), _inference_numpy(net, x), rtol=1e-4, atol=1e-5)
+
+
+def test_set_train_false_on_a_sub_cell_changes_the_train_step_that_runs():
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    x, y = _data()
+    net = BNNet()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.05, 0.9))
+    train(x, y)
+    moved = net.bn.moving_mean.asnumpy().copy()
+    assert np.abs(moved).max() > 0  # training mode: the statistics move
+    net.bn.set_train(False)
+    train(x, y)
+    train(x, y)
+    # the step that ran used BatchNorm's inference graph: the statistics stayed put
+    np.testing.assert_array_equal(net.bn.moving_mean.asnumpy(), moved)
+    assert train.program.counts.compiles == 2
+    net.bn.set_train(True)
+    train(x, y)  # back to the first program: found again, not rebuilt
+    assert train.program.counts.compiles == 2
+    assert np.abs(net.bn.moving_mean.asnumpy() - moved).max() > 0
+
+
+class Hinted(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.w1 = ms.Parameter(ms.Tensor(rng.normal(size=(16, 32)).astype(np.float32)), "w1")
+        self.w2 = ms.Parameter(ms.Tensor(rng.normal(size=(32, 8)).astype(np.float32)), "w2")
+        self.matmul1 = ms.ops.MatMul().shard(((2, 1), (1, 4)))
+        self.relu = ms.ops.ReLU()
+        self.matmul2 = ms.ops.MatMul().shard(((2, 4), (4, 1)))
+
+    def construct(self, x):
+        return self.matmul2(self.relu(self.matmul1(x, self.w1)), self.w2)
+
+
+def test_top_level_call_in_semi_auto_runs_the_planned_program():
+    x = np.random.default_rng(1).normal(size=(16, 16)).astype(np.float32)
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net = Hinted()
+    expected = np.asarray(net(x))  # STAND_ALONE, compiled on one device
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    with xla_compiles() as compiles:
+        out = net(x)
+    # one program, not one compilation per op (placing the parameters on their planned layouts may slice them)
+    assert [c for c in compiles if "multi_slice" not in c] == ["jit(forward)"], compiles
+    with xla_compiles() as compiles:
+        out2 = net(x)
+    assert compiles == []
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(out2), np.asarray(out))
+    planned = program_for(net).planned(x)
+    graph = planned.graph
+    node = graph.producer(graph.outputs[0])
+    want = NamedSharding(planned.layout.mesh, to_partition_spec(node.strategy.output_spec(0)))
+    assert len(out.sharding.device_set) == 8
+    assert out.sharding.is_equivalent_to(want, out.ndim), (out.sharding, want)
+    # partial sums of matmul2 are reduced over the 4-way split, rows stay split 2 ways
+    assert out.sharding.shard_shape(out.shape) == (8, 8)
+
+
+def test_pynative_top_level_call_stays_eager():
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    try:
+        net = Hinted()
+        out = net(np.ones((4, 16), np.float32))
+        assert len(out.sharding.device_set) == 1  # op by op on one device, no planned program
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+        ms.reset_auto_parallel_context()
+
+
+def _train_params(save_graphs, path, steps=3):
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=save_graphs, save_graphs_path=str(path))
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    x = np.random.default_rng(2).normal(size=(16, 16)).astype(np.float32)
+    y = np.random.default_rng(3).normal(size=(16, 8)).astype(np.float32)
+    net = Hinted()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    for _ in range(steps):
+        train(x, y)
+    return {p.name: p.asnumpy() for p in net.get_parameters()}, train
+
+
+def test_save_graphs_runs_the_same_executable(tmp_path):
+    try:
+        plain, _ = _train_params(0, tmp_path / "off")
+        dumped, train = _train_params(1, tmp_path / "on")
+    finally:
+        ms.set_context(save_graphs=0)
+    for name in plain:
+        np.testing.assert_array_equal(dumped[name], plain[name], err_msg=name)
+    assert list((tmp_path / "on").rglob("*execute*.ir")) and not (tmp_path / "off").exists()
+    assert train.program.counts.compiles == 1
+
+
+def test_stages_are_values_with_text():
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    x, y = np.ones((16, 16), np.float32), np.ones((16, 8), np.float32)
+    net = Hinted()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    stages = train.program.stages([x, y])
+    assert "matmul1" in stages.traced.as_text() or "dot_general" in stages.traced.as_text()
+    assert "matmul1#" in stages.planned.as_text() and "((2, 1), (1, 4))" in stages.planned.as_text()
+    assert "sharding" in stages.lowered.as_text()
+    assert "HloModule" in stages.compiled.as_text() and "all-reduce" in stages.compiled.as_text()
+    assert train.program.counts.compiles == 1
+
+
+def test_slow_compile_notice_names_the_stages(caplog):
+    with caplog.at_level(logging.INFO, logger="graphpar"):
+        with CompileProgress("Net train step (test)", notice_after_s=0.0) as progress:
+            with progress.stage("tracing"):
+                pass
+            with progress.stage("XLA compile"):
+                pass
+    text = caplog.text
+    assert "compiling Net train step (test)" in text and "tracing" in text and "XLA compile" in text
