@@ -170,10 +170,9 @@ class Cell(nnx.Module, pytree=False):
         backward pass recomputes this Cell's activations from its inputs (``jax.checkpoint``, see
         ``graphpar.compile.recompute``)."""
         from graphpar.compile.recompute import cell_config
-        from graphpar.compile.state import bump_structure_epoch
 
+        # a static attribute: part of the network's structure, so programs compiled before are not reused
         object.__setattr__(self, "_recompute", cell_config(self, kwargs))
-        bump_structure_epoch()
         return self
 
     def set_grad(self, requires_grad: bool = True) -> "Cell":
