@@ -49,7 +49,7 @@ for mode in ("stand_alone", "data_parallel"):
         ms.set_auto_parallel_context(parallel_mode=mode)
         net = DeepFFN(128, 8, recompute=marked)
         train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
-        x, y = data(2048, 128, 128)
+        x, y = data(4096, 128, 128)
         compiled = train.program.lower_step([x, y]).compile()
         out[f"{mode}/{marked}"] = compiled.memory_analysis().temp_size_in_bytes
 print(json.dumps(out))
