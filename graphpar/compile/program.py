@@ -158,6 +158,8 @@ class TrainProgram:
         parts = self.step_parts(planned, ns)
         if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size):
             return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size)
+        if not opt.active:
+            return train_step(parts, ns)
         return train_step(dataclasses.replace(parts, gradient=opt.gradient), ns)
 
     # --- building ----------------------------------------------------------------------------------------------
