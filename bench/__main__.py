@@ -25,10 +25,10 @@ def main(argv: list[str]) -> int:
     print(f"graphpar bench on {jax.device_count()} {jax.devices()[0].platform} devices "
           f"({os.cpu_count()} CPU cores); ratios are graphpar / hand-written, measured interleaved\n", flush=True)
     if not only or "step" in only:
-        from bench.step_time import bench_data_parallel, bench_megatron
+        from bench.step_time import bench_data_parallel, bench_dispatch, bench_megatron
 
         rows = [bench_data_parallel([32, 16, 16], 16, calls=300), bench_data_parallel([1024] * 5, 256, calls=5),
-                bench_megatron()]
+                bench_megatron(), bench_dispatch()]
         print("Train step time (issues 2, 3 and 11; goal ratio <= 1.02; the Megatron baseline gives XLA only the "
               "parameter and batch shardings)")
         print(_table(rows, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s"]), "\n",
@@ -45,6 +45,19 @@ def main(argv: list[str]) -> int:
               "(1.0 = linear)")
         print("passes (ms):", {r["model"]: {k: round(v, 1) for k, v in r["passes_ms"].items()} for r in rows}, "\n",
               flush=True)
+    if not only or "planner" in only:
+        from bench.planner import bench_cost_model, bench_planning_per_node
+
+        rows = [bench_planning_per_node(33), bench_planning_per_node(333)]
+        print("Planner cost per op node (issue 9; goal: ~10k-node per-node time within 1.5x of ~1k's)")
+        print(_table(rows, ["layers", "nodes", "trace_and_plan_s", "plan_s", "plan_us_per_node"]))
+        print(f"per-node planning time {rows[1]['nodes']} / {rows[0]['nodes']} nodes: "
+              f"{rows[1]['plan_us_per_node'] / rows[0]['plan_us_per_node']:.2f}")
+        print("passes (ms):", {r["nodes"]: r["passes_ms"] for r in rows})
+        cost = [bench_cost_model(3), bench_cost_model(12)]
+        print("Cost model on 8 vs 4,096 devices (issue 9; goal ratio <= 2)")
+        print(_table(cost, ["devices", "axes", "us_per_pricing"]))
+        print(f"4,096 / 8 devices: {cost[1]['us_per_pricing'] / cost[0]['us_per_pricing']:.2f}\n", flush=True)
     if not only or "pipeline" in only:
         from bench.pipeline import bench_pipeline
 
@@ -77,6 +90,15 @@ def main(argv: list[str]) -> int:
         print(f"recompute with XLA's memory scheduler on CPU: temp {plain:.1f} MB -> {recomputed:.1f} MB")
         print("Parallel optimizer against ZeRO written by hand in JAX (goal ratio <= 1.05)")
         print(_table([baseline], ["model", "graphpar_ms", "handwritten_ms", "ratio"]), "\n", flush=True)
+    if not only or "pipeline_parallel" in only:
+        from bench.pipeline_parallel import bench_pipeline_parallel
+
+        print("Pipeline parallel (issue 12): step time and memory per device, pipelining on/off; ratio = graphpar / "
+              "a hand-written 2-stage JAX GPipe pipeline")
+        print(_table(bench_pipeline_parallel(), ["setup", "micro", "graphpar_ms", "handwritten_gpipe_ms", "ratio",
+                                                 "state_mb_per_device", "handwritten_state_mb",
+                                                 "peak_residual_mb_per_device", "transfers_per_step"]), "\n",
+              flush=True)
     return 0
 
 

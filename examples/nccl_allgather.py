@@ -4,10 +4,12 @@
 #   XLA_FLAGS=--xla_force_host_platform_device_count=8 python examples/nccl_allgather.py  1 process x 8 devices
 #   mpirun -n 4 python examples/nccl_allgather.py                                           OpenMPI, 1 device each
 #
-# DEVICE_TARGET=CPU runs it on CPU devices (the seed targets GPUs). MindSpore runs one process per device and each
+# It runs on the platform it finds: GPU when a JAX GPU plugin is installed (then NCCL, as in the seed), else CPU
+# (gloo); DEVICE_TARGET=CPU/GPU chooses. The choice is made before init(), which must run before JAX starts. MindSpore runs one process per device and each
 # passes [[rank]]; a graphpar process drives several devices, so it passes one row per device it drives (its local
 # ranks). Expected output, one row per rank in rank order: [[0.] [1.] ... ].
 import os
+from importlib.metadata import entry_points
 
 import jax
 import numpy as np
@@ -26,8 +28,17 @@ class Net(nn.Cell):
         return self.allgather(x)
 
 
+def found_target() -> str:
+    """GPU when JAX has a GPU plugin installed (and JAX_PLATFORMS allows it), else CPU; without starting JAX."""
+    allowed = os.environ.get("JAX_PLATFORMS", "")
+    if allowed and not any(p in allowed for p in ("cuda", "gpu", "rocm")):
+        return "CPU"
+    plugins = {ep.name for ep in entry_points(group="jax_plugins")}
+    return "GPU" if any("cuda" in p or "rocm" in p for p in plugins) else "CPU"
+
+
 if __name__ == "__main__":
-    device_target = os.environ.get("DEVICE_TARGET", "GPU")
+    device_target = os.environ.get("DEVICE_TARGET") or found_target()
     set_context(mode=GRAPH_MODE, device_target=device_target)
     init("nccl" if device_target == "GPU" else None)
     value = get_rank() + np.arange(jax.local_device_count())  # the ranks this process drives

@@ -25,6 +25,7 @@ from graphpar.common.parameter import ParameterTuple as ParameterTuple
 from graphpar.common.seed import get_seed as get_seed
 from graphpar.common.seed import set_seed as set_seed
 from graphpar.common.tensor import Tensor as Tensor
+from graphpar.context import get_ps_context as get_ps_context
 from graphpar.context import set_ps_context as set_ps_context
 from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad

@@ -76,6 +76,8 @@ class AutoParallelContext:
     parallel_optimizer_config: dict = field(default_factory=lambda: dict(PARALLEL_OPTIMIZER_DEFAULTS))
     grad_accumulation_step: int = 1
     pipeline_stages: int = 1
+    pipeline_config: dict = field(default_factory=lambda: {"pipeline_interleave": False,
+                                                           "pipeline_scheduler": "1f1b"})
 
     @property
     def full_batch(self) -> bool:
@@ -117,6 +119,40 @@ def _check_platform(device_target: str) -> None:
             f"{device_target} (e.g. pip install 'jax[cuda12]').")
 
 
+def _check_device_id(device_id: int) -> None:
+    """``device_id`` must name a device of this host: one of this process's devices times the processes of the
+    host (one process per device, the seeds' way, gives each process DEVICE_ID = its device on the host). Deferred
+    to ``init()`` while a multi-process job has not formed (no backend may start before)."""
+    import jax
+
+    from graphpar.communication.bootstrap import cluster_pending, placement
+
+    if cluster_pending():
+        return
+    devices = jax.local_devices()
+    host = len(devices) * placement().local_process_count
+    if device_id >= host:
+        raise DeviceError(f"set_context(device_id={device_id}): this host has {host} {devices[0].platform.upper()} "
+                          f"device(s); valid device_id: 0..{host - 1} (graphpar uses every device of the job; "
+                          "device_num in set_auto_parallel_context selects how many)")
+
+
+def _check_writable_dir(api: str, key: str, path: str) -> None:
+    """Refuse now a directory the dumps could not be written to (not at the first step, deep in the writer): it
+    must be a writable directory, or not exist yet under a writable one (it is created when the first dump is
+    written)."""
+    import os
+
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ConfigError(api, key, path, reason=f"{key}={path!r}: {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(api, key, path, reason=f"{key}={path!r}: the directory {probe} is not writable by this "
+                          "process; give a directory you can write to")
+
+
 def set_context(**kwargs: Any) -> None:
     """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
     ``save_graphs_path``. Other MindSpore settings that mean nothing on XLA are accepted with a log line."""
@@ -144,6 +180,7 @@ def set_context(**kwargs: Any) -> None:
         elif key == "device_id":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(api, key, value, reason=f"device_id must be an int >= 0, got {value!r}")
+            _check_device_id(value)
             _context.device_id = value
         elif key == "save_graphs":
             if isinstance(value, bool):
@@ -154,6 +191,7 @@ def set_context(**kwargs: Any) -> None:
         elif key == "save_graphs_path":
             if not isinstance(value, str) or not value:
                 raise ConfigError(api, key, value, reason="save_graphs_path must be a non-empty string")
+            _check_writable_dir(api, key, value)
             _context.save_graphs_path = value
 
 
@@ -197,13 +235,36 @@ def _check_parallel_optimizer_config(value: Any) -> dict:
     return out
 
 
+PIPELINE_SCHEDULERS = ("1f1b", "gpipe")
+
+
+def _check_pipeline_config(value: Any) -> dict:
+    """MindSpore's ``pipeline_config={"pipeline_interleave": bool, "pipeline_scheduler": "1f1b" | "gpipe"}``."""
+    api, key = "set_auto_parallel_context", "pipeline_config"
+    if not isinstance(value, dict) or not set(value) <= {"pipeline_interleave", "pipeline_scheduler"}:
+        raise ConfigError(api, key, value, valid=["a dict with keys pipeline_interleave, pipeline_scheduler"])
+    interleave = value.get("pipeline_interleave", False)
+    if not isinstance(interleave, bool):
+        raise ConfigError(api, key, value, reason=f"pipeline_interleave must be a bool, got {interleave!r}")
+    if interleave:
+        raise ConfigError(api, key, value, valid=["pipeline_interleave=False"],
+                          reason="the interleaved (virtual-stage) pipeline scheduler is not built in graphpar; "
+                                 "use pipeline_interleave=False with pipeline_scheduler '1f1b' or 'gpipe'")
+    scheduler = value.get("pipeline_scheduler", "1f1b")
+    if scheduler not in PIPELINE_SCHEDULERS:
+        raise ConfigError(api, key, value, valid=[f"pipeline_scheduler={s!r}" for s in PIPELINE_SCHEDULERS],
+                          reason=f"pipeline_scheduler {scheduler!r} is not built in graphpar (MindSpore's "
+                                 "seqpipe/seqvpp/seqsmartvpp/zero_bubble_v need interleaving)")
+    return {"pipeline_interleave": interleave, "pipeline_scheduler": scheduler}
+
+
 def set_auto_parallel_context(**kwargs: Any) -> None:
     """Set MindSpore's auto-parallel context. See ``docs/porting_from_mindspore.md`` for every difference."""
     api = "set_auto_parallel_context"
     valid = {"parallel_mode", "search_mode", "auto_parallel_search_mode", "gradients_mean", "parameter_broadcast",
              "device_num", "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
              "strategy_ckpt_load_file", "strategy_ckpt_save_file", "enable_parallel_optimizer", "pipeline_stages",
-             "parallel_optimizer_config", "optimizer_weight_shard_size", "grad_accumulation_step"}
+             "parallel_optimizer_config", "optimizer_weight_shard_size", "grad_accumulation_step", "pipeline_config"}
     for key, value in kwargs.items():
         if key in _IGNORED_PARALLEL_KEYS:
             notice_once(f"parallel:{key}", f"set_auto_parallel_context({key}=...) has no effect in graphpar "
@@ -244,8 +305,11 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
         elif key == "full_batch":
             _auto_parallel.dataset_strategy = "full_batch" if _bool(api, key, value) else "data_parallel"
         elif key == "pipeline_stages":
-            if value != 1:
-                raise ConfigError(api, key, value, valid=[1], reason="pipeline parallelism is not implemented yet")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(api, key, value, reason=f"pipeline_stages must be an int >= 1, got {value!r}")
+            _auto_parallel.pipeline_stages = value
+        elif key == "pipeline_config":
+            _auto_parallel.pipeline_config = _check_pipeline_config(value)
         elif key == "strategy_ckpt_config":
             if not isinstance(value, dict) or not set(value) <= {"load_file", "save_file", "only_trainable_params"}:
                 raise ConfigError(api, key, value, valid=["a dict with keys load_file, save_file, "
@@ -259,7 +323,7 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
 _PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",
                      "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
                      "enable_parallel_optimizer", "pipeline_stages", "parallel_optimizer_config",
-                     "grad_accumulation_step"}
+                     "grad_accumulation_step", "pipeline_config"}
 
 
 def get_auto_parallel_context(key: str) -> Any:

@@ -6,7 +6,9 @@ Reading is lazy (a function call), so importing graphpar never looks at the envi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from graphpar.errors import EnvVarError
 
 
 @dataclass(frozen=True)
@@ -45,19 +47,45 @@ class ClusterEnv:
     slurm_nodelist: str | None
     slurm_job_id: int | None
     slurm_tasks_per_node: str | None
+    # MindSpore's Ascend launch (seed 003's run.sh): one process per device
+    rank_table_file: str | None = None
+    rank_id: int | None = None
+    rank_size: int | None = None
+    device_id: int | None = None
+    # variables set to something unusable: {name: value}. They are errors only where they apply (see ``check``).
+    invalid: dict[str, str] = field(default_factory=dict)
+
+    def check(self, *names: str) -> None:
+        """Raise for the first of ``names`` that was set to a value that is not an integer."""
+        for name in names:
+            if name in self.invalid:
+                raise EnvVarError(name, self.invalid[name], "must be an integer")
+
+    def present(self, name: str) -> bool:
+        """Whether ``name`` was set (a valid or an invalid value)."""
+        return name in self.invalid or bool(os.environ.get(name))
 
 
-def _int(name: str) -> int | None:
+def _read_int(name: str, invalid: dict[str, str]) -> int | None:
+    """The integer value of ``name``, None when unset; a value that is no integer is noted in ``invalid``."""
     value = os.environ.get(name)
-    if value is None or value == "":
+    if value is None or value.strip() == "":
         return None
     try:
-        return int(value)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name}={value!r} must be an integer") from exc
+        return int(value.strip())
+    except ValueError:
+        invalid[name] = value
+        return None
 
 
 def cluster_env() -> ClusterEnv:
+    """The placement variables. A variable set to a non-integer reads as unset and is listed in ``invalid``:
+    a launch convention that needs it refuses it by name (``ClusterEnv.check``), the others ignore it."""
+    invalid: dict[str, str] = {}
+
+    def _int(name: str) -> int | None:
+        return _read_int(name, invalid)
+
     return ClusterEnv(
         coordinator=os.environ.get("GRAPHPAR_COORDINATOR") or None,
         num_processes=_int("GRAPHPAR_NUM_PROCESSES"),
@@ -88,6 +116,11 @@ def cluster_env() -> ClusterEnv:
         slurm_nodelist=os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or None,
         slurm_job_id=_int("SLURM_JOB_ID"),
         slurm_tasks_per_node=os.environ.get("SLURM_STEP_TASKS_PER_NODE") or None,
+        rank_table_file=os.environ.get("RANK_TABLE_FILE") or os.environ.get("MINDSPORE_HCCL_CONFIG_PATH") or None,
+        rank_id=_int("RANK_ID"),
+        rank_size=_int("RANK_SIZE"),
+        device_id=_int("DEVICE_ID"),
+        invalid=invalid,
     )
 
 

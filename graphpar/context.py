@@ -12,13 +12,14 @@ from graphpar._context import set_context as set_context
 
 
 def set_ps_context(**kwargs) -> None:
-    """Parameter-server settings. graphpar has no parameter server; ``enable_ssl=False`` (the seeds' call) is
-    accepted, and anything that asks for a feature raises a clear error."""
-    from graphpar.errors import ConfigError
+    """MindSpore's ``set_ps_context``: TLS of the control plane (``enable_ssl``, ``config_file_path``,
+    ``client_password``, ``server_password``); see ``graphpar.communication.tls_config``."""
+    from graphpar.communication import tls_config
 
-    for key, value in kwargs.items():
-        if key == "enable_ssl" and value is False:
-            continue
-        raise ConfigError("set_ps_context", key, value, valid=["enable_ssl=False"],
-                          reason=f"{key}={value!r} is not supported: graphpar has no parameter-server mode; the "
-                                 "coordinator of jax.distributed has no TLS option (see docs/distributed.md)")
+    tls_config.set_ps_context(**kwargs)
+
+
+def get_ps_context(key: str):
+    from graphpar.communication import tls_config
+
+    return tls_config.get_ps_context(key)

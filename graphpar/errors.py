@@ -68,3 +68,11 @@ class DatasetError(GraphparError, ValueError):
 
 class DeviceError(GraphparError, ValueError):
     """A device target or device count this machine cannot provide."""
+
+
+class EnvVarError(GraphparError, ValueError):
+    """An environment variable whose value cannot be used (``variable``, ``value``), where it applies."""
+
+    def __init__(self, variable: str, value: str, reason: str):
+        self.variable, self.value = variable, value
+        super().__init__(f"environment variable {variable}={value!r}: {reason}")

@@ -22,3 +22,17 @@ def _fresh_context(tmp_path, monkeypatch):
     yield
     _context.reset_context()
     _context.reset_auto_parallel_context()
+
+
+@pytest.fixture()
+def notices(caplog, monkeypatch):
+    """graphpar's log records of this test, one-time notices included (their memory is emptied for the test and
+    the logger propagates to caplog even after graphpar installed its own handler)."""
+    import logging
+
+    from graphpar import _logging
+
+    monkeypatch.setattr(_logging.logger, "propagate", True)
+    monkeypatch.setattr(_logging, "_said", set())
+    with caplog.at_level(logging.INFO, logger="graphpar"):
+        yield caplog

@@ -50,6 +50,24 @@ def latest_checkpoint(directory: str, prefix: str | None = None) -> str | None:
     return found[-1][1] if found else None
 
 
+def unfinished_saves(directory: str, prefix: str | None = None) -> list[str]:
+    """The checkpoints of ``prefix`` whose save never completed (orbax's temporary directory, or a directory
+    without a manifest), oldest first: what was still in flight when the job stopped. Their names are the final
+    checkpoint names (``fault-1_5.ckpt``), without orbax's temporary suffix."""
+    if not os.path.isdir(directory):
+        return []
+    pattern = name_pattern(prefix)
+    found = []
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        base = name.split(TMP_MARKER)[0]
+        if not os.path.isdir(path) or not pattern.match(base):
+            continue
+        if TMP_MARKER in name or not os.path.exists(os.path.join(path, manifest.MANIFEST)):
+            found.append((os.path.getmtime(path), os.path.join(directory, base)))
+    return [p for _, p in sorted(found)]
+
+
 def remove_stale(directory: str, prefix: str) -> list[str]:
     """Delete what interrupted saves of ``prefix`` left behind: orbax's temporary directories and checkpoint
     directories without a manifest. Call only when no save of this prefix is in flight."""

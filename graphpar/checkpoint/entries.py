@@ -35,6 +35,7 @@ class Entry:
     trainable: bool = False
     slices: list | None = None  # set when ``value`` already holds rows of slices: each row's part of the tensor
     global_shape: tuple | None = None  # the whole tensor's shape, with ``slices``
+    pipeline_stage: int | None = None  # the stage whose devices hold it (pipeline parallel), recorded in the manifest
 
 
 def tree_path_name(path: Iterable[Any]) -> str:
@@ -105,7 +106,8 @@ def cell_entries(cell: Cell) -> list[Entry]:
     entries = []
     for name, holder in network_variables(cell):
         trainable = isinstance(holder, Parameter) and holder.requires_grad
-        entries.append(Entry(name, "network", holder.get_raw_value(), trainable))
+        stage = holder.get_metadata().get("pipeline_stage")  # set when a pipelined step placed it
+        entries.append(Entry(name, "network", holder.get_raw_value(), trainable, pipeline_stage=stage))
     opt = optimizer_of(cell)
     if opt is not None and not isinstance(cell, Optimizer):
         entries += optimizer_entries(opt)

@@ -45,6 +45,24 @@ def _newest(candidates: list[str]) -> str | None:
     return best[1] if best else None
 
 
+def _say_what_was_lost(cbs: list, chosen: str) -> None:
+    """One line when a rollback cannot use the newest save: none complete (training starts over), or a newer save
+    was still being written when the job stopped (its steps are trained again). Names the directory and the save."""
+    directories = sorted({cb.directory for cb in cbs})
+    unfinished = [(os.path.getmtime(p) if os.path.exists(p) else 0.0, p) for cb in cbs
+                  for p in ckpt_dir.unfinished_saves(cb.directory, cb.prefix)]
+    chosen_time = os.path.getmtime(chosen) if chosen and os.path.exists(chosen) else 0.0
+    newer = sorted(p for t, p in unfinished if not chosen or t >= chosen_time)
+    where = ", ".join(directories) or "(no ModelCheckpoint directory)"
+    lost = (f"; the newest save, {newer[-1]}, was still in flight when the job stopped and is incomplete"
+            if newer else "")
+    if not chosen:
+        notice_once(f"resume-none:{where}", f"resume: no complete checkpoint in {where}{lost}; training starts from the "
+                    "beginning", logging.WARNING)
+    elif newer:
+        notice_once(f"resume-lost:{chosen}", f"resume: rolling back to {chosen}{lost}", logging.WARNING)
+
+
 def choose(resume: Any, callbacks: Any) -> str | None:
     """The checkpoint to resume from (process 0 decides, every process gets its answer), or None for a fresh
     start. ``resume``: False (only automatic recovery), True (newest of the ModelCheckpoint callbacks'), or a path."""
@@ -70,9 +88,7 @@ def choose(resume: Any, callbacks: Any) -> str | None:
         if recorded:
             candidates.append(recorded)
         chosen = _newest(candidates) or ""
-        if not chosen:
-            notice_once("resume-none", "resume: no complete checkpoint found; training starts from the beginning",
-                        logging.WARNING)
+        _say_what_was_lost(cbs, chosen)
     chosen = store.broadcast_text(chosen)
     return chosen or None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ _lock = threading.Lock()
 _checkpointer: Any = None
 _pending: "PendingSave | None" = None
 _barriers = iter(range(1 << 62))
+TERM_WAIT_SECONDS = 3.0  # under graphpar launch's 5 s between SIGTERM and SIGKILL
 
 
 def _orbax() -> Any:
@@ -65,6 +67,23 @@ class PendingSave:
         if self.error is not None:
             error, self.error = self.error, None
             raise CheckpointError(self.path, f"saving failed: {error}") from error
+
+
+def _finish_save_then_terminate(signum: int, frame: Any) -> None:
+    """SIGTERM while an asynchronous save is in flight (``graphpar launch`` stops the survivors of a failed
+    process this way): give the save up to TERM_WAIT_SECONDS to commit, then terminate as SIGTERM would. Its files
+    may all be written already, and only the commit (process 0's rename and manifest) would be lost otherwise."""
+    pending = _pending
+    if pending is not None and pending.thread is not None:
+        pending.thread.join(timeout=TERM_WAIT_SECONDS)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _commit_before_terminating() -> None:
+    """Install :func:`_finish_save_then_terminate` unless the program handles SIGTERM itself."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _finish_save_then_terminate)
 
 
 def wait_for_saves() -> None:
@@ -143,6 +162,8 @@ def _layout(entries: Sequence[Entry], integrated: bool,
                   "dtype": np.dtype(entry.value.dtype).name}
         if entry.group == "network":
             record["trainable"] = bool(entry.trainable)
+        if entry.pipeline_stage is not None:
+            record["pipeline_stage"] = int(entry.pipeline_stage)
         if integrated:
             stored = _storable(entry.value)
             record["sharding"] = _sharding_text(entry.value)
@@ -194,6 +215,7 @@ def write(path: str, entries: Sequence[Entry], *, integrated: bool = True, async
             pending.seconds = time.perf_counter() - started
 
     if async_save:
+        _commit_before_terminating()
         pending.thread = threading.Thread(target=commit, name="graphpar-async-save", daemon=False)
         pending.thread.start()
         _pending = pending
@@ -218,6 +240,7 @@ def read_arrays(path: str, body: dict[str, Any], groups: Sequence[str]) -> dict[
     """``{group: {name: numpy array}}`` of the entries of ``groups`` (stacked rows for a sliced checkpoint)."""
     import orbax.checkpoint as ocp
 
+    path = os.path.abspath(path)  # orbax wants absolute paths; a relative one means the current directory
     wanted = [r for r in body["entries"] if r["group"] in groups]
     if not wanted:
         return {g: {} for g in groups}
@@ -229,6 +252,9 @@ def read_arrays(path: str, body: dict[str, Any], groups: Sequence[str]) -> dict[
         with _lock:
             restored = _orbax().restore(path, args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
                                                                           partial_restore=True))
+    except OSError as exc:  # a path problem (permissions, a directory gone), not a damaged checkpoint
+        raise CheckpointError(path, f"cannot be read: {exc.strerror or exc}",
+                              "Check that the path exists and is readable by this process") from exc
     except Exception as exc:  # orbax/tensorstore raise many kinds; name the checkpoint
         raise CheckpointError(path, f"orbax could not read it: {type(exc).__name__}: {exc}",
                               "The checkpoint may be damaged; load an earlier one") from exc

@@ -123,6 +123,10 @@ def _print_conflicts(conflicts: list[dict[str, Any]]) -> None:
               f"; wanted by {wanted}; redistribution {c['cost_bytes']:g} B per device")
 
 
+def _fmt_bytes(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _print_summary(data: dict[str, Any]) -> None:
     ranks = data["ranks"]
     note = f" (rank dirs {ranks[0]}-{ranks[-1]} under {data['source']}; --rank R for another)" if len(ranks) > 1 \
@@ -142,15 +146,36 @@ def _print_summary(data: dict[str, Any]) -> None:
     rows = [[str(o["node"]), o["instance_name"], o["kind"], _fmt_strategy(o["strategy"]),
              _fmt_provenance(o["provenance"]), _fmt_shapes(o["device_shapes"]),
              "\n".join(_fmt_collective(c) for c in o["collectives"]),
-             "-" if o["collective_bytes"] is None else str(o["collective_bytes"]), o["scope"]]
+             "-" if o["collective_bytes"] is None else str(o["collective_bytes"]),
+             _fmt_bytes(o.get("wire_bytes")), _fmt_bytes(o.get("predicted_bytes")), o["scope"]]
             for o in data["ops"]]
     for c in data["unattributed_collectives"]:
-        rows.append(["-", "(not attributed)", "", "", "", "", _fmt_collective(c), str(c["bytes"]), ""])
+        label = "(gradient reduction)" if c.get("parameters") else "(not attributed)"
+        rows.append(["-", label, "", "", " ".join(c.get("parameters", ())), "", _fmt_collective(c), str(c["bytes"]),
+                     _fmt_bytes(c.get("wire_bytes")), "", ""])
     _emit_table(["node", "op", "kind", "strategy", "provenance", "per-device shapes", "collectives", "bytes",
-                 "scope"], rows)
+                 "wire", "predicted", "scope"], rows)
     _print_conflicts(data["parameter_conflicts"])
     if data["total_collective_bytes"] is not None:
         print(f"\ntotal collective bytes per step (rank {data['rank']}): {data['total_collective_bytes']}")
+    if data.get("total_wire_bytes") is not None:
+        print(f"collective wire bytes per step (rank {data['rank']}): measured {data['total_wire_bytes']:g}, "
+              f"predicted {data['total_predicted_bytes']:g}")
+    if data.get("pipeline"):
+        _print_pipeline(data["pipeline"])
+
+
+def _print_pipeline(p: dict[str, Any]) -> None:
+    """The schedule of a pipeline stage's graph (graphpar.dump.pipeline)."""
+    print(f"\npipeline: {p['stages']} stages, micro_size {p['micro_size']}, scheduler {p['scheduler']}; "
+          f"{p['transfers_per_step']} activation transfers per step between stages (a stage's forward and backward "
+          f"programs, whose collectives are listed above, run once per micro-batch)")
+    _emit_table(["stage", "ranks", "order", "peak live micro-batches (schedule / measured)"],
+                [[str(s), o["ranks"], " ".join(o["actions"]), f"{o['peak_live']} / {p['peak_live'].get(s, '-')}"]
+                 for s, o in sorted(p["orders"].items())], title="schedule")
+    rows = [[t["pass"], str(t["micro"]), f"{t['src_stage']} -> {t['dest_stage']}", "send" if k == "sends" else "receive",
+             str(t["bytes"])] for k in ("sends", "receives") for t in p[k]]
+    _emit_table(["pass", "micro", "stages", "this rank", "bytes"], rows, title="transfers of this rank's stage")
 
 
 def _print_diff(data: dict[str, Any], show_all: bool) -> None:

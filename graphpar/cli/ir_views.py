@@ -12,6 +12,7 @@ from typing import Any
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, DumpError, Node, TensorType
 from graphpar.dump.model import strategy_text
+from graphpar.dump.pipeline import schedule_for
 
 _ARROW = "\u2190"  # ←
 
@@ -30,7 +31,7 @@ def _layout(layout: tuple) -> list[list[str]]:
 def _collective(c: Collective) -> dict[str, Any]:
     return {"name": c.name, "kind": c.kind, "op": c.op, "group": list(c.group), "bytes": c.bytes, "pass": c.pass_,
             "cause": c.cause, "hlo": c.hlo, "node": c.node, "arg": c.arg or None,
-            "types": _types(c.output_types)}
+            "types": _types(c.output_types), "wire_bytes": c.wire_bytes, "parameters": list(c.parameters)}
 
 
 def _provenance(node: Node) -> dict[str, Any] | None:
@@ -38,6 +39,7 @@ def _provenance(node: Node) -> dict[str, Any] | None:
     if p is None:
         return None
     return {"kind": p.kind, "source": p.source, "source_name": p.source_name, "cost": p.cost, "detail": p.detail,
+            "breakdown": p.breakdown,
             "text": p.text}
 
 
@@ -101,15 +103,20 @@ def summary_data(dset: DumpSet) -> dict[str, Any]:
                    | {"global_shapes": _shapes(dset.global_types(node)),
                       "device_shapes": _shapes((node.input_types, node.output_types)) if dset.execute else None,
                       "collectives": row["collectives"],
-                      "collective_bytes": node.collective_bytes if dset.execute else None})
+                      "collective_bytes": node.collective_bytes if dset.execute else None,
+                      "wire_bytes": node.wire_bytes if dset.execute else None,
+                      "predicted_bytes": node.predicted_bytes})
     unattributed = [_collective(c) for c in dset.execute.unattributed] if dset.execute else []
+    pipeline = schedule_for((dset.execute or dset.begin).path, dset.index)
     return {"source": dset.source, "graph": main.graph, "purpose": main.purpose, "index": dset.index,
             "indexes": dset.indexes, "rank": main.rank, "n_ranks": main.n_ranks, "ranks": dset.ranks,
             "parallel_mode": main.parallel_mode, "search_mode": main.search_mode, "mesh": main.mesh,
             "note": main.header.get("note"), "begin": dset.begin.path if dset.begin else None,
             "execute": dset.execute.path if dset.execute else None, "ops": ops,
             "unattributed_collectives": unattributed, "parameter_conflicts": _conflicts(dset.begin),
-            "total_collective_bytes": _total(dset)}
+            "total_collective_bytes": _total(dset),
+            "total_wire_bytes": dset.execute.total_wire_bytes if dset.execute else None,
+            "total_predicted_bytes": dset.execute.total_predicted_bytes if dset.execute else None} | ({"pipeline": pipeline} if pipeline else {})
 
 
 def _keyed(dump: Dump) -> dict[tuple[str, str, int], Node]:

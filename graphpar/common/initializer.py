@@ -163,7 +163,15 @@ def initializer(init: Any, shape: Sequence[int] | int | None = None, dtype: Any 
         return jnp.asarray(init, dtype)
     if shape is None:
         raise ValueError("initializer(): shape is required unless init is an array")
-    shape = tuple(int(d) for d in shape)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"initializer(shape={shape!r}): the shape must be a sequence of ints >= 0") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"initializer(shape={list(dims)}): dimension {dims.index(min(dims))} is {min(dims)}; every "
+                         "dimension must be >= 0 (MindSpore's -1 'any size' is for inputs, not for a Parameter's "
+                         "data)")
+    shape = dims
     if isinstance(init, bool) or not isinstance(init, (str, int, float, Initializer)):
         raise TypeError(f"initializer(): init must be a name, an Initializer, a number or an array; got "
                         f"{type(init).__name__}")

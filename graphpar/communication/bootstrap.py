@@ -7,7 +7,9 @@ Conventions, in order of precedence (the first one present wins; see ``process_p
    ``MS_SCHED`` role serves ranks and exits here, never returning to the user's script);
 3. OpenMPI ``mpirun`` — OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK;
 4. SLURM ``srun`` — SLURM_NTASKS / SLURM_PROCID / SLURM_LOCALID;
-5. otherwise one process: nothing to join.
+5. MindSpore's one process per device (seed 003's ``run.sh``) — RANK_SIZE > 1 / RANK_ID (/ RANK_TABLE_FILE,
+   DEVICE_ID): the processes of one host agree on a loopback coordinator through a file;
+6. otherwise one process: nothing to join.
 
 ``jax.distributed.initialize`` must run before any JAX backend starts, so nothing here touches devices until the
 job has formed. The coordinator binds the address it was given (``coordinator_bind_address``), never all
@@ -41,6 +43,7 @@ class HostPlacement:
 
 _placement = HostPlacement()
 _joined: ProcessPlan | None = None
+_tunnels: list = []  # the TLS proxy or forwarder of this process, alive as long as the process
 
 
 def placement() -> HostPlacement:
@@ -76,6 +79,7 @@ def initialize(platform: str) -> None:
     kind = process_plan.convention(env)
     if kind is None:
         return
+    _check_variables(env, kind)
     cluster_timeout, heartbeat = process_plan.timeouts(env)
     if kind == "dynamic_cluster":
         plan = _dynamic_cluster(env, cluster_timeout)
@@ -83,6 +87,8 @@ def initialize(platform: str) -> None:
         plan = process_plan.from_launcher(env)
     elif kind == "openmpi":
         plan = process_plan.from_openmpi(env, cluster_timeout)
+    elif kind == "rank_table":
+        plan = process_plan.from_rank_table(env, cluster_timeout)
     else:
         plan = process_plan.from_slurm(env)
     _join(plan, platform, cluster_timeout, heartbeat)
@@ -90,8 +96,26 @@ def initialize(platform: str) -> None:
     _placement = HostPlacement(plan.local_process_id, plan.local_process_count)
 
 
+def _check_variables(env: _env.ClusterEnv, kind: str) -> None:
+    """Refuse an unusable value of a variable this convention reads; note once those it does not read."""
+    used = process_plan.VARIABLES[kind] + process_plan.TIMEOUT_VARIABLES
+    env.check(*used)
+    for name, value in sorted(env.invalid.items()):
+        if name not in used:
+            from graphpar._logging import notice_once
+
+            notice_once(f"env-ignored:{name}", f"environment variable {name}={value!r} is not an integer; ignored: "
+                        f"this process joins its job by the {kind.replace('_', ' ')} convention, which does not read "
+                        "it")
+
+
 def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
-    from graphpar.communication import dynamic_cluster
+    from graphpar.communication import dynamic_cluster, tls_config
+
+    if tls_config.active() is not None:
+        raise ClusterError("set_ps_context(enable_ssl=True) with the Dynamic Cluster variables (MS_ROLE): the "
+                           "scheduler's rank assignment is not tunnelled through TLS; start the job with msrun/"
+                           "graphpar launch --node_rank N on each node (direct mode), mpirun or srun", "MS_ROLE")
 
     role = env.ms_role
     if role not in ("MS_SCHED", "MS_WORKER"):
@@ -149,15 +173,16 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
     ids = _local_device_ids(plan, platform)
     if ids is not None:
         kwargs["local_device_ids"] = ids
+    coordinator, bind = _through_tls(plan, timeout)
     # JAX aborts the process (uncatchable) when the job does not form in time; say why first.
     watchdog = threading.Timer(timeout, _report_slow_formation, (plan, timeout))
     watchdog.daemon = True
     watchdog.start()
     try:
         jax.distributed.initialize(
-            coordinator_address=plan.coordinator, num_processes=plan.num_processes, process_id=plan.process_id,
+            coordinator_address=coordinator, num_processes=plan.num_processes, process_id=plan.process_id,
             initialization_timeout=timeout, heartbeat_timeout_seconds=heartbeat,
-            coordinator_bind_address=plan.bind_address, **kwargs)
+            coordinator_bind_address=bind, **kwargs)
     except Exception as exc:  # JAX raises RuntimeError/XlaRuntimeError variants; say what we were doing
         raise ClusterError(
             f"{plan.source}: process {plan.process_id} of {plan.num_processes} could not join the job through the "
@@ -167,6 +192,30 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
         from graphpar.communication import rendezvous_file
 
         rendezvous_file.withdraw()
+
+
+def _through_tls(plan: ProcessPlan, timeout: int) -> tuple[str, str]:
+    """(coordinator address, bind address) to give JAX: the plan's own, or, with ``set_ps_context(enable_ssl=
+    True)``, the loopback ends of the TLS tunnel (see ``tls_tunnel``)."""
+    from graphpar.communication import tls_config
+
+    settings = tls_config.active()
+    if settings is None:
+        return plan.coordinator, plan.bind_address
+    from graphpar.communication import tls_tunnel
+
+    host, port = process_plan.split_address(plan.bind_address, plan.source)
+    if plan.process_id == 0:
+        internal = f"127.0.0.1:{process_plan.free_port('127.0.0.1')}"
+        proxy = tls_tunnel.TlsProxy(settings, (host, port), process_plan.split_address(internal, plan.source))
+        _tunnels.append(proxy.start())
+        return internal, internal
+    remote = process_plan.split_address(plan.coordinator, plan.source)
+    forwarder = tls_tunnel.TlsForwarder(settings, (process_plan.numeric_host(remote[0]), remote[1]))
+    forwarder.probe(timeout)  # a refused certificate is an error now, naming it, before JAX starts
+    _tunnels.append(forwarder.start())
+    local = f"127.0.0.1:{forwarder.port}"
+    return local, local
 
 
 def _report_slow_formation(plan: ProcessPlan, timeout: int) -> None:

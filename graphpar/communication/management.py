@@ -58,6 +58,7 @@ def init(backend_name: str | None = None) -> None:
                                  f"{GlobalComm.BACKEND!r}; call release() first or use init({GlobalComm.BACKEND!r})")
     bootstrap.initialize(chosen.platform)
     _context._check_platform(target)  # deferred while the job was forming; the backends may start now
+    _context._check_device_id(_context.current().device_id)
     GlobalComm.BACKEND = chosen.name
     GlobalComm.WORLD_COMM_GROUP = chosen.world_group
     GlobalComm.INITED = True

@@ -11,6 +11,7 @@ interfaces: ``bind_address`` is the numeric form of the coordinator's host.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ def _check_index(source: str, name: str, index: int, count: int, count_name: str
 def from_launcher(env: ClusterEnv) -> ProcessPlan:
     """``graphpar launch``'s variables: GRAPHPAR_COORDINATOR, GRAPHPAR_NUM_PROCESSES, GRAPHPAR_PROCESS_ID, ..."""
     source = "graphpar launch environment"
+    env.check(*VARIABLES["launch"])
     missing = [n for n, v in (("GRAPHPAR_COORDINATOR", env.coordinator), ("GRAPHPAR_NUM_PROCESSES",
                                                                           env.num_processes),
                               ("GRAPHPAR_PROCESS_ID", env.process_id)) if v is None]
@@ -117,6 +119,7 @@ def _ompi_coordinator(env: ClusterEnv, timeout: float) -> str:
 def from_openmpi(env: ClusterEnv, timeout: float) -> ProcessPlan:
     """``mpirun -n N python train.py``: OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK / _LOCAL_SIZE."""
     source = "OpenMPI environment"
+    env.check(*VARIABLES["openmpi"])
     if env.ompi_world_rank is None:
         raise ClusterError(f"{source}: OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not",
                            "OMPI_COMM_WORLD_RANK")
@@ -148,6 +151,7 @@ def _slurm_local_count(tasks_per_node: str | None) -> int:
 def from_slurm(env: ClusterEnv) -> ProcessPlan:
     """``srun python train.py``: SLURM_NTASKS / SLURM_PROCID / SLURM_LOCALID; coordinator on the first node."""
     source = "SLURM environment"
+    env.check(*VARIABLES["slurm"])
     if env.slurm_procid is None:
         raise ClusterError(f"{source}: SLURM_NTASKS is set but SLURM_PROCID is not", "SLURM_PROCID")
     _check_index(source, "SLURM_PROCID", env.slurm_procid, env.slurm_ntasks, "SLURM_NTASKS")
@@ -164,17 +168,83 @@ def from_slurm(env: ClusterEnv) -> ProcessPlan:
                        local_count, env.local_devices)
 
 
+def _rank_table(path: str) -> tuple[int, list[str]]:
+    """(device count, server ids) of a MindSpore rank table file (``server_list[].device[]``)."""
+    import json
+
+    try:
+        with open(path) as fh:
+            table = json.load(fh)
+        servers = table["server_list"]
+        return sum(len(s["device"]) for s in servers), [str(s.get("server_id", "?")) for s in servers]
+    except OSError as exc:
+        raise ClusterError(f"RANK_TABLE_FILE={path!r} cannot be read: {exc.strerror or exc}", "RANK_TABLE_FILE") \
+            from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ClusterError(f"RANK_TABLE_FILE={path!r} is not a MindSpore rank table (JSON with "
+                           f"server_list[].device[]): {type(exc).__name__}: {exc}", "RANK_TABLE_FILE") from None
+
+
+def from_rank_table(env: ClusterEnv, timeout: float) -> ProcessPlan:
+    """MindSpore's one-process-per-device launch (seed 003's ``run.sh``): RANK_SIZE processes started by hand on
+    one host, each with RANK_ID (and DEVICE_ID, RANK_TABLE_FILE). The processes agree on a loopback coordinator
+    through a file, as ``mpirun`` ranks on one host do; a job spanning hosts is refused with what to use instead."""
+    source = "MindSpore rank-table environment (RANK_SIZE/RANK_ID)"
+    env.check(*VARIABLES["rank_table"])
+    if env.rank_id is None:
+        raise ClusterError(f"{source}: RANK_SIZE={env.rank_size} is set but RANK_ID is not; give every process "
+                           "its RANK_ID (0..RANK_SIZE-1), or start the job with "
+                           f"msrun --worker_num {env.rank_size} --local_worker_num {env.rank_size} script.py",
+                           "RANK_ID")
+    _check_index(source, "RANK_ID", env.rank_id, env.rank_size, "RANK_SIZE")
+    key = f"ranksize{env.rank_size}"
+    if env.rank_table_file:
+        devices, servers = _rank_table(env.rank_table_file)
+        if len(servers) > 1:
+            raise ClusterError(f"RANK_TABLE_FILE={env.rank_table_file!r} lists {len(servers)} servers "
+                               f"({', '.join(servers)}): graphpar forms a job across hosts with msrun/graphpar "
+                               "launch, e.g. msrun --worker_num N --local_worker_num K --master_addr HOST0 "
+                               "--node_rank R script.py on each host", "RANK_TABLE_FILE")
+        if devices != env.rank_size:
+            raise ClusterError(f"RANK_TABLE_FILE={env.rank_table_file!r} lists {devices} devices but RANK_SIZE="
+                               f"{env.rank_size}; they must agree", "RANK_SIZE")
+        key = f"ranktable-{os.path.abspath(env.rank_table_file)}-{env.rank_size}"
+    if env.coordinator:
+        coordinator = env.coordinator
+    else:
+        from graphpar.communication import rendezvous_file
+
+        coordinator = rendezvous_file.coordinator_for(key, env.rank_id == 0, timeout, source="RANK_ID 0")
+    return ProcessPlan(source, coordinator, env.rank_size, env.rank_id, env.rank_id, env.rank_size,
+                       env.local_devices)
+
+
+# the variables each convention reads (an unusable value among them is an error; elsewhere it is ignored)
+VARIABLES = {
+    "launch": ("GRAPHPAR_NUM_PROCESSES", "GRAPHPAR_PROCESS_ID", "GRAPHPAR_LOCAL_DEVICES", "GRAPHPAR_LOCAL_PROCESS_ID",
+               "GRAPHPAR_LOCAL_PROCESS_COUNT"),
+    "dynamic_cluster": ("MS_SCHED_PORT", "MS_WORKER_NUM", "GRAPHPAR_LOCAL_DEVICES"),
+    "openmpi": ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE", "GRAPHPAR_LOCAL_DEVICES"),
+    "slurm": ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_ID", "GRAPHPAR_LOCAL_DEVICES"),
+    "rank_table": ("RANK_SIZE", "RANK_ID", "DEVICE_ID", "GRAPHPAR_LOCAL_DEVICES"),
+}
+TIMEOUT_VARIABLES = ("GRAPHPAR_CLUSTER_TIMEOUT", "MS_TOPO_TIMEOUT", "GRAPHPAR_HEARTBEAT_TIMEOUT")
+
+
 def convention(env: ClusterEnv) -> str | None:
     """Which launcher convention the environment speaks, in graphpar's order of precedence, or None (one
     process)."""
-    if env.num_processes is not None or env.process_id is not None:
+    if env.present("GRAPHPAR_NUM_PROCESSES") or env.present("GRAPHPAR_PROCESS_ID"):
         return "launch"
     if env.ms_role is not None:
         return "dynamic_cluster"
-    if env.ompi_world_size is not None:
+    if env.present("OMPI_COMM_WORLD_SIZE"):
         return "openmpi"
-    if env.slurm_ntasks is not None and env.slurm_ntasks > 1:
+    if (env.slurm_ntasks is not None and env.slurm_ntasks > 1) or "SLURM_NTASKS" in env.invalid:
         return "slurm"
+    if (env.rank_size is not None and env.rank_size > 1) or "RANK_SIZE" in env.invalid:
+        return "rank_table"
     return None
 
 

@@ -23,9 +23,15 @@ def _path(key: str) -> str:
     return os.path.join(tempfile.gettempdir(), "graphpar-coordinator-" + re.sub(r"[^A-Za-z0-9_.-]", "_", key))
 
 
-def coordinator_for(key: str, leader: bool, timeout: float) -> str:
-    """``127.0.0.1:PORT`` for the job ``key``: chosen and published by the leader, read by the others."""
+_STALE_SECONDS = 30.0
+
+
+def coordinator_for(key: str, leader: bool, timeout: float, source: str = "rank 0") -> str:
+    """``127.0.0.1:PORT`` for the job ``key``: chosen and published by the leader, read by the others. A file
+    written more than 30 s before this process began waiting is a crashed earlier job's and is not used (keys that
+    are not unique per run, like a rank table's path, would otherwise find it)."""
     path = _path(key)
+    since = time.time() - _STALE_SECONDS
     if leader:
         address = f"127.0.0.1:{free_port('127.0.0.1')}"
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -37,15 +43,16 @@ def coordinator_for(key: str, leader: bool, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
+            fresh = os.path.getmtime(path) >= since
             with open(path) as f:
                 address = f.read().strip()
-            if address:
+            if address and fresh:
                 return address
         except FileNotFoundError:
             pass
         time.sleep(0.05)
-    raise ClusterError(f"OpenMPI job: rank 0 did not publish the coordinator address in {path} within {timeout:.0f} "
-                       "s (is rank 0 running on this host?); or pass it with mpirun -x GRAPHPAR_COORDINATOR=HOST:PORT",
+    raise ClusterError(f"{source} did not publish the coordinator address in {path} within {timeout:.0f} s (is it "
+                       "running on this host?); or give every process GRAPHPAR_COORDINATOR=HOST:PORT",
                        "GRAPHPAR_COORDINATOR")
 
 

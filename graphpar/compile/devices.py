@@ -32,7 +32,23 @@ def job_devices(device_num: int | None) -> list[jax.Device]:
             f"set_auto_parallel_context(device_num={device_num}): this job has only {len(devices)} "
             f"{devices[0].platform.upper()} device(s); valid: 1..{len(devices)} (on CPU, simulate more with "
             f"XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)")
+    if device_num < len(devices):
+        from graphpar._logging import notice_once
+
+        notice_once(f"device_num:{device_num}:{len(devices)}",
+                    f"set_auto_parallel_context(device_num={device_num}): training on ranks 0..{device_num - 1} "
+                    f"({_names(devices[:device_num])}) of the {len(devices)} devices this job has; the other "
+                    f"{len(devices) - device_num} stay idle")
     return devices[:device_num]
+
+
+def _names(devices: list[jax.Device]) -> str:
+    """``cpu:0-3`` for consecutive ids of one platform, else each device."""
+    ids = [d.id for d in devices]
+    platform = devices[0].platform
+    if all(d.platform == platform for d in devices) and ids == list(range(ids[0], ids[0] + len(ids))):
+        return f"{platform}:{ids[0]}" + (f"-{ids[-1]}" if len(ids) > 1 else "")
+    return ", ".join(f"{d.platform}:{d.id}" for d in devices)
 
 
 def rank_of(device: jax.Device) -> int:

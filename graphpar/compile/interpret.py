@@ -9,7 +9,7 @@ collective to its op. Gradients follow by autodiff of this function (a sharding 
 the cotangent alike).
 
 Runs of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()``) are evaluated inside
-``jax.checkpoint`` (``compile.recompute``). Op nodes evaluate their inner jaxpr; ``custom_jvp``/``custom_vjp``
+``jax.checkpoint`` (``compile.recompute``). Op nodes bind their own ``jit`` equation; ``custom_jvp``/``custom_vjp``
 equations are re-bound with their bind params (keeping custom derivatives).
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 
 import jax
 from jax.ad_checkpoint import checkpoint_name
-from jax.extend import core as jcore
 from jax.sharding import Mesh, NamedSharding
 
 from graphpar.compile import recompute
@@ -31,7 +30,9 @@ from graphpar.parallel.strategy import to_partition_spec
 def _apply(node: Node, args: Sequence[Any]) -> list[Any]:
     eqn = node.eqn
     if node.is_op:
-        return list(jcore.jaxpr_as_fun(eqn.params["jaxpr"])(*args))
+        # the op's own jit equation, bound whole: JAX differentiates and lowers it as one call (cheaper than
+        # re-evaluating its equations one by one), and its name stays inside the node's named scope
+        return list(eqn.primitive.bind(*args, **eqn.params))
     params = eqn.primitive.get_bind_params(eqn.params)
     with eqn.ctx.manager:
         out = eqn.primitive.bind(*args, **params)

@@ -239,7 +239,7 @@ class TrainProgram:
         pvals, rvals, opt_state = self._bound_state(ns, compiled)
         pvals, rvals, opt_state, loss = compiled(pvals, rvals, opt_state, placed)
         self._write_back(ns, compiled, pvals, rvals, opt_state)
-        self._throttle(loss)
+        self._throttle(compiled, loss)
         return loss
 
     def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[Compiled, list]:
@@ -276,13 +276,13 @@ class TrainProgram:
         self.optimizer._box.state = opt_state
         self._written = (compiled, pvals, rvals)
 
-    def _throttle(self, loss: Any) -> None:
+    def _throttle(self, compiled: Compiled, loss: Any) -> None:
         """Let at most ``MAX_IN_FLIGHT`` steps be queued on the devices. Steps are dispatched asynchronously; XLA's
         CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few
         cores (seen with 8 simulated devices on 2 cores, in plain JAX too), and a queue of two keeps the devices
         as busy as a longer one."""
-        if not isinstance(loss, jax.Array) or self.plan.pynative:
-            return
+        if compiled.executable is None or not isinstance(loss, jax.Array):
+            return  # PYNATIVE_MODE: the step ran eagerly
         self._in_flight.append(loss)
         while len(self._in_flight) > self.MAX_IN_FLIGHT:
             self._in_flight.popleft().block_until_ready()
@@ -359,7 +359,7 @@ def _global_aval(x: Any, stacked: bool = False) -> jax.ShapeDtypeStruct:
     """The global shape of a process-local batch input (rows of every process stacked on dimension 0); of one
     step's batch when ``x`` is a stack of batches."""
     shape = tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x))
-    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    dtype = x.dtype if isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)) else np.asarray(x).dtype
     dtype = jax.dtypes.canonicalize_dtype(dtype)
     if jax.process_count() > 1 and shape and not isinstance(x, jax.Array):
         if not _context.current_parallel().full_batch:

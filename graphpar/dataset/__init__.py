@@ -17,6 +17,7 @@ from graphpar.dataset._iterators import DictIterator as DictIterator
 from graphpar.dataset._iterators import EpochIterator as EpochIterator
 from graphpar.dataset._iterators import TupleIterator as TupleIterator
 from graphpar.dataset._mnist import MnistDataset as MnistDataset
+from graphpar.dataset._numpy_slices import NumpySlicesDataset as NumpySlicesDataset
 from graphpar.dataset._ops import BatchDataset as BatchDataset
 from graphpar.dataset._ops import MapDataset as MapDataset
 from graphpar.dataset._ops import ProjectDataset as ProjectDataset

@@ -38,6 +38,8 @@ def _find(root: Path, prefix: str, kind: str) -> Path:
 
 def _read_bytes(path: Path) -> bytes | np.memmap:
     if path.suffix != ".gz":
+        if os.path.getsize(path) == 0:
+            return b""  # numpy cannot map an empty file; the header check names it
         return np.memmap(path, dtype=np.uint8, mode="r")
     try:
         with gzip.open(path, "rb") as f:

@@ -4,8 +4,10 @@ Every collective instruction (all-reduce, all-gather, reduce-scatter, all-to-all
 async ``-start`` forms) is parsed for its kind, result shapes, replica groups and ``op_name`` metadata. The lowering
 runs each node under the named scope ``{scope}/{instance}#{id}``, which XLA keeps in ``op_name``; so ``#{id}``
 names the node that caused the collective, and a ``transpose(...)`` around it says it belongs to the backward pass.
-Replica groups come in three spellings (explicit ``{{0,1},{2,3}}``, iota ``[2,4]<=[8]`` /
-``[4,2]<=[2,4]T(1,0)``, and mesh ``mesh['a'=2,'b'=4] {'b'}``); all are expanded to explicit rank lists.
+Replica groups come in the spellings XLA prints (explicit ``{{0,1},{2,3}}``, iota ``[2,4]<=[8]`` /
+``[4,2]<=[2,4]T(1,0)``, Shardy's mesh ``mesh['a'=2,'b'=4] {'b'}`` with sub-axes ``{'a':(2)2}`` and
+``device_ids=([2,2,2]T(0,2,1))``, and ``source_target_pairs``); all are expanded to explicit rank lists, and an
+unknown spelling is an error. An async ``-start``/``-done`` pair is one collective (the start is read).
 """
 
 from __future__ import annotations
@@ -19,11 +21,33 @@ _KINDS = {"all-reduce": "AllReduce", "all-gather": "AllGather", "reduce-scatter"
           "all-to-all": "AlltoAll", "collective-permute": "CollectivePermute",
           "collective-broadcast": "Broadcast"}
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>all-reduce|all-gather|"
-                    r"reduce-scatter|all-to-all|collective-permute|collective-broadcast)(?:-start)?\(")
+                    r"reduce-scatter|all-to-all|collective-permute|collective-broadcast)(?P<start>-start)?\(")
 _ARRAY = re.compile(r"(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\]")
 _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
              "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 _NODE = re.compile(r"([A-Za-z_][\w.\-]*)#(\d+)")
+
+
+def wire_bytes(kind: str, result_bytes: float, group_size: int) -> float:
+    """Bytes one device sends for a collective under ring algorithms: the project's unit of "collective bytes".
+
+    ``kind`` is the MindSpore spelling (AllReduce, AllGather, ReduceScatter, AlltoAll, CollectivePermute,
+    Broadcast), ``result_bytes`` the per-device result size R, ``group_size`` g: AllReduce 2(g-1)/g R, AllGather
+    (g-1)/g R, ReduceScatter (g-1) R (its input is g R), AlltoAll (g-1)/g R, CollectivePermute and Broadcast R;
+    a group of one moves nothing.
+    """
+    g = int(group_size)
+    if g <= 1:
+        return 0.0
+    if kind == "AllReduce":
+        return 2.0 * (g - 1) / g * result_bytes
+    if kind in ("AllGather", "AlltoAll"):
+        return (g - 1) / g * result_bytes
+    if kind == "ReduceScatter":
+        return float(g - 1) * result_bytes
+    if kind in ("CollectivePermute", "Broadcast"):
+        return float(result_bytes)
+    raise ValueError(f"wire_bytes: unknown collective kind {kind!r} (expected one of {sorted(set(_KINDS.values()))})")
 
 
 @dataclass
@@ -51,36 +75,119 @@ class Collective:
         return ()
 
 
-def _split_braces(text: str) -> list[list[int]]:
-    return [[int(x) for x in grp.split(",") if x.strip()] for grp in re.findall(r"\{([\d,\s]*)\}", text)]
+class HloGroupsError(ValueError):
+    """A collective whose device groups graphpar cannot read: never guessed as "all ranks"."""
+
+    def __init__(self, instruction: str, text: str):
+        self.instruction, self.text = instruction, text
+        super().__init__(f"cannot read the device groups of HLO instruction {instruction!r}: unknown spelling "
+                         f"{text[:120]!r}; graphpar reads explicit lists {{{{0,1}},{{2,3}}}}, iota [n,m]<=[k] "
+                         "(with T(...)), mesh[...] {axes} (with device_ids=...) and source_target_pairs")
+
+
+_IOTA = re.compile(r"\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?")
+_MESH = re.compile(r"mesh\[(?P<axes>[^\]]*)\](?:,\s*device_ids=(?P<ids>\((?:[^()]|\([^()]*\))*\)|\[[\d,\s]*\]))?\s*"
+                   r"\{(?P<chosen>[^}]*)\}")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _iota(shape: list[int], dims: list[int], perm: list[int] | None) -> np.ndarray:
+    ids = np.arange(int(np.prod(dims))).reshape(dims)
+    if perm:
+        ids = ids.transpose(perm)
+    return ids.reshape(shape)
+
+
+def _explicit(text: str) -> tuple[list[list[int]], int]:
+    """``{{0,1},{2,3}}`` (or ``{}``) at the start of ``text``: (groups, characters read)."""
+    depth, i = 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if depth == 0:
+            break
+    body = text[1:i]
+    groups = [_ints(g) for g in re.findall(r"\{([\d,\s]*)\}", body)]
+    if re.sub(r"\{[\d,\s]*\}|[,\s]", "", body):
+        raise ValueError(body)
+    return groups, i + 1
+
+
+def _mesh_groups(m: re.Match) -> list[list[int]]:
+    """Shardy's ``mesh['a'=2,'b'=4] {'b'}``; sub-axes ``{'a':(2)2}`` (size 2 after a 2-sized major part) and a
+    ``device_ids`` order (iota or explicit) included."""
+    axes = [(a, int(n)) for a, n in re.findall(r"'([^']+)'=(\d+)", m.group("axes"))]
+    total = int(np.prod([n for _, n in axes])) if axes else 1
+    ids_text = m.group("ids")
+    if ids_text is None:
+        ids = np.arange(total)
+    elif ids_text.startswith("("):
+        inner = ids_text[1:-1]
+        it = _IOTA.fullmatch(inner)  # [n]<=[dims]T(perm)
+        if it is not None:
+            ids = _iota(_ints(it.group("shape")), _ints(it.group("dims")),
+                        _ints(it.group("perm")) if it.group("perm") else None).reshape(-1)
+        else:  # [dims]T(perm): an iota over dims, transposed
+            it = re.fullmatch(r"\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?", inner)
+            if it is None:
+                raise ValueError(ids_text)
+            ids = _iota([total], _ints(it.group("dims")), _ints(it.group("perm")) if it.group("perm") else None)
+    else:
+        ids = np.asarray(_ints(ids_text[1:-1]))
+    # split every axis into the parts the chosen sub-axes name: (pre)size gives [pre, size, rest]
+    cuts: dict[str, set[int]] = {a: {1, n} for a, n in axes}
+    chosen: list[tuple[str, int, int]] = []  # (axis, pre, size)
+    for item in [c.strip() for c in m.group("chosen").split(",") if c.strip()]:
+        sub = re.fullmatch(r"'([^']+)'(?::\((\d+)\)(\d+))?", item)
+        if sub is None or sub.group(1) not in cuts:
+            raise ValueError(item)
+        name, size_of = sub.group(1), dict(axes)[sub.group(1)]
+        pre, size = (int(sub.group(2)), int(sub.group(3))) if sub.group(2) else (1, size_of)
+        cuts[name].update({pre, pre * size})
+        chosen.append((name, pre, size))
+    parts: list[tuple[str, int, int]] = []  # (axis, pre, size) of every factor, major first
+    for a, n in axes:
+        points = sorted(cuts[a])
+        parts += [(a, lo, hi // lo) for lo, hi in zip(points, points[1:])]
+    grid = ids.reshape([size for _, _, size in parts] or [1])
+    pick = [k for k, (a, pre, size) in enumerate(parts)
+            if any(a == ca and pre >= cpre and pre * size <= cpre * csize for ca, cpre, csize in chosen)]
+    keep = [k for k in range(len(parts)) if k not in pick]
+    group = int(np.prod([parts[k][2] for k in pick])) if pick else 1
+    return grid.transpose(keep + pick).reshape(-1, group).tolist()
 
 
 def parse_groups(line: str, n_devices: int) -> list[list[int]]:
-    m = re.search(r"replica_groups=\{(\{[\d,\s{}]*\})\}", line)
-    if m:
-        return _split_braces(m.group(1))
-    m = re.search(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
-    if m:
-        shape = [int(x) for x in m.group(1).split(",")]
-        dims = [int(x) for x in m.group(2).split(",")]
-        ids = np.arange(int(np.prod(dims))).reshape(dims)
-        if m.group(3):
-            ids = ids.transpose([int(x) for x in m.group(3).split(",")])
-        return ids.reshape(shape).tolist()
-    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
-    if m:
-        axes = [(a, int(s)) for a, s in re.findall(r"'([^']+)'=(\d+)", m.group(1))]
-        chosen = set(re.findall(r"'([^']+)'", m.group(2)))
-        ids = np.arange(int(np.prod([s for _, s in axes]))).reshape([s for _, s in axes])
-        keep = [i for i, (a, _) in enumerate(axes) if a not in chosen]
-        move = [i for i, (a, _) in enumerate(axes) if a in chosen]
-        ids = ids.transpose(keep + move)
-        group = int(np.prod([axes[i][1] for i in move])) if move else 1
-        return ids.reshape(-1, group).tolist()
-    m = re.search(r"source_target_pairs=\{(.*?)\}\s*(?:,|$)", line)
-    if m:
-        return _split_braces(m.group(1) + "}")
-    return [list(range(n_devices))]
+    """The device groups of one collective instruction, whatever the spelling XLA printed. No ``replica_groups``
+    at all means every device (XLA's default); an unknown spelling is a :class:`HloGroupsError`."""
+    name = line.split("=", 1)[0].replace("ROOT", "").strip()
+    at = line.find("replica_groups=")
+    if at < 0:
+        m = re.search(r"source_target_pairs=(\{)", line)
+        if m:
+            try:
+                return _explicit(line[m.start(1):])[0]
+            except ValueError as exc:
+                raise HloGroupsError(name, line[m.start(1):]) from exc
+        return [list(range(n_devices))]
+    text = line[at + len("replica_groups="):]
+    try:
+        if text.startswith("{"):
+            groups = _explicit(text)[0]
+            return groups if groups else [list(range(n_devices))]
+        m = _IOTA.match(text)
+        if m:
+            perm = _ints(m.group("perm")) if m.group("perm") else None
+            return _iota(_ints(m.group("shape")), _ints(m.group("dims")), perm).tolist()
+        m = _MESH.match(text)
+        if m:
+            return _mesh_groups(m)
+    except ValueError as exc:
+        raise HloGroupsError(name, text) from exc
+    raise HloGroupsError(name, text)
 
 
 def _result_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -100,9 +207,9 @@ def parse_collectives(hlo_text: str, n_devices: int) -> list[Collective]:
             continue
         op = m.group("op")
         shape_text = m.group("shape")
-        if "-start" in line.split("=", 1)[1].split("(")[0]:
-            # async start returns (operands..., results...): keep the second half
-            shapes = _result_shapes(shape_text)
+        if m.group("start"):
+            # an async start returns (operands..., results..., [u32[] contexts]); its -done is not counted again
+            shapes = [(dt, dims) for dt, dims in _result_shapes(shape_text) if dims or dt != "u32"]
             shapes = shapes[len(shapes) // 2:] if len(shapes) > 1 else shapes
         else:
             shapes = _result_shapes(shape_text)

@@ -65,6 +65,7 @@ class Provenance:
     cost: float | None = None
     detail: str = ""
     text: str = ""
+    breakdown: dict[str, float] | None = None  # the cost model's record of the choice (edge/op bytes, flops, ...)
 
 
 @dataclass
@@ -87,6 +88,8 @@ class Collective:
     scope: str
     node: int | None  # node id it is attributed to; None = not attributed to an op
     line: int
+    wire_bytes: float | None = None  # bytes one device sends (ring algorithms), the unit of "collective bytes"
+    parameters: tuple[str, ...] = ()  # a fused gradient reduction: the Parameters whose gradients it carries
 
 
 @dataclass
@@ -108,6 +111,7 @@ class Node:
     in_layouts: list[tuple[tuple[str, ...], ...]]
     line: int
     collectives: list[Collective] = field(default_factory=list)
+    predicted_bytes: float | None = None  # execute dumps: the cost model's collective wire bytes for this op
 
     @property
     def hint(self) -> tuple | None:
@@ -122,6 +126,11 @@ class Node:
     @property
     def collective_bytes(self) -> int:
         return sum(c.bytes for c in self.collectives)
+
+    @property
+    def wire_bytes(self) -> float:
+        """Measured collective bytes in the project's unit (what one device sends)."""
+        return sum(c.wire_bytes or 0.0 for c in self.collectives)
 
 
 @dataclass
@@ -157,6 +166,8 @@ class Dump:
     conflicts: list[ParameterConflict] = field(default_factory=list)
     returns: list[str] = field(default_factory=list)
     total_bytes: int | None = None  # execute dumps: the ``# total collective bytes per step`` line
+    total_wire_bytes: float | None = None  # ... its measured wire bytes
+    total_predicted_bytes: float | None = None  # ... and the cost model's prediction
     comments: list[tuple[int, str]] = field(default_factory=list)  # unknown ``#`` lines
 
     @property

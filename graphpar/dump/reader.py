@@ -116,17 +116,26 @@ def split_attrs(text: str) -> dict[str, Any]:
 _PROPAGATED = re.compile(r"^propagated from (?P<name>.+) \(node (?P<id>\d+)\) at cost (?P<cost>\S+) B$")
 
 
+_BREAKDOWN = re.compile(r" \[cost (?P<items>(?:[a-z_]+=\S+ ?)+)\]$")
+
+
 def parse_provenance(text: str) -> Provenance:
+    full, breakdown = text, None
+    m = _BREAKDOWN.search(text)
+    if m:
+        breakdown = {k: float(v) for k, v in (item.split("=", 1) for item in m.group("items").split())}
+        text = text[:m.start()]
     m = _PROPAGATED.match(text)
     if m:
-        return Provenance("propagated", int(m.group("id")), m.group("name"), float(m.group("cost")), text=text)
+        return Provenance("propagated", int(m.group("id")), m.group("name"), float(m.group("cost")), text=full,
+                          breakdown=breakdown)
     m = re.match(r"^propagated at cost (\S+) B$", text)
     if m:
-        return Provenance("propagated", cost=float(m.group(1)), text=text)
+        return Provenance("propagated", cost=float(m.group(1)), text=full, breakdown=breakdown)
     kind, _, detail = text.partition(": ")
     if not re.fullmatch(r"[a-z_]+", kind):
-        raise ValueError(f"bad provenance {text!r}")
-    return Provenance(kind, detail=detail, text=text)
+        raise ValueError(f"bad provenance {full!r}")
+    return Provenance(kind, detail=detail, text=full, breakdown=breakdown)
 
 
 # --- lines ----------------------------------------------------------------------------------------------------------
@@ -136,11 +145,12 @@ _NODE_HEAD = re.compile(r"^(?P<outs>(?:%[^\s(]*)?)\((?P<tag>[^)]*)\) = (?P<kind>
                         r"\{instance name: (?P<inst>[^}]*)\} primitive_attrs: \{")
 _COLL_HEAD = re.compile(r"^(?P<name>%c\d+) = (?P<kind>\w+)\((?P<args>[^)]*)\) "
                         r"\{instance name: (?P<inst>[^}]*)\} primitive_attrs: \{")
-_TRAILER = re.compile(r"  # (scope|node|provenance|device_matrix|in_layouts): ")
+_TRAILER = re.compile(r"  # (scope|node|provenance|device_matrix|in_layouts|predicted_bytes): ")
 _CONFLICT = re.compile(r"^# parameter conflict: (?P<param>.+) stored as (?P<stored>\([^)]*\)); wanted by "
                        r"(?P<wanted>.*); redistribution (?P<cost>\S+) B per device$")
 _WANTED = re.compile(r"(?P<name>\S+) \(node (?P<id>\d+)\) as (?P<layout>\([^)]*\))")
-_TOTAL = re.compile(r"^# total collective bytes per step \(rank (?P<rank>\d+)\): (?P<total>\d+)$")
+_TOTAL = re.compile(r"^# total collective bytes per step \(rank (?P<rank>\d+)\): (?P<total>\d+)"
+                    r"(?:  # wire: (?P<wire>\S+)  # predicted: (?P<predicted>\S+))?$")
 
 
 def _split_main(text: str) -> tuple[str, str, str, dict[str, str]]:
@@ -192,7 +202,8 @@ def parse_node(line: str, lineno: int) -> Node:
                 output_types=parse_types(outs), scope=_scope(trailers),
                 provenance=parse_provenance(trailers["provenance"]) if "provenance" in trailers else None,
                 device_matrix=parse_tuple(dm) if dm is not None else None,
-                in_layouts=[parse_layout(t) for t in layouts.split("; ")] if layouts else [], line=lineno)
+                in_layouts=[parse_layout(t) for t in layouts.split("; ")] if layouts else [], line=lineno,
+                predicted_bytes=float(trailers["predicted_bytes"]) if "predicted_bytes" in trailers else None)
 
 
 def parse_collective(line: str, lineno: int) -> Collective:
@@ -210,6 +221,8 @@ def parse_collective(line: str, lineno: int) -> Collective:
     return Collective(name=head.group("name"), kind=head.group("kind"), arg=head.group("args").strip(),
                       instance_name=head.group("inst"), attrs=attrs, op=attrs.get("op"), group=group,
                       bytes=attrs["bytes"], pass_=str(attrs.get("pass", "")), cause=str(attrs.get("cause", "")),
+                      wire_bytes=float(attrs["wire_bytes"]) if "wire_bytes" in attrs else None,
+                      parameters=tuple(str(attrs.get("parameters", "")).split()),
                       hlo=str(attrs.get("hlo", "")), input_types=parse_types(ins), output_types=parse_types(outs),
                       scope=_scope(trailers), node=_node_id(trailers, allow_none=True), line=lineno)
 
@@ -288,7 +301,11 @@ def parse_text(text: str, path: str | Path = "<text>") -> Dump:
                     if m is None:
                         raise ValueError("expected '# total collective bytes per step (rank R): N'")
                     dump.total_bytes = int(m.group("total"))
-                elif line == "# inputs" or line.startswith("# collectives not attributed to an op"):
+                    if m.group("wire") is not None:
+                        dump.total_wire_bytes = float(m.group("wire"))
+                        dump.total_predicted_bytes = float(m.group("predicted"))
+                elif line == "# inputs" or line.startswith(("# collectives not attributed to an op",
+                                                            "# gradient reductions")):
                     last_node = None
                 else:
                     dump.comments.append((lineno, line))

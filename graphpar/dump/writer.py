@@ -19,7 +19,7 @@ from typing import Any
 from graphpar import _context
 from graphpar.dump.format import (
     FORMAT_VERSION, attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
-from graphpar.dump.hlo import Collective, parse_collectives
+from graphpar.dump.hlo import Collective, parse_collectives, wire_bytes
 from graphpar.ir.graph import Graph, Node
 
 _counter = itertools.count()
@@ -72,7 +72,7 @@ def _input_lines(graph: Graph, per_device: bool) -> list[str]:
     return lines + [""]
 
 
-def _node_line(graph: Graph, node: Node, per_device: bool) -> str:
+def _node_line(graph: Graph, node: Node, per_device: bool, predicted: float | None = None) -> str:
     mesh = graph.meta["mesh"]
     s = node.strategy
     ins, outs = [], []
@@ -94,7 +94,7 @@ def _node_line(graph: Graph, node: Node, per_device: bool) -> str:
             f"primitive_attrs: {attrs_text(prim_attrs)} {{in_strategy: {s.in_strategy_text()}}} : "
             f"({', '.join(ins)}) -> ({', '.join(outs)})  # scope: ({node.scope})  # node: {node.id}  "
             f"# provenance: {node.provenance.text(graph)}  # device_matrix: {tuple(s.device_matrix())}  "
-            f"# in_layouts: {layouts}")
+            f"# in_layouts: {layouts}" + ("" if predicted is None else f"  # predicted_bytes: {predicted:g}"))
 
 
 def dump_path(directory: str | os.PathLike, rank: int, kind: str, index: int) -> Path:
@@ -130,10 +130,15 @@ def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: li
     return written
 
 
-def _collective_line(c: Collective, k: int, rank: int, node: Node | None, graph: Graph) -> str:
+def _collective_line(c: Collective, k: int, rank: int, node: Node | None, graph: Graph,
+                     parameters: tuple[str, ...] = ()) -> str:
     group = c.group_of(rank)
     attrs = {"op": c.reduce_op or None, "group_ranks": "-".join(str(r) for r in group), "rank_list": group,
-             "bytes": c.nbytes, "pass": "backward" if c.backward else "forward", "cause": _cause(c), "hlo": c.name}
+             "bytes": c.nbytes, "wire_bytes": wire_bytes(c.kind, c.nbytes, len(group)),
+             "pass": "backward" if c.backward else "forward",
+             "cause": "gradient reduction" if parameters else _cause(c), "hlo": c.name}
+    if parameters:
+        attrs["parameters"] = " ".join(parameters)
     if not c.reduce_op:
         del attrs["op"]
     types = ", ".join(tensor_type_from_hlo(dt, shape) for dt, shape in c.shapes)
@@ -166,14 +171,47 @@ def tensor_type_from_hlo(dtype: str, shape: tuple[int, ...]) -> str:
     return f"<Tensor[{_HLO_TO_MS.get(dtype, dtype)}], {tuple(shape)}>"
 
 
-def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int]) -> dict[int, str]:
-    """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank."""
-    collectives = parse_collectives(hlo_text, plan.n)
+def _fused_gradients(c: Collective, graph: Graph) -> tuple[str, ...]:
+    """The Parameters a fused (tuple) backward AllReduce carries the gradients of: XLA's combiner merges the
+    data-parallel gradient reductions of many parameters into one collective; it belongs to all of them."""
+    if c.kind != "AllReduce" or not c.backward or len(c.shapes) < 2:
+        return ()
+    names = []
+    for nid in c.nodes:
+        node = graph.nodes.get(nid)
+        for vid in node.inputs if node is not None else ():
+            value = graph.values[vid]
+            if value.kind == "param" and value.name not in names:
+                names.append(value.name)
+    return tuple(names)
+
+
+def _predicted(graph: Graph, plan: Any) -> dict[int, float]:
+    """Per node, the cost model's predicted collective wire bytes (``graphpar.parallel.predict``)."""
+    from graphpar.parallel.predict import predicted_costs
+
+    costs = predicted_costs(graph, plan.pctx.parallel_mode, plan.n, graph.meta.get("purpose") == "train")
+    return {nid: c.comm_bytes for nid, c in costs.items()}
+
+
+def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int], rank_offset: int = 0,
+                  program_devices: int | None = None) -> dict[int, str]:
+    """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank.
+
+    ``rank_offset``/``program_devices``: a program compiled for a group of ``program_devices`` consecutive ranks
+    from ``rank_offset`` (a pipeline stage); its HLO numbers devices from 0."""
+    collectives = parse_collectives(hlo_text, program_devices or plan.n)
+    for c in collectives:
+        c.groups = [[r + rank_offset for r in g] for g in c.groups]
+    predicted = _predicted(graph, plan)
     by_node: dict[int, list[Collective]] = {}
-    loose = []
+    loose, fused = [], []
     for c in collectives:
         owners = [n for n in c.nodes if n in graph.nodes]
-        if owners:
+        carried = _fused_gradients(c, graph)
+        if carried:
+            fused.append((c, carried))
+        elif owners:
             by_node.setdefault(owners[-1], []).append(c)
         else:
             loose.append(c)
@@ -181,27 +219,36 @@ def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int]) -> d
     for rank in ranks:
         lines = _header("execute", graph, plan, rank, "per-device shapes of this rank") + _input_lines(graph, True)
         k = itertools.count()
-        total = 0
+        total, wire = 0, 0.0
         for node in graph.node_list():
-            lines.append(_node_line(graph, node, per_device=True))
+            lines.append(_node_line(graph, node, per_device=True, predicted=predicted.get(node.id, 0.0)))
             for c in by_node.get(node.id, []):
                 lines.append(_collective_line(c, next(k), rank, node, graph))
                 total += c.nbytes
+                wire += wire_bytes(c.kind, c.nbytes, len(c.group_of(rank)))
+        if fused:
+            lines.append("# gradient reductions (one fused AllReduce carries the gradients of several parameters)")
+            for c, carried in fused:
+                lines.append(_collective_line(c, next(k), rank, None, graph, carried))
+                total += c.nbytes
+                wire += wire_bytes(c.kind, c.nbytes, len(c.group_of(rank)))
         if loose:
             lines.append("# collectives not attributed to an op (optimizer update, input placement)")
             for c in loose:
                 lines.append(_collective_line(c, next(k), rank, None, graph))
                 total += c.nbytes
-        lines.append(f"# total collective bytes per step (rank {rank}): {total}")
+                wire += wire_bytes(c.kind, c.nbytes, len(c.group_of(rank)))
+        lines.append(f"# total collective bytes per step (rank {rank}): {total}  # wire: {wire:g}  "
+                     f"# predicted: {sum(predicted.values()):g}")
         texts[rank] = "\n".join(lines) + "\n"
     return texts
 
 
 def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
-                  ranks: list[int]) -> list[Path]:
+                  ranks: list[int], rank_offset: int = 0, program_devices: int | None = None) -> list[Path]:
     index = dump_index(graph)
     written = []
-    for rank, text in execute_texts(graph, plan, hlo_text, ranks).items():
+    for rank, text in execute_texts(graph, plan, hlo_text, ranks, rank_offset, program_devices).items():
         path = dump_path(directory, rank, "execute", index)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

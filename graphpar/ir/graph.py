@@ -62,16 +62,21 @@ class Provenance:
 
     kind: str
     source: int | None = None  # node id the strategy came from (propagated)
-    cost: float = 0.0  # redistribution bytes per device on that edge
+    cost: float = 0.0  # redistribution wire bytes per device on the edges priced when the choice was made
     detail: str = ""
+    breakdown: dict[str, float] | None = field(default=None, compare=False)  # cost model record of the choice
 
     def text(self, graph: "Graph | None" = None) -> str:
         if self.kind == "propagated" and graph is not None and self.source is not None:
             src = graph.nodes[self.source]
-            return f"propagated from {src.instance_name} (node {src.id}) at cost {self.cost:g} B"
-        if self.kind == "propagated":
-            return f"propagated at cost {self.cost:g} B"
-        return self.kind + (f": {self.detail}" if self.detail else "")
+            head = f"propagated from {src.instance_name} (node {src.id}) at cost {self.cost:g} B"
+        elif self.kind == "propagated":
+            head = f"propagated at cost {self.cost:g} B"
+        else:
+            head = self.kind + (f": {self.detail}" if self.detail else "")
+        if not self.breakdown:
+            return head
+        return head + " [cost " + " ".join(f"{k}={v:g}" for k, v in self.breakdown.items()) + "]"
 
 
 @dataclass(eq=False)

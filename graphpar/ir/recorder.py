@@ -84,6 +84,8 @@ def cell_scope(label: str, cell: Any = None) -> Iterator[None]:
         return
     import jax
 
+    from graphpar.ir import construct_errors
+
     recorder.scope_stack.append(label)
     recorder.cell_stack.append(cell)
     config = getattr(cell, "_recompute", None)
@@ -92,6 +94,11 @@ def cell_scope(label: str, cell: Any = None) -> Iterator[None]:
     try:
         with jax.named_scope(label):
             yield
+    except Exception as exc:  # name the innermost Cell in JAX's trace-time errors (see construct_errors)
+        translated = construct_errors.for_cell(exc, recorder.scope, type(cell).__name__ if cell else label)
+        if translated is exc:
+            raise
+        raise translated from None
     finally:
         recorder.scope_stack.pop()
         recorder.cell_stack.pop()

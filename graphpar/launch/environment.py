@@ -19,7 +19,14 @@ _COUNT_FLAG = "--xla_force_host_platform_device_count"
 # Variables of another convention that must not leak into a child (they would take precedence or confuse it).
 _PLACEMENT = ("GRAPHPAR_COORDINATOR", "GRAPHPAR_NUM_PROCESSES", "GRAPHPAR_PROCESS_ID", "GRAPHPAR_LOCAL_PROCESS_ID",
               "GRAPHPAR_LOCAL_PROCESS_COUNT", "MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM",
-              "MS_NODE_ID")
+              "MS_NODE_ID", "RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE")
+
+
+def replaced_variables() -> list[str]:
+    """``NAME=value`` of the placement variables in the launcher's own environment: the launcher places its
+    processes itself, so these do not reach them (said once at start, never silently)."""
+    env = _env.process_environment()
+    return [f"{name}={env[name]!r}" for name in _PLACEMENT if env.get(name)]
 
 
 def xla_flags_with_devices(flags: str, count: int) -> str:
@@ -45,6 +52,8 @@ def worker_environment(config: LaunchConfig, local_index: int, restart: int) -> 
         env["GRAPHPAR_LOCAL_DEVICES"] = str(config.devices_per_proc)
         env["XLA_FLAGS"] = xla_flags_with_devices(_env.xla_flags(), config.devices_per_proc)
     pid = config.process_id(local_index)
+    # the device it drives on its host, as MindSpore's one-process-per-device scripts read it (seed 003)
+    env["DEVICE_ID"] = str(local_index * (config.devices_per_proc or 1))
     if config.dynamic_cluster:
         env.update(MS_ROLE="MS_WORKER", MS_SCHED_HOST=config.master_addr, MS_SCHED_PORT=str(config.master_port),
                    MS_WORKER_NUM=str(config.total_procs))

@@ -84,6 +84,10 @@ class Supervisor:
     # --- the restart loop --------------------------------------------------------------------------------------
     def run(self) -> int:
         os.makedirs(self.config.log_dir, exist_ok=True)
+        replaced = environment.replaced_variables()
+        if replaced:
+            self.say(f"{', '.join(replaced)} in this environment do(es) not apply: the launcher places its "
+                     "processes itself and does not pass these to them")
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             restart = 0

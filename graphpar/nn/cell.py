@@ -24,7 +24,8 @@ from graphpar.errors import CellError
 from graphpar.ir import recorder as _recorder
 from graphpar.ops.primitive import Primitive
 
-_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute")
+_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
+                "_pipeline_stage")
 
 
 class Cell(nnx.Module, pytree=False):
@@ -155,6 +156,23 @@ class Cell(nnx.Module, pytree=False):
                     f"'{owners[param.name]}' and '{path}'); give each Parameter a unique name, e.g. "
                     f"Parameter(..., name='{path}')")
             owners[param.name] = path
+
+    # --- pipeline parallel -------------------------------------------------------------------------------------
+    @property
+    def pipeline_stage(self) -> int | None:
+        """The pipeline stage this Cell (and every Cell below it that sets none) runs in; ``None`` when unset, as
+        MindSpore's default. Read by ``graphpar.parallel.pipeline_stages`` when ``pipeline_stages > 1``."""
+        return self.__dict__.get("_pipeline_stage")
+
+    @pipeline_stage.setter
+    def pipeline_stage(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_stage' must be int type, "
+                            f"but got type : {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_stage' can not be less "
+                             f"than 0, but got {value}")
+        object.__setattr__(self, "_pipeline_stage", value)
 
     # --- modes -------------------------------------------------------------------------------------------------
     def set_train(self, mode: bool = True) -> "Cell":

@@ -157,7 +157,15 @@ class Primitive:
             return self.compute(*full)
 
         body.__name__ = body.__qualname__ = f"{_recorder.OP_EQN_PREFIX}{call_id}"
-        return jax.jit(body)(*tensors)
+        try:
+            return jax.jit(body)(*tensors)
+        except Exception as exc:  # a JAX shape-rule error names no op: say which one, where, on what
+            from graphpar.ir import construct_errors
+
+            translated = construct_errors.for_op(exc, self.instance_name, self.name, scope, names, tensors)
+            if translated is exc:
+                raise
+            raise translated from None
 
     def __repr__(self) -> str:
         return f"Prim[{self.name}]<{self.instance_name}>"

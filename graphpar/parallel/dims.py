@@ -31,6 +31,7 @@ class DimSpec:
     order: tuple[str, ...]
     fixed: frozenset[str] = field(default_factory=frozenset)
     repeat_first: bool = False
+    batch: str | None = None  # the label MindSpore's batch (default) strategy splits; None: input 0's dim 0
 
     @property
     def contracted(self) -> frozenset[str]:
@@ -69,7 +70,7 @@ def registered_kinds() -> list[str]:
 
 def _load() -> None:
     # The rule modules register themselves on import; importing them here keeps graphpar's import cheap.
-    from graphpar.parallel.rules import lax_rules, op_rules  # noqa: F401
+    from graphpar.parallel.rules import lax_rules, op_rules, structured_rules  # noqa: F401
 
 
 # --- builders shared by rules -------------------------------------------------------------------------------------
@@ -159,3 +160,53 @@ def replicated(in_shapes: Sequence[tuple[int, ...]], out_shapes: Sequence[tuple[
     """No dimension may be split: the op runs whole on every device."""
     return DimSpec(tuple(tuple(None for _ in s) for s in in_shapes),
                    tuple(tuple(None for _ in s) for s in out_shapes), ())
+
+
+def carry_reshape(src: tuple[int, ...], dst: tuple[int, ...], sizes: dict[str, int],
+                  spec: Sequence[tuple[str, ...]]) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
+    """MindSpore's ReshapeInfo: the layout of a reshape's output given its input layout ``spec``.
+
+    Returns ``(input spec kept, output spec)``. Within each group of dims the reshape merges or splits (row-major),
+    a device's block stays one contiguous run exactly when every dim but the last split one is split completely
+    (blocks of size 1); so the axes of a group are carried in order, major dim first, as long as that holds, and
+    dealt out to the group's output dims the same way. Axes that cannot be carried are dropped from the kept input
+    spec (the edge into the reshape gathers them: a priced, reported redistribution).
+    """
+    kept: list[tuple[str, ...]] = [tuple(a) for a in spec]
+    out: list[tuple[str, ...]] = [() for _ in dst]
+    groups = reshape_groups(tuple(src), tuple(dst))
+    if groups is None:
+        return tuple(() for _ in src), tuple(out)
+
+    def size(axes: Sequence[str]) -> int:
+        prod = 1
+        for a in axes:
+            prod *= sizes[a]
+        return prod
+
+    for gi, gj in groups:
+        run: list[tuple[str, int]] = []  # (axis, input dim) in carry order
+        open_ = True
+        for i in gi:
+            axes = kept[i]
+            if not open_:
+                kept[i] = ()
+                continue
+            run += [(a, i) for a in axes]
+            if src[i] != 1 and size(axes) != src[i]:
+                open_ = False  # a partial split: later dims of the group cannot be carried
+        pos = 0
+        for j in gj:
+            if dst[j] == 1:
+                continue
+            acc, taken = 1, []
+            while pos < len(run) and dst[j] % (acc * sizes[run[pos][0]]) == 0:
+                acc *= sizes[run[pos][0]]
+                taken.append(run[pos][0])
+                pos += 1
+            out[j] = tuple(taken)
+            if acc != dst[j]:
+                break
+        for a, i in run[pos:]:  # not carried: the input must arrive without them
+            kept[i] = tuple(x for x in kept[i] if x != a)
+    return tuple(kept), tuple(out)

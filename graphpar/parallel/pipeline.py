@@ -18,6 +18,7 @@ from graphpar.parallel.passes.hints import apply_hints
 from graphpar.parallel.passes.parameters import place_parameters
 from graphpar.parallel.passes.propagate import propagate
 from graphpar.parallel.passes.recorded import apply_strategy_file, check_strategy_file
+from graphpar.parallel.passes.redistributions import report_redistributions
 from graphpar.parallel.passes.verify import verify
 
 Pass = Callable[[Graph, PlanContext], Graph]
@@ -29,6 +30,7 @@ SEMI_AUTO: tuple[tuple[str, Pass], ...] = (
     ("place_parameters", place_parameters),
     ("check_strategy_file", check_strategy_file),
     ("verify", verify),
+    ("report_redistributions", report_redistributions),
 )
 
 SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
@@ -39,6 +41,7 @@ SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
     ("place_parameters", place_parameters),
     ("check_strategy_file", check_strategy_file),
     ("verify", verify),
+    ("report_redistributions", report_redistributions),
 )
 
 DATA_PARALLEL: tuple[tuple[str, Pass], ...] = (

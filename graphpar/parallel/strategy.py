@@ -10,8 +10,10 @@ are.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from jax.sharding import PartitionSpec
@@ -31,11 +33,18 @@ class MeshInfo:
 
     @property
     def n_devices(self) -> int:
-        return int(np.prod(self.sizes))
+        return math.prod(self.sizes)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return dict(zip(self.names, self.sizes))
 
     def size(self, axes: Sequence[str]) -> int:
-        index = {n: s for n, s in zip(self.names, self.sizes)}
-        return int(np.prod([index[a] for a in axes])) if axes else 1
+        """Devices along ``axes`` (a plain product: the planner calls this in its inner loops)."""
+        index, out = self._index, 1
+        for a in axes:
+            out *= index[a]
+        return out
 
 
 def strategy_text(strategy: Sequence[Sequence[int]]) -> str:
@@ -54,8 +63,9 @@ class NodeStrategy:
     repeat_axes: tuple[str, ...]
     mesh: MeshInfo
     out_override: tuple[Spec, ...] | None = None
+    in_override: tuple[Spec, ...] | None = None  # layout-following ops (Reshape): input layouts given directly
 
-    @property
+    @cached_property
     def axes(self) -> dict[str, tuple[str, ...]]:
         return dict(self.label_axes)
 
@@ -65,12 +75,16 @@ class NodeStrategy:
         return self.mesh.size(self.axes.get(label, ()))
 
     def in_strategy(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(self.split(l) for l in row) for row in self.dims.inputs)
+        return tuple(tuple(self.mesh.size(axes) for axes in self.input_spec(i)) for i in range(len(self.dims.inputs)))
 
     def in_strategy_text(self) -> str:
         return strategy_text(self.in_strategy())
 
     def device_matrix(self) -> tuple[int, ...]:
+        if self.in_override is not None:  # MindSpore's ReshapeInfo: the device matrix is the input strategy
+            core = self.in_strategy()[0] if self.in_override else ()
+            repeat = self.mesh.n_devices // max(int(np.prod(core)) if core else 1, 1)
+            return core + ((repeat,) if repeat > 1 else ())
         core = tuple(self.split(l) for l in self.dims.order)
         repeat = self.mesh.size(self.repeat_axes)
         if repeat == 1:
@@ -79,13 +93,15 @@ class NodeStrategy:
 
     @property
     def devices_used(self) -> int:
-        return int(np.prod([self.split(l) for l in self.dims.order])) if self.dims.order else 1
+        return math.prod(self.split(l) for l in self.dims.order)
 
     def _spec(self, row: Sequence[str | None]) -> Spec:
         axes = self.axes
         return tuple(axes.get(l, ()) if l is not None else () for l in row)
 
     def input_spec(self, i: int) -> Spec:
+        if self.in_override is not None:
+            return self.in_override[i]
         return self._spec(self.dims.inputs[i])
 
     def output_spec(self, j: int) -> Spec:
@@ -146,38 +162,75 @@ def _suggest(size: int, split: int, n_devices: int) -> int:
     return min(ok, key=lambda d: (abs(d - split), -d))
 
 
+def _scalar_operands(node, hint: tuple, n_inputs: int) -> tuple:
+    """The hint's entries for the node's tensor inputs. MindSpore writes ``()`` for a Python-scalar operand
+    (``Mul().shard(((dp, mp, 1, 1), ()))`` for ``mul(x, 0.125)``); those entries are dropped here."""
+    if len(hint) <= n_inputs:
+        return hint
+    scalars = sorted(i for i, a in node.static_args.items()
+                     if i < len(hint) and isinstance(a, (bool, int, float, complex, np.number)))
+    if len(hint) - len(scalars) != n_inputs:
+        return hint
+    for i in scalars:
+        if tuple(hint[i]) != ():
+            raise StrategyError(node.instance_name, hint, f"entry {i} {tuple(hint[i])} is for the Python scalar "
+                                f"operand {node.static_args[i]!r}, which has no dimensions to split", node.scope,
+                                f"Write () for a scalar operand, e.g. {strategy_text(_with_entry(hint, i, ()))}")
+    return tuple(e for i, e in enumerate(hint) if i not in scalars)
+
+
+def _with_entry(hint: tuple, i: int, entry: tuple, d: int | None = None, value: int | None = None) -> tuple:
+    rows = [tuple(r) for r in hint]
+    if d is None:
+        rows[i] = tuple(entry)
+    else:
+        row = list(rows[i])
+        row[d] = value
+        rows[i] = tuple(row)
+    return tuple(rows)
+
+
 def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: MeshInfo) -> NodeStrategy:
-    """The strategy a user's ``shard()`` hint asks for, or a :class:`StrategyError` naming what is wrong."""
+    """The strategy a user's ``shard()`` hint asks for, or a :class:`StrategyError` naming what is wrong.
+
+    Checks as MindSpore's ``CheckStrategy``: one entry per tensor input (``()`` for a scalar operand), one split
+    per dimension, splits that divide their dimension, dimensions the op shares split alike (a 1 is a split too:
+    ``MatMul ((2, 1), (4, 1))`` is refused, never rewritten), and a product that divides the device count.
+    """
     op, scope = node.instance_name, node.scope
+    full = hint
+    hint = _scalar_operands(node, hint, len(dims.inputs))
     if len(hint) != len(dims.inputs):
-        raise StrategyError(op, hint, f"{node.kind} has {len(dims.inputs)} tensor input(s) here but the strategy has "
-                            f"{len(hint)} entries", scope, "Give one tuple per tensor input")
+        raise StrategyError(op, full, f"{node.kind} has {len(dims.inputs)} tensor input(s) here but the strategy has "
+                            f"{len(full)} entries", scope, "Give one tuple per tensor input")
     splits: dict[str, tuple[int, str]] = {}
     names = node.input_names or tuple(f"input {i}" for i in range(len(hint)))
+    shapes = [tuple(s) for s in in_shapes]
     for i, (row, entry, shape) in enumerate(zip(dims.inputs, hint, in_shapes)):
         if len(entry) != len(shape):
-            raise StrategyError(op, hint, f"entry {i} {entry} has {len(entry)} splits but {names[i]} has shape "
+            raise StrategyError(op, full, f"entry {i} {entry} has {len(entry)} splits but {names[i]} has shape "
                                 f"{tuple(shape)}", scope, f"Give {len(shape)} splits for {names[i]}")
         for d, (label, split, size) in enumerate(zip(row, entry, shape)):
             where = f"{names[i] if i < len(names) else f'input {i}'} dim {d}"
             if size % split:
                 fix = list(entry)
                 fix[d] = _suggest(size, split, mesh.n_devices)
-                raise StrategyError(op, hint, f"{where} has size {size}, which the split {split} does not divide "
-                                    f"(shapes {[tuple(s) for s in in_shapes]})", scope,
+                raise StrategyError(op, full, f"{where} has size {size}, which the split {split} does not divide "
+                                    f"(shapes {shapes})", scope,
                                     f"Use a divisor of {size}, e.g. {tuple(fix)} for that input")
-            if split == 1:
+            if split != 1 and (label is None or label in dims.fixed):
+                raise StrategyError(op, full, f"{node.kind} cannot split {where} (shapes {shapes})", scope,
+                                    f"Use 1 for {where}, e.g. {strategy_text(_with_entry(hint, i, (), d, 1))}")
+            if label is None:
                 continue
-            if label is None or label in dims.fixed:
-                raise StrategyError(op, hint, f"{node.kind} cannot split {where} (shapes "
-                                    f"{[tuple(s) for s in in_shapes]})", scope, f"Use 1 for {where}")
             if label in splits and splits[label][0] != split:
                 prev, prev_where = splits[label]
-                raise StrategyError(op, hint, f"{where} is split {split} but {prev_where} is split {prev}; "
-                                    f"{node.kind} needs these dimensions split alike (shapes "
-                                    f"{[tuple(s) for s in in_shapes]})", scope,
-                                    f"Split both by the same factor, e.g. {prev}")
+                raise StrategyError(op, full, f"{where} is split {split} but {prev_where} is split {prev}; "
+                                    f"{node.kind} needs these dimensions split alike, a 1 included (shapes "
+                                    f"{shapes})", scope, f"Split both by the same factor, e.g. "
+                                    f"{strategy_text(_with_entry(hint, i, (), d, prev))}")
             splits.setdefault(label, (split, where))
+    splits = {l: v for l, v in splits.items() if v[0] != 1}
     total = int(np.prod([s for s, _ in splits.values()])) if splits else 1
     if total > mesh.n_devices or mesh.n_devices % total:
         raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {mesh.n_devices} "

@@ -193,6 +193,16 @@ def read(path: str) -> StrategyFile:
                          "for a .json save_file, not its protobuf form") from exc
     if not isinstance(data, dict) or "parallel_layout_item" not in data:
         raise _bad(path, "it has no 'parallel_layout_item' (not a strategy file)")
+    try:
+        return _parse(path, data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field of the wrong kind or missing
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise _bad(path, f"malformed strategy file ({what}); graphpar reads the JSON form MindSpore writes, with "
+                         "parallel_layout_item entries holding dev_matrix and tensor_map lists") from None
+
+
+def _parse(path: str, data: dict) -> StrategyFile:
+    """The strategy file of parsed JSON ``data`` (raises KeyError/TypeError/... on a malformed one)."""
     extra = data.get("graphpar") or {}
     layouts = {}
     for name, item in data["parallel_layout_item"].items():

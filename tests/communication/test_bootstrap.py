@@ -56,8 +56,9 @@ def test_launcher_variables_are_checked(env):
     with pytest.raises(ClusterError, match="not HOST:PORT"):
         process_plan.from_launcher(env(GRAPHPAR_COORDINATOR="localhost", GRAPHPAR_NUM_PROCESSES=2,
                                        GRAPHPAR_PROCESS_ID=0))
-    with pytest.raises(ValueError, match="GRAPHPAR_NUM_PROCESSES='two' must be an integer"):
-        env(GRAPHPAR_NUM_PROCESSES="two")
+    with pytest.raises(ValueError, match="GRAPHPAR_NUM_PROCESSES='two': must be an integer"):
+        process_plan.from_launcher(env(GRAPHPAR_COORDINATOR="127.0.0.1:1", GRAPHPAR_NUM_PROCESSES="two",
+                                       GRAPHPAR_PROCESS_ID=0))
 
 
 def test_precedence_launcher_then_dynamic_cluster_then_mpi_then_slurm(env):

@@ -50,19 +50,27 @@ def test_summary(ir_dumps, capsys):
     assert "matmul" in row and "((2, 4), (4, 1))" in row and "user" in row and "(8, 8), (8, 16) -> (8, 16)" in row
     assert "from matmul (node 0), 0 B" in out
     assert "total collective bytes per step (rank 0):" in out
+    assert "collective wire bytes per step (rank 0): measured " in out and ", predicted " in out
     code, out, _ = run(capsys, "summary", ir_dumps["auto"], "--rank", "4", "--json")
     data = json.loads(out)
     assert set(data) == {"source", "graph", "purpose", "index", "indexes", "rank", "n_ranks", "ranks",
                          "parallel_mode", "search_mode", "mesh", "note", "begin", "execute", "ops",
-                         "unattributed_collectives", "parameter_conflicts", "total_collective_bytes"}
+                         "unattributed_collectives", "parameter_conflicts", "total_collective_bytes",
+                         "total_wire_bytes", "total_predicted_bytes"}
     assert data["rank"] == 4 and data["ranks"] == list(range(8))
     matmul = data["ops"][0]
     assert set(matmul) == {"node", "instance_name", "kind", "scope", "strategy", "hint", "provenance",
-                           "device_matrix", "global_shapes", "device_shapes", "collectives", "collective_bytes"}
+                           "device_matrix", "global_shapes", "device_shapes", "collectives", "collective_bytes",
+                           "wire_bytes", "predicted_bytes"}
     assert matmul["global_shapes"]["inputs"] == [[16, 32], [32, 16]]
     assert matmul["device_shapes"] == {"inputs": [[8, 8], [8, 16]], "outputs": [[8, 16]]}
     assert any(c["kind"] == "AllReduce" and c["group"] == [4, 5, 6, 7] for c in matmul["collectives"])
     assert matmul["collective_bytes"] == sum(c["bytes"] for c in matmul["collectives"])
+    # predicted (cost model) and measured (HLO) wire bytes, per op and in total: this plan is predicted exactly
+    assert matmul["wire_bytes"] == sum(c["wire_bytes"] for c in matmul["collectives"]) > 0
+    assert matmul["predicted_bytes"] is not None
+    assert data["total_wire_bytes"] > 0 and abs(data["total_predicted_bytes"] - data["total_wire_bytes"]) <= \
+        0.1 * data["total_wire_bytes"]
 
 
 def test_diff(ir_dumps, capsys):

@@ -62,6 +62,10 @@ def test_auto_propagation_from_the_hint(ir_dumps):
     assert relu.in_strategy == ((2, 4),)
     assert (relu.provenance.kind, relu.provenance.source, relu.provenance.source_name, relu.provenance.cost) == (
         "propagated", 0, "matmul", 0.0)
+    # the cost model's record of the choice survives the dump: no edge bytes (the AllReduce + slice is a
+    # ReduceScatter whose saving pays the backward gather), the op's own work and memory
+    assert relu.provenance.breakdown["edge_bytes"] == 0.0 and relu.provenance.breakdown["flops"] > 0
+    assert relu.provenance.breakdown["memory_bytes"] > 0
     assert matmul2.in_strategy == ((2, 4), (4, 1)) and matmul2.provenance.source_name == "relu"
     weight = dset.begin.inputs[0]
     assert (weight.name, weight.role, weight.type.shape) == ("%para0_w", "Parameter", (32, 16))
@@ -169,3 +173,19 @@ def test_mixed_network_lines(ir_dumps):
     assert ("matmul", conflict.wanted[0][1], (("m1", "m2"), ())) == conflict.wanted[0]
     assert dset.execute.unattributed and all(c.node is None and c.arg == "" for c in dset.execute.unattributed)
     assert dset.execute.total_bytes == sum(c.bytes for c in dset.execute.collectives)
+
+
+@pytest.mark.parametrize("mode", ["semi", "auto", "mixed"])
+def test_fused_gradient_reductions_name_their_parameters(ir_dumps, mode):
+    dset = load(ir_dumps[mode])
+    fused = [c for c in dset.execute.collectives if c.cause == "gradient reduction"]
+    params = {i.name.removeprefix("%para").split("_", 1)[-1] for i in dset.execute.inputs if i.role == "Parameter"}
+    for c in fused:  # one fused AllReduce carries several parameters' gradients, listed by name
+        assert c.kind == "AllReduce" and c.pass_ == "backward" and c.node is None
+        assert c.parameters and set(c.parameters) <= params, (c.parameters, params)
+    # every collective counts once in the totals, measured and predicted in the same unit
+    ex = dset.execute
+    assert ex.total_wire_bytes == pytest.approx(sum(c.wire_bytes for c in ex.collectives))
+    assert ex.total_predicted_bytes == pytest.approx(sum(n.predicted_bytes for n in ex.nodes))
+    if mode != "mixed":
+        assert fused

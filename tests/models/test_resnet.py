@@ -97,7 +97,9 @@ def test_data_parallel_with_global_statistics_equals_one_device():
     dp, dp_losses, _ = _train("data_parallel", True)
     sa, sa_losses, _ = _train("stand_alone", False)
     for name in sa:
-        np.testing.assert_allclose(dp[name], sa[name], rtol=1e-4, atol=1e-6, err_msg=name)
+        # atol 1e-5: the model-zoo initialisation (gamma 1) keeps activations O(1), so float32 reassociation of the
+        # global statistics (8 partial sums vs one) moves a moving mean by a few 1e-6 in absolute terms
+        np.testing.assert_allclose(dp[name], sa[name], rtol=1e-4, atol=1e-5, err_msg=name)
     np.testing.assert_allclose(dp_losses, sa_losses, rtol=1e-5)
     local, _, _ = _train("data_parallel", False)  # per-device statistics: a different trajectory
     assert max(float(np.max(np.abs(local[k] - sa[k]))) for k in sa) > 1e-3

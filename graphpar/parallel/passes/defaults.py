@@ -2,6 +2,8 @@
 
 * SEMI_AUTO_PARALLEL / AUTO_PARALLEL: data parallel — dimension 0 of the first input (the batch) split over as
   many devices as divide it; everything else whole (provenance: default).
+* An op whose layout follows its input (``Reshape``; ``graphpar.parallel.follow``) carries the layout of the value
+  reaching it (provenance: follows input), as MindSpore's ReshapeInfo.
 * A kind without a sharding rule runs replicated on every device; the fallback is reported once per (kind, scope)
   in a warning and in the begin dump (provenance: fallback).
 
@@ -14,11 +16,16 @@ from __future__ import annotations
 from graphpar._logging import notice_once
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.parallel.dims import SILENT_REPLICATED, DimSpec, replicated, shapes_of
+from graphpar.parallel.follow import follow_strategy, follows_input, value_layout
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.strategy import MeshInfo, NodeStrategy, enumerate_strategies, replicated_strategy
 
 
 def batch_label(dims: DimSpec) -> str | None:
+    """The label MindSpore's ``GenerateBatchStrategies`` splits: the op's declared batch label, else the first
+    labelled dimension 0 of its inputs, then outputs."""
+    if dims.batch is not None:
+        return dims.batch
     for row in dims.inputs + dims.outputs:
         if row:
             return row[0]
@@ -52,14 +59,20 @@ def fallback_strategy(node: Node, graph: Graph, ctx: PlanContext) -> tuple[NodeS
 
 def default_strategies(graph: Graph, ctx: PlanContext) -> Graph:
     updates = {}
+    decided = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
     for node in graph.node_list():
         if node.strategy is not None:
             continue
         dims = ctx.dims(node, graph)
         if dims is None:
             strategy, prov = fallback_strategy(node, graph, ctx)
+        elif follows_input(node):
+            src = value_layout(graph, node.inputs[0], decided, ctx.input_specs)
+            strategy = follow_strategy(node, dims, graph, ctx.mesh, src)
+            prov = Provenance("default", detail="follows input layout")
         else:
             strategy = data_parallel_strategy(node, dims, graph, ctx.mesh)
             prov = Provenance("default", detail="data parallel")
+        decided[node.id] = strategy
         updates[node.id] = {"strategy": strategy, "provenance": prov}
     return graph.with_annotations(updates)

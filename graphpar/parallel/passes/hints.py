@@ -3,7 +3,9 @@
 Reads: node hints, shapes, the mesh. Adds: ``strategy`` and ``provenance`` on hinted nodes. Errors: a
 :class:`~graphpar.errors.StrategyError` for a hint that cannot hold (wrong rank, a split that does not divide its
 dimension, a product above the device count, contracted splits that disagree, a dimension the op cannot split).
-A hint on an op kind without a sharding rule is an error too: graphpar will not silently replicate it.
+A hint on an op kind without a sharding rule is an error too: graphpar will not silently replicate it. A hint on an
+op whose layout follows its input (``Reshape``, ``graphpar.parallel.follow``) is ignored with a one-time warning, as
+MindSpore ignores it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Provenance
 from graphpar.parallel.dims import shapes_of
+from graphpar.parallel.follow import follows_input, ignore_hint
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.strategy import from_hint
 
@@ -19,6 +22,9 @@ def apply_hints(graph: Graph, ctx: PlanContext) -> Graph:
     updates = {}
     for node in graph.node_list():
         if node.hint is None:
+            continue
+        if follows_input(node):
+            ignore_hint(node)
             continue
         dims = ctx.dims(node, graph)
         if dims is None:

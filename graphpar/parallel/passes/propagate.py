@@ -1,56 +1,65 @@
 """Pass ``propagate``: MindSpore's sharding propagation (AUTO_PARALLEL, search_mode="sharding_propagation").
 
 Reads: the user strategies (``apply_hints`` ran first), the dataset layouts of graph inputs, rules and shapes.
-Adds: a strategy on every node reachable from a configured node, with provenance "propagated from X at cost C".
+Adds: a strategy on every node reachable from a configured node, with provenance "propagated from X at cost C" and
+the cost breakdown of the choice (``graphpar.parallel.cost``).
 
-Breadth first from the configured nodes, in graph order: each undecided neighbour of a decided node gets, among
-all of its strategies on the mesh, the one with the least redistribution cost (bytes per device) against every
-decided neighbour and every graph input it reads. Ties go to the strategy using the most devices, then to the one
-that keeps the splits the neighbour already has (so ``ReLU`` after ``MatMul((2, 4), (4, 1))`` is ``(2, 4)``, as in
-MindSpore), then to graph order. Configured nodes are never changed: a conflict becomes a redistribution, priced
-and visible in the dumps. Nodes no configured node reaches are left to ``default_strategies``.
-
-Does not handle: costs of an op's own collectives (partial sums) — only edge redistributions are priced, as the
-issue's definition of propagation asks.
+Breadth first from the configured nodes, in graph order. Each undecided neighbour of a decided node is priced, for
+each of its strategies on the mesh, with the one cost model: the redistribution (forward and backward, wire bytes)
+on every edge to a decided neighbour or a graph input, and the op's own collectives and compute
+(:func:`~graphpar.parallel.cost.op_cost`). The choice follows MindSpore's ``Edge::GetNextOpStrategyByPrevOpStrategy
+WithMiniComm``: candidates with zero edge cost first (forward redistribution, a slice being free, as MindSpore
+counts it, plus the gathers an undecided consumer could not avoid), then the least communication (edges forward and
+backward + the op's own collectives, less the AllReduce turned ReduceScatter when a partial sum is sliced), then the
+least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
+alone, but its edge cost counts a slice as free both ways; here the backward gather of a sliced cotangent is priced,
+and the least computation decides among candidates equal in communication: ``ReLU`` after ``MatMul ((2, 4), (4,
+1))`` is ``(2, 4)`` as MindSpore documents, a residual ``Add`` is not split beyond what its neighbours use.) Remaining
+ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
+``graphpar.parallel.follow``) carry that layout as soon as their input is decided. Configured nodes are never
+changed: a conflict becomes a redistribution, priced and reported. Nodes no configured node reaches are left to
+``default_strategies``.
 """
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 
 from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
-from graphpar.parallel.cost import redistribution_bytes
+from graphpar.parallel.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost, reduce_scatter_saving
 from graphpar.parallel.dims import shapes_of
+from graphpar.parallel.follow import follow_strategy, follows_input, input_for_output, value_layout
 from graphpar.parallel.passes.context import PlanContext
-from graphpar.parallel.strategy import NodeStrategy, Spec, enumerate_strategies
+from graphpar.parallel.strategy import NodeStrategy, enumerate_strategies
+
+_EPS = 1e-6
 
 
-def _value_layout(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], vid: int) -> Spec | None:
-    value = graph.values[vid]
-    if value.producer is not None:
-        s = strategies.get(value.producer)
-        if s is None:
-            return None
-        return s.output_spec(graph.nodes[value.producer].outputs.index(vid))
-    return ctx.input_specs.get(vid)
+def _edges(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy],
+           source: Node, grads: frozenset[int]) -> tuple[Cost, Cost, int]:
+    """(cost of all decided edges, their forward part alone, split changes on the edges with ``source``).
 
-
-def _score(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy],
-           source: Node) -> tuple[float, float, int]:
-    """(total cost, cost on the edges with ``source``, split changes on those edges)."""
-    total = edge = 0.0
+    The forward part is what MindSpore's edge cost counts (a slice is free both ways there): the candidates whose
+    forward part is zero are MindSpore's "zero communication" tier."""
+    total = edge = ZERO
     changes = 0
     for i, vid in enumerate(node.inputs):
         value = graph.values[vid]
-        src = _value_layout(graph, ctx, strategies, vid)
+        src = value_layout(graph, vid, strategies, ctx.input_specs)
+        if src is None and value.kind == "param":
+            src = _param_layout(graph, vid, node, strategies)
         if src is None or not value.is_array:
             continue
         dst = cand.input_spec(i)
-        c = redistribution_bytes(src, dst, value.shape, value.itemsize, ctx.mesh)
-        total += c
+        c = redistribution_cost(value, src, dst, ctx.mesh, needs_grad=vid in grads)
+        saved = 0.0
+        if value.producer is not None:
+            saved = reduce_scatter_saving(strategies[value.producer], value, src, dst, ctx.mesh)
+        total = total + c + Cost(-saved)
+        edge = edge + redistribution_cost(value, src, dst, ctx.mesh, training=False)
         if value.producer == source.id:
-            edge += c
             changes += sum(1 for a, b in zip(src, dst) if a and a != b)
     for j, vid in enumerate(node.outputs):
         value = graph.values[vid]
@@ -62,15 +71,112 @@ def _score(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext, strat
             if s is None:
                 continue
             dst = s.input_spec(k)
-            c = redistribution_bytes(src, dst, value.shape, value.itemsize, ctx.mesh)
-            total += c
+            c = redistribution_cost(value, src, dst, ctx.mesh, needs_grad=vid in grads)
+            saved = Cost(-reduce_scatter_saving(cand, value, src, dst, ctx.mesh))
+            total = total + c + saved
+            edge = edge + redistribution_cost(value, src, dst, ctx.mesh, training=False)
             if consumer.id == source.id:
-                edge += c
                 changes += sum(1 for a, b in zip(dst, src) if a and a != b)
     return total, edge, changes
 
 
+def _param_layout(graph: Graph, vid: int, node: Node, strategies: dict[int, NodeStrategy]):
+    """The layout a Parameter is wanted in by another decided consumer (``place_parameters`` stores it in one
+    layout: a different one here is a redistribution), or None."""
+    for consumer, k in graph.consumers(vid):
+        if consumer.id != node.id and consumer.id in strategies:
+            return strategies[consumer.id].input_spec(k)
+    return None
+
+
+def _grad_reduced(graph: Graph, node: Node, strategies: dict[int, NodeStrategy]) -> dict[int, frozenset[str]]:
+    """Per Parameter input of ``node``: the mesh axes another decided consumer already reduces its gradient over."""
+    out: dict[int, frozenset[str]] = {}
+    for vid in node.inputs:
+        if graph.values[vid].kind != "param":
+            continue
+        axes: set[str] = set()
+        for consumer, k in graph.consumers(vid):
+            s = strategies.get(consumer.id) if consumer.id != node.id else None
+            if s is None:
+                continue
+            carried = set(s.dims.inputs[k])
+            axes.update(a for l, ax in s.label_axes if l not in carried for a in ax)
+        if axes:
+            out[vid] = frozenset(axes)
+    return out
+
+
+def _lookahead(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext,
+               strategies: dict[int, NodeStrategy]) -> Cost:
+    """Forward gathers an undecided consumer cannot avoid: the dims of ``cand``'s outputs it can never split (a
+    LayerNorm's normalised axis, a Softmax axis). Without it a split that is free here (slicing) is chosen and paid
+    for one op later (the residual Add split on the hidden dimension ahead of a LayerNorm)."""
+    cost = ZERO
+    for j, vid in enumerate(node.outputs):
+        value = graph.values[vid]
+        if not value.is_array:
+            continue
+        spec = cand.output_spec(j)
+        if not any(spec):
+            continue
+        for consumer, k in graph.consumers(vid):
+            if consumer.id in strategies or follows_input(consumer):
+                continue
+            dims = ctx.dims(consumer, graph)
+            if dims is None:
+                continue
+            row = dims.inputs[k]
+            target = tuple(() if (label is None or label in dims.fixed) else axes for label, axes in zip(row, spec))
+            if target != spec:
+                cost = cost + redistribution_cost(value, spec, target, ctx.mesh, training=False)
+    return cost
+
+
+def breakdown(edges: Cost, own: Cost) -> dict[str, float]:
+    """The cost record kept in provenance: edge and op communication, messages, FLOPs, memory (per device)."""
+    return {"edge_bytes": edges.comm_bytes, "op_bytes": own.comm_bytes, "messages": edges.messages + own.messages,
+            "flops": own.flops, "memory_bytes": own.memory_bytes}
+
+
+def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
+           grads: frozenset[int]) -> tuple[NodeStrategy, Cost, Cost] | None:
+    """The candidate MindSpore's edge selection picks for ``node`` (see the module docstring), with its edge and
+    own costs."""
+    dims = ctx.dims(node, graph)
+    if dims is None:
+        return None
+    ins, outs = shapes_of(node, graph)
+    reduced = _grad_reduced(graph, node, strategies)
+    best_key, best = None, None
+    for index, cand in enumerate(enumerate_strategies(dims, ins, outs, ctx.mesh)):
+        edges, forward, changes = _edges(node, cand, graph, ctx, strategies, source, grads)
+        ahead = _lookahead(node, cand, graph, ctx, strategies)
+        own = op_cost(graph, node, cand, ctx.mesh, needs_grad=grads, grad_reduced=reduced)
+        comm = round(edges.comm_bytes + ahead.comm_bytes + own.comm_bytes, 3)
+        if forward.comm_bytes + ahead.comm_bytes < _EPS:
+            key = (0, comm, round(own.flops, 3), changes, index)
+        else:
+            key = (1, comm, round(own.flops, 3), changes, index)
+        if best_key is None or key < best_key:
+            best_key, best = key, (cand, edges, own)
+    return best
+
+
 def propagate(graph: Graph, ctx: PlanContext) -> Graph:
+    # Pricing allocates many short-lived Cost records; with a big traced graph alive, the cyclic collector's full
+    # passes over it made planning superlinear in the graph size (3x per node at 10k nodes). Nothing here builds
+    # cycles, so collection waits until the pass is done.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _propagate(graph, ctx)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _propagate(graph: Graph, ctx: PlanContext) -> Graph:
     configured = [n for n in graph.node_list() if n.strategy is not None and n.provenance is not None
                   and n.provenance.kind == "user"]
     if not configured:
@@ -79,6 +185,7 @@ def propagate(graph: Graph, ctx: PlanContext) -> Graph:
             "shard() strategy to propagate from, and this network has none", None,
             "Call .shard(...) on at least one op (e.g. the first MatMul), or use search_mode='recursive_programming' "
             "or parallel_mode=ParallelMode.DATA_PARALLEL")
+    grads = grad_values(graph)
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
     provenance: dict[int, Provenance] = {}
     queue = deque(configured)
@@ -87,20 +194,30 @@ def propagate(graph: Graph, ctx: PlanContext) -> Graph:
         for neighbour in graph.neighbors(current):
             if neighbour.id in strategies:
                 continue
-            dims = ctx.dims(neighbour, graph)
-            if dims is None:
-                continue  # left to the fallback in default_strategies
-            ins, outs = shapes_of(neighbour, graph)
-            best_key, best, best_edge = None, None, 0.0
-            for index, cand in enumerate(enumerate_strategies(dims, ins, outs, ctx.mesh)):
-                total, edge, changes = _score(neighbour, cand, graph, ctx, strategies, current)
-                key = (round(total, 6), -cand.devices_used, changes, index)
-                if best_key is None or key < best_key:
-                    best_key, best, best_edge = key, cand, edge
-            if best is None:
+            if follows_input(neighbour):
+                dims = ctx.dims(neighbour, graph)
+                src = value_layout(graph, neighbour.inputs[0], strategies, ctx.input_specs)
+                if src is None and dims is not None:
+                    uses = [k for k, vid in enumerate(current.inputs) if vid == neighbour.outputs[0]]
+                    if uses:  # reached from its consumer: the input layout that carries to what the consumer wants
+                        src = input_for_output(neighbour, graph, ctx.mesh, strategies[current.id].input_spec(uses[0]))
+                if dims is None or src is None:
+                    continue  # decided once its input is (or by the defaults)
+                strategy = follow_strategy(neighbour, dims, graph, ctx.mesh, src)
+                edges = _edges(neighbour, strategy, graph, ctx, strategies, current, grads)[0]
+                own = op_cost(graph, neighbour, strategy, ctx.mesh, needs_grad=grads)
+                strategies[neighbour.id] = strategy
+                provenance[neighbour.id] = Provenance("propagated", current.id, edges.comm_bytes,
+                                                      "follows input layout", breakdown(edges, own))
+                queue.append(neighbour)
                 continue
+            picked = choose(neighbour, graph, ctx, strategies, current, grads)
+            if picked is None:
+                continue  # no rule: left to the fallback in default_strategies
+            best, edges, own = picked
             strategies[neighbour.id] = best
-            provenance[neighbour.id] = Provenance("propagated", current.id, best_edge)
+            provenance[neighbour.id] = Provenance("propagated", current.id, edges.comm_bytes,
+                                                  breakdown=breakdown(edges, own))
             queue.append(neighbour)
     updates = {nid: {"strategy": strategies[nid], "provenance": prov} for nid, prov in provenance.items()}
     return graph.with_annotations(updates)

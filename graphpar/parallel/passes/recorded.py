@@ -19,6 +19,7 @@ from graphpar._logging import notice_once
 from graphpar.errors import ConfigError, StrategyError
 from graphpar.ir.graph import Graph, Provenance
 from graphpar.parallel.dims import shapes_of
+from graphpar.parallel.follow import follows_input
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.strategy import from_hint, strategy_text
 from graphpar.parallel.strategy_file import node_keys
@@ -37,7 +38,7 @@ def apply_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
     keys = node_keys(graph)
     for node in graph.node_list():
         recorded = record.strategies.get(keys[node.id])
-        if recorded is None or recorded.in_strategy is None:
+        if recorded is None or recorded.in_strategy is None or follows_input(node):
             continue
         dims = ctx.dims(node, graph)
         if dims is None:

@@ -23,20 +23,6 @@ def _elementwise(node, graph):
     return elementwise(ins, outs)
 
 
-@register("custom_jvp_call", "custom_vjp_call")
-def _custom(node, graph):
-    # A custom-derivative function (jax.nn.relu, ...) is elementwise when everything inside it is.
-    inner = node.eqn.params.get("call_jaxpr")
-    jaxpr = getattr(inner, "jaxpr", inner)
-    prims = {e.primitive.name for e in getattr(jaxpr, "eqns", [])}
-    if not prims <= ELEMENTWISE | {"broadcast_in_dim", "jit", "pjit"}:
-        return None
-    ins, outs = shapes_of(node, graph)
-    if any(len(o) != len(outs[0]) for o in outs):
-        return None
-    return elementwise(ins, outs)
-
-
 @register("dot_general")
 def _dot_general(node, graph):
     ins, _ = shapes_of(node, graph)

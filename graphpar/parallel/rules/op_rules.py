@@ -149,7 +149,8 @@ def _gather(node, graph):
     i_labels = tuple(f"q{i}" for i in range(len(indices)))
     out = p_labels[:axis] + i_labels + p_labels[axis + 1:]
     order = i_labels + p_labels
-    return DimSpec((p_labels, i_labels), (out,), order)
+    # MindSpore's GatherInfo batch strategy splits the indices' batch dimension, never the table
+    return DimSpec((p_labels, i_labels), (out,), order, batch=i_labels[0] if i_labels else None)
 
 
 @register("OneHot")

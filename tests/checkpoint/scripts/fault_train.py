@@ -2,8 +2,8 @@
 every 5 steps; used by the recovery tests (not a test itself).
 
 Usage: fault_train.py OUT_DIR KILL_STEP [async]
-  On the first attempt (no OUT_DIR/killed marker yet) the process holding the last rank writes the marker and
-  SIGKILLs itself at the start of step KILL_STEP (0: never). A restarted job rolls back by itself to the newest
+  On the first attempt (no OUT_DIR/killed marker yet) the process holding the last rank writes the marker (the step
+  of the newest checkpoint committed by then) and SIGKILLs itself at the start of step KILL_STEP (0: never). A restarted job rolls back by itself to the newest
   complete checkpoint. At the end process 0 writes OUT_DIR/final.npz (the parameters); LossMonitor prints the steps.
   Without a kill step the run also saves and reloads a sliced checkpoint (integrated_save=False) and prints
   ``SLICED OK process <i>`` on each process.
@@ -18,6 +18,7 @@ import numpy as np
 import graphpar as ms
 import graphpar.dataset as ds
 from graphpar import Parameter, Tensor, nn, ops
+from graphpar.checkpoint.directory import complete_checkpoints
 from graphpar.communication import get_group_size, get_rank, init
 from graphpar.train import Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint
 
@@ -50,13 +51,20 @@ class Rows:
 
 
 class KillAt(Callback):
-    def __init__(self, step, marker):
-        self.step, self.marker = step, marker
+    """SIGKILL this process at the start of ``step``; the marker file says the step of the newest checkpoint
+    committed by then (an asynchronous save may still be in flight)."""
+
+    def __init__(self, step, marker, directory):
+        self.step, self.marker, self.directory = step, marker, directory
 
     def step_begin(self, run_context):
         if run_context.original_args().cur_step_num + 1 == self.step:
-            print(f"KILLING process holding rank {get_rank()} at step {self.step}", flush=True)
-            open(self.marker, "w").close()
+            found = complete_checkpoints(self.directory, "fault")
+            committed = found[-1][2]["train"]["step"] if found else 0
+            print(f"KILLING process holding rank {get_rank()} at step {self.step} (newest committed checkpoint: "
+                  f"step {committed})", flush=True)
+            with open(self.marker, "w") as fh:
+                fh.write(str(committed))
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -79,7 +87,7 @@ def main():
     last_process = ms.communication.get_process_index() == ms.communication.get_process_count() - 1
     marker = os.path.join(out, "killed")
     if kill_step and last_process and not os.path.exists(marker):
-        callbacks.insert(0, KillAt(kill_step, marker))
+        callbacks.insert(0, KillAt(kill_step, marker, os.path.join(out, "ckpt_of_rank_", "0")))
     model.train(3, data, callbacks=callbacks)
     values = {p.name: p.asnumpy() for p in net.get_parameters()}
     if ms.communication.get_process_index() == 0:

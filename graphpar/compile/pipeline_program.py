@@ -1,0 +1,416 @@
+"""The pipelined train step: one compiled program per stage, on disjoint device groups (MPMD), run by a schedule.
+
+XLA's SPMD partitioner places every op of a program on all of the program's devices, and pipeline stages differ
+(embedding + layers in one, layers + head in the next), so a pipelined step cannot be one SPMD program. Instead:
+
+1. **plan** (once per batch shape): trace the ``PipelineCell``'s network on one micro-batch, plan it with the usual
+   pass pipeline on a mesh of ``device_num / pipeline_stages`` devices (the user's strategies are relative to one
+   stage's devices, as in MindSpore), and cut it into stages (``parallel.pipeline_stages``);
+2. **compile** per stage ``s``, on mesh ``s`` (the ``s``-th group of consecutive ranks): a forward program (the
+   stage's nodes under ``jax.vjp``, returning the activations it sends and the residuals its backward needs), a
+   backward program (the residuals' VJP, accumulating parameter gradients over micro-batches) and an update program
+   (the optax update of the stage's parameters);
+3. **run**: dispatch the programs in the schedule's order (``compile.pipeline_schedule``: GPipe or 1F1B), moving each
+   activation to the next stage's devices and each activation gradient back with ``jax.device_put`` (counted in
+   :class:`PipelineStats`), then one optimizer update per stage.
+
+The loss is MindSpore's ``PipelineCell`` loss: the sum of the micro-batches' losses. Residuals are held only as the
+buffers of the forward's VJP object until that micro-batch's backward ran; :class:`PipelineStats` records the most
+micro-batches (and bytes) each stage held at once. Single process only: a multi-process job is refused by name.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from graphpar import _context
+from graphpar._context import PYNATIVE_MODE, ParallelMode
+from graphpar.compile.devices import job_devices
+from graphpar.compile.graph_trace import trace_network
+from graphpar.compile.pipeline_schedule import Action, dispatch_order, stage_orders
+from graphpar.compile.program import _ensure
+from graphpar.compile.stage_opt_state import join_state, split_state
+from graphpar.compile.stage_programs import is_float, stage_programs
+from graphpar.compile.state import NetworkState
+from graphpar.ir.graph import Graph
+from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
+from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
+from graphpar.parallel.passes.context import PlanContext
+from graphpar.parallel.pipeline import run_pipeline
+from graphpar.parallel.pipeline_stages import PipelineError, StageGraph, StageSplit, assign_stages, split_stages
+from graphpar.parallel.strategy import MeshInfo, to_partition_spec
+
+_PIPELINE_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
+
+
+def wants_pipeline() -> bool:
+    """True when the context asks for pipeline stages (the train step is then a :class:`PipelineProgram`)."""
+    return _context.current_parallel().pipeline_stages > 1
+
+
+@dataclass
+class PipelineStats:
+    """What the runtime measured: activation-sized tensors moved between stages (forward activations and their
+    gradients) in the last step and in all steps, and the most micro-batches of residuals (and their bytes on one
+    device) each stage held at once."""
+
+    steps: int = 0
+    transfers_last_step: int = 0
+    transfers_total: int = 0
+    peak_live_micro_batches: list[int] = field(default_factory=list)
+    peak_residual_bytes: list[int] = field(default_factory=list)
+    transfer_log: list[dict[str, Any]] = field(default_factory=list)  # the first step's transfers, for the dumps
+
+
+class PipelinePlanView:
+    """What ``Model`` and the dump writers read about the job: its devices, draws per step, mode settings."""
+
+    name = "pipeline"
+    pynative = False
+    first_rank = 0
+
+    def __init__(self, devices: list[jax.Device], pctx: Any, n_stages: int):
+        self.devices, self.pctx = devices, pctx
+        self.n = len(devices)
+        self.draws = len(devices) // n_stages  # one stage's devices read the global batch, as its data-parallel split
+
+
+@dataclass
+class _Stage:
+    """One stage's compiled programs and where its arrays live."""
+
+    sg: StageGraph
+    mesh: Mesh
+    ranks: list[int]
+    param_sh: dict[int, NamedSharding]  # param index -> sharding
+    rest_sh: dict[int, NamedSharding]
+    data_sh: list[NamedSharding]
+    value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
+    fwd: Any
+    bwd: Any
+    update: Any
+    zeros: Any
+    compiled: dict[str, Any] = field(default_factory=dict)
+    hlo: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Built:
+    graph: Graph
+    split: StageSplit
+    stages: list[_Stage]
+    ticks: list[list[Action]]
+    orders: list[list[Action]]
+    dumped: bool = False
+    opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
+
+
+def _spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
+    return NamedSharding(mesh, to_partition_spec(spec if spec is not None else tuple(() for _ in range(ndim))))
+
+
+class PipelineProgram:
+    """The train step of a ``TrainOneStepCell`` whose network is a ``PipelineCell`` and ``pipeline_stages > 1``."""
+
+    MAX_IN_FLIGHT = 4  # programs queued on the devices at once (XLA:CPU deadlocks with long multi-device queues)
+
+    def __init__(self, train_cell: Any):
+        pctx = _context.current_parallel()
+        self.pctx, self.n_stages = pctx, pctx.pipeline_stages
+        self.scheduler = pctx.pipeline_config["pipeline_scheduler"]
+        self.train_cell, self.optimizer, self.sens = train_cell, train_cell.optimizer, train_cell.sens
+        pipe = train_cell.network
+        if not isinstance(pipe, PipelineCell):
+            raise PipelineError(f"TrainOneStepCell's network {type(pipe).__name__}",
+                                f"pipeline_stages={self.n_stages} needs the loss network wrapped in "
+                                "nn.PipelineCell(network, micro_size)",
+                                "use TrainOneStepCell(nn.PipelineCell(WithLossCell(net, loss), micro_size), opt)")
+        if pctx.parallel_mode not in _PIPELINE_MODES:
+            raise PipelineError(f"parallel_mode={pctx.parallel_mode!r}",
+                                f"pipeline_stages={self.n_stages} runs in SEMI_AUTO_PARALLEL or AUTO_PARALLEL (as in "
+                                "MindSpore)", "set_auto_parallel_context(parallel_mode='semi_auto_parallel')")
+        if pctx.enable_parallel_optimizer:
+            raise PipelineError("enable_parallel_optimizer=True", f"the parallel optimizer is not combined with "
+                                f"pipeline_stages={self.n_stages} yet (each stage keeps whole optimizer state)",
+                                "use enable_parallel_optimizer=False with pipeline stages")
+        if _context.current().mode == PYNATIVE_MODE:
+            raise PipelineError("set_context(mode=PYNATIVE_MODE)", "pipeline parallel runs in GRAPH_MODE only (as "
+                                "in MindSpore)", "use set_context(mode=GRAPH_MODE)")
+        if jax.process_count() > 1:
+            raise PipelineError(f"a job of {jax.process_count()} processes",
+                                "graphpar's pipeline parallel drives every stage from one process and is not built "
+                                "for multi-process jobs", "run the pipelined job as one process driving all devices")
+        self.devices = job_devices(pctx.device_num)
+        n = len(self.devices)
+        if n % self.n_stages:
+            raise PipelineError(f"device_num={n}", f"is not divisible by pipeline_stages={self.n_stages}",
+                                f"use a device_num that is a multiple of {self.n_stages}")
+        self.micro_size = pipe.micro_size
+        if self.micro_size < self.n_stages:
+            raise PipelineError(f"PipelineCell micro_size={self.micro_size}",
+                                f"is smaller than pipeline_stages={self.n_stages} (MindSpore requires micro_size >= "
+                                "stages)", f"use micro_size >= {self.n_stages}")
+        self.network = pipe.network
+        self.network.check_names()
+        pipe.set_train(True)
+        self.per_stage = n // self.n_stages
+        self.plan = PipelinePlanView(self.devices, pctx, self.n_stages)
+        self.stats = PipelineStats(peak_live_micro_batches=[0] * self.n_stages,
+                                   peak_residual_bytes=[0] * self.n_stages)
+        self.compile_seconds = 0.0
+        self._ns: NetworkState | None = None
+        self._flags: tuple[bool, ...] = ()
+        self._built: dict[tuple, _Built] = {}
+        self._opt_written: Any = None
+        self._stage_opt: list[Any] | None = None
+        self._queue: collections.deque = collections.deque()
+
+    # --- state -------------------------------------------------------------------------------------------------
+    @property
+    def state(self) -> NetworkState:
+        """The network split into pure state; split again (and re-planned) when a Cell's training flag changed."""
+        flags = tuple(cell.training for _, cell in self.network.cells_and_names())
+        if self._ns is None or flags != self._flags:
+            self._ns, self._flags = NetworkState(self.network, self.optimizer.parameters), flags
+            self._built.clear()
+        return self._ns
+
+    # --- planning and compiling --------------------------------------------------------------------------------
+    def _plan(self, ns: NetworkState, avals: list[jax.ShapeDtypeStruct]) -> Graph:
+        from graphpar.parallel import strategy_file
+        from graphpar.parallel.planned import _hint_matrices, dataset_specs
+
+        graph, _ = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
+        assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning
+        k, pctx = self.per_stage, self.pctx
+        probe = PlanContext(MeshInfo(("m0",), (k,)), pctx.parallel_mode, pctx.search_mode)
+        hinted = _hint_matrices(graph, probe.dims, k)
+        sizes = mesh_axis_sizes(k, [m for _, m in hinted], [o for o, _ in hinted])
+        info = MeshInfo(tuple(f"m{i}" for i in range(len(sizes))), sizes)
+        ctx = PlanContext(info, pctx.parallel_mode, pctx.search_mode)
+        ctx.input_specs = dataset_specs(graph, info, pctx.dataset_strategy)
+        ctx.strategy_file = strategy_file.for_plan(pctx)
+        graph = run_pipeline(graph, ctx)
+        graph.meta.update(mesh=info, purpose="train")
+        return graph
+
+    def _build(self, ns: NetworkState, inputs: list[np.ndarray]) -> _Built:
+        m = self.micro_size
+        avals = [jax.ShapeDtypeStruct((x.shape[0] // m,) + tuple(x.shape[1:]), jax.dtypes.canonicalize_dtype(x.dtype))
+                 for x in inputs]
+        graph = self._plan(ns, avals)
+        split = split_stages(graph, self.network, self.n_stages, len(ns.params.values()), len(ns.rest.values()))
+        sizes = graph.meta["mesh"].sizes
+        k = self.per_stage
+        specs = graph.meta.get("value_specs", {})
+        n_params = len(ns.params.values())
+        stages = []
+        for sg in split.stages:
+            mesh = make_mesh(self.devices[sg.stage * k:(sg.stage + 1) * k], [sizes])
+            g = sg.graph
+            ins = graph.inputs
+            param_sh = {i: _spec_sharding(mesh, specs.get(ins[i]), len(graph.values[ins[i]].shape)) for i in sg.params}
+            rest_sh = {i: _spec_sharding(mesh, specs.get(ins[n_params + i]),
+                                         len(graph.values[ins[n_params + i]].shape)) for i in sg.rest}
+            data_vids = graph.inputs[n_params + len(ns.rest.values()):]
+            data_sh = [_spec_sharding(mesh, specs.get(data_vids[i]), len(graph.values[data_vids[i]].shape))
+                       for i in sg.data]
+            value_sh = {}
+            for vid in list(sg.received) + list(sg.sent):
+                producer = graph.nodes[graph.values[vid].producer]
+                spec = producer.strategy.output_spec(producer.outputs.index(vid)) if producer.strategy else None
+                value_sh[vid] = _spec_sharding(mesh, spec, len(graph.values[vid].shape))
+            fwd, bwd, update, zeros = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
+                                                     self.optimizer.transformation(), self.sens)
+            stages.append(_Stage(sg, mesh, list(range(sg.stage * k, (sg.stage + 1) * k)), param_sh, rest_sh, data_sh,
+                                 value_sh, fwd, bwd, update, zeros))
+        orders = stage_orders(self.scheduler, self.n_stages, m)
+        built = _Built(graph, split, stages, dispatch_order(orders), orders)
+        self._record_stages(ns, split)
+        from graphpar.dump.pipeline import maybe_dump_begin, maybe_save_strategy
+
+        maybe_dump_begin(built, self)
+        maybe_save_strategy(built, self, set(ns.param_names()))
+        return built
+
+    def _record_stages(self, ns: NetworkState, split: StageSplit) -> None:
+        """Each Parameter carries its stage (checkpoints and strategy files record it)."""
+        for holder in ns.params.holders + ns.rest.holders:
+            name = getattr(holder, "name", None)
+            if name in split.param_stage and hasattr(holder, "set_metadata"):
+                holder.set_metadata(pipeline_stage=split.param_stage[name])
+
+    def _get_built(self, ns: NetworkState, inputs: list[np.ndarray]) -> _Built:
+        key = tuple((x.shape, str(x.dtype)) for x in inputs)
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = self._build(ns, inputs)
+        return built
+
+    # --- running -----------------------------------------------------------------------------------------------
+    def _call(self, st: _Stage, kind: str, fn: Any, *args: Any) -> Any:
+        """Run one stage program; with ``save_graphs`` compile it ahead of time first, keeping its HLO."""
+        if _context.current().save_graphs and kind not in st.compiled:
+            compiled = fn.lower(*args).compile()
+            st.compiled[kind], st.hlo[kind] = compiled, compiled.as_text()
+        out = (st.compiled.get(kind) or fn)(*args)
+        self._queue.append(out)
+        while len(self._queue) > self.MAX_IN_FLIGHT:
+            # outputs donated to a later program since (accumulated gradients) are skipped
+            jax.block_until_ready([x for x in jax.tree.leaves(self._queue.popleft())
+                                   if isinstance(x, jax.Array) and not x.is_deleted()])
+        return out
+
+    def _opt_states(self, ns: NetworkState, built: _Built, pvals: list[Any]) -> list[Any]:
+        """Per-stage optimizer states, cut from the optimizer's one state (set by a checkpoint load, or by the
+        previous step, whose states are reused as they are)."""
+        if self._stage_opt is not None and self.optimizer.opt_state is self._opt_written:
+            return self._stage_opt
+        names = ns.param_names()
+        tx = self.optimizer.transformation()
+        whole = self.optimizer.opt_state
+        if whole is None:
+            whole = tx.init(dict(zip(names, [np.asarray(v) for v in pvals])))
+        self._stage_opt = split_state(whole, tx, [{names[i]: pvals[i] for i in st.sg.params} for st in built.stages],
+                                      [{names[i]: st.param_sh[i] for i in st.sg.params} for st in built.stages],
+                                      [st.mesh for st in built.stages])
+        return self._stage_opt
+
+    def _write_opt(self, ns: NetworkState, built: _Built, states: list[Any]) -> None:
+        """Put the stages' optimizer states back together as the optimizer's one state (for checkpoints)."""
+        names = ns.param_names()
+        if built.opt_template is None:
+            built.opt_template = jax.eval_shape(self.optimizer.transformation().init,
+                                                {n: jax.ShapeDtypeStruct(np.shape(v), v.dtype)
+                                                 for n, v in zip(names, ns.params.values())})
+        owner = {names[i]: st.sg.stage for st in built.stages for i in st.sg.params}
+        self._stage_opt = states
+        self._opt_written = self.optimizer.opt_state = join_state(built.opt_template, states, owner)
+
+    def run_step(self, inputs: Any) -> jax.Array:
+        """One pipelined training step on a global batch; returns the summed micro-batch loss."""
+        ns = self.state
+        arrays = [np.asarray(x) for x in inputs]
+        for i, x in enumerate(arrays):
+            check_micro_split(i, x.shape, self.micro_size)
+        built = self._get_built(ns, arrays)
+        stages, split = built.stages, built.split
+        pvals, rest = list(ns.params.values()), list(ns.rest.values())
+        for st in stages:
+            for i, sh in st.param_sh.items():
+                pvals[i] = _ensure(pvals[i], sh)
+            for i, sh in st.rest_sh.items():
+                rest[i] = _ensure(rest[i], sh)
+        opt = self._opt_states(ns, built, pvals)
+        m, b = self.micro_size, arrays[0].shape[0] // self.micro_size if arrays else 0
+        data = [[[jax.device_put(arrays[i][k * b:(k + 1) * b], sh) for i, sh in zip(st.sg.data, st.data_sh)]
+                 for k in range(m)] for st in stages]
+        dests: dict[int, list[int]] = {}
+        source: dict[int, int] = {}
+        for t in split.transfers:
+            dests.setdefault(t.value, []).append(t.dst)
+            source[t.value] = t.src
+        inbox: dict[tuple[int, int, int], Any] = {}
+        ct_box: dict[tuple[int, int], list[Any]] = {}
+        residual: dict[tuple[int, int], Any] = {}
+        grads: list[Any] = [None] * len(stages)
+        losses, moved, log = [], 0, []
+        first = self.stats.steps == 0
+        for tick in built.ticks:
+            for a in tick:
+                st = stages[a.stage]
+                sg = st.sg
+                if a.kind == "F":
+                    recv = [inbox.pop((v, a.stage, a.micro)) for v in sg.received]
+                    sent, loss, new_rest, vjp = self._call(st, "forward", st.fwd, [pvals[i] for i in sg.params],
+                                                           [rest[i] for i in sg.rest], data[a.stage][a.micro], recv)
+                    for j, value in zip(sg.rest_out, new_rest):
+                        rest[j] = value
+                    residual[(a.stage, a.micro)] = vjp
+                    if loss is not None:
+                        losses.append(loss)
+                    for v, x in zip(sg.sent, sent):
+                        for d in dests[v]:
+                            inbox[(v, d, a.micro)] = placed = jax.device_put(x, stages[d].value_sh[v])
+                            moved += 1
+                            if first:
+                                log.append(_log_entry("forward", a.micro, a.stage, d, v, built, placed))
+                    self._measure(a.stage, residual, [pvals[i] for i in sg.params])
+                else:
+                    ct = []
+                    for v in sg.sent:
+                        parts = ct_box.pop((v, a.micro))
+                        ct.append(parts[0] if len(parts) == 1 else sum(parts[1:], parts[0]))
+                    if grads[a.stage] is None:
+                        grads[a.stage] = self._call(st, "zeros", st.zeros, [pvals[i] for i in sg.params])
+                    vjp = residual.pop((a.stage, a.micro))
+                    grads[a.stage], drecv = self._call(st, "backward", st.bwd, vjp, ct, grads[a.stage])
+                    del vjp
+                    floats = [v for v in sg.received if is_float(built.graph.values[v])]
+                    for v, d in zip(floats, drecv):
+                        src = source[v]
+                        placed = jax.device_put(d, stages[src].value_sh[v])
+                        ct_box.setdefault((v, a.micro), []).append(placed)
+                        moved += 1
+                        if first:
+                            log.append(_log_entry("backward", a.micro, a.stage, src, v, built, placed))
+        for st in stages:
+            if not st.sg.params:
+                continue
+            new, opt[st.sg.stage] = self._call(st, "update", st.update, [pvals[i] for i in st.sg.params],
+                                               grads[st.sg.stage], opt[st.sg.stage])
+            for i, value in zip(st.sg.params, new):
+                pvals[i] = value
+        ns.params.write(pvals)
+        ns.rest.write(rest)
+        self._write_opt(ns, built, opt)
+        self.stats.steps += 1
+        self.stats.transfers_last_step = moved
+        self.stats.transfers_total += moved
+        if first:
+            self.stats.transfer_log = log
+        if not built.dumped:
+            built.dumped = True
+            from graphpar.dump.pipeline import maybe_dump_execute
+
+            maybe_dump_execute(built, self)
+        # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled)
+        total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
+        return jax.device_put(total, self.devices[-1])
+
+    def _measure(self, stage: int, residual: dict[tuple[int, int], Any], params: list[Any]) -> None:
+        """The live residual buffers of ``stage``: how many micro-batches, and their bytes on one device (each
+        buffer once; the stage's parameters, which a VJP also holds, are not activations)."""
+        held = [vjp for (s, _), vjp in residual.items() if s == stage]
+        seen = {p.addressable_shards[0].data.unsafe_buffer_pointer() for p in params if isinstance(p, jax.Array)}
+        nbytes = 0
+        for leaf in (x for vjp in held for x in jax.tree.leaves(vjp) if isinstance(x, jax.Array)):
+            shard = leaf.addressable_shards[0].data
+            if shard.unsafe_buffer_pointer() not in seen:
+                seen.add(shard.unsafe_buffer_pointer())
+                nbytes += shard.nbytes
+        count = len(held)
+        self.stats.peak_live_micro_batches[stage] = max(self.stats.peak_live_micro_batches[stage], count)
+        self.stats.peak_residual_bytes[stage] = max(self.stats.peak_residual_bytes[stage], nbytes)
+
+    def run_steps(self, stacked_inputs: Any) -> jax.Array:
+        """Sink mode: ``len(stacked_inputs[0])`` pipelined steps, one after the other; the per-step losses."""
+        stacked = [np.asarray(x) for x in stacked_inputs]
+        losses = [self.run_step([x[i] for x in stacked]) for i in range(stacked[0].shape[0])]
+        return jnp.stack([jax.device_put(x, self.devices[-1]) for x in losses])
+
+
+def _log_entry(direction: str, micro: int, src: int, dst: int, vid: int, built: _Built, x: Any) -> dict[str, Any]:
+    value = built.graph.values[vid]
+    producer = built.graph.nodes[value.producer]
+    return {"pass": direction, "micro": micro, "src_stage": src, "dst_stage": dst, "value": vid,
+            "producer": producer.instance_name, "scope": producer.scope, "dtype": str(np.dtype(x.dtype)),
+            "shape": list(x.shape), "bytes": int(x.nbytes),
+            "device_bytes": int(x.addressable_shards[0].data.nbytes)}

@@ -1,0 +1,59 @@
+"""The optimizer's one state cut into per-stage states and put back together, by pytree path.
+
+A pipelined step updates each stage's parameters in that stage's own program, on its own devices, so each stage
+needs the optax state of its parameters only. optax states mirror the parameter dict: a leaf whose path holds a
+parameter's name belongs to that parameter's stage; the other leaves (step counts) are shared, and every stage
+keeps its own copy (they advance alike: one update per stage per step). The optimizer itself keeps one state, as
+for any plan, so checkpoints and ``load_param_into_net`` see the same entries whatever the stage count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from graphpar.compile.program import _ensure
+
+
+def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequence[dict[str, Any]],
+                stage_shardings: Sequence[dict[str, NamedSharding]], meshes: Sequence[Mesh]) -> list[Any]:
+    """One state per stage (``tx.init`` of the stage's ``{name: parameter}``), its leaves taken from ``whole`` by
+    path and placed on the stage's devices: beside their parameter when they mirror it, else replicated."""
+    flat = dict(jax.tree_util.tree_flatten_with_path(whole)[0])
+    states = []
+    for params, shardings, mesh in zip(stage_params, stage_shardings, meshes):
+        replicated = NamedSharding(mesh, PartitionSpec())
+
+        def place(path: Any, leaf: Any, params: dict = params, shardings: dict = shardings,
+                  replicated: NamedSharding = replicated) -> Any:
+            value = flat.get(path)
+            if value is None:  # a leaf the whole state lacks: its initial value
+                value = np.zeros(leaf.shape, leaf.dtype)
+            for entry in path:
+                name = getattr(entry, "key", None)
+                if name in params and np.shape(value) == np.shape(params[name]):
+                    return _ensure(value, shardings[name])
+            return _ensure(value, replicated)
+
+        states.append(jax.tree_util.tree_map_with_path(place, jax.eval_shape(tx.init, params)))
+    return states
+
+
+def join_state(template: Any, states: Sequence[Any], owner: dict[str, int]) -> Any:
+    """The optimizer's one state (structure ``template``) from the stages' states; ``owner``: parameter name ->
+    stage. Shared leaves come from stage 0."""
+    by_stage = [dict(jax.tree_util.tree_flatten_with_path(s)[0]) for s in states]
+
+    def pick(path: Any, leaf: Any) -> Any:
+        for entry in path:
+            stage = owner.get(getattr(entry, "key", None))
+            if stage is not None and path in by_stage[stage]:
+                return by_stage[stage][path]
+        return by_stage[0].get(path, leaf)
+
+    return jax.tree_util.tree_map_with_path(pick, template)

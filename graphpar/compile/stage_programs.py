@@ -1,0 +1,70 @@
+"""The programs of one pipeline stage: forward (keeping residuals), backward (accumulating gradients), update.
+
+Each is jitted for the stage's own mesh. The forward evaluates the stage's sub-graph (``compile.interpret``, every
+layout pinned) under ``jax.vjp`` and returns the VJP object itself: a pytree whose leaves are the residuals the
+backward needs, so they stay on the stage's devices as ordinary arrays until that micro-batch's backward consumes
+them. Only floating-point activations are differentiated (an integer activation crossing stages has no gradient).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from graphpar.compile.interpret import evaluate
+from graphpar.ir.graph import Graph
+from graphpar.parallel.pipeline_stages import StageGraph
+
+
+def is_float(value: Any) -> bool:
+    return isinstance(value.dtype, np.dtype) and np.issubdtype(value.dtype, np.floating)
+
+
+def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str],
+                   tx: optax.GradientTransformation, sens: float) -> tuple[Any, Any, Any, Any]:
+    """``(forward, backward, update, zeros)`` of stage ``sg`` (jitted, compiled on first call); ``names``: its
+    parameters' names, ``sens``: the loss sensitivity (MindSpore's ``TrainOneStepCell(sens=...)``)."""
+    g = sg.graph
+    recv_float = [i for i, v in enumerate(sg.received) if is_float(graph.values[v])]
+    sent_float = [i for i, v in enumerate(sg.sent) if is_float(graph.values[v])]
+    n_sent = len(sg.sent)
+    loss_value = graph.values[graph.outputs[0]]
+
+    def forward(pvals, rvals, data, recv):
+        def f(p, rf):
+            full = list(recv)
+            for i, x in zip(recv_float, rf):
+                full[i] = x
+            outs = evaluate(g, list(p) + list(rvals) + list(data) + full, mesh)
+            sent = outs[:n_sent]
+            loss = outs[n_sent] if sg.has_loss else None
+            rest = outs[n_sent + (1 if sg.has_loss else 0):]
+            diff = ([sent[i] for i in sent_float], loss)
+            return diff, (sent, rest)
+
+        (_, loss), vjp, (sent, rest) = jax.vjp(f, list(pvals), [recv[i] for i in recv_float], has_aux=True)
+        # the reported loss of this micro-batch (as TrainProgram reports it): its mean, in float32
+        return sent, None if loss is None else jnp.mean(loss.astype(jnp.float32)), rest, vjp
+
+    def backward(vjp, ct_sent, acc):
+        ct_loss = jnp.full(loss_value.shape, sens, loss_value.dtype) if sg.has_loss else None
+        dp, drecv = vjp(([ct_sent[i] for i in sent_float], ct_loss))
+        return [a + d for a, d in zip(acc, dp)], drecv
+
+    def step(pvals, grads, opt_state):
+        pdict, gdict = dict(zip(names, pvals)), dict(zip(names, grads))
+        updates, opt_state = tx.update(gdict, opt_state, pdict)
+        new = optax.apply_updates(pdict, updates)
+        return [new[name] for name in names], opt_state
+
+    def zeros(pvals):
+        return [jnp.zeros_like(p) for p in pvals]
+
+    return (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)), jax.jit(step, donate_argnums=(0, 1, 2)),
+            jax.jit(zeros))

@@ -1,0 +1,190 @@
+"""Dumps of a pipelined train step: each stage's graph under its own ranks, and the schedule with every transfer.
+
+With ``save_graphs``, for every stage ``s`` and every rank ``r`` of its device group:
+
+* ``rank_{r}/step_parallel_begin_{NNNN}.ir`` and ``rank_{r}/18_execute_{NNNN}.ir``: the stage's part of the
+  micro-batch graph, as for any plan (the execute dump reads the collectives of the stage's forward, backward and
+  update programs; groups are global ranks);
+* ``rank_{r}/pipeline_schedule_{NNNN}.ir`` (same ``NNNN``): the schedule (each stage's order and the time steps of
+  the whole pipeline), and one ``Send`` line per activation or activation gradient this rank's stage sends in one
+  step, one ``Receive`` line per one it receives, micro-batch by micro-batch, with MindSpore's
+  ``sr_tag``/``src_rank``/``dest_rank`` style attributes. :func:`read_schedule` parses it back (``graphpar ir summary`` shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from graphpar import _context
+from graphpar.dump.format import FORMAT_VERSION, mesh_text
+from graphpar.dump.model import DumpError
+from graphpar.dump.writer import EXECUTE_STAGE, dump_index, write_begin, write_execute
+
+
+class _StageView:
+    """What the generic writers read about a plan, for one stage: the job's settings, rank count and a note."""
+
+    def __init__(self, program: Any, stage: Any):
+        self.pctx, self.n = program.pctx, len(program.devices)
+        self.devices = program.devices
+        self.pynative = False
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+
+
+def _note(program: Any, st: Any) -> str:
+    return (f"pipeline stage {st.sg.stage} of {program.n_stages} on ranks {_ranks_text(st.ranks)}: this stage's part "
+            f"of one micro-batch (micro_size {program.micro_size}, scheduler {program.scheduler})")
+
+
+def maybe_dump_begin(built: Any, program: Any) -> None:
+    if not _context.current().save_graphs:
+        return
+    for st in built.stages:
+        st.sg.graph.meta["note"] = _note(program, st)
+        write_begin(st.sg.graph, _StageView(program, st), _context.current().save_graphs_path, st.ranks)
+
+
+def maybe_dump_execute(built: Any, program: Any) -> None:
+    if not _context.current().save_graphs:
+        return
+    directory = _context.current().save_graphs_path
+    for st in built.stages:
+        hlo = "\n".join(st.hlo.get(kind, "") for kind in ("forward", "backward", "update"))
+        write_execute(st.sg.graph, _StageView(program, st), hlo, directory, st.ranks, rank_offset=st.ranks[0],
+                      program_devices=len(st.ranks))
+        text = schedule_text(built, program, st)
+        for rank in st.ranks:
+            path = Path(directory) / f"rank_{rank}" / f"pipeline_schedule_{dump_index(st.sg.graph):04d}.ir"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text.replace("{RANK}", str(rank)))
+
+
+def schedule_text(built: Any, program: Any, st: Any) -> str:
+    stats = program.stats
+    n = program.n_stages
+    lines = ["# graphpar IR dump: pipeline_schedule",
+             f"# format: graphpar-ir {FORMAT_VERSION}",
+             f"# graph: {st.sg.graph.name}  purpose: train",
+             f"# rank: {{RANK}} of {len(program.devices)}  (stage {st.sg.stage} of {n}, ranks "
+             f"{_ranks_text(st.ranks)})",
+             f"# pipeline_stages: {n}  micro_size: {program.micro_size}  scheduler: {program.scheduler}",
+             f"# mesh per stage: {mesh_text(built.graph.meta['mesh'])}",
+             f"# execute: {EXECUTE_STAGE:02d}_execute_{dump_index(st.sg.graph):04d}.ir", ""]
+    lines.append("# stage orders")
+    for s, order in enumerate(built.orders):
+        peak = max(_live(order))
+        lines.append(f"stage {s} ranks {_ranks_text(built.stages[s].ranks)}: {' '.join(a.text for a in order)}  "
+                     f"# peak live micro-batches: {peak}")
+    lines.append("")
+    lines.append("# time steps (stage:action)")
+    for t, tick in enumerate(built.ticks):
+        lines.append(f"t{t}: " + " ".join(f"{a.stage}:{a.text}" for a in tick))
+    lines.append("")
+    lines.append("# transfers between stages in one step (activations forward, their gradients backward)")
+    ranks = [built.stages[s].ranks for s in range(n)]
+    here = st.sg.stage
+    for k, t in enumerate(stats.transfer_log):
+        if here not in (t["src_stage"], t["dst_stage"]):
+            continue  # this rank neither sends nor receives it
+        src, dst = ranks[t["src_stage"]], ranks[t["dst_stage"]]
+        attrs = {"micro": t["micro"], "pass": t["pass"], "src_stage": t["src_stage"], "dest_stage": t["dst_stage"],
+                 "src_rank": src, "dest_rank": dst, "sr_tag": k, "bytes": t["bytes"],
+                 "device_bytes": t["device_bytes"], "producer": t["producer"]}
+        tensor = f"<Tensor[{t['dtype']}], {tuple(t['shape'])}>"
+        if t["src_stage"] == here:
+            lines.append(f"%t{k} = Send(%{t['value']}) {{instance name: send_{t['pass']}_{k}}} primitive_attrs: "
+                         f"{json.dumps(attrs)} : ({tensor}) -> ()  # scope: ({t['scope']})")
+        else:
+            lines.append(f"%r{k} = Receive() {{instance name: receive_{t['pass']}_{k}}} primitive_attrs: "
+                         f"{json.dumps(attrs)} : () -> ({tensor})  # scope: ({t['scope']})")
+    lines.append(f"# activation transfers per step (all stages): {stats.transfers_last_step}")
+    lines.append("# peak live micro-batches (measured): "
+                 + " ".join(f"stage{s}={c}" for s, c in enumerate(stats.peak_live_micro_batches)))
+    lines.append("# peak residual bytes per device (measured): "
+                 + " ".join(f"stage{s}={c}" for s, c in enumerate(stats.peak_residual_bytes)))
+    return "\n".join(lines) + "\n"
+
+
+def _live(order: list[Any]) -> list[int]:
+    live, out = 0, [0]
+    for a in order:
+        live += 1 if a.kind == "F" else -1
+        out.append(live)
+    return out
+
+
+_ORDER = re.compile(r"^stage (\d+) ranks (\S+): (.*?)  # peak live micro-batches: (\d+)$")
+
+
+def read_schedule(path: str | Path) -> dict[str, Any]:
+    """The schedule dump at ``path`` as a dict: settings, per-stage orders, time steps, this rank's sends and
+    receives (one per transfer), the transfer count of all stages and the measured peaks."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DumpError(str(path), f"cannot read: {exc.strerror}") from None
+    out: dict[str, Any] = {"file": str(p), "orders": {}, "ticks": [], "sends": [], "receives": [],
+                           "transfers_per_step": None, "peak_live": {}, "peak_residual_bytes": {}}
+    for no, line in enumerate(text.splitlines(), 1):
+        if (m := re.match(r"^# pipeline_stages: (\d+)  micro_size: (\d+)  scheduler: (\S+)$", line)):
+            out.update(stages=int(m.group(1)), micro_size=int(m.group(2)), scheduler=m.group(3))
+        elif (m := _ORDER.match(line)):
+            out["orders"][int(m.group(1))] = {"ranks": m.group(2), "actions": m.group(3).split(),
+                                              "peak_live": int(m.group(4))}
+        elif (m := re.match(r"^t(\d+): (.*)$", line)):
+            out["ticks"].append(m.group(2).split())
+        elif line.startswith("%t") or line.startswith("%r"):
+            m = re.match(r"^%([tr])\d+ = (Send|Receive)\(.*?primitive_attrs: (\{.*?\}) : ", line)
+            if m is None:
+                raise DumpError(str(path), f"line {no}: not a Send/Receive line: {line[:80]}")
+            out["sends" if m.group(1) == "t" else "receives"].append(json.loads(m.group(3)))
+        elif (m := re.match(r"^# activation transfers per step \(all stages\): (\d+)$", line)):
+            out["transfers_per_step"] = int(m.group(1))
+        elif (m := re.match(r"^# peak live micro-batches \(measured\): (.*)$", line)):
+            out["peak_live"] = {int(k[5:]): int(v) for k, v in (x.split("=") for x in m.group(1).split())}
+        elif (m := re.match(r"^# peak residual bytes per device \(measured\): (.*)$", line)):
+            out["peak_residual_bytes"] = {int(k[5:]): int(v) for k, v in (x.split("=") for x in m.group(1).split())}
+    if "stages" not in out:
+        raise DumpError(str(path), "not a pipeline schedule dump (no '# pipeline_stages:' header)")
+    return out
+
+
+def schedule_for(dump_path: str | None, index: int | None) -> dict[str, Any] | None:
+    """The schedule dump next to a begin/execute dump of graph ``index``, if the graph is a pipeline stage."""
+    if dump_path is None or index is None:
+        return None
+    path = Path(dump_path).parent / f"pipeline_schedule_{index:04d}.ir"
+    return read_schedule(path) if path.exists() else None
+
+
+def maybe_save_strategy(built: Any, program: Any, trainable: set[str]) -> None:
+    """The strategy file of a pipelined plan: MindSpore's JSON with each op's and each parameter's stage."""
+    from graphpar.parallel import strategy_file
+
+    config = program.pctx.strategy_ckpt_config or {}
+    path = config.get("save_file")
+    if not path:
+        return
+    graph = built.graph
+    data = strategy_file.from_graph(graph, program.per_stage, program.pctx.parallel_mode, trainable,
+                                    bool(config.get("only_trainable_params", True)))
+    keys = strategy_file.node_keys(graph)
+    for node_id, key in keys.items():
+        if key in data["parallel_strategy_item"]:
+            data["parallel_strategy_item"][key]["stage"] = built.split.node_stage[node_id]
+    extra = data["graphpar"]
+    extra["pipeline_stages"] = program.n_stages
+    extra["micro_size"] = program.micro_size
+    extra["stage_ranks"] = [st.ranks for st in built.stages]
+    for name, layout in extra["layouts"].items():
+        layout["pipeline_stage"] = built.split.param_stage.get(name, 0)
+    for name, layout in data["parallel_layout_item"].items():
+        layout["pipeline_stage"] = built.split.param_stage.get(name, 0)
+    strategy_file.write(path, data)

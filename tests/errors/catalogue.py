@@ -1,0 +1,482 @@
+"""The catalogue of bad inputs: each row is one mistake a user makes, the error graphpar gives, and the words the
+message must contain (the culprit and what would be valid). ``test_catalogue.py`` runs every row;
+``python -m tests.errors.catalogue`` prints docs/errors.md from the same rows and the messages they produce.
+
+A row's ``run(tmp)`` makes the mistake (``tmp`` is a fresh directory); ``env`` is set around it (with every
+launcher placement variable cleared first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    area: str
+    mistake: str  # what the user did, as they would write it
+    run: Callable[[Path], object]
+    error: type | str  # the class, or "module:Class" resolved lazily
+    words: tuple[str, ...]  # must all appear in the message
+    env: dict[str, str] = field(default_factory=dict)
+
+    def error_class(self) -> type:
+        if isinstance(self.error, type):
+            return self.error
+        module, name = self.error.split(":")
+        return getattr(__import__(module, fromlist=[name]), name)
+
+
+# --- helpers --------------------------------------------------------------------------------------------------
+def _ms():
+    import graphpar
+
+    return graphpar
+
+
+def _launch(*argv: str):
+    from graphpar.launch import cli
+    from graphpar.launch.config import resolve
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    return resolve(parser.parse_args(["launch", *argv]))
+
+
+def _msrun(*argv: str):
+    from graphpar.launch import msrun
+    from graphpar.launch.config import resolve
+
+    return resolve(msrun.launch_arguments(msrun.parser().parse_args(list(argv))))
+
+
+def _plan(kind: str):
+    from graphpar import _env
+    from graphpar.communication import bootstrap, process_plan
+
+    env = _env.cluster_env()
+    bootstrap._check_variables(env, process_plan.convention(env) or kind)
+    return {"launch": process_plan.from_launcher, "rank_table": lambda e: process_plan.from_rank_table(e, 5),
+            "openmpi": lambda e: process_plan.from_openmpi(e, 5), "slurm": process_plan.from_slurm}[kind](env)
+
+
+def _dynamic(tmp: Path):
+    from graphpar import _env
+    from graphpar.communication import bootstrap
+
+    return bootstrap._dynamic_cluster(_env.cluster_env(), 5)
+
+
+def _rank_table(tmp: Path, servers: int, devices: int) -> str:
+    table = {"version": "1.0", "server_count": str(servers), "server_list": [
+        {"server_id": f"10.0.0.{s}", "device": [{"device_id": str(d), "device_ip": "192.1.27.6",
+                                                  "rank_id": str(s * devices + d)} for d in range(devices)]}
+        for s in range(servers)], "status": "completed"}
+    path = tmp / "rank_table.json"
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+def _refused(tmp: Path, variant: str):
+    """A worker with the ``variant`` certificate connecting to a coordinator's TLS proxy on 127.0.0.1."""
+    import io
+
+    from graphpar.communication import tls_config, tls_tunnel
+    from graphpar.communication.process_plan import free_port
+    from tests.communication import tls_certs
+
+    configs = tls_certs.make(tmp / "certs")
+    pw = tls_certs.PASSWORD.encode()
+    proxy = tls_tunnel.TlsProxy(tls_config.load_settings(str(configs["server"]), pw, pw), ("127.0.0.1", free_port()),
+                                ("127.0.0.1", free_port()), log=io.StringIO()).start()
+    try:
+        tls_tunnel.TlsForwarder(tls_config.load_settings(str(configs[variant]), pw, pw), proxy.public).probe(10)
+    finally:
+        proxy.close()
+
+
+def _tls_config(tmp: Path, **override) -> str:
+    from tests.communication import tls_certs
+
+    configs = tls_certs.make(tmp / "certs")
+    body = json.loads(configs["valid"].read_text())
+    body.update(override)
+    path = tmp / "certs" / "bad.json"
+    path.write_text(json.dumps(body))
+    return str(path)
+
+
+class _Net:
+    """A tiny network: MatMul by an (8, 4) weight, with an optional mistake in construct."""
+
+    @staticmethod
+    def make(mistake: str = ""):
+        from graphpar import Parameter, Tensor, nn, ops
+
+        class Net(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.w = Parameter(Tensor(np.ones((8, 4), np.float32)), "w")
+                self.matmul = ops.MatMul()
+                self.add = ops.Add()
+
+            def construct(self, x):
+                h = self.matmul(x, self.w)
+                if mistake == "flow" and h.sum() > 0:
+                    h = h * 2
+                if mistake == "jnp":
+                    import jax.numpy as jnp
+
+                    h = h + jnp.ones((3,), h.dtype)
+                return h
+
+        return Net()
+
+
+def _train(mistake: str = "", in_dim: int = 8, **strategy):
+    import graphpar.dataset as ds
+    from graphpar import nn
+    from graphpar.train import Model
+
+    net = _Net.make(mistake)
+    if strategy:
+        net.matmul.shard(strategy["in_strategy"])
+        _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    x = np.ones((16, in_dim), np.float32)
+    y = np.ones((16, 4), np.float32)
+    data = ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(8)
+    Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9)).train(1, data)
+
+
+def _saved(tmp: Path) -> Path:
+    from graphpar import Parameter, Tensor, nn
+
+    class Small(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.arange(4, dtype=np.float32)), "w")
+
+        def construct(self, x):
+            return x * self.w
+
+    path = tmp / "net.ckpt"
+    _ms().save_checkpoint(Small(), str(path))
+    return path
+
+
+def _flip_a_byte(tmp: Path):
+    path = _saved(tmp)
+    victim = max((p for p in path.rglob("*") if p.is_file() and p.name != "graphpar.json"),
+                 key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    return _ms().load_checkpoint(str(path))
+
+
+def _no_manifest(tmp: Path):
+    path = _saved(tmp)
+    (path / "graphpar.json").unlink()
+    return _ms().load_checkpoint(str(path))
+
+
+def _cifar_truncated(tmp: Path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.dataset import dsfiles
+
+    import graphpar.dataset as ds
+
+    folder = dsfiles.cifar10_dir(tmp)
+    victim = sorted(folder.glob("data_batch_*"))[0]
+    victim.write_bytes(victim.read_bytes()[:-100])
+    for _ in ds.Cifar10Dataset(str(folder)).create_tuple_iterator(output_numpy=True):
+        pass
+
+
+def _strategy_file(tmp: Path, text: str):
+    from graphpar.parallel import strategy_file
+
+    path = tmp / "strategy.json"
+    path.write_text(text)
+    return strategy_file.read(str(path))
+
+
+def _ops():
+    from graphpar import ops
+
+    return ops
+
+
+def _ds():
+    import graphpar.dataset as ds
+
+    return ds
+
+
+ERR = "graphpar.errors:"
+ROWS: list[Row] = [
+    # --- context settings -------------------------------------------------------------------------------------
+    Row("context-mode", "context", "set_context(mode=5)", lambda t: _ms().set_context(mode=5),
+        ERR + "ConfigError", ("mode=5", "GRAPH_MODE (0)")),
+    Row("context-ascend", "context", "set_context(device_target='Ascend')",
+        lambda t: _ms().set_context(device_target="Ascend"), ERR + "DeviceError", ("Ascend", "'CPU', 'GPU', 'TPU'")),
+    Row("context-target", "context", "set_context(device_target='NPU')",
+        lambda t: _ms().set_context(device_target="NPU"), ERR + "ConfigError", ("device_target='NPU'", "'CPU'")),
+    Row("context-save-graphs", "context", "set_context(save_graphs=7)", lambda t: _ms().set_context(save_graphs=7),
+        ERR + "ConfigError", ("save_graphs=7", "valid choices")),
+    Row("context-graphs-path", "context", "set_context(save_graphs_path='<a file>/dumps')",
+        lambda t: (t / "f").write_text("x") and _ms().set_context(save_graphs_path=str(t / "f" / "dumps")),
+        ERR + "ConfigError", ("save_graphs_path", "is a file, not a directory")),
+    Row("context-device-id", "context", "set_context(device_id=99) on 8 devices",
+        lambda t: _ms().set_context(device_id=99), ERR + "DeviceError", ("device_id=99", "valid device_id: 0..7")),
+    Row("context-device-id-negative", "context", "set_context(device_id=-1)",
+        lambda t: _ms().set_context(device_id=-1), ERR + "ConfigError", ("device_id must be an int >= 0",)),
+    Row("context-unknown", "context", "set_context(enable_magic=True)",
+        lambda t: _ms().set_context(enable_magic=True), ERR + "UnknownSettingError", ("'enable_magic'",)),
+    Row("parallel-mode", "context", "set_auto_parallel_context(parallel_mode='magic')",
+        lambda t: _ms().set_auto_parallel_context(parallel_mode="magic"), ERR + "ConfigError",
+        ("parallel_mode='magic'", "semi_auto_parallel")),
+    Row("parallel-search-mode", "context", "set_auto_parallel_context(search_mode='greedy')",
+        lambda t: _ms().set_auto_parallel_context(search_mode="greedy"), ERR + "ConfigError",
+        ("search_mode='greedy'", "sharding_propagation")),
+    Row("parallel-device-num", "context", "set_auto_parallel_context(device_num=0)",
+        lambda t: _ms().set_auto_parallel_context(device_num=0), ERR + "ConfigError", ("device_num must be an int >= 1",)),
+    Row("parallel-device-num-too-many", "context", "set_auto_parallel_context(device_num=16) on 8 devices, then train",
+        lambda t: _ms().set_auto_parallel_context(device_num=16, parallel_mode="data_parallel") or _train(),
+        ERR + "DeviceError", ("device_num=16", "only 8", "valid: 1..8")),
+    Row("parallel-dataset-strategy", "context", "set_auto_parallel_context(dataset_strategy=((0, 1),))",
+        lambda t: _ms().set_auto_parallel_context(dataset_strategy=((0, 1),)), ERR + "ConfigError",
+        ("dataset_strategy", "tuple of tuples of positive ints")),
+    Row("parallel-gradients-mean", "context", "set_auto_parallel_context(gradients_mean='yes')",
+        lambda t: _ms().set_auto_parallel_context(gradients_mean="yes"), ERR + "ConfigError",
+        ("gradients_mean must be a bool",)),
+    Row("ps-enable-ps", "context", "set_ps_context(enable_ps=True)", lambda t: _ms().set_ps_context(enable_ps=True),
+        ERR + "ConfigError", ("enable_ps", "no parameter-server mode")),
+    Row("ps-ssl-no-config", "context", "set_ps_context(enable_ssl=True) without config_file_path",
+        lambda t: _ms().set_ps_context(enable_ssl=True), ERR + "ConfigError", ("needs config_file_path",)),
+    Row("ps-unknown", "context", "set_ps_context(scheduler_port=1)", lambda t: _ms().set_ps_context(scheduler_port=1),
+        ERR + "UnknownSettingError", ("'scheduler_port'",)),
+    # --- TLS files --------------------------------------------------------------------------------------------
+    Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
+        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),
+        "graphpar.communication.tls_config:TlsError", ("config_file_path", "missing.json", "cannot be read")),
+    Row("tls-config-key", "files", "a TLS config with 'server_cert' instead of 'server_cert_path'",
+        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t, server_cert="x.p12")),
+        "graphpar.communication.tls_config:TlsError", ("unknown key(s) ['server_cert']", "server_cert_path")),
+    Row("tls-password", "files", "set_ps_context(enable_ssl=True, ..., server_password='wrong')",
+        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t), client_password="x",
+                                       server_password="wrong"),
+        "graphpar.communication.tls_config:TlsError", ("server_cert_path", "server.p12", "password is wrong")),
+    Row("tls-ca-missing", "files", "a TLS config whose ca_cert_path does not exist",
+        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t, ca_cert_path="no-ca.crt"),
+                                       client_password="graphpar-test-pw", server_password="graphpar-test-pw"),
+        "graphpar.communication.tls_config:TlsError", ("ca_cert_path", "no-ca.crt", "does not exist")),
+    Row("tls-cipher-list", "files", "a TLS config with cipher_list 'NOT-A-CIPHER'",
+        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t, cipher_list="NOT-A-CIPHER"),
+                                       client_password="graphpar-test-pw", server_password="graphpar-test-pw"),
+        "graphpar.communication.tls_config:TlsError", ("cipher_list 'NOT-A-CIPHER'",)),
+    Row("tls-revoked", "files", "a worker whose client_cert_path certificate the CRL revokes",
+        lambda t: _refused(t, "revoked"), "graphpar.communication.tls_config:TlsError",
+        ("refused this worker's certificate client_cert_path", "revoked.p12", "CN=worker-revoked",
+         "certificate revoked")),
+    Row("tls-other-ca", "files", "a worker whose certificate another CA signed", lambda t: _refused(t, "other_ca"),
+        "graphpar.communication.tls_config:TlsError", ("other_ca.p12", "unknown ca")),
+    Row("tls-expired", "files", "a worker whose certificate expired", lambda t: _refused(t, "expired"),
+        "graphpar.communication.tls_config:TlsError", ("expired.p12", "expired on", "certificate expired")),
+    Row("tls-dynamic-cluster", "env", "set_ps_context(enable_ssl=True, ...) with MS_ROLE=MS_WORKER",
+        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t),
+                                       client_password="graphpar-test-pw", server_password="graphpar-test-pw")
+        or _dynamic(t), "graphpar.communication.errors:ClusterError", ("enable_ssl=True", "not tunnelled", "msrun"),
+        {"MS_ROLE": "MS_WORKER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "2"}),
+    # --- environment variables --------------------------------------------------------------------------------
+    Row("env-not-integer", "env", "GRAPHPAR_NUM_PROCESSES=two (set by hand)", lambda t: _plan("launch"),
+        ERR + "EnvVarError", ("GRAPHPAR_NUM_PROCESSES='two'", "must be an integer"),
+        {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "two", "GRAPHPAR_PROCESS_ID": "0"}),
+    Row("env-process-id-range", "env", "GRAPHPAR_PROCESS_ID=4 with GRAPHPAR_NUM_PROCESSES=4",
+        lambda t: _plan("launch"), "graphpar.communication.errors:ClusterError",
+        ("GRAPHPAR_PROCESS_ID=4 is out of range", "valid: 0..3"),
+        {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "4", "GRAPHPAR_PROCESS_ID": "4"}),
+    Row("env-pserver", "env", "MS_ROLE=MS_PSERVER", _dynamic, "graphpar.communication.errors:ClusterError",
+        ("MS_ROLE='MS_PSERVER'", "Parameter Server", "'MS_SCHED'"),
+        {"MS_ROLE": "MS_PSERVER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "2"}),
+    Row("env-worker-num", "env", "MS_ROLE=MS_WORKER MS_WORKER_NUM=abc", lambda t: _plan("dynamic_cluster"),
+        ERR + "EnvVarError", ("MS_WORKER_NUM='abc'", "must be an integer"),
+        {"MS_ROLE": "MS_WORKER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "abc"}),
+    Row("env-rank-id-missing", "env", "RANK_SIZE=2 without RANK_ID", lambda t: _plan("rank_table"),
+        "graphpar.communication.errors:ClusterError", ("RANK_ID is not", "msrun --worker_num 2"),
+        {"RANK_SIZE": "2"}),
+    Row("env-rank-id-range", "env", "RANK_SIZE=2 RANK_ID=2", lambda t: _plan("rank_table"),
+        "graphpar.communication.errors:ClusterError", ("RANK_ID=2 is out of range", "valid: 0..1"),
+        {"RANK_SIZE": "2", "RANK_ID": "2"}),
+    Row("env-rank-table-servers", "env", "RANK_TABLE_FILE listing 2 servers, RANK_SIZE=16",
+        lambda t: os.environ.update(RANK_TABLE_FILE=_rank_table(t, 2, 8)) or _plan("rank_table"),
+        "graphpar.communication.errors:ClusterError", ("lists 2 servers", "msrun"),
+        {"RANK_SIZE": "16", "RANK_ID": "0"}),
+    Row("env-rank-table-size", "env", "RANK_TABLE_FILE with 8 devices, RANK_SIZE=2",
+        lambda t: os.environ.update(RANK_TABLE_FILE=_rank_table(t, 1, 8)) or _plan("rank_table"),
+        "graphpar.communication.errors:ClusterError", ("lists 8 devices but RANK_SIZE=2",),
+        {"RANK_SIZE": "2", "RANK_ID": "0"}),
+    Row("env-rank-table-json", "env", "RANK_TABLE_FILE that is not JSON",
+        lambda t: (t / "rt.json").write_text("{oops") and os.environ.update(RANK_TABLE_FILE=str(t / "rt.json"))
+        or _plan("rank_table"), "graphpar.communication.errors:ClusterError",
+        ("RANK_TABLE_FILE=", "rt.json", "is not a MindSpore rank table"), {"RANK_SIZE": "2", "RANK_ID": "0"}),
+    Row("env-coordinator", "env", "GRAPHPAR_COORDINATOR=localhost (no port)", lambda t: _plan("launch"),
+        "graphpar.communication.errors:ClusterError", ("'localhost' is not HOST:PORT",),
+        {"GRAPHPAR_COORDINATOR": "localhost", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0"}),
+    # --- command lines ----------------------------------------------------------------------------------------
+    Row("cli-nproc", "cli", "graphpar launch --nproc 0 train.py", lambda t: _launch("--nproc", "0", "train.py"),
+        "graphpar.launch.config:LaunchError", ("--nproc must be >= 1",)),
+    Row("cli-disagree", "cli", "graphpar launch --nproc 2 --local_worker_num 3 train.py",
+        lambda t: _launch("--nproc", "2", "--local_worker_num", "3", "train.py"), "graphpar.launch.config:LaunchError",
+        ("--nproc 2 and --local_worker_num 3 disagree",)),
+    Row("cli-no-command", "cli", "graphpar launch --nproc 2", lambda t: _launch("--nproc", "2"),
+        "graphpar.launch.config:LaunchError", ("give the command to run",)),
+    Row("cli-too-many-local", "cli", "graphpar launch --nproc 4 --worker_num 2 train.py",
+        lambda t: _launch("--nproc", "4", "--worker_num", "2", "train.py"), "graphpar.launch.config:LaunchError",
+        ("4 processes exceed --worker_num 2",)),
+    Row("cli-node-rank", "cli", "graphpar launch --worker_num 4 --nproc 2 --node_rank 2 train.py",
+        lambda t: _launch("--worker_num", "4", "--nproc", "2", "--node_rank", "2", "train.py"),
+        "graphpar.launch.config:LaunchError", ("node 2", "valid node ranks: 0..1")),
+    Row("cli-max-restarts", "cli", "graphpar launch --max-restarts -1 train.py",
+        lambda t: _launch("--max-restarts", "-1", "train.py"), "graphpar.launch.config:LaunchError",
+        ("--max-restarts must be >= 0",)),
+    Row("cli-program", "cli", "graphpar launch no-such-program", lambda t: _launch("no-such-program"),
+        "graphpar.launch.config:LaunchError", ("'no-such-program' is neither a program on PATH nor a file",)),
+    Row("msrun-port", "cli", "msrun --master_port 80 train.py", lambda t: _msrun("--master_port", "80", "train.py"),
+        "graphpar.launch.config:LaunchError", ("--master_port 80", "1024..65535")),
+    Row("msrun-local", "cli", "msrun --worker_num 2 --local_worker_num 4 train.py",
+        lambda t: _msrun("--worker_num", "2", "--local_worker_num", "4", "train.py"),
+        "graphpar.launch.config:LaunchError", ("4 processes exceed --worker_num 2",)),
+    # --- strategies (errors that exist on main) ---------------------------------------------------------------
+    Row("shard-type", "strategy", "ops.MatMul().shard('abc')", lambda t: _ops().MatMul().shard("abc"),
+        ERR + "StrategyError", ("op 'MatMul'", "'abc'", "tuple of tuples")),
+    Row("shard-zero", "strategy", "ops.MatMul().shard(((2, 0), (1, 1)))",
+        lambda t: _ops().MatMul().shard(((2, 0), (1, 1))), ERR + "StrategyError", ("split 0", "positive int")),
+    Row("shard-float", "strategy", "ops.MatMul().shard(((2.0, 1), (1, 1)))",
+        lambda t: _ops().MatMul().shard(((2.0, 1), (1, 1))), ERR + "StrategyError", ("2.0 (float)",)),
+    Row("shard-arity", "strategy", "ops.MatMul().shard(((2, 1),))", lambda t: _ops().MatMul().shard(((2, 1),)),
+        ERR + "StrategyError", ("2 tensor input(s) (x, y)", "has 1 entry")),
+    Row("shard-rank", "strategy", "self.matmul.shard(((2, 1, 1), (1, 1))) on 2-D inputs, then train",
+        lambda t: _train(in_strategy=((2, 1, 1), (1, 1))), ERR + "StrategyError",
+        ("op 'matmul'", "(2, 1, 1)")),
+    # --- shapes and control flow in construct -----------------------------------------------------------------
+    Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
+        lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",
+        ("op 'matmul' (MatMul)", "_backbone-Net", "x[8, 16]", "y[8, 4]", "contracting dimensions")),
+    Row("construct-control-flow", "construct", "`if h.sum() > 0:` in construct", lambda t: _train("flow"),
+        "graphpar.ir.construct_errors:ControlFlowError", ("Cell 'Net'", "_backbone-Net", "ops.Select", "jnp.where")),
+    Row("construct-jnp-shape", "construct", "`h + jnp.ones((3,))` on a (8, 4) value in construct",
+        lambda t: _train("jnp"), "graphpar.ir.construct_errors:OpShapeError", ("Cell 'Net'", "_backbone-Net", "shapes for broadcasting")),
+    Row("initializer-negative", "construct", "initializer('normal', [-1, 16])",
+        lambda t: __import__("graphpar").common.initializer.initializer("normal", [-1, 16]), ValueError,
+        ("shape=[-1, 16]", "dimension 0 is -1", ">= 0")),
+    Row("initializer-name", "construct", "initializer('gaussian', [4])",
+        lambda t: __import__("graphpar").common.initializer.initializer("gaussian", [4]), ValueError,
+        ("unknown initializer 'gaussian'", "normal")),
+    # --- datasets ---------------------------------------------------------------------------------------------
+    Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
+        lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",
+        ("different lengths", "'x': 3", "'y': 2")),
+    Row("dataset-slices-scalar", "dataset", "NumpySlicesDataset(5)", lambda t: _ds().NumpySlicesDataset(5),
+        ERR + "DatasetError", ("list, tuple, dict or numpy array", "int")),
+    Row("dataset-columns", "dataset", "GeneratorDataset(rows) without column_names",
+        lambda t: _ds().GeneratorDataset([(1,)]), ERR + "DatasetError", ("column_names is required",)),
+    Row("dataset-batch", "dataset", "dataset.batch(0)", lambda t: _ds().NumpySlicesDataset([1, 2]).batch(0),
+        ERR + "DatasetError", ("batch_size must be an int >= 1, got 0",)),
+    Row("dataset-cifar-missing", "dataset", "Cifar10Dataset('/no/such/dir')",
+        lambda t: _ds().Cifar10Dataset(str(t / "none")), ERR + "DatasetError", ("dataset_dir", "does not exist")),
+    Row("dataset-cifar-truncated", "dataset", "Cifar10Dataset on a truncated data_batch_1.bin", _cifar_truncated,
+        ERR + "DatasetError", ("data_batch_1.bin", "truncated")),
+    # --- checkpoints ------------------------------------------------------------------------------------------
+    Row("ckpt-missing", "checkpoint", "load_checkpoint('missing.ckpt')",
+        lambda t: _ms().load_checkpoint(str(t / "missing.ckpt")), "graphpar.checkpoint.errors:CheckpointError",
+        ("missing.ckpt", "no such checkpoint directory")),
+    Row("ckpt-no-manifest", "checkpoint", "load_checkpoint of a save that never completed (no graphpar.json)",
+        _no_manifest, "graphpar.checkpoint.errors:CheckpointError", ("net.ckpt", "graphpar.json")),
+    Row("ckpt-damaged", "checkpoint", "load_checkpoint after a byte of a data file flipped", _flip_a_byte,
+        "graphpar.checkpoint.errors:CheckpointError", ("net.ckpt", "checksum")),
+    Row("ckpt-config", "checkpoint", "CheckpointConfig(save_checkpoint_steps=-1)",
+        lambda t: __import__("graphpar.train", fromlist=["CheckpointConfig"]).CheckpointConfig(
+            save_checkpoint_steps=-1), ValueError, ("save_checkpoint_steps=-1", "int >= 0")),
+    Row("ckpt-prefix", "checkpoint", "ModelCheckpoint(prefix='a/b')",
+        lambda t: __import__("graphpar.train", fromlist=["ModelCheckpoint"]).ModelCheckpoint(prefix="a/b"),
+        ValueError, ("prefix='a/b'", "without '/'")),
+    Row("strategy-file-malformed", "files", "a strategy file with \"parallel_layout_item\": null",
+        lambda t: _strategy_file(t, '{"parallel_layout_item": null}'), ERR + "ConfigError",
+        ("strategy.json", "malformed strategy file")),
+    Row("strategy-file-json", "files", "strategy_ckpt_load_file that is not JSON",
+        lambda t: _strategy_file(t, "{not json"), ERR + "ConfigError", ("strategy.json", "not a JSON strategy file")),
+]
+
+
+def _message(row: Row) -> str:
+    """The message ``row`` produces now (run in a scratch directory, placement variables cleared)."""
+    import re
+    import tempfile
+
+    saved = dict(os.environ)
+    for name in list(os.environ):
+        if re.match(r"^(GRAPHPAR_|MS_|OMPI_|PMIX_|SLURM_|RANK_)|^DEVICE_ID$", name):
+            del os.environ[name]
+    os.environ.update(row.env)
+    try:
+        row.run(Path(tempfile.mkdtemp()))
+    except Exception as exc:  # noqa: BLE001 - the catalogue shows what each raises
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        import graphpar as ms
+
+        ms.context.reset_context()
+        ms.context.reset_auto_parallel_context()
+        ms.set_ps_context(enable_ssl=False, config_file_path="", client_password="", server_password="")
+    return "(no error)"
+
+
+def markdown() -> str:
+    areas = {"context": "Context settings", "files": "Files (TLS configuration, strategy files)",
+             "env": "Environment variables", "cli": "Command lines (graphpar launch, msrun)",
+             "strategy": "Strategies (`shard()`)", "construct": "Shapes and control flow in `construct`, initializers",
+             "dataset": "Datasets", "checkpoint": "Checkpoints"}
+    out = ["# Bad inputs and the errors they give", "",
+           "Every row is a mistake a user makes and the error graphpar raises for it, with its message as printed "
+           "(paths from the test run). Each row is a test: `tests/errors/test_catalogue.py` checks the error class "
+           "and that the message names the culprit and what would be valid; this page is generated from the same "
+           "table (`python -m tests.errors.catalogue > docs/errors.md`). Every graphpar error subclasses "
+           "`graphpar.errors.GraphparError` and the builtin a Python user would expect (`ValueError`, `TypeError`, "
+           "`RuntimeError`).", ""]
+    for area, title in areas.items():
+        out += [f"## {title}", "", "| id | mistake | error | message |", "| --- | --- | --- | --- |"]
+        for row in (r for r in ROWS if r.area == area):
+            text = _message(row).replace("|", "\\|").replace("\n", " ")
+            name = row.error_class().__name__
+            out.append(f"| `{row.id}` | {row.mistake.replace('|', chr(92) + '|')} | `{name}` | {text} |")
+        out.append("")
+    out += ["## Settings refused or reported rather than ignored", "",
+            "* An environment variable of a launch convention the process does not use, set to a non-integer "
+            "(`MS_WORKER_NUM=abc` under `graphpar launch`): ignored with one line saying so; where the variable "
+            "applies it is the error `env-not-integer` / `env-worker-num` above.",
+            "* `graphpar launch` with placement variables of another convention in its environment: one line at "
+            "start says they are not passed to the workers.",
+            "* `set_auto_parallel_context(device_num=4)` on 8 devices: one line names the devices used "
+            "(`cpu:0-3`).",
+            "* `set_ps_context(config_file_path=...)` with `enable_ssl=False`: one line says the file is not used.",
+            "* A rollback that cannot use the newest checkpoint names the save that was in flight "
+            "(`checkpoints.md` §8).", ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    print(markdown())

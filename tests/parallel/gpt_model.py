@@ -1,0 +1,160 @@
+"""A GPT-style model written the way MindSpore's parallel transformer writes it (mindspore.parallel._transformer /
+mindformers): activations kept 2-D ``(batch * seq, hidden)``; ``Linear`` = ``MatMul(transpose_b=True)`` + ``Add``
+bias; ``Reshape`` + ``Transpose`` into heads; ``BatchMatMul``; ``Mul`` by a Python-scalar scale; ``Add`` of a
+mask; ``Softmax``; ``LayerNorm``; ``GeLU``; ``Gather`` embeddings; the output projection tied to the vocabulary
+embedding.
+
+Strategies are Megatron's, as the MindSpore transformer sets them from ``dp`` and ``mp``. ``hints`` picks which
+roles get their ``shard()`` (``ALL``: every op but the Reshapes, which MindSpore ignores; ``QKV_FFN1``: the Q/K/V
+and first feed-forward matmuls; ``QKV``: the Q/K/V matmuls only); the rest is left to the mode's planner.
+Shared by the planner and search tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphpar import Parameter, Tensor, nn, ops
+
+ALL = frozenset({"embed", "ln", "qkv", "qkv_bias", "heads", "attn", "proj", "proj_bias", "residual", "ffn1",
+                 "ffn1_bias", "gelu", "ffn2", "ffn2_bias", "logits"})
+QKV_FFN1 = frozenset({"qkv", "ffn1"})
+QKV = frozenset({"qkv"})
+NONE = frozenset()
+
+
+def _rand(shape, seed, scale=0.05):
+    return Tensor((np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32))
+
+
+class _Sharder:
+    """Calls ``op.shard(strategy)`` only for the roles in ``hints``."""
+
+    def __init__(self, hints: frozenset):
+        self.hints = hints
+
+    def __call__(self, op, role: str, strategy):
+        return op.shard(strategy) if role in self.hints else op
+
+
+class Linear(nn.Cell):
+    """MindSpore transformer's Linear: weight (out, in), ``MatMul(transpose_b=True)`` then ``Add`` of the bias."""
+
+    def __init__(self, d_in, d_out, seed, shard, role, matmul_strategy, bias_strategy):
+        super().__init__()
+        self.weight = Parameter(_rand((d_out, d_in), seed), "weight")
+        self.bias = Parameter(Tensor(np.zeros(d_out, np.float32)), "bias")
+        self.matmul = shard(ops.MatMul(transpose_b=True), role, matmul_strategy)
+        self.bias_add = shard(ops.Add(), role + "_bias", bias_strategy)
+
+    def construct(self, x):
+        return self.bias_add(self.matmul(x, self.weight), self.bias)
+
+
+class LayerNorm(nn.Cell):
+    def __init__(self, hidden, shard, dp):
+        super().__init__()
+        self.gamma = Parameter(Tensor(np.ones(hidden, np.float32)), "gamma")
+        self.beta = Parameter(Tensor(np.zeros(hidden, np.float32)), "beta")
+        self.layer_norm = shard(ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1, epsilon=1e-5), "ln",
+                                ((dp, 1), (1,), (1,)))
+
+    def construct(self, x):
+        return self.layer_norm(x, self.gamma, self.beta)[0]
+
+
+class Attention(nn.Cell):
+    def __init__(self, batch, seq, hidden, heads, dp, mp, seed, shard):
+        super().__init__()
+        self.batch, self.seq, self.heads, self.head_dim = batch, seq, heads, hidden // heads
+        col, col_bias = ((dp, 1), (mp, 1)), ((dp, mp), (mp,))
+        self.dense_q = Linear(hidden, hidden, seed, shard, "qkv", col, col_bias)
+        self.dense_k = Linear(hidden, hidden, seed + 1, shard, "qkv", col, col_bias)
+        self.dense_v = Linear(hidden, hidden, seed + 2, shard, "qkv", col, col_bias)
+        self.reshape = ops.Reshape()
+        self.transpose = shard(ops.Transpose(), "heads", ((dp, 1, mp, 1),))
+        self.transpose_k = shard(ops.Transpose(), "heads", ((dp, 1, mp, 1),))
+        self.transpose_v = shard(ops.Transpose(), "heads", ((dp, 1, mp, 1),))
+        self.batch_matmul = shard(ops.BatchMatMul(), "attn", ((dp, mp, 1, 1), (dp, mp, 1, 1)))
+        self.mul = shard(ops.Mul(), "attn", ((dp, mp, 1, 1), ()))
+        self.add_mask = shard(ops.Add(), "attn", ((dp, mp, 1, 1), (1, 1, 1, 1)))
+        self.softmax = shard(ops.Softmax(), "attn", ((dp, mp, 1, 1),))
+        self.batch_matmul2 = shard(ops.BatchMatMul(), "attn", ((dp, mp, 1, 1), (dp, mp, 1, 1)))
+        self.merge = shard(ops.Transpose(), "attn", ((dp, mp, 1, 1),))
+        self.projection = Linear(hidden, hidden, seed + 3, shard, "proj", ((dp, mp), (1, mp)), ((dp, 1), (1,)))
+        mask = np.triu(np.full((seq, seq), -1e4, np.float32), k=1).reshape(1, 1, seq, seq)
+        self.mask = Tensor(mask)
+        self.scale = 1.0 / float(np.sqrt(self.head_dim))
+
+    def construct(self, x):
+        shape = (self.batch, self.seq, self.heads, self.head_dim)
+        q = self.transpose(self.reshape(self.dense_q(x), shape), (0, 2, 1, 3))
+        k = self.transpose_k(self.reshape(self.dense_k(x), shape), (0, 2, 3, 1))
+        v = self.transpose_v(self.reshape(self.dense_v(x), shape), (0, 2, 1, 3))
+        score = self.add_mask(self.mul(self.batch_matmul(q, k), self.scale), self.mask)
+        context = self.batch_matmul2(self.softmax(score), v)
+        context = self.reshape(self.merge(context, (0, 2, 1, 3)), (self.batch * self.seq, self.heads * self.head_dim))
+        return self.projection(context)
+
+
+class FeedForward(nn.Cell):
+    def __init__(self, hidden, ffn, dp, mp, seed, shard):
+        super().__init__()
+        self.mapping = Linear(hidden, ffn, seed, shard, "ffn1", ((dp, 1), (mp, 1)), ((dp, mp), (mp,)))
+        self.gelu = shard(ops.GeLU(), "gelu", ((dp, mp),))
+        self.projection = Linear(ffn, hidden, seed + 1, shard, "ffn2", ((dp, mp), (1, mp)), ((dp, 1), (1,)))
+
+    def construct(self, x):
+        return self.projection(self.gelu(self.mapping(x)))
+
+
+class Block(nn.Cell):
+    def __init__(self, batch, seq, hidden, heads, dp, mp, seed, shard):
+        super().__init__()
+        self.layernorm1 = LayerNorm(hidden, shard, dp)
+        self.attention = Attention(batch, seq, hidden, heads, dp, mp, seed, shard)
+        self.add = shard(ops.Add(), "residual", ((dp, 1), (dp, 1)))
+        self.layernorm2 = LayerNorm(hidden, shard, dp)
+        self.output = FeedForward(hidden, 4 * hidden, dp, mp, seed + 10, shard)
+        self.add2 = shard(ops.Add(), "residual", ((dp, 1), (dp, 1)))
+
+    def construct(self, x):
+        x = self.add(x, self.attention(self.layernorm1(x)))
+        return self.add2(x, self.output(self.layernorm2(x)))
+
+
+class GPT(nn.Cell):
+    """``GPT(dp, mp, hints)(ids)``: ids (batch, seq) int32 -> logits (batch * seq, vocab)."""
+
+    def __init__(self, dp=2, mp=4, hints=ALL, batch=8, seq=16, hidden=64, heads=4, vocab=128, layers=2):
+        super().__init__()
+        shard = _Sharder(hints)
+        self.batch, self.seq, self.hidden = batch, seq, hidden
+        self.embedding_table = Parameter(_rand((vocab, hidden), 1), "embedding_table")
+        self.position_embedding = Parameter(_rand((1, seq, hidden), 2), "position_embedding")
+        self.gather = shard(ops.Gather(), "embed", ((1, 1), (dp, 1)))
+        self.add_position = shard(ops.Add(), "embed", ((dp, 1, 1), (1, 1, 1)))
+        self.reshape = ops.Reshape()
+        self.blocks = nn.CellList([Block(batch, seq, hidden, heads, dp, mp, 100 * (i + 1), shard)
+                                   for i in range(layers)])
+        self.layernorm = LayerNorm(hidden, shard, dp)
+        self.logits = shard(ops.MatMul(transpose_b=True), "logits", ((dp, 1), (1, 1)))
+
+    def construct(self, ids):
+        x = self.add_position(self.gather(self.embedding_table, ids, 0), self.position_embedding)
+        x = self.reshape(x, (self.batch * self.seq, self.hidden))
+        for block in self.blocks:
+            x = block(x)
+        return self.logits(self.layernorm(x), self.embedding_table)
+
+
+def gpt_data(batch=8, seq=16, vocab=128, seed=0):
+    """(ids (batch, seq) int32, labels (batch * seq,) int32): next-token targets of a random sequence."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, vocab, size=(batch, seq + 1)).astype(np.int32)
+    return tokens[:, :-1], tokens[:, 1:].reshape(-1)
+
+
+def gpt_train_cell(net, lr=0.1):
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    return nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), lr, 0.9))

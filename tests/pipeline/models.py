@@ -1,0 +1,125 @@
+"""Networks the pipeline tests train: a 4-layer MLP and a small GPT-style model, with MindSpore-style stages."""
+
+import numpy as np
+
+import graphpar as ms
+from graphpar import nn, ops
+
+
+def _w(rng, shape, scale=0.3):
+    return ms.Tensor(rng.normal(0, scale, shape).astype(np.float32))
+
+
+class MLP4(nn.Cell):
+    """Four Dense layers; ``stages`` assigns consecutive layers to consecutive stages."""
+
+    def __init__(self, d=16, hidden=32, d_out=8, stages=2, seed=0, strategies=False):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        dims = [d, hidden, hidden, hidden, d_out]
+        self.layers = nn.CellList([
+            nn.Dense(dims[i], dims[i + 1], weight_init=_w(rng, (dims[i + 1], dims[i])), bias_init="zeros",
+                     activation="relu" if i < 3 else None) for i in range(4)])
+        for i, layer in enumerate(self.layers):
+            layer.pipeline_stage = i * stages // 4
+        if strategies:  # tensor parallel inside each stage: columns then rows of each stage's pair of layers
+            for i, layer in enumerate(self.layers):
+                layer.matmul.shard(((2, 1), (2, 1)) if i % 2 == 0 else ((2, 2), (1, 2)))
+
+    def construct(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class LayerNorm(nn.Cell):
+    def __init__(self, d):
+        super().__init__()
+        self.gamma = ms.Parameter(ms.Tensor(np.ones(d, np.float32)), name="gamma")
+        self.beta = ms.Parameter(ms.Tensor(np.zeros(d, np.float32)), name="beta")
+        self.mean = ops.ReduceMean(keep_dims=True)
+        self.sub = ops.Sub()
+        self.mul = ops.Mul()
+        self.add = ops.Add()
+        self.rsqrt = ops.Rsqrt()
+        self.square = ops.Square()
+
+    def construct(self, x):
+        mu = self.mean(x, -1)
+        xc = self.sub(x, mu)
+        var = self.mean(self.square(xc), -1)
+        return self.add(self.mul(self.mul(xc, self.rsqrt(var + 1e-5)), self.gamma), self.beta)
+
+
+class Block(nn.Cell):
+    """Pre-norm transformer block: causal self-attention and a GELU MLP."""
+
+    def __init__(self, d, heads, rng):
+        super().__init__()
+        self.d, self.heads = d, heads
+        self.ln1, self.ln2 = LayerNorm(d), LayerNorm(d)
+        self.qkv = nn.Dense(d, 3 * d, weight_init=_w(rng, (3 * d, d), 0.1), bias_init="zeros")
+        self.proj = nn.Dense(d, d, weight_init=_w(rng, (d, d), 0.1), bias_init="zeros")
+        self.fc = nn.Dense(d, 4 * d, weight_init=_w(rng, (4 * d, d), 0.1), bias_init="zeros", activation="gelu")
+        self.out = nn.Dense(4 * d, d, weight_init=_w(rng, (d, 4 * d), 0.1), bias_init="zeros")
+        self.reshape = ops.Reshape()
+        self.transpose = ops.Transpose()
+        self.scores = ops.BatchMatMul(transpose_b=True)
+        self.context = ops.BatchMatMul()
+        self.softmax = ops.Softmax()
+        self.add = ops.Add()
+
+    def construct(self, x):
+        b, t, d = x.shape
+        h = self.reshape(self.ln1(x), (b * t, d))
+        qkv = self.reshape(self.qkv(h), (b, t, 3, self.heads, d // self.heads))
+        qkv = self.transpose(qkv, (2, 0, 3, 1, 4))
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        mask = np.triu(np.full((t, t), -1e9, np.float32), 1)
+        att = self.softmax(self.scores(q, k) * (1.0 / np.sqrt(d // self.heads)) + mask)
+        ctx = self.transpose(self.context(att, v), (0, 2, 1, 3))
+        x = self.add(x, self.reshape(self.proj(self.reshape(ctx, (b * t, d))), (b, t, d)))
+        h = self.out(self.fc(self.reshape(self.ln2(x), (b * t, d))))
+        return self.add(x, self.reshape(h, (b, t, d)))
+
+
+class GPT(nn.Cell):
+    """Token + position embedding, ``layers`` blocks, final norm and a vocabulary head."""
+
+    def __init__(self, vocab=32, seq=8, d=16, heads=2, layers=4, stages=2, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.wte = ms.Parameter(_w(rng, (vocab, d), 0.2), name="wte")
+        self.wpe = ms.Parameter(_w(rng, (seq, d), 0.2), name="wpe")
+        self.gather = ops.Gather()
+        self.add = ops.Add()
+        self.blocks = nn.CellList([Block(d, heads, rng) for _ in range(layers)])
+        self.ln_f = LayerNorm(d)
+        self.head = nn.Dense(d, vocab, weight_init=_w(rng, (vocab, d), 0.1), has_bias=False)
+        self.reshape = ops.Reshape()
+        # the embedding (ops of this Cell's own construct) follows its consumers into stage 0; the final reshape its
+        # producer into the last stage
+        for i, block in enumerate(self.blocks):
+            block.pipeline_stage = i * stages // layers
+        self.ln_f.pipeline_stage = self.head.pipeline_stage = stages - 1
+
+    def construct(self, tokens):
+        b, t = tokens.shape
+        x = self.add(self.gather(self.wte, tokens, 0), self.wpe)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.reshape(self.ln_f(x), (b * t, x.shape[-1])))
+        return self.reshape(logits, (b, t, -1))
+
+
+class TokenLoss(nn.Cell):
+    """Mean cross-entropy of next-token logits against integer targets."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.vocab = vocab
+        self.loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        self.reshape = ops.Reshape()
+
+    def construct(self, logits, targets):
+        return self.loss(self.reshape(logits, (-1, self.vocab)), self.reshape(targets, (-1,)))
