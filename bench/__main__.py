@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     if not only or "pipeline" in only:
         from bench.pipeline import bench_pipeline
 
-        print("Data pipeline (issue 4)")
+        print("Data pipeline (issues 4, 15): images/s vs a plain numpy loop, interleaved rounds")
         print(bench_pipeline(), "\n", flush=True)
     if not only or "resnet" in only:
         from bench.resnet import bench_resnet
@@ -71,6 +71,19 @@ def main(argv: list[str]) -> int:
         print(_table(steps, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s", "img_s"]))
         print("Feeding ResNet-18 (issue 4; goal: pipeline >= 3x what training consumes)")
         print(feeding, "\n", flush=True)
+    if not only or "throughput" in only:
+        from bench.throughput import bench_amp, bench_feeding_overlap, bench_two_processes
+
+        print("Feeding ResNet-18 DATA_PARALLEL from the pipeline vs pre-staged batches (issue 15; goal <= 1.03)")
+        print(_table([bench_feeding_overlap()], ["model", "global_batch", "prestaged_ms", "fed_prefetch2_ms",
+                                                  "fed_no_prefetch_ms", "fed_vs_prestaged",
+                                                  "no_prefetch_vs_prestaged"]), flush=True)
+        print("ResNet-18 mixed precision (issue 15): step time and 20-step loss vs float32 (bfloat16 on CPU)")
+        print(_table(bench_amp(), ["amp_level", "width", "batch", "step_ms", "vs_float32", "max_rel_loss_diff",
+                                   "loss_first_last"]), flush=True)
+        print("2 processes x 4 devices, 3x512 MLP DATA_PARALLEL vs plain JAX over jax.distributed (goal <= 1.05)")
+        print(_table([bench_two_processes()], ["model", "processes", "devices", "global_batch", "graphpar_ms",
+                                               "jax_distributed_ms", "ratio"]), "\n", flush=True)
     if not only or "checkpoint" in only:
         from bench.checkpoint import bench_save, bench_step_overhead
 
@@ -90,6 +103,18 @@ def main(argv: list[str]) -> int:
         print(f"recompute with XLA's memory scheduler on CPU: temp {plain:.1f} MB -> {recomputed:.1f} MB")
         print("Parallel optimizer against ZeRO written by hand in JAX (goal ratio <= 1.05)")
         print(_table([baseline], ["model", "graphpar_ms", "handwritten_ms", "ratio"]), "\n", flush=True)
+    if not only or "search" in only:
+        from bench.search import bench_search
+
+        depth, devices = bench_search()
+        keys = ["layers", "devices", "nodes", "variables", "choices", "edges", "search_s", "build_s", "solve_s",
+                "plan_s", "optimal"]
+        print("AUTO_PARALLEL search time, GPT-style model (issue 10; goal: 48 layers <= 2x 12 layers)")
+        print(_table(depth, keys))
+        print(f"search time 48 layers / 12 layers: {depth[2]['search_s'] / depth[1]['search_s']:.2f}")
+        print(_table(devices, keys))
+        print(f"search time 1,024 devices / 8 devices: {devices[1]['search_s'] / devices[0]['search_s']:.2f}", "\n",
+              flush=True)
     if not only or "pipeline_parallel" in only:
         from bench.pipeline_parallel import bench_pipeline_parallel
 

@@ -37,7 +37,7 @@ _JAX_PLATFORM = {"CPU": "cpu", "GPU": "gpu", "TPU": "tpu"}
 # MindSpore settings that have no meaning on XLA. They are accepted so that ported scripts run, and each is named
 # once in a log line the first time it is set.
 _IGNORED_CONTEXT_KEYS = frozenset({
-    "max_call_depth", "enable_graph_kernel", "graph_kernel_flags", "max_device_memory", "variable_memory_max_size",
+    "max_call_depth", "enable_graph_kernel", "graph_kernel_flags", "variable_memory_max_size",
     "enable_reduce_precision", "pynative_synchronize", "jit_level", "jit_config", "memory_optimize_level",
     "deterministic", "precompile_only", "enable_compile_cache", "compile_cache_path", "runtime_num_threads",
     "inter_op_parallel_num", "print_file_path", "env_config_path", "save_dump_path", "enable_dump",
@@ -59,6 +59,12 @@ class Context:
     device_id: int = 0
     save_graphs: int = 0
     save_graphs_path: str = "ir_dumps"
+    max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
+    # graphpar extension, set by `graphpar plan`: the first compiled step plans for this many virtual devices,
+    # prints the plan and ends the script (graphpar.parallel.search.planning)
+    plan_devices: int | None = None
+    plan_platform: str = "gpu"
+    plan_overrides: tuple = ()  # (key, value) pairs: parallel_mode / search_mode replacing the script's
 
 
 @dataclass
@@ -155,9 +161,10 @@ def _check_writable_dir(api: str, key: str, path: str) -> None:
 
 def set_context(**kwargs: Any) -> None:
     """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
-    ``save_graphs_path``. Other MindSpore settings that mean nothing on XLA are accepted with a log line."""
+    ``save_graphs_path``, ``max_device_memory``. Other MindSpore settings that mean nothing on XLA are accepted with
+    a log line."""
     api = "set_context"
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path"}
+    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory"}
     for key, value in kwargs.items():
         if key in _IGNORED_CONTEXT_KEYS:
             notice_once(f"context:{key}", f"set_context({key}=...) has no effect in graphpar (XLA decides this)",
@@ -193,10 +200,15 @@ def set_context(**kwargs: Any) -> None:
                 raise ConfigError(api, key, value, reason="save_graphs_path must be a non-empty string")
             _check_writable_dir(api, key, value)
             _context.save_graphs_path = value
+        elif key == "max_device_memory":
+            from graphpar.parallel.search.settings import parse_memory
+
+            parse_memory(value)  # validated now, read when a plan is made
+            _context.max_device_memory = value
 
 
 def get_context(key: str) -> Any:
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path"}
+    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory"}
     if key not in valid:
         raise UnknownSettingError("get_context", key, valid)
     return getattr(_context, key)

@@ -190,10 +190,14 @@ def explain_data(dset: DumpSet, op: str) -> dict[str, Any]:
     else:
         why = root["provenance"]["text"] if root["provenance"] else "no provenance recorded"
     text = f" {_ARROW} ".join(c["instance_name"] for c in chain) + f" ({why})"
+    from graphpar.parallel.search.report import search_records
+
+    records, _ = search_records(dset.main)
     return {"source": dset.source, "op": op, "node": chain[0]["node"], "chain": chain,
             "root": {"node": root["node"], "instance_name": root["instance_name"], "reason": reason,
                      "hint": _strategy(last.hint)},
-            "total_cost": sum(c["edge_cost"] or 0.0 for c in chain), "summary": text}
+            "total_cost": sum(c["edge_cost"] or 0.0 for c in chain), "summary": text,
+            "search": records.get(chain[0]["node"])}
 
 
 

@@ -9,12 +9,12 @@ import argparse
 import importlib
 import sys
 
-_SUBCOMMANDS = ("graphpar.cli.ir", "graphpar.launch.cli")
+_SUBCOMMANDS = ("graphpar.cli.ir", "graphpar.launch.cli", "graphpar.cli.plan")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphpar", description="graphpar: MindSpore-style parallel training on "
-                                     "JAX. Subcommands: ir (inspect IR dumps), launch (start a multi-process job).")
+                                     "JAX. Subcommands: ir (inspect IR dumps), launch (start a multi-process job), plan (plan a script for N devices).")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command")
     for name in _SUBCOMMANDS:

@@ -89,8 +89,9 @@ def train_step(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Optimiz
 
     def step(pvals, rvals, opt_state, inputs):
         shardings = [layout.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
+        scale = parts.loss_scale(opt_state)  # mixed precision: the objective is scaled, the update unscales
         (loss, new_rest), grads = accumulated_value_and_grad(plan, planned, ns, opt, parts, list(pvals), list(rvals),
-                                                             inputs, sens, micro, shardings)
+                                                             inputs, sens, micro, shardings, scale)
         pdict = dict(zip(names, pvals))
         gdict = parts.transform_gradients(dict(zip(names, grads)), pdict)
         new, opt_state = parts.update(gdict, opt_state, pdict)
@@ -101,8 +102,8 @@ def train_step(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Optimiz
 
 def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
                                parts: StepParts, stored: list[Any], rvals: list[Any], inputs: Sequence[Any],
-                               sens: float, micro: int,
-                               input_shardings: Sequence[Any]) -> tuple[tuple[Any, list[Any]], list[Any]]:
+                               sens: float, micro: int, input_shardings: Sequence[Any],
+                               scale: Any = None) -> tuple[tuple[Any, list[Any]], list[Any]]:
     """``((summed loss, new rest leaves), gradients in the parameters' storage layout)`` of one accumulated step."""
     stacks = [_stack(x, micro, s) if np.ndim(x) else None for x, s in zip(inputs, input_shardings)]
 
@@ -113,7 +114,8 @@ def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkSta
     compute = opt.gather(stored)
     shard_carry = opt.config.shard_accumulated_gradients and opt.active and micro > 1
     if isinstance(plan, DataParallelPlan):
-        return _data_parallel(plan, planned, ns, opt, parts, stored, compute, rvals, micro_inputs, scan_xs, sens, shard_carry)
+        return _data_parallel(plan, planned, ns, opt, parts, stored, compute, rvals, micro_inputs, scan_xs,
+                              sens if scale is None else sens * scale, shard_carry)
 
     def body(carry, xs):
         acc, rest, loss_sum = carry
@@ -121,7 +123,7 @@ def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkSta
         def objective(p):
             obj, (loss, new_rest) = parts.objective(parts.cast_params(ns.params.unflatten(p)),
                                                     ns.rest.unflatten(rest), micro_inputs(xs))
-            return obj, (loss, jax.tree.leaves(new_rest))
+            return (obj if scale is None else obj * scale), (loss, jax.tree.leaves(new_rest))
 
         (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(compute)
         g = opt.to_storage(g) if shard_carry else g

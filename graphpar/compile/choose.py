@@ -30,6 +30,11 @@ def _stand_alone_device() -> jax.Device:
 
 
 def choose_plan(network: Cell) -> ExecutionPlan:
+    from graphpar.parallel.search.planning import plan_only
+
+    only = plan_only(network)  # `graphpar plan SCRIPT --devices N`
+    if only is not None:
+        return only
     ctx, pctx = _context.current(), _context.current_parallel()
     mode = pctx.parallel_mode
     if mode in (ParallelMode.STAND_ALONE, ParallelMode.DATA_PARALLEL):

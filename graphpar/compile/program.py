@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
@@ -43,6 +44,7 @@ from graphpar.compile.state import NetworkState, current_state
 from graphpar.compile.step import StepParts, optax_update, sink_loop, train_step
 from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.parallel.optimizer_parallel import OptimizerParallelConfig
+from graphpar.nn.loss_scale import loss_scale_of, scaled_transformation
 
 
 def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
@@ -140,7 +142,14 @@ class TrainProgram:
         def objective(params, rest, inputs):
             return plan.objective(planned, ns, params, rest, inputs, sens)
 
-        return StepParts(objective=objective, update=optax_update(self.optimizer.transformation()))
+        # mixed precision hook (nn/loss_scale.py): with a loss-scale cell the objective is multiplied by the scale
+        # kept in the optimizer state, and the update unscales, skips overflowing steps and adjusts the scale
+        return StepParts(objective=objective, update=optax_update(self._transformation()), loss_scale=loss_scale_of)
+
+    def _transformation(self) -> optax.GradientTransformation:
+        """The optimizer's transformation, wrapped in the train cell's loss scaling if it has one (unchanged
+        without: the step is then the float32 program exactly)."""
+        return scaled_transformation(self.optimizer.transformation(), self.train_cell.scale_update)
 
     def optimizer_sharding(self, ns: NetworkState, layout: Layout) -> OptimizerSharding:
         """Storage (parallel optimizer) and compute shardings of the trainable parameters under ``layout``."""
@@ -174,7 +183,7 @@ class TrainProgram:
     def _opt_state(self, ns: NetworkState, layout: Layout) -> Any:
         if self.optimizer.opt_state is None:
             params = dict(zip(ns.param_names(), ns.params.values()))
-            state = self.optimizer.transformation().init(params)
+            state = self._transformation().init(params)
             self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, layout, state))
         return self.optimizer.opt_state
 

@@ -115,6 +115,9 @@ def begin_texts(graph: Graph, plan: Any, ranks: list[int]) -> dict[int, str]:
                     f"wanted by " + ", ".join(f"{name} (node {nid}) as {spec_text(spec)}"
                                               for name, nid, spec in conflict["wanted"])
                     + f"; redistribution {conflict['cost_bytes']:g} B per device")
+    from graphpar.parallel.search.report import search_lines
+
+    body += search_lines(graph)
     return {rank: "\n".join(_header("step_parallel_begin", graph, plan, rank, "global shapes") + body) + "\n"
             for rank in ranks}
 

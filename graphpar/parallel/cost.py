@@ -281,9 +281,13 @@ def plan_cost(graph: Any, mesh: MeshInfo, training: bool = True,
             value = graph.values[vid]
             if not value.is_array:
                 continue
-            if value.producer is not None:
-                producer = graph.nodes[value.producer]
+            producer = graph.nodes.get(value.producer) if value.producer is not None else None
+            if producer is not None:
                 src = producer.strategy.output_spec(producer.outputs.index(vid))
+            elif value.producer is not None:
+                # made by a node outside this graph (a pipeline stage's received activation): it arrives in the
+                # layout its consumer wants
+                src = specs.get(vid, s.input_spec(i))
             else:
                 src = specs.get(vid, replicated_spec(len(value.shape)))
             cost = cost + redistribution_cost(value, src, s.input_spec(i), mesh, training, vid in grads)

@@ -20,6 +20,8 @@ from graphpar.parallel.passes.propagate import propagate
 from graphpar.parallel.passes.recorded import apply_strategy_file, check_strategy_file
 from graphpar.parallel.passes.redistributions import report_redistributions
 from graphpar.parallel.passes.verify import verify
+from graphpar.parallel.search.search_pass import search
+from graphpar.parallel.search.settings import SEARCH_MODES
 
 Pass = Callable[[Graph, PlanContext], Graph]
 
@@ -44,6 +46,17 @@ SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
     ("report_redistributions", report_redistributions),
 )
 
+# AUTO_PARALLEL with search_mode "recursive_programming" / "dynamic_programming": hints and a strategy file are
+# constraints, the search decides every other op (parallel/search/)
+SEARCH: tuple[tuple[str, Pass], ...] = (
+    ("apply_hints", apply_hints),
+    ("apply_strategy_file", apply_strategy_file),
+    ("search", search),
+    ("place_parameters", place_parameters),
+    ("check_strategy_file", check_strategy_file),
+    ("verify", verify),
+)
+
 DATA_PARALLEL: tuple[tuple[str, Pass], ...] = (
     ("default_strategies", default_strategies),
     ("place_parameters", place_parameters),
@@ -53,6 +66,8 @@ DATA_PARALLEL: tuple[tuple[str, Pass], ...] = (
 def passes_for(ctx: PlanContext) -> tuple[tuple[str, Pass], ...]:
     if ctx.mode == ParallelMode.AUTO_PARALLEL and ctx.search_mode == "sharding_propagation":
         return SHARDING_PROPAGATION
+    if ctx.mode == ParallelMode.AUTO_PARALLEL and ctx.search_mode in SEARCH_MODES:
+        return SEARCH
     if ctx.mode in (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL):
         return SEMI_AUTO
     return DATA_PARALLEL

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
+from graphpar import _context
 from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
 from graphpar.compile.layout import GraphLayout, Layout, UniformLayout
@@ -26,6 +27,7 @@ from graphpar.ir.graph import Graph
 from graphpar.parallel import strategy_file
 from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
 from graphpar.parallel.passes.context import PlanContext
+from graphpar.parallel.search.settings import search_settings
 from graphpar.parallel.strategy import MeshInfo, Spec, strategy_text
 
 
@@ -107,10 +109,6 @@ class PlannedPlan(ExecutionPlan):
         self.info: MeshInfo | None = None  # the plan's one mesh, fixed by the first graph planned
         one = SingleDeviceSharding(self.devices[0])
         self._one_device = UniformLayout(one, one)
-        if pctx.parallel_mode == ParallelMode.AUTO_PARALLEL and pctx.search_mode != "sharding_propagation":
-            notice_once("search-mode", f"AUTO_PARALLEL with search_mode={pctx.search_mode!r}: graphpar has no "
-                        "cost-model search yet; ops without a shard() strategy get data parallel (as "
-                        "SEMI_AUTO_PARALLEL)")
         if pctx.parallel_mode == ParallelMode.HYBRID_PARALLEL:
             notice_once("hybrid", "HYBRID_PARALLEL is planned as SEMI_AUTO_PARALLEL (hinted ops keep their "
                         "strategies, the others get data parallel)")
@@ -133,6 +131,8 @@ class PlannedPlan(ExecutionPlan):
         ctx = PlanContext(info, self.pctx.parallel_mode, self.pctx.search_mode)
         ctx.input_specs = dataset_specs(graph, info, self.pctx.dataset_strategy)
         ctx.strategy_file = strategy_file.for_plan(self.pctx)
+        ctx.search = search_settings(self.pctx.parallel_mode, self.pctx.search_mode,
+                                     _context.current().max_device_memory, self.devices[0].platform)
         return PlanSetup(ctx)
 
     def layout(self, graph: Graph | None) -> Layout:

@@ -17,6 +17,7 @@ class PlanContext:
     search_mode: str = "sharding_propagation"
     input_specs: dict[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
     strategy_file: Any = None  # parallel.strategy_file.StrategyFile to force (strategy_ckpt_config load_file)
+    search: Any = None  # parallel.search.settings.SearchSettings (AUTO_PARALLEL searches: memory budget, hardware)
     _dims: dict[int, DimSpec | None] = field(default_factory=dict)
 
     def dims(self, node: Node, graph: Graph) -> DimSpec | None:

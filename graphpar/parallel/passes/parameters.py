@@ -52,7 +52,8 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
         def cost(spec):
             return sum(redistribution_bytes(spec, s, value.shape, value.itemsize, ctx.mesh) for _, _, s in wants)
 
-        best = min(distinct, key=lambda s: (cost(s), distinct.index(s)))
+        searched = graph.meta.get("search", {}).get("storage", {}).get(vid)  # the search priced this choice
+        best = searched if searched is not None else min(distinct, key=lambda s: (cost(s), distinct.index(s)))
         specs[vid] = best
         report = {"parameter": value.name, "chosen": best, "cost_bytes": cost(best),
                   "wanted": [(n.instance_name, n.id, s) for n, _, s in wants]}

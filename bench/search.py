@@ -1,0 +1,41 @@
+"""Search time (issue 10): AUTO_PARALLEL's search on the GPT-style model of issue 9 at 2, 12 and 48 layers (goal:
+48 layers <= 2x the 12-layer time, since repeated layers share one solution), and on 1,024 virtual devices vs 8.
+
+Planning only (``graphpar.parallel.plan_for_devices``): trace + pipeline, no compile. ``search_s`` is the search pass
+(problem build + HiGHS solve + provenance); ``plan_s`` the whole pipeline after tracing.
+
+    python -m bench search
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def _gpt_plan(layers: int, devices: int, search_mode: str = "recursive_programming") -> dict:
+    import graphpar as ms
+    from graphpar import nn
+    from graphpar.parallel import plan_for_devices
+    from tests.parallel.gpt_model import NONE, GPT, gpt_data
+
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode=search_mode, full_batch=True)
+    net = nn.WithLossCell(GPT(hints=NONE, layers=layers),
+                          nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+    ids, labels = gpt_data()
+    started = time.perf_counter()
+    summary = plan_for_devices(net, ids, labels, devices=devices, platform="gpu")
+    total = time.perf_counter() - started
+    search = summary.graph.meta["search"]
+    seconds = summary.graph.meta["pass_seconds"]
+    p = search["problem"]
+    return {"layers": layers, "devices": devices, "nodes": len(summary.graph.order), "variables": p["variables"],
+            "choices": p["choices"], "edges": p["edges"], "search_s": seconds["search"],
+            "build_s": search["build_s"], "solve_s": search["solve_s"], "plan_s": sum(seconds.values()),
+            "trace_and_plan_s": total, "optimal": search["optimal"]}
+
+
+def bench_search() -> tuple[list[dict], list[dict]]:
+    depth = [_gpt_plan(layers, 8) for layers in (2, 12, 48)]
+    devices = [_gpt_plan(2, 8), _gpt_plan(2, 1024)]
+    return depth, devices

@@ -1,0 +1,64 @@
+"""``graphpar plan SCRIPT --devices N [-- script args]``: plan a training script for N devices without them.
+
+The script runs as ``python SCRIPT`` would, on this machine's devices, until its first compiled step: that step is
+traced and planned for N virtual devices (``graphpar.parallel.search.planning``), the plan summary is printed
+(strategies, predicted per-device memory and collective bytes per step), and the script ends there. The parallel
+mode and search mode are the script's own unless ``--parallel-mode`` / ``--search-mode`` override them (a
+STAND_ALONE script is searched as AUTO_PARALLEL would; a DATA_PARALLEL one is shown with data-parallel strategies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+
+
+def _devices(text: str) -> int:
+    value = int(text.replace(",", "").replace("_", ""))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--devices must be >= 1, got {text}")
+    return value
+
+
+def _run(args: argparse.Namespace) -> int:
+    from graphpar import _context
+    from graphpar.parallel.search.planning import PlanDone
+
+    if not os.path.isfile(args.script):
+        raise SystemExit(f"graphpar plan: no such script: {args.script}")
+    ctx = _context.current()
+    ctx.plan_devices, ctx.plan_platform = args.devices, args.platform
+    ctx.plan_overrides = tuple((k, v) for k, v in (("parallel_mode", args.parallel_mode),
+                                                   ("search_mode", args.search_mode)) if v)
+    argv = sys.argv
+    sys.argv = [args.script] + list(args.args)
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except PlanDone:
+        return 0
+    finally:
+        sys.argv = argv
+        ctx.plan_devices, ctx.plan_overrides = None, ()
+    raise SystemExit(f"graphpar plan: {args.script} finished without compiling a step; plan what it trains with "
+                     "graphpar.parallel.plan_for_devices(net_with_loss, *inputs, devices=N) instead")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("plan", help="plan a training script for N devices this machine does not have",
+                              description=__doc__.split("\n\n")[1])
+    p.add_argument("script", help="the training script (run until its first compiled step)")
+    p.add_argument("--devices", type=_devices, required=True, help="the device count to plan for, e.g. 1024")
+    p.add_argument("--parallel-mode", choices=("semi_auto_parallel", "auto_parallel", "data_parallel"),
+                   help="override the script's parallel_mode")
+    p.add_argument("--search-mode", choices=("recursive_programming", "dynamic_programming", "sharding_propagation"),
+                   help="override the script's search_mode")
+    p.add_argument("--platform", choices=("gpu", "tpu", "cpu"), default="gpu",
+                   help="the hardware the cost model prices (default gpu)")
+    p.add_argument("args", nargs="*", help="arguments passed to the script (after --)")
+    p.set_defaults(func=_run)
+
+
+__all__ = ["register"]

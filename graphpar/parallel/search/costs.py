@@ -1,0 +1,10 @@
+"""The search prices everything with the one cost model (``graphpar.parallel.cost``); this module names what it uses
+so the search's modules import from one place."""
+
+from __future__ import annotations
+
+from graphpar.parallel.cost import (
+    DEFAULT_HW, HARDWARE, ZERO, Cost, Hardware, block_bytes, grad_values, op_cost, plan_cost, redistribution_cost)
+
+__all__ = ["DEFAULT_HW", "HARDWARE", "ZERO", "Cost", "Hardware", "block_bytes", "grad_values", "op_cost", "plan_cost",
+           "redistribution_cost"]

@@ -1,0 +1,266 @@
+"""AUTO_PARALLEL's search (recursive_programming / dynamic_programming): plans with no hints that train like
+STAND_ALONE, beat the hand plans on measured collective bytes, fit a memory budget, take any device count, are
+deterministic, round-trip through the strategy file, explain themselves, and can be made for 1,024 devices."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphpar as ms
+from graphpar import _context, nn
+from graphpar.errors import ConfigError
+from graphpar.parallel.search.settings import MemoryBudgetError
+
+from .helpers import HAND_PLANS, MLP, losses, measured_bytes, mlp_data, mlp_train
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_context():
+    yield
+    _context.reset_context()
+    ms.reset_auto_parallel_context()
+
+
+def _compiled_memory(train, inputs) -> int:
+    m = train.program.lower_step(list(inputs)).compile().memory_analysis()
+    return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+
+
+def _quality(layers, width, batch):
+    """(searched bytes, {hand plan: bytes}, searched losses, stand-alone losses) of the MLP, from compiled HLO."""
+    x, y = mlp_data(batch, width)
+    hand = {name: measured_bytes(mlp_train(name, layers, width), (x, y)) for name in HAND_PLANS}
+    train = mlp_train(None, layers, width, search_mode="recursive_programming")
+    searched = measured_bytes(train, (x, y))
+    got = losses(train, (x, y))
+    want = losses(mlp_train(None, layers, width, mode="stand_alone"), (x, y))
+    return searched, hand, got, want
+
+
+def _check_quality(searched, hand, got, want):
+    print(f"searched {searched:.0f} B; hand plans {hand}")
+    assert searched <= 1.05 * min(hand.values()), (searched, hand)
+    assert searched <= hand["data_parallel"]
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_mlp_search_beats_the_hand_plans_and_trains_like_stand_alone():
+    _check_quality(*_quality(layers=2, width=256, batch=16))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [64, 4096])
+def test_mlp_1024_quality(batch):
+    _check_quality(*_quality(layers=8, width=1024, batch=batch))
+
+
+def test_memory_budget_below_data_parallel_is_met_by_the_compiled_program():
+    from graphpar.parallel.cost import plan_cost, sum_costs
+
+    x, y = mlp_data(2048, 512)
+    dp = mlp_train("data_parallel", 8, 512)
+    graph = dp.program.plan_graph([x, y])
+    dp_need = sum_costs(plan_cost(graph, graph.meta["mesh"]).values()).memory_bytes  # no redistribution in DP
+    budget_gb = round(0.85 * dp_need / 1024 ** 3, 4)
+    ms.set_context(max_device_memory=f"{budget_gb}GB")
+    train = mlp_train(None, 8, 512, search_mode="dynamic_programming")
+    planned = train.program.plan_graph([x, y])
+    assert planned.meta["search"]["memory_bytes"] <= budget_gb * 1024 ** 3
+    compiled = _compiled_memory(train, (x, y))
+    print(f"data parallel needs {dp_need:.0f} B per device (predicted); budget {budget_gb}GB; the searched plan "
+          f"predicts {planned.meta['search']['memory_bytes']:.0f} B and compiles to {compiled} B")
+    assert compiled <= budget_gb * 1024 ** 3
+    assert any(n.strategy.in_strategy()[1] != (1, 1) for n in planned.node_list() if n.kind == "MatMul")
+
+
+def test_a_budget_no_plan_fits_names_the_smallest_need():
+    ms.set_context(max_device_memory="0.0001GB")
+    x, y = mlp_data(64, 256)
+    with pytest.raises(MemoryBudgetError) as err:
+        mlp_train(None, 2, 256, search_mode="dynamic_programming").program.plan_graph([x, y])
+    assert err.value.need > 0.0001 * 1024 ** 3 and "smallest per-device need found" in str(err.value)
+    assert "Dense" in str(err.value)  # the ops that dominate it are named
+
+
+def test_max_device_memory_format_is_mindspores():
+    with pytest.raises(ConfigError, match="xxGB"):
+        ms.set_context(max_device_memory="512MB")
+    ms.set_context(max_device_memory="1.5GB")
+    assert ms.get_context("max_device_memory") == "1.5GB"
+
+
+def test_six_devices_train_like_stand_alone():
+    _device_count_case(6)
+
+
+def _device_count_case(devices):
+    x, y = mlp_data(48, 96)
+    train = mlp_train(None, 2, 96, search_mode="dynamic_programming", device_num=devices)
+    graph = train.program.plan_graph([x, y])
+    assert graph.meta["mesh"].sizes == {6: (2, 3), 12: (2, 2, 3), 24: (2, 2, 2, 3)}[devices]
+    got = losses(train, (x, y))
+    ms.reset_auto_parallel_context()
+    want = losses(mlp_train(None, 2, 96, mode="stand_alone"), (x, y))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [12, 24])
+def test_12_and_24_devices_in_a_process_that_has_them(devices):
+    code = ("import sys; sys.path.insert(0, %r)\n" % str(REPO)
+            + "from tests.search import test_search\n"
+            f"test_search._device_count_case({devices})\nprint('ok')\n")
+    env = {**__import__("os").environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
+                         timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+class _GPTCase:
+    """The 2-layer GPT-style model of issue 9 (tests/parallel/gpt_model.py)."""
+
+    @staticmethod
+    def bytes_and_losses(dp, mp, hints, mode, steps=3, batch=8, **ctx):
+        from tests.parallel.gpt_model import GPT, gpt_data, gpt_train_cell
+
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, search_mode="recursive_programming", **ctx)
+        train = gpt_train_cell(GPT(dp=dp, mp=mp, hints=hints, batch=batch))
+        ids, labels = gpt_data(batch=batch)
+        measured = measured_bytes(train, (ids, labels)) if mode != "stand_alone" else 0.0
+        return measured, losses(train, (ids, labels), steps)
+
+
+@pytest.mark.slow
+def test_gpt_search_with_no_hints_beats_the_hand_plans():
+    from tests.parallel.gpt_model import ALL, NONE
+
+    hand = {name: _GPTCase.bytes_and_losses(dp, mp, ALL, "semi_auto_parallel")[0]
+            for name, dp, mp in (("data_parallel", 8, 1), ("megatron", 2, 4), ("hybrid_4x2", 4, 2))}
+    searched, got = _GPTCase.bytes_and_losses(1, 1, NONE, "auto_parallel")
+    _, want = _GPTCase.bytes_and_losses(1, 1, NONE, "stand_alone")
+    _check_quality(searched, hand, got, want)
+
+
+@pytest.mark.slow
+def test_gpt_on_six_devices_trains_like_stand_alone():
+    from tests.parallel.gpt_model import NONE
+
+    measured, got = _GPTCase.bytes_and_losses(1, 1, NONE, "auto_parallel", batch=12, device_num=6)
+    _, want = _GPTCase.bytes_and_losses(1, 1, NONE, "stand_alone", batch=12)
+    print(f"6 devices: {measured:.0f} collective bytes per step")
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_resnet18_search_beats_data_parallel():
+    from graphpar.models import resnet18
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, 32).astype(np.int32)
+    results = {}
+    for mode in ("auto_parallel", "semi_auto_parallel", "stand_alone"):  # semi-auto with no hints: data parallel
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, search_mode="recursive_programming")
+        ms.set_seed(0)
+        net = resnet18(class_num=10)
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+        measured = measured_bytes(train, (x, y)) if mode != "stand_alone" else 0.0
+        results[mode] = (measured, losses(train, (x, y)))
+    print({k: v[0] for k, v in results.items()})
+    assert results["auto_parallel"][0] <= results["semi_auto_parallel"][0]
+    np.testing.assert_allclose(results["auto_parallel"][1], results["stand_alone"][1], rtol=1e-4)
+
+
+def _plan_strategies(train, inputs):
+    graph = train.program.plan_graph(list(inputs))
+    return {n.id: (n.instance_name, n.strategy.in_strategy()) for n in graph.node_list()}, graph
+
+
+def test_deterministic_saved_and_reloaded_without_searching(tmp_path):
+    x, y = mlp_data(32, 128)
+    path = str(tmp_path / "strategy.json")
+    first, _ = _plan_strategies(mlp_train(None, 3, 128, search_mode="recursive_programming",
+                                          strategy_ckpt_config={"save_file": path}), (x, y))
+    again, _ = _plan_strategies(mlp_train(None, 3, 128, search_mode="recursive_programming"), (x, y))
+    assert first == again
+    saved = json.loads(Path(path).read_text())["graphpar"]["strategies"]
+    assert {s["provenance"] for s in saved.values()} == {"searched"}
+    loaded, graph = _plan_strategies(mlp_train(None, 3, 128, search_mode="recursive_programming",
+                                               strategy_ckpt_config={"load_file": path}), (x, y))
+    assert loaded == first
+    assert {n.provenance.kind for n in graph.node_list()} == {"user"}  # every op from the file
+    assert graph.meta["search"]["problem"]["choices"] == graph.meta["search"]["problem"]["variables"]  # no choice
+
+
+def test_begin_dump_and_explain_show_the_choice_and_two_alternatives(tmp_path, capsys):
+    from graphpar.cli.main import main
+
+    ms.set_context(save_graphs=True, save_graphs_path=str(tmp_path))
+    x, y = mlp_data(32, 128)
+    train = mlp_train(None, 2, 128, search_mode="dynamic_programming")
+    graph = train.program.plan_graph([x, y])
+    node = graph.find("matmul")[0]
+    record = graph.meta["search"]["records"][node.id]
+    assert len(record.alternatives) == 2 and all(a.time >= record.chosen.time for a in record.alternatives)
+    capsys.readouterr()
+    assert main(["ir", "explain", str(tmp_path), f"node:{node.id}", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["chain"][0]["provenance"]["kind"] == "searched"
+    shown = data["search"]
+    assert tuple(map(tuple, shown["chosen"]["strategy"])) == node.strategy.in_strategy()
+    assert len(shown["alternatives"]) == 2
+    np.testing.assert_allclose(shown["chosen"]["cost"]["comm_bytes"], record.chosen.cost.comm_bytes, rtol=1e-5)
+    assert main(["ir", "explain", str(tmp_path), f"node:{node.id}"]) == 0
+    text = capsys.readouterr().out
+    assert "alternative 2" in text and "collective B" in text
+
+
+def test_plan_for_1024_devices_without_them():
+    from graphpar.parallel import plan_for_devices
+
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="recursive_programming")
+    net = nn.WithLossCell(MLP(4, 1024), nn.MSELoss())
+    x, y = mlp_data(8192, 1024)
+    summary = plan_for_devices(net, x, y, devices=1024)
+    assert summary.mesh.size == 1024 and summary.graph.meta["mesh"].n_devices == 1024
+    assert all(n.provenance.kind == "searched" for n in summary.graph.node_list())
+    assert summary.memory_bytes > 0 and summary.comm_bytes > 0
+    assert "predicted per device" in summary.text()
+    eight = plan_for_devices(net, x, y, devices=8)
+    assert summary.memory_bytes < eight.memory_bytes  # 128x the devices: less per device
+
+
+@pytest.mark.slow
+def test_graphpar_plan_cli(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\nsys.path.insert(0, %r)\n" % str(REPO)
+        + "import graphpar as ms\nfrom tests.search.helpers import mlp_data, mlp_train\n"
+        "train = mlp_train(None, 4, 512, search_mode='recursive_programming')\n"
+        "x, y = mlp_data(64, 512)\nprint('loss', train(x, y))\nraise SystemExit('the step ran')\n")
+    out = subprocess.run([sys.executable, "-m", "graphpar.cli.main", "plan", str(script), "--devices", "1024"],
+                         capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "plan for 1024 devices" in out.stdout and "predicted per device" in out.stdout
+    assert "the step ran" not in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_same_plan_in_another_process(tmp_path):
+    code = ("import sys, json; sys.path.insert(0, %r)\n" % str(REPO)
+            + "from tests.search.helpers import mlp_data, mlp_train\n"
+            "x, y = mlp_data(32, 128)\n"
+            "g = mlp_train(None, 3, 128, search_mode='recursive_programming').program.plan_graph([x, y])\n"
+            "print(json.dumps([[n.instance_name, n.strategy.in_strategy()] for n in g.node_list()]))\n")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
+    assert runs[0].stdout == runs[1].stdout
