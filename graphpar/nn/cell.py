@@ -26,7 +26,8 @@ from graphpar.ir import recorder as _recorder
 from graphpar.nn import _mixed_precision
 from graphpar.ops.primitive import Primitive
 
-_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_pipeline_stage")
+_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
+                "_pipeline_stage")
 
 
 class Cell(nnx.Module, pytree=False):
@@ -197,6 +198,16 @@ class Cell(nnx.Module, pytree=False):
         both programs."""
         for _, cell in self.cells_and_names():
             cell.training = bool(mode)
+        return self
+
+    def recompute(self, **kwargs: Any) -> "Cell":
+        """MindSpore's ``Cell.recompute(mp_comm_recompute=True, parallel_optimizer_comm_recompute=False)``: the
+        backward pass recomputes this Cell's activations from its inputs (``jax.checkpoint``, see
+        ``graphpar.compile.recompute``)."""
+        from graphpar.compile.recompute import cell_config
+
+        # a static attribute: part of the network's structure, so programs compiled before are not reused
+        object.__setattr__(self, "_recompute", cell_config(self, kwargs))
         return self
 
     def set_grad(self, requires_grad: bool = True) -> "Cell":

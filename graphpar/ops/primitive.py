@@ -79,6 +79,14 @@ class Primitive:
         self.attrs[name] = value
         return self
 
+    def recompute(self, mode: bool = True) -> "Primitive":
+        """MindSpore's ``Primitive.recompute(mode=True)``: the backward pass recomputes this op's output instead of
+        keeping it (its node is lowered inside ``jax.checkpoint``, see ``graphpar.compile.recompute``)."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"{self.name}.recompute(mode): mode must be a bool, got {mode!r}")
+        self.attrs["recompute"] = mode
+        return self
+
     def shard(self, in_strategy: Any, out_strategy: Any = None) -> "Primitive":
         """Record a sharding strategy: one tuple per tensor input, one split per dimension.
 
