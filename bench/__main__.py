@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     if not only or "pipeline" in only:
         from bench.pipeline import bench_pipeline
 
-        print("Data pipeline (issue 4)")
+        print("Data pipeline (issues 4, 15): images/s vs a plain numpy loop, interleaved rounds")
         print(bench_pipeline(), "\n", flush=True)
     if not only or "resnet" in only:
         from bench.resnet import bench_resnet
@@ -71,6 +71,19 @@ def main(argv: list[str]) -> int:
         print(_table(steps, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s", "img_s"]))
         print("Feeding ResNet-18 (issue 4; goal: pipeline >= 3x what training consumes)")
         print(feeding, "\n", flush=True)
+    if not only or "throughput" in only:
+        from bench.throughput import bench_amp, bench_feeding_overlap, bench_two_processes
+
+        print("Feeding ResNet-18 DATA_PARALLEL from the pipeline vs pre-staged batches (issue 15; goal <= 1.03)")
+        print(_table([bench_feeding_overlap()], ["model", "global_batch", "prestaged_ms", "fed_prefetch2_ms",
+                                                  "fed_no_prefetch_ms", "fed_vs_prestaged",
+                                                  "no_prefetch_vs_prestaged"]), flush=True)
+        print("ResNet-18 mixed precision (issue 15): step time and 20-step loss vs float32 (bfloat16 on CPU)")
+        print(_table(bench_amp(), ["amp_level", "width", "batch", "step_ms", "vs_float32", "max_rel_loss_diff",
+                                   "loss_first_last"]), flush=True)
+        print("2 processes x 4 devices, 3x512 MLP DATA_PARALLEL vs plain JAX over jax.distributed (goal <= 1.05)")
+        print(_table([bench_two_processes()], ["model", "processes", "devices", "global_batch", "graphpar_ms",
+                                               "jax_distributed_ms", "ratio"]), "\n", flush=True)
     if not only or "checkpoint" in only:
         from bench.checkpoint import bench_save, bench_step_overhead
 
@@ -79,6 +92,17 @@ def main(argv: list[str]) -> int:
         print("Step time with ModelCheckpoint(save_checkpoint_steps=10, async_save=True) / without")
         print(_table([bench_step_overhead()], ["steps", "plain_ms", "ckpt_every_10_async_ms", "overhead"]), "\n",
               flush=True)
+    if not only or "bigmodels" in only:
+        from bench.bigmodels import bench_bigmodels
+
+        rows, (plain, recomputed), baseline = bench_bigmodels()
+        print("Bigger models (issue 12): DATA_PARALLEL on the 8 devices, 8 FFN blocks d=128, batch 2048, Adam; "
+              "per device: parameters + optimizer state (state_mb) and the step's temp memory (temp_mb)")
+        print(_table(rows, ["feature", "off_ms", "on_ms", "on/off", "state_mb_off", "state_mb_on", "temp_mb_off",
+                            "temp_mb_on"]))
+        print(f"recompute with XLA's memory scheduler on CPU: temp {plain:.1f} MB -> {recomputed:.1f} MB")
+        print("Parallel optimizer against ZeRO written by hand in JAX (goal ratio <= 1.05)")
+        print(_table([baseline], ["model", "graphpar_ms", "handwritten_ms", "ratio"]), "\n", flush=True)
     if not only or "search" in only:
         from bench.search import bench_search
 

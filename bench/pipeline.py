@@ -11,6 +11,7 @@ asserts on speed.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -56,11 +57,11 @@ def _bilinear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return np.clip(lo, 0, n_in - 1), np.clip(lo + 1, 0, n_in - 1), frac
 
 
-def _numpy_loop(source: SyntheticCifar, size: int, batch_size: int, seed: int = 0) -> int:
+def _numpy_loop(source: SyntheticCifar, size: int, batch_size: int, seed: int = 0, limit: int | None = None) -> int:
     """The same transforms written as one plain loop; returns the number of images produced."""
     rng = np.random.default_rng(seed)
     lo, hi, frac = _bilinear_taps(32, size)
-    order = rng.permutation(len(source))
+    order = rng.permutation(len(source))[:limit]
     done = 0
     for start in range(0, len(order) - batch_size + 1, batch_size):
         out = np.empty((batch_size, 3, size, size), np.float32)
@@ -82,7 +83,7 @@ def _numpy_loop(source: SyntheticCifar, size: int, batch_size: int, seed: int = 
 
 
 def _timed_epoch(data: Any, workers: int) -> tuple[float, float]:
-    """(seconds until every worker delivered a batch, steady images/s after that)."""
+    """(seconds until every worker delivered a batch, steady images/s over the rest of epoch 0)."""
     start = time.perf_counter()
     it = data.iter_epoch(0)
     for _ in range(workers):  # batches come round-robin from the workers: one each means all have started
@@ -96,25 +97,68 @@ def _timed_epoch(data: Any, workers: int) -> tuple[float, float]:
     return ready - start, images / elapsed if elapsed > 0 else float("inf")
 
 
+def _epochs(data: Any) -> Any:
+    """Batches of epoch 0, 1, ... without end (consecutive epochs reuse the same running stream)."""
+    epoch = 0
+    while True:
+        current = data.iter_epoch(epoch)
+        try:
+            yield from current
+        finally:
+            current.close()
+        epoch += 1
+
+
+def _pipeline_rate(it: Any, images: int) -> float:
+    """Images/s of ``images`` more images from a running iterator (its workers already started)."""
+    start, done = time.perf_counter(), 0
+    while done < images:
+        done += len(next(it)[0])
+    return done / (time.perf_counter() - start)
+
+
+def _numpy_rate(source: SyntheticCifar, size: int, batch_size: int, images: int, seed: int) -> float:
+    start = time.perf_counter()
+    done = _numpy_loop(source, size, batch_size, seed=seed, limit=images)
+    return done / (time.perf_counter() - start)
+
+
 def bench_pipeline(n_images: int = 2048, sizes: tuple[int, ...] = (32, 224), workers: tuple[int, ...] = (1, 2),
-                   batch_size: int = 32) -> dict[str, Any]:
+                   batch_size: int = 32, rounds: int = 5) -> dict[str, Any]:
     """Images/s of the pipeline per (size, workers) and of the numpy loop per size, with ratios.
 
+    Each round times the numpy loop and the running pipeline back to back on the same number of images (1/4 of
+    ``n_images`` at 224x224), alternating which goes first; the ratio is the median of the per-round ratios, so a
+    busy machine slows both sides alike. Start-up (until every worker delivered a batch) is reported apart.
     Returns ``{"size_32": {"numpy_loop_img_s": ..., "pipeline_w1_img_s": ..., "pipeline_w1_vs_numpy": ...,
-    "pipeline_w2_startup_s": ...}, ...}``.
+    "pipeline_w1_startup_s": ...}, ...}``.
     """
     source = SyntheticCifar(n_images)
-    results: dict[str, Any] = {"n_images": n_images, "batch_size": batch_size}
+    results: dict[str, Any] = {"n_images": n_images, "batch_size": batch_size, "rounds": rounds}
     for size in sizes:
-        t = time.perf_counter()
-        count = _numpy_loop(source, size, batch_size)
-        numpy_rate = count / (time.perf_counter() - t)
-        row: dict[str, float] = {"numpy_loop_img_s": round(numpy_rate, 1)}
+        per_round = n_images if size <= 64 else n_images // 4
+        row: dict[str, float] = {}
+        numpy_rates: list[float] = []
         for w in workers:
-            startup, rate = _timed_epoch(_pipeline(source, size, w, batch_size), w)
-            row[f"pipeline_w{w}_img_s"] = round(rate, 1)
-            row[f"pipeline_w{w}_vs_numpy"] = round(rate / numpy_rate, 2)
-            row[f"pipeline_w{w}_startup_s"] = round(startup, 2)
+            data = _pipeline(source, size, w, batch_size)
+            started = time.perf_counter()
+            it = _epochs(data)
+            for _ in range(w):  # batches come round-robin from the workers: one each means all have started
+                next(it)
+            row[f"pipeline_w{w}_startup_s"] = round(time.perf_counter() - started, 2)
+            rates, ratios = [], []
+            for r in range(rounds):
+                if r % 2:
+                    p = _pipeline_rate(it, per_round)
+                    n = _numpy_rate(source, size, batch_size, per_round, seed=r)
+                else:
+                    n = _numpy_rate(source, size, batch_size, per_round, seed=r)
+                    p = _pipeline_rate(it, per_round)
+                rates.append(p), numpy_rates.append(n), ratios.append(p / n)
+            it.close()
+            row[f"pipeline_w{w}_img_s"] = round(statistics.median(rates), 1)
+            row[f"pipeline_w{w}_vs_numpy"] = round(statistics.median(ratios), 2)
+        row["numpy_loop_img_s"] = round(statistics.median(numpy_rates), 1)
         results[f"size_{size}"] = row
     return results
 

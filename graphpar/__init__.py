@@ -30,14 +30,15 @@ from graphpar.context import set_ps_context as set_ps_context
 from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad
 from graphpar.train import (  # noqa: F401
-    Callback, LossMonitor, Model, RunContext, TimeMonitor)
+    Callback, DynamicLossScaleManager, FixedLossScaleManager, LossMonitor, LossScaleManager, Model, RunContext,
+    TimeMonitor)
 from graphpar.train.serialization import (  # noqa: F401
     build_searched_strategy, load_checkpoint, load_distributed_checkpoint, load_param_into_net,
     merge_sliced_parameter, save_checkpoint, transform_checkpoints)
 
 __version__ = "0.1.0"
 
-_LAZY = {"dataset", "communication", "train", "parallel", "models", "checkpoint"}
+_LAZY = {"dataset", "communication", "train", "parallel", "models", "checkpoint", "amp"}
 
 
 def __getattr__(name: str):

@@ -47,8 +47,8 @@ _IGNORED_CONTEXT_KEYS = frozenset({
 })
 _IGNORED_PARALLEL_KEYS = frozenset({
     "gradient_fp32_sync", "all_reduce_fusion_config", "comm_fusion", "enable_alltoall", "loss_repeated_mean",
-    "pipeline_result_broadcast", "group_ckpt_save_file", "parallel_optimizer_config", "optimizer_weight_shard_size",
-    "optimizer_weight_shard_aggregated_save", "sharding_propagation", "auto_pipeline",
+    "pipeline_result_broadcast", "group_ckpt_save_file", "optimizer_weight_shard_aggregated_save",
+    "sharding_propagation", "auto_pipeline",
 })
 
 
@@ -79,6 +79,8 @@ class AutoParallelContext:
     strategy_ckpt_config: dict = field(default_factory=lambda: {
         "load_file": "", "save_file": "", "only_trainable_params": True})
     enable_parallel_optimizer: bool = False
+    parallel_optimizer_config: dict = field(default_factory=lambda: dict(PARALLEL_OPTIMIZER_DEFAULTS))
+    grad_accumulation_step: int = 1
     pipeline_stages: int = 1
     pipeline_config: dict = field(default_factory=lambda: {"pipeline_interleave": False,
                                                            "pipeline_scheduler": "1f1b"})
@@ -87,6 +89,11 @@ class AutoParallelContext:
     def full_batch(self) -> bool:
         return self.dataset_strategy == "full_batch"
 
+
+# MindSpore's parallel_optimizer_config keys and defaults (threshold in KB; shard size -1: the whole replica group)
+PARALLEL_OPTIMIZER_DEFAULTS = {"parallel_optimizer_threshold": 64, "optimizer_weight_shard_size": -1,
+                               "gradient_accumulation_shard": False, "optimizer_level": "level1"}
+OPTIMIZER_LEVELS = ("level1", "level2", "level3")
 
 _context = Context()
 _auto_parallel = AutoParallelContext()
@@ -221,6 +228,25 @@ def _check_dataset_strategy(value: Any) -> Any:
     return value
 
 
+def _check_parallel_optimizer_config(value: Any) -> dict:
+    api, key = "set_auto_parallel_context", "parallel_optimizer_config"
+    if not isinstance(value, dict) or not set(value) <= set(PARALLEL_OPTIMIZER_DEFAULTS):
+        raise ConfigError(api, key, value, valid=[f"a dict with keys {', '.join(PARALLEL_OPTIMIZER_DEFAULTS)}"])
+    out = {**_auto_parallel.parallel_optimizer_config, **value}
+    threshold, size = out["parallel_optimizer_threshold"], out["optimizer_weight_shard_size"]
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
+        raise ConfigError(api, key, value, reason=f"parallel_optimizer_threshold must be an int >= 0 (KB), got "
+                                                  f"{threshold!r}")
+    if not isinstance(size, int) or isinstance(size, bool) or not (size == -1 or size >= 1):
+        raise ConfigError(api, key, value, reason=f"optimizer_weight_shard_size must be -1 (the whole "
+                                                  f"data-parallel group) or an int >= 1, got {size!r}")
+    _bool(api, "gradient_accumulation_shard", out["gradient_accumulation_shard"])
+    if out["optimizer_level"] not in OPTIMIZER_LEVELS:
+        raise ConfigError(api, key, value, valid=OPTIMIZER_LEVELS,
+                          reason=f"optimizer_level {out['optimizer_level']!r} is not a level")
+    return out
+
+
 PIPELINE_SCHEDULERS = ("1f1b", "gpipe")
 
 
@@ -250,7 +276,7 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
     valid = {"parallel_mode", "search_mode", "auto_parallel_search_mode", "gradients_mean", "parameter_broadcast",
              "device_num", "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
              "strategy_ckpt_load_file", "strategy_ckpt_save_file", "enable_parallel_optimizer", "pipeline_stages",
-             "pipeline_config"}
+             "parallel_optimizer_config", "optimizer_weight_shard_size", "grad_accumulation_step", "pipeline_config"}
     for key, value in kwargs.items():
         if key in _IGNORED_PARALLEL_KEYS:
             notice_once(f"parallel:{key}", f"set_auto_parallel_context({key}=...) has no effect in graphpar "
@@ -268,9 +294,16 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
             _auto_parallel.search_mode = value
         elif key in ("gradients_mean", "parameter_broadcast", "enable_parallel_optimizer"):
             setattr(_auto_parallel, key, _bool(api, key, value))
-            if key == "enable_parallel_optimizer" and value:
-                raise ConfigError(api, key, value, valid=[False],
-                                  reason="the parallel optimizer (optimizer-state sharding) is not implemented yet")
+        elif key == "parallel_optimizer_config":
+            _auto_parallel.parallel_optimizer_config = _check_parallel_optimizer_config(value)
+        elif key == "optimizer_weight_shard_size":  # MindSpore 1.x spelling of the same setting
+            _auto_parallel.parallel_optimizer_config = _check_parallel_optimizer_config(
+                {"optimizer_weight_shard_size": value})
+        elif key == "grad_accumulation_step":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(api, key, value, reason=f"grad_accumulation_step must be an int >= 1, got "
+                                                          f"{value!r}")
+            _auto_parallel.grad_accumulation_step = value
         elif key == "device_num":
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(api, key, value, reason=f"device_num must be an int >= 1, got {value!r}")
@@ -301,7 +334,8 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
 
 _PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",
                      "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
-                     "enable_parallel_optimizer", "pipeline_stages", "pipeline_config"}
+                     "enable_parallel_optimizer", "pipeline_stages", "parallel_optimizer_config",
+                     "grad_accumulation_step", "pipeline_config"}
 
 
 def get_auto_parallel_context(key: str) -> Any:

@@ -8,8 +8,9 @@ redistribution), and the named scope travels into the HLO metadata, which is how
 collective to its op. Gradients follow by autodiff of this function (a sharding constraint's transpose constrains
 the cotangent alike).
 
-Op nodes bind their own ``jit`` equation; ``custom_jvp``/``custom_vjp`` equations are re-bound with their bind params
-(keeping custom derivatives).
+Runs of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()``) are evaluated inside
+``jax.checkpoint`` (``compile.recompute``). Op nodes bind their own ``jit`` equation; ``custom_jvp``/``custom_vjp``
+equations are re-bound with their bind params (keeping custom derivatives).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding
 
+from graphpar.compile import recompute
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.strategy import to_partition_spec
 
@@ -53,19 +56,56 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None) -> lis
 
     # the layout each value is known to have: storage layouts of inputs, pinned layouts of node outputs
     layout: dict[int, Any] = dict(graph.meta.get("value_specs", {})) if mesh is not None else {}
-    for node in graph.node_list():
+
+    def run(node: Node, env: dict[int, Any], name_comm: bool = False) -> None:
         strategy = node.strategy if mesh is not None else None
         with jax.named_scope(node.label):
             xs = [env[v] for v in node.inputs]
             if strategy is not None:
                 # pin an input only where its layout changes (a redistribution); elsewhere it is already pinned
-                xs = [x if layout.get(v) == strategy.input_spec(i) else pin(x, strategy.input_spec(i), v, f"in{i}")
+                xs = [x if layout.get(v) == strategy.input_spec(i) else
+                      _named(pin(x, strategy.input_spec(i), v, f"in{i}"), name_comm)
                       for i, (x, v) in enumerate(zip(xs, node.inputs))]
             outs = _apply(node, xs)
             if strategy is not None:
                 outs = [pin(o, strategy.output_spec(j), v, f"out{j}")
                         for j, (o, v) in enumerate(zip(outs, node.outputs))]
                 layout.update((v, strategy.output_spec(j)) for j, v in enumerate(node.outputs))
+            if name_comm and recompute.is_communication(node):
+                outs = [_named(o, True) for o in outs]
         for vid, out in zip(node.outputs, outs):
             env[vid] = out
+
+    for config, nodes in recompute.segments(graph):
+        if config is None:
+            for node in nodes:
+                run(node, env)
+        else:
+            _run_checkpointed(graph, nodes, config, env, run)
     return [env[v] for v in graph.outputs]
+
+
+def _named(x: Any, name_comm: bool) -> Any:
+    return checkpoint_name(x, recompute.COMM) if name_comm else x
+
+
+def _run_checkpointed(graph: Graph, nodes: Sequence[Node], config: Any, env: dict[int, Any], run: Any) -> None:
+    """Evaluate a run of recomputed nodes inside ``jax.checkpoint``: its inputs are the values it reads from
+    outside (constants are closed over), its outputs those read after it."""
+    inside = {v for node in nodes for v in node.outputs}
+    ext = list(dict.fromkeys(v for node in nodes for v in node.inputs
+                             if v not in inside and graph.values[v].kind != "const"))
+    ids = {node.id for node in nodes}
+    later = {v for node in graph.node_list() if node.id not in ids for v in node.inputs} | set(graph.outputs)
+    needed = [v for node in nodes for v in node.outputs if v in later]
+    consts = {v: env[v] for node in nodes for v in node.inputs if graph.values[v].kind == "const"}
+
+    def segment(*args: Any) -> list[Any]:
+        local = dict(consts)
+        local.update(zip(ext, args))
+        for node in nodes:
+            run(node, local, name_comm=not config.mp_comm_recompute)
+        return [local[v] for v in needed]
+
+    outs = jax.checkpoint(segment, policy=config.policy())(*[env[v] for v in ext])
+    env.update(zip(needed, outs))

@@ -18,6 +18,7 @@ The step function is composed in ``compile.step`` from named parts (objective â†
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,18 +26,25 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
+from graphpar.compile import accumulate
 from graphpar.compile.cache import CompileCounts, ProgramKey
 from graphpar.compile.choose import choose_plan
 from graphpar.compile.layout import Layout
+from graphpar.compile.opt_shard import OptimizerSharding
 from graphpar.compile.orchestrate import Orchestrator, lower
 from graphpar.compile.plan import ExecutionPlan
 from graphpar.compile.progress import CompileProgress
+from graphpar.compile.recompute import advise_cpu_scheduler
 from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
 from graphpar.compile.state import NetworkState, current_state
 from graphpar.compile.step import StepParts, optax_update, sink_loop, train_step
+from graphpar.nn.grad_accumulation import unwrap_accumulation
+from graphpar.parallel.optimizer_parallel import OptimizerParallelConfig
+from graphpar.nn.loss_scale import loss_scale_of, scaled_transformation
 
 
 def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
@@ -77,7 +85,12 @@ class TrainProgram:
 
     def __init__(self, train_cell: Any):
         self.train_cell = train_cell
-        self.network = train_cell.network
+        # bigger models: GradAccumulation / grad_accumulation_step and the parallel optimizer (compile.accumulate,
+        # compile.opt_shard)
+        pctx = _context.current_parallel()
+        self.network, self.micro_size = unwrap_accumulation(train_cell.network, pctx.grad_accumulation_step)
+        self.opt_config = OptimizerParallelConfig.from_context(pctx)
+        self._opt_sharding: OptimizerSharding | None = None
         self.optimizer = train_cell.optimizer
         self.sens = train_cell.sens
         self.network.check_names()
@@ -88,6 +101,7 @@ class TrainProgram:
         self._memo: _Dispatch | None = None
         self._written: tuple[Compiled, list, list] | None = None
         self._in_flight: collections.deque = collections.deque()
+        advise_cpu_scheduler(self.network, self.plan.devices[0].platform)
 
     # --- what it is made of ------------------------------------------------------------------------------------
     @property
@@ -128,25 +142,55 @@ class TrainProgram:
         def objective(params, rest, inputs):
             return plan.objective(planned, ns, params, rest, inputs, sens)
 
-        return StepParts(objective=objective, update=optax_update(self.optimizer.transformation()))
+        # mixed precision hook (nn/loss_scale.py): with a loss-scale cell the objective is multiplied by the scale
+        # kept in the optimizer state, and the update unscales, skips overflowing steps and adjusts the scale
+        return StepParts(objective=objective, update=optax_update(self._transformation()), loss_scale=loss_scale_of)
+
+    def _transformation(self) -> optax.GradientTransformation:
+        """The optimizer's transformation, wrapped in the train cell's loss scaling if it has one (unchanged
+        without: the step is then the float32 program exactly)."""
+        return scaled_transformation(self.optimizer.transformation(), self.train_cell.scale_update)
+
+    def optimizer_sharding(self, ns: NetworkState, layout: Layout) -> OptimizerSharding:
+        """Storage (parallel optimizer) and compute shardings of the trainable parameters under ``layout``."""
+        compute = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.param_names(), ns.params.values())]
+        cached = self._opt_sharding
+        if cached is None or cached.compute != compute:
+            cached = OptimizerSharding(self.opt_config, ns.param_names(), ns.params.values(), compute)
+            self._opt_sharding = cached
+        return cached
+
+    def _step(self, planned: Planned, ns: NetworkState):
+        """The step function: ``compile.step``'s, or gradient accumulation's per-micro-batch scan
+        (``compile.accumulate``), with parameters gathered from their parallel-optimizer storage."""
+        opt = self.optimizer_sharding(ns, planned.layout)
+        parts = self.step_parts(planned, ns)
+        if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size):
+            return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size)
+        if not opt.active:
+            return train_step(parts, ns)
+        return train_step(dataclasses.replace(parts, gradient=opt.gradient), ns)
 
     # --- building ----------------------------------------------------------------------------------------------
     def _planned(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct],
                  progress: CompileProgress) -> tuple[ProgramKey, Planned]:
+        if self.micro_size > 1:  # the plan traces one micro-batch
+            accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size, [1] * len(avals))
+            avals = accumulate.micro_avals(avals, self.micro_size)
         key = ProgramKey.of("train", ns.structure, avals)
         return key, self.orchestrator.planned(self.plan, ns, avals, "train", key, progress)
 
     def _opt_state(self, ns: NetworkState, layout: Layout) -> Any:
         if self.optimizer.opt_state is None:
             params = dict(zip(ns.param_names(), ns.params.values()))
-            state = self.optimizer.transformation().init(params)
+            state = self._transformation().init(params)
             self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, layout, state))
         return self.optimizer.opt_state
 
     def _opt_shardings(self, ns: NetworkState, layout: Layout, opt_state: Any) -> Any:
         """Optimizer-state leaves that mirror a parameter (momentum, Adam moments) live where it lives."""
-        by_name = {n: (np.shape(v), layout.param_sharding(n, tuple(np.shape(v))))
-                   for n, v in zip(ns.param_names(), ns.params.values())}
+        storage = self.optimizer_sharding(ns, layout).storage
+        by_name = {n: (np.shape(v), s) for n, v, s in zip(ns.param_names(), ns.params.values(), storage)}
 
         def sharding(path, leaf):
             for entry in path:
@@ -160,7 +204,7 @@ class TrainProgram:
     def _signature(self, ns: NetworkState, layout: Layout, avals: Sequence[Any], opt_state: Any,
                    steps: int | None) -> tuple[StepSignature, tuple]:
         """Shardings and argument avals of the step (``steps``: the sink loop over that many batches)."""
-        p_sh = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.param_names(), ns.params.values())]
+        p_sh = self.optimizer_sharding(ns, layout).storage
         r_sh = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]
         o_sh = self._opt_shardings(ns, layout, opt_state)
         i_sh = [layout.input_sharding(i, tuple(a.shape)) for i, a in enumerate(avals)]
@@ -185,7 +229,7 @@ class TrainProgram:
             key, planned = self._planned(ns, avals, progress)
             opt_state = self._opt_state(ns, planned.layout)
             signature, arg_avals = self._signature(ns, planned.layout, avals, opt_state, steps)
-            step = train_step(self.step_parts(planned, ns), ns)
+            step = self._step(planned, ns)
             fn, variant = (step, "step") if steps is None else (sink_loop(step), f"sink{steps}")
             return self.orchestrator.compiled(self.plan, planned, key, variant, fn, signature, arg_avals, progress)
 
@@ -260,6 +304,10 @@ class TrainProgram:
         return avals
 
     def _place(self, layout: Layout, inputs: Sequence[Any], avals: Sequence[Any], stacked: bool) -> list:
+        if self.micro_size > 1:
+            accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size,
+                                   [accumulate.dim0_split(layout.input_sharding(i, tuple(a.shape)))
+                                    for i, a in enumerate(avals)])
         out = []
         for i, (x, a) in enumerate(zip(inputs, avals)):
             sharding = layout.input_sharding(i, tuple(a.shape))
@@ -295,7 +343,7 @@ class TrainProgram:
         with CompileProgress(self.orchestrator.what) as progress:
             _, planned = self._planned(ns, avals, progress)
         signature, arg_avals = self._signature(ns, planned.layout, avals, self._opt_state(ns, planned.layout), None)
-        return lower(train_step(self.step_parts(planned, ns), ns), signature, arg_avals, planned).lowered
+        return lower(self._step(planned, ns), signature, arg_avals, planned).lowered
 
     def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
         """Global shapes and dtypes of one step's inputs as last run (None before the first step): what
@@ -312,8 +360,7 @@ class TrainProgram:
         compiled = self._compiled(ns, avals, None)
         signature, arg_avals = self._signature(ns, compiled.layout, avals,
                                                self._opt_state(ns, compiled.layout), None)
-        lowered = lower(train_step(self.step_parts(compiled.planned, ns), ns), signature, arg_avals,
-                        compiled.planned)
+        lowered = lower(self._step(compiled.planned, ns), signature, arg_avals, compiled.planned)
         return ProgramStages(compiled.planned, lowered, compiled)
 
 

@@ -75,7 +75,7 @@ class NetworkState:
 
     The graphdef is the network's *structure*: its Cells, their static attributes (every Cell's ``training``
     flag among them) and where each Variable sits. It is hashable, so it keys the compile cache. A split stays
-    valid while no Cell's ``training`` flag changes (:meth:`is_current`, a few microseconds per step); a
+    valid while no Cell's ``training`` flag (or ``to_float`` cast) changes (:meth:`is_current`, a few microseconds per step); a
     ``set_train`` anywhere in the tree makes the next call re-split and look its programs up by the new
     structure.
     """
@@ -84,7 +84,7 @@ class NetworkState:
         ids = {id(p) for p in trainable}
         self.network = network
         self.cells = [cell for _, cell in network.cells_and_names()]
-        self.flags = tuple(cell.training for cell in self.cells)
+        self.flags = tuple((cell.training, cell._amp_cast) for cell in self.cells)
         graphdef, params, rest = nnx.split(network, lambda path, v: id(v) in ids, ...)
         self.graphdef = graphdef
         self.params = StateGroup(params, network)
@@ -97,8 +97,8 @@ class NetworkState:
                              "the network's own parameters (net.trainable_params())")
 
     def is_current(self) -> bool:
-        """True while every Cell's ``training`` flag is as it was at the split."""
-        return all(cell.training == flag for cell, flag in zip(self.cells, self.flags))
+        """True while every Cell's ``training`` flag (and mixed-precision cast) is as it was at the split."""
+        return all((cell.training, cell._amp_cast) == flag for cell, flag in zip(self.cells, self.flags))
 
     @property
     def structure(self) -> Any:

@@ -7,7 +7,9 @@ the pure function XLA compiles. Each part is a plain function, so a feature repl
 * ``objective(params, rest, inputs) -> (objective, (loss, new_rest))``: the plan's objective of its planned graph;
 * ``gradient(objective) -> fn``: ``jax.value_and_grad`` (gradient accumulation wraps it);
 * ``transform_gradients(grads, params) -> grads``: identity (loss-scale unscaling, optimizer-state sharding);
-* ``update(grads, opt_state, params) -> (new_params, opt_state)``: the optax update.
+* ``update(grads, opt_state, params) -> (new_params, opt_state)``: the optax update;
+* ``loss_scale(opt_state) -> scale | None``: a factor on the objective read from the optimizer state (dynamic loss
+  scaling, ``nn/loss_scale.py``); None leaves the objective untouched.
 
 Gradients and parameters are dicts by MindSpore parameter name.
 """
@@ -32,6 +34,10 @@ def _identity_grads(grads: dict[str, Any], params: dict[str, Any]) -> dict[str, 
     return grads
 
 
+def _no_loss_scale(opt_state: Any) -> Any:
+    return None
+
+
 def value_and_grad(objective: Callable[..., Any]) -> Callable[..., Any]:
     return jax.value_and_grad(objective, has_aux=True)
 
@@ -51,6 +57,7 @@ class StepParts:
     gradient: Callable[[Callable[..., Any]], Callable[..., Any]] = value_and_grad
     transform_gradients: Callable[[dict, dict], dict] = _identity_grads
     cast_params: Callable[[Any], Any] = _identity_params
+    loss_scale: Callable[[Any], Any] = _no_loss_scale
 
 
 def train_step(parts: StepParts, ns: NetworkState) -> Callable[..., Any]:
@@ -59,9 +66,11 @@ def train_step(parts: StepParts, ns: NetworkState) -> Callable[..., Any]:
 
     def step(pvals, rvals, opt_state, inputs):
         rest = ns.rest.unflatten(rvals)
+        scale = parts.loss_scale(opt_state)
 
         def objective(params):
-            return parts.objective(parts.cast_params(params), rest, inputs)
+            value, aux = parts.objective(parts.cast_params(params), rest, inputs)
+            return (value if scale is None else value * scale), aux
 
         (_, (loss, new_rest)), grads = parts.gradient(objective)(ns.params.unflatten(pvals))
         pdict = dict(zip(names, pvals))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from graphpar.dataset._rows import Row, stack_rows
-from graphpar.dataset.transforms._base import run_ops
+from graphpar.dataset.transforms._base import is_random, run_ops
 from graphpar.errors import DatasetError
 
 
@@ -31,6 +31,15 @@ class ApplyOps:
         self.ops, self.in_pos, self.n_out = list(ops), in_pos, n_out
         self.replace, self.keep_pos = replace, keep_pos
         self.in_names, self.out_names = list(in_names), list(out_names)
+
+    def prefix(self, n: int) -> ApplyOps:
+        """The same map with only its first ``n`` operations (the rest run per batch, ``dataset._batched``)."""
+        return ApplyOps(self.ops[:n], self.in_pos, self.n_out, self.replace, self.keep_pos, self.in_names,
+                        self.out_names)
+
+    def uses_rng(self) -> bool:
+        """Whether any operation draws from the per-sample generator (only graphpar's random transforms can)."""
+        return any(is_random(op) for op in self.ops)
 
     def describe(self) -> str:
         return f"map([{', '.join(_op_name(op) for op in self.ops)}]) on columns {self.in_names}"
@@ -54,6 +63,16 @@ class ApplyOps:
         return tuple(out) + tuple(row[i] for i in self.keep_pos)
 
 
+class WithoutRng:
+    """A map whose operations draw nothing, run with grain's plain ``map`` (no per-sample generator to seed)."""
+
+    def __init__(self, fn: ApplyOps):
+        self.fn = fn
+
+    def __call__(self, row: Row) -> Row:
+        return self.fn(row, None)
+
+
 class Select:
     """``project``: keep the columns at ``pos``, in that order."""
 
@@ -65,10 +84,21 @@ class Select:
 
 
 class StackRows:
-    """``batch``: stack rows column by column (grain's ``batch_fn``)."""
+    """``batch``: stack rows column by column (grain's ``batch_fn``), then run the operations deferred to the
+    batch (``dataset._batched``), if any."""
 
-    def __init__(self, columns: Sequence[str]):
+    def __init__(self, columns: Sequence[str], batch_ops: Callable[[Row], Row] | None = None,
+                 describe: str = ""):
         self.columns = list(columns)
+        self.batch_ops, self.describe = batch_ops, describe
 
     def __call__(self, rows: Sequence[Row]) -> Row:
-        return stack_rows(rows, self.columns)
+        batch = stack_rows(rows, self.columns)
+        if self.batch_ops is None:
+            return batch
+        try:
+            return self.batch_ops(batch)
+        except DatasetError as exc:
+            raise DatasetError(f"{self.describe}: {exc}") from exc
+        except Exception as exc:
+            raise DatasetError(f"{self.describe} failed: {type(exc).__name__}: {exc}") from exc

@@ -10,11 +10,11 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from graphpar.dataset import _rng
-from graphpar.dataset._mapfn import ApplyOps, Select, StackRows
+from graphpar.dataset import _batched, _rng
+from graphpar.dataset._mapfn import ApplyOps, Select, StackRows, WithoutRng
 from graphpar.dataset._pipeline import Dataset
 from graphpar.dataset._rows import Row, names, positions, stack_rows
-from graphpar.dataset._stream import Build, Passes
+from graphpar.dataset._stream import Build, Passes, Permuted
 from graphpar.dataset.transforms._base import num_inputs
 from graphpar.errors import DatasetError
 
@@ -70,7 +70,16 @@ class MapDataset(Dataset):
         return self._child._length()
 
     def _grain(self, build: Build) -> Any:
-        return self._child._grain(build).random_map(self._fn, seed=build.op_seed(self._depth))
+        return self._grain_on(self._child._grain(build), build)
+
+    def _grain_on(self, parent: Any, build: Build, keep: int | None = None) -> Any:
+        """This map over ``parent`` (its first ``keep`` operations only, when the rest run per batch)."""
+        fn = self._fn if keep is None else self._fn.prefix(keep)
+        if not fn.ops:
+            return parent
+        if not fn.uses_rng():
+            return parent.map(WithoutRng(fn))
+        return parent.random_map(fn, seed=build.op_seed(self._depth))
 
     def _rows(self, build: Build) -> Iterator[Row]:
         seed = build.op_seed(self._depth)
@@ -97,8 +106,22 @@ class BatchDataset(Dataset):
         return n // self.batch_size if self.drop_remainder else -(-n // self.batch_size)
 
     def _grain(self, build: Build) -> Any:
-        return self._child._grain(build).batch(self.batch_size, drop_remainder=self.drop_remainder,
-                                               batch_fn=StackRows(self._columns()))
+        deferral = _batched.plan(self)
+        if deferral is None:
+            return self._child._grain(build).batch(self.batch_size, drop_remainder=self.drop_remainder,
+                                                   batch_fn=StackRows(self._columns()))
+        # the maps' batchable tails run once per batch (dataset/_batched.py); the rest is built as usual
+        chain, node = [], self._child
+        while id(node) in deferral.keep or isinstance(node, (MapDataset, ShuffleDataset)):
+            chain.append(node)
+            node = node._child
+        ds = node._grain(build)
+        for n in reversed(chain):
+            ds = n._grain_on(ds, build, deferral.keep.get(id(n))) if isinstance(n, MapDataset) else \
+                n._grain_on(ds, build)
+        names = ", ".join(type(op).__name__ for _, ops in deferral.ops for op in ops)
+        stack = StackRows(self._columns(), _batched.BatchOps(deferral.ops), f"batch: the batched [{names}]")
+        return ds.batch(self.batch_size, drop_remainder=self.drop_remainder, batch_fn=stack)
 
     def _rows(self, build: Build) -> Iterator[Row]:
         rows = iter(self._child._rows(build))
@@ -125,7 +148,10 @@ class ShuffleDataset(Dataset):
         return self._child._length()
 
     def _grain(self, build: Build) -> Any:
-        return self._child._grain(build).shuffle(seed=build.op_seed(self._depth))
+        return self._grain_on(self._child._grain(build), build)
+
+    def _grain_on(self, parent: Any, build: Build) -> Any:
+        return Permuted(parent, build.op_seed(self._depth))
 
     def _rows(self, build: Build) -> Iterator[Row]:
         rng = _rng.generator(build.op_seed(self._depth))

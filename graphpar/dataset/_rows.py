@@ -37,6 +37,8 @@ def to_row(value: Any, columns: Sequence[str], where: str) -> Row:
     if isinstance(value, dict):
         raise DatasetError(f"{where}: got a dict; yield a tuple of numpy arrays in the order of column_names "
                            f"{list(columns)}")
+    if type(value) is tuple and len(value) == len(columns) and all(type(v) is np.ndarray for v in value):
+        return value  # the common case, already a row
     if isinstance(value, (tuple, list)):
         items = tuple(value)
     else:

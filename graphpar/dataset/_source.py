@@ -22,17 +22,25 @@ from graphpar.dataset.samplers import DistributedSampler, RandomSampler, Sampler
 from graphpar.errors import DatasetError
 
 
-class Lookup:
-    """The rows of ``reader`` at ``indices``, as a grain random-access source."""
+class Lookup(grain.MapDataset):
+    """The rows of ``reader`` at ``indices``, as a grain dataset. A direct subclass rather than
+    ``grain.MapDataset.source``: that wrapper records metrics and estimates every row's byte size per read, which
+    costs more than reading a small image."""
 
     def __init__(self, reader: Any, indices: np.ndarray):
+        super().__init__()
         self.reader, self.indices = reader, indices
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, i: int) -> Row:
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.slice(i)
         return self.reader[int(self.indices[i])]
+
+    def __str__(self) -> str:
+        return f"Lookup({type(self.reader).__name__}, {len(self.indices)} rows)"
 
 
 class SourceDataset(Dataset):
@@ -61,7 +69,7 @@ class SourceDataset(Dataset):
         return self._sampler.indices(len(self._reader), build.op_seed(0))
 
     def _grain(self, build: Build) -> Any:
-        return grain.MapDataset.source(Lookup(self._reader, self._indices(build)))
+        return Lookup(self._reader, self._indices(build))
 
     def _rows(self, build: Build) -> Iterator[Row]:
         for i in self._indices(build):

@@ -85,6 +85,38 @@ class Passes(grain.MapDataset):
         return f"Passes(first={self._first}, count={self._count}, pass_len={self._pass_len})"
 
 
+class Permuted(grain.MapDataset):
+    """``parent`` in a seeded random order: the whole permutation drawn once per pass (O(1) per element; grain's
+    ``shuffle`` computes a Feistel network per element, which costs as much as a small image's augmentation)."""
+
+    def __init__(self, parent: grain.MapDataset, seed: int):
+        super().__init__(parent)
+        self._seed = seed
+        self._order: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _permutation(self) -> np.ndarray:
+        order = self._order  # read once: reader threads may race to build it, with equal results
+        if order is None:
+            order = self._order = np.random.default_rng(self._seed).permutation(len(self._parent))
+        return order
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        return self._parent[int(self._permutation()[index])]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_order"] = None
+        return state
+
+    def __str__(self) -> str:
+        return f"Permuted(seed={self._seed})"
+
+
 def _mark_absl_flags_parsed() -> None:
     # grain's worker start reads absl flags; a program that never ran absl.app has not parsed them.
     from absl import flags

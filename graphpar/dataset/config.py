@@ -18,6 +18,8 @@ _MAX_SEED = 2**32 - 1
 _seed: int | None = None
 _num_parallel_workers: int = 1
 _prefetch_size: int = 2
+_device_prefetch: int | None = None
+DEVICE_PREFETCH_ENV = "GRAPHPAR_DEVICE_PREFETCH"
 
 
 def _positive_int(api: str, name: str, value: object, lowest: int = 1) -> int:
@@ -69,3 +71,28 @@ def set_prefetch_size(size: int) -> None:
 
 def get_prefetch_size() -> int:
     return _prefetch_size
+
+
+def set_device_prefetch_size(size: int) -> None:
+    """graphpar: how many global batches ``Model.train`` places on the devices ahead of the running step (a
+    background thread does the transfer; 0 turns it off). Default: ``$GRAPHPAR_DEVICE_PREFETCH``, else 2."""
+    global _device_prefetch
+    _device_prefetch = _positive_int("set_device_prefetch_size", "size", size, lowest=0)
+
+
+def get_device_prefetch_size() -> int:
+    if _device_prefetch is not None:
+        return _device_prefetch
+    import os
+
+    raw = os.environ.get(DEVICE_PREFETCH_ENV)
+    if raw is None:
+        return 2
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError("environment", DEVICE_PREFETCH_ENV, raw,
+                          reason=f"{DEVICE_PREFETCH_ENV} must be an int >= 0, got {raw!r}")
+    return value

@@ -47,6 +47,7 @@ class TraceRecorder:
         self.calls: dict[int, OpCall] = {}
         self.scope_stack: list[str] = []
         self.cell_stack: list[Any] = []  # the Cell objects behind scope_stack (None for the root "Default")
+        self.recompute_scopes: dict[str, Any] = {}  # Cell scope -> RecomputeConfig of Cells marked recompute()
         self._ids = itertools.count()
 
     @property
@@ -87,6 +88,9 @@ def cell_scope(label: str, cell: Any = None) -> Iterator[None]:
 
     recorder.scope_stack.append(label)
     recorder.cell_stack.append(cell)
+    config = getattr(cell, "_recompute", None)
+    if config is not None:  # Cell.recompute(): the lowering evaluates this scope's nodes under jax.checkpoint
+        recorder.recompute_scopes.setdefault(recorder.scope, config)
     try:
         with jax.named_scope(label):
             yield

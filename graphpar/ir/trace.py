@@ -145,4 +145,5 @@ def trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tuple
         inputs.append(vid)
     builder.walk(jaxpr, env)
     outputs = [builder.read(env, v) for v in jaxpr.outvars]
-    return Graph(closed, builder.values, builder.nodes, builder.order, inputs, outputs, name)
+    meta = {"recompute_scopes": dict(recorder.recompute_scopes)} if recorder.recompute_scopes else {}
+    return Graph(closed, builder.values, builder.nodes, builder.order, inputs, outputs, name, meta)

@@ -15,3 +15,6 @@ from graphpar.nn.loss import (  # noqa: F401
 from graphpar.nn.optim import SGD, Adam, AdamWeightDecay, Momentum, Optimizer  # noqa: F401
 from graphpar.nn.pipeline_cell import PipelineCell  # noqa: F401
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell  # noqa: F401
+from graphpar.nn.grad_accumulation import GradAccumulation, GradAccumulationCell  # noqa: F401
+from graphpar.nn.loss_scale import (  # noqa: F401
+    DynamicLossScaleUpdateCell, FixedLossScaleUpdateCell, TrainOneStepWithLossScaleCell)

@@ -17,19 +17,24 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as _np
 from flax import nnx
 
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
 from graphpar.errors import CellError
 from graphpar.ir import recorder as _recorder
+from graphpar.nn import _mixed_precision
 from graphpar.ops.primitive import Primitive
 
-_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_pipeline_stage")
+_CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
+                "_pipeline_stage")
 
 
 class Cell(nnx.Module, pytree=False):
     """Base class of every network: subclass it, assign layers and Parameters in ``__init__``, compute in
     ``construct``."""
+
+    _amp_cast: Any = None  # a nn._mixed_precision.CellCast once to_float (or amp) set one
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Cells are NNX graph nodes, not JAX pytrees: attributes may hold lists of Parameters, arrays and ops
@@ -156,6 +161,19 @@ class Cell(nnx.Module, pytree=False):
                     f"Parameter(..., name='{path}')")
             owners[param.name] = path
 
+    # --- mixed precision (nn/_mixed_precision.py) ----------------------------------------------------------------
+    def to_float(self, dst_type: Any) -> "Cell":
+        """Compute this Cell and every Cell below it in ``dst_type`` (MindSpore's ``to_float``): floating inputs,
+        the Cells' own Parameters and constants are cast when they run; the Parameters stay in their own dtype."""
+        from graphpar.common import dtype as mstype
+
+        dtype = _np.dtype(dst_type)
+        if dtype not in (mstype.float16, mstype.bfloat16, mstype.float32):
+            raise TypeError(f"{type(self).__name__}.to_float(dst_type): expected float16, bfloat16 or float32, "
+                            f"got {dst_type!r}")
+        _mixed_precision.set_compute_dtype(self, dtype)
+        return self
+
     # --- pipeline parallel -------------------------------------------------------------------------------------
     @property
     def pipeline_stage(self) -> int | None:
@@ -180,6 +198,16 @@ class Cell(nnx.Module, pytree=False):
         both programs."""
         for _, cell in self.cells_and_names():
             cell.training = bool(mode)
+        return self
+
+    def recompute(self, **kwargs: Any) -> "Cell":
+        """MindSpore's ``Cell.recompute(mp_comm_recompute=True, parallel_optimizer_comm_recompute=False)``: the
+        backward pass recomputes this Cell's activations from its inputs (``jax.checkpoint``, see
+        ``graphpar.compile.recompute``)."""
+        from graphpar.compile.recompute import cell_config
+
+        # a static attribute: part of the network's structure, so programs compiled before are not reused
+        object.__setattr__(self, "_recompute", cell_config(self, kwargs))
         return self
 
     def set_grad(self, requires_grad: bool = True) -> "Cell":
@@ -207,6 +235,8 @@ class Cell(nnx.Module, pytree=False):
         return f"{self._scope_attr or 'network'}-{type(self).__name__}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._amp_cast is not None and not _mixed_precision.entered(self):  # to_float / amp_level
+            return _mixed_precision.call(self, args, kwargs)
         self._ensure_fields()
         if type(self).construct is Cell.construct:
             raise CellError(f"Cell '{type(self).__name__}' has no construct() method: define "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from graphpar.nn.cell import Cell
 
 
@@ -38,10 +40,15 @@ class WithEvalCell(Cell):
         super().__init__(auto_prefix=False)
         self._network = network
         self._loss_fn = loss_fn
+        self.add_cast_fp32 = bool(add_cast_fp32)
 
     def construct(self, *inputs: Any) -> Any:
         outputs = self._network(*inputs[:-1])
         label = inputs[-1]
+        if self.add_cast_fp32:  # a low-precision network (amp O2/O3): outputs and label as float32
+            from graphpar.nn._mixed_precision import cast_tree
+
+            outputs, label = cast_tree(outputs, np.float32), cast_tree(label, np.float32)
         loss = self._loss_fn(outputs, label) if self._loss_fn is not None else None
         return loss, outputs, label
 
@@ -52,6 +59,8 @@ class TrainOneStepCell(Cell):
     ``network`` computes the loss from the batch (usually a ``WithLossCell``). ``sens`` scales the gradient as
     MindSpore's sensitivity does (the gradient of ``sens * loss``).
     """
+
+    scale_update: Any = None  # a loss-scale update Cell (TrainOneStepWithLossScaleCell, nn/loss_scale.py)
 
     def __init__(self, network: Cell, optimizer: Any, sens: float | None = None):
         super().__init__(auto_prefix=False)

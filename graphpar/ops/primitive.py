@@ -53,6 +53,7 @@ class Primitive:
     argument is a tuple of tensors) and implement :meth:`compute`."""
 
     input_names: ClassVar[tuple[str, ...] | None] = ("x",)
+    _amp_cast: Any = None  # amp_level="O1" on a white-listed op: nn._mixed_precision.CellCast
 
     def __init__(self, **attrs: Any) -> None:
         self.attrs: dict[str, Any] = dict(attrs)
@@ -76,6 +77,14 @@ class Primitive:
 
     def add_prim_attr(self, name: str, value: Any) -> "Primitive":
         self.attrs[name] = value
+        return self
+
+    def recompute(self, mode: bool = True) -> "Primitive":
+        """MindSpore's ``Primitive.recompute(mode=True)``: the backward pass recomputes this op's output instead of
+        keeping it (its node is lowered inside ``jax.checkpoint``, see ``graphpar.compile.recompute``)."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"{self.name}.recompute(mode): mode must be a bool, got {mode!r}")
+        self.attrs["recompute"] = mode
         return self
 
     def shard(self, in_strategy: Any, out_strategy: Any = None) -> "Primitive":
@@ -106,6 +115,14 @@ class Primitive:
 
     def __call__(self, *args: Any) -> Any:
         args = tuple(_unwrap(a) for a in args)
+        spec = self._amp_cast
+        if spec is not None:  # amp O1: inputs in the low type, the output back in float32
+            from graphpar.nn._mixed_precision import cast_tree
+
+            return cast_tree(self._dispatch(cast_tree(args, spec.compute)), spec.output)
+        return self._dispatch(args)
+
+    def _dispatch(self, args: tuple) -> Any:
         recorder = _recorder.active()
         if recorder is None:
             return self.compute(*args)

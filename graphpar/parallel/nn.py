@@ -1,3 +1,4 @@
-"""``mindspore.parallel.nn`` (MindSpore 2.x): the pipeline wrapper under its 2.x name."""
+"""``mindspore.parallel.nn`` (MindSpore 2.x): the pipeline and gradient-accumulation wrappers under their 2.x names."""
 
 from graphpar.nn.pipeline_cell import Pipeline as Pipeline
+from graphpar.nn.grad_accumulation import GradAccumulation as GradAccumulation

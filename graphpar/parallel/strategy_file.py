@@ -45,6 +45,7 @@ class ParameterLayout:
     field: int = 0
     opt_weight_shard_step: int = 0
     opt_weight_shard_size: int = 0
+    optimizer_spec: list[list[str]] | None = None  # storage layout under the parallel optimizer (mesh axes)
 
     def rank_slices(self, shape: Any = None) -> list:
         """The slice of the parameter each rank holds (ranks fill ``dev_matrix`` row-major)."""
@@ -85,9 +86,28 @@ def _tuples(value: Any) -> tuple | None:
     return None if value is None else tuple(tuple(int(d) for d in row) for row in value)
 
 
+def _optimizer_shard(value: Any, spec: list | None, mesh: Any, device_num: int, replicated: bool,
+                     optimizer: Any) -> Any:
+    """The parallel optimizer's sharding of a parameter (``parallel.optimizer_parallel``), on the plan's mesh."""
+    from graphpar.parallel.mesh import axis_names, mesh_axis_sizes
+    from graphpar.parallel.optimizer_parallel import shard_parameter
+
+    if replicated:  # DATA_PARALLEL: the parameter is whole on every device of the job's mesh
+        sizes = mesh_axis_sizes(device_num)
+        names, compute = axis_names(len(sizes)), tuple(() for _ in value.shape)
+    else:
+        names, sizes = mesh.names, mesh.sizes
+        compute = tuple(tuple(a) for a in spec) if spec is not None else tuple(() for _ in value.shape)
+    return shard_parameter(value.name, value.shape, value.itemsize, compute, names, sizes, optimizer), names, sizes
+
+
 def from_graph(graph: Graph, device_num: int, parallel_mode: str, trainable: set[str],
-               only_trainable_params: bool, replicated: bool = False) -> dict[str, Any]:
-    """The JSON object of a planned graph. ``replicated``: every parameter whole on every device (DATA_PARALLEL)."""
+               only_trainable_params: bool, replicated: bool = False, optimizer: Any = None) -> dict[str, Any]:
+    """The JSON object of a planned graph. ``replicated``: every parameter whole on every device (DATA_PARALLEL).
+    ``optimizer`` (an ``OptimizerParallelConfig``): record each trainable parameter's parallel-optimizer sharding
+    (MindSpore's ``opt_weight_shard_size``/``opt_weight_shard_step``, graphpar's ``optimizer_spec``)."""
+    from graphpar.parallel.optimizer_parallel import shard_step
+
     mesh = graph.meta["mesh"]
     specs = graph.meta.get("value_specs", {})
     layouts, ms_layouts, strategies, ms_strategies = {}, {}, {}, {}
@@ -100,10 +120,18 @@ def from_graph(graph: Graph, device_num: int, parallel_mode: str, trainable: set
         else:
             spec = [list(axes) for axes in specs[vid]]
             dev_matrix, tensor_map = from_mesh_spec(spec, mesh.names, mesh.sizes)
-        ms_layouts[value.name] = {"dev_matrix": dev_matrix, "tensor_map": tensor_map,
-                                  "tensor_shape": list(value.shape), "field": 0, "opt_weight_shard_step": 0,
-                                  "opt_weight_shard_size": 0}
+        step = size = 0
         layouts[value.name] = {"mesh_spec": spec, "trainable": value.name in trainable}
+        if optimizer is not None and optimizer.enabled and value.name in trainable and device_num > 1:
+            shard, names, sizes = _optimizer_shard(value, spec, mesh, device_num, replicated, optimizer)
+            if shard.sharded:
+                step, size = shard_step(shard, names, sizes), shard.group_size
+                layouts[value.name]["optimizer_spec"] = [list(axes) for axes in shard.storage_spec]
+            else:
+                layouts[value.name]["optimizer_note"] = shard.reason
+        ms_layouts[value.name] = {"dev_matrix": dev_matrix, "tensor_map": tensor_map,
+                                  "tensor_shape": list(value.shape), "field": 0, "opt_weight_shard_step": step,
+                                  "opt_weight_shard_size": size}
     if not replicated:
         for node_id, key in node_keys(graph).items():
             node = graph.nodes[node_id]
@@ -178,11 +206,11 @@ def _parse(path: str, data: dict) -> StrategyFile:
     extra = data.get("graphpar") or {}
     layouts = {}
     for name, item in data["parallel_layout_item"].items():
-        spec = (extra.get("layouts", {}).get(name) or {}).get("mesh_spec")
+        ours = extra.get("layouts", {}).get(name) or {}
         layouts[name] = ParameterLayout(list(item["dev_matrix"]), list(item["tensor_map"]),
-                                        list(item.get("tensor_shape", [])), spec, int(item.get("field", 0)),
-                                        int(item.get("opt_weight_shard_step", 0)),
-                                        int(item.get("opt_weight_shard_size", 0)))
+                                        list(item.get("tensor_shape", [])), ours.get("mesh_spec"),
+                                        int(item.get("field", 0)), int(item.get("opt_weight_shard_step", 0)),
+                                        int(item.get("opt_weight_shard_size", 0)), ours.get("optimizer_spec"))
     strategies = {}
     for key, item in (extra.get("strategies") or {}).items():
         strategies[key] = RecordedStrategy(key, item["kind"], item["instance_name"], item.get("scope", ""),
@@ -203,8 +231,11 @@ def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], re
 
     if jax.process_index() != 0 or (graph.meta.get("purpose") != "train" and os.path.exists(path)):
         return
+    from graphpar.parallel.optimizer_parallel import OptimizerParallelConfig
+
     write(path, from_graph(graph, device_num, pctx.parallel_mode, trainable,
-                           bool(config.get("only_trainable_params", True)), replicated))
+                           bool(config.get("only_trainable_params", True)), replicated,
+                           OptimizerParallelConfig.from_context(pctx)))
 
 
 def for_plan(pctx: Any) -> StrategyFile | None:

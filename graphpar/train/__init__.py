@@ -11,6 +11,8 @@ from graphpar.train.callback import RunContext as RunContext
 from graphpar.train.callback import TimeMonitor as TimeMonitor
 from graphpar.train.metrics import (  # noqa: F401
     MAE, MSE, Accuracy, Loss, Metric, Top1CategoricalAccuracy, Top5CategoricalAccuracy, TopKCategoricalAccuracy)
+from graphpar.train.loss_scale_manager import (  # noqa: F401
+    DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager)
 from graphpar.train.model import Model as Model
 from graphpar.train.serialization import (  # noqa: F401
     build_searched_strategy, load_checkpoint, load_distributed_checkpoint, load_param_into_net,

@@ -12,9 +12,12 @@ batch is the global batch.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import itertools
-from collections.abc import Iterator
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -78,3 +81,114 @@ def concat_batches(parts: list) -> tuple[np.ndarray, ...]:
 
 def stack_steps(batches: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
     return tuple(np.stack([b[c] for b in batches]) for c in range(len(batches[0])))
+
+
+class DevicePrefetch:
+    """Global batches converted and transferred to the devices ``depth`` steps ahead of the step that uses them.
+
+    A background thread pulls host batches from ``batches`` and runs ``place`` on each (the train program's
+    ``place_inputs``: ``device_put`` with the plan's input shardings, or the multi-process global array), so the
+    copy to the devices overlaps the running step instead of preceding the next one. Iterating yields
+    ``(host_batch, placed_batch)``; errors from the pipeline or the placement are raised here, in order.
+    ``close()`` stops the thread (the rest of ``batches`` is not read).
+    """
+
+    _END = object()
+
+    def __init__(self, batches: Iterator[tuple], place: Callable[[tuple], Any], depth: int):
+        if depth < 1:
+            raise ValueError(f"DevicePrefetch: depth must be >= 1, got {depth}")
+        self._batches, self._place = batches, place
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        context = contextvars.copy_context()  # the caller's graphpar context, in the thread
+        self._thread = threading.Thread(target=context.run, args=(self._fill,), name="graphpar-device-prefetch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fill(self) -> None:
+        try:
+            for batch in self._batches:
+                if self._stop.is_set() or not self._put((batch, self._place(batch))):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put(exc)
+            return
+        self._put(self._END)
+
+    def __iter__(self) -> DevicePrefetch:
+        return self
+
+    def __next__(self) -> tuple[tuple, Any]:
+        item = self._queue.get()
+        if item is self._END:
+            self._thread.join()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._thread.join()
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # unblock a producer waiting on a full queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join()
+
+
+def _put(x: Any, sharding: Any) -> Any:
+    import jax
+    from jax.sharding import NamedSharding
+
+    if jax.process_count() > 1 and isinstance(sharding, NamedSharding):
+        from graphpar.compile.global_batch import make_global
+
+        return make_global(np.asarray(x), sharding)
+    return jax.device_put(np.asarray(x), sharding)
+
+
+def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callable[[tuple], Any]:
+    """Place later batches where ``place`` put ``first``: a ``device_put`` with the same shardings (no planning on
+    the prefetch thread); a batch of another shape (a last, smaller batch) goes through ``place`` again."""
+    like = [(np.shape(x), p.sharding) for x, p in zip(first, placed)]
+
+    def place_like(batch: tuple) -> Any:
+        if len(batch) != len(like) or any(np.shape(x) != shape for x, (shape, _) in zip(batch, like)):
+            return place(batch)
+        return [_put(x, sharding) for x, (_, sharding) in zip(batch, like)]
+
+    return place_like
+
+
+def prefetched(batches: Iterator[tuple], place: Callable[[tuple], Any] | None, depth: int) -> Iterator[tuple]:
+    """``(host_batch, placed_batch)`` pairs: placed ``depth`` ahead by a :class:`DevicePrefetch`, or placed on
+    demand (``placed_batch`` is the host batch) when ``depth`` is 0 or there is nothing to place with."""
+    if place is None or depth <= 0:
+        for batch in batches:
+            yield batch, batch
+        return
+    first = next(batches, None)
+    if first is None:
+        return
+    placed = place(first)  # the first placement traces and plans: on the caller's thread
+    yield first, placed
+    import jax
+
+    placer = _placer(place, first, placed) if all(isinstance(p, jax.Array) for p in placed) else place
+    ahead = DevicePrefetch(batches, placer, depth)
+    try:
+        yield from ahead
+    finally:
+        ahead.close()

@@ -17,7 +17,8 @@ from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
-from graphpar.train.feeding import BatchFeeder, stack_steps
+from graphpar.compile.program import TrainProgram
+from graphpar.train.feeding import BatchFeeder, prefetched, stack_steps
 from graphpar.train.metrics import get_metrics
 
 
@@ -62,14 +63,20 @@ class Model:
             raise TypeError(f"Model(network): expected a Cell, got {type(network).__name__}")
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise TypeError(f"Model(optimizer): expected a graphpar optimizer, got {type(optimizer).__name__}")
-        if amp_level not in ("O0", "O1", "O2", "O3", "auto"):
-            raise ValueError(f"Model(amp_level={amp_level!r}): valid levels: 'O0', 'O1', 'O2', 'O3', 'auto'")
-        if amp_level != "O0":
-            notice_once("amp", f"Model(amp_level={amp_level!r}): mixed precision is not applied yet; training runs "
-                        "in the network's own dtypes")
+        from graphpar.train.amp import check_level
+
+        amp_level = check_level(amp_level, "Model(amp_level)")
+        if optimizer is None and amp_level != "O0":
+            raise ValueError(f"Model(amp_level={amp_level!r}): mixed precision needs an optimizer (it builds the "
+                             "train network); pass optimizer=... or amp_level='O0'")
         unknown = set(kwargs) - {"loss_scale_manager", "keep_batchnorm_fp32"}
         if unknown:
             raise TypeError(f"Model() got unexpected arguments {sorted(unknown)}")
+        # MindSpore's _process_amp_args: O0/O3 default to keep_batchnorm_fp32=False, an explicit value wins
+        self._amp_level = amp_level
+        self._amp_config = dict(kwargs)
+        if "keep_batchnorm_fp32" not in kwargs and amp_level in ("O0", "O3"):
+            self._amp_config["keep_batchnorm_fp32"] = False
         self._network = network
         self._loss_fn = loss_fn
         self._optimizer = optimizer
@@ -84,7 +91,7 @@ class Model:
         if eval_network is not None:
             self._eval_network = eval_network
         elif loss_fn is not None:
-            self._eval_network = WithEvalCell(network, loss_fn)
+            self._eval_network = WithEvalCell(network, loss_fn, add_cast_fp32=amp_level in ("O2", "O3"))
         else:
             self._eval_network = None
         self._eval_program: ForwardProgram | None = None
@@ -93,8 +100,10 @@ class Model:
     def _build_train_network(self) -> TrainOneStepCell:
         if isinstance(self._network, TrainOneStepCell):
             return self._network
-        loss_net = WithLossCell(self._network, self._loss_fn) if self._loss_fn is not None else self._network
-        return TrainOneStepCell(loss_net, self._optimizer)
+        from graphpar.train.amp import build_train_network
+
+        return build_train_network(self._network, self._optimizer, self._loss_fn, level=self._amp_level,
+                                   **self._amp_config)
 
     @property
     def train_network(self) -> TrainOneStepCell | None:
@@ -157,6 +166,10 @@ class Model:
         callback_list = CallbackList(with_progress_bar(callbacks))  # a live bar when stdout is a terminal
         run_context = RunContext(cb)
         callback_list.on_train_begin(run_context)
+        from graphpar.dataset.config import get_device_prefetch_size
+
+        place = program.place_inputs if isinstance(program, TrainProgram) else None
+        depth = get_device_prefetch_size()
         stream = None
         if dataset_sink_mode and sink_size != -1:
             stream = (feeder.forever(start_step // steps, start_step % steps) if progress is not None
@@ -174,14 +187,17 @@ class Model:
                 cb.net_outputs = losses[-1]
                 callback_list.on_train_step_end(run_context)
             else:
-                for batch in feeder.epoch(ep, skip if ep == initial_epoch else 0):
+                # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
+                batches = prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0), place, depth)
+                for batch, placed in batches:
                     cb.train_dataset_element = batch
                     callback_list.on_train_step_begin(run_context)
-                    cb.net_outputs = program.run_step(batch)
+                    cb.net_outputs = program.run_step(placed)
                     cb.cur_step_num += 1
                     callback_list.on_train_step_end(run_context)
                     if run_context.get_stop_requested():
                         break
+                batches.close()
             callback_list.on_train_epoch_end(run_context)
             if run_context.get_stop_requested():
                 break

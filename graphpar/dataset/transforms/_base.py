@@ -34,9 +34,14 @@ class Transform:
 
     is_random: bool = False
     num_inputs: int = 1
+    batchable: bool = False  # apply_batch on a stacked batch == stacking apply on each row (see dataset/_batched)
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError(f"{type(self).__name__} must implement apply(x, rng)")
+
+    def apply_batch(self, x: np.ndarray) -> np.ndarray:
+        """The transform of every row of the stacked batch ``x`` at once (``batchable`` transforms)."""
+        raise NotImplementedError(f"{type(self).__name__} has no batched form")
 
     def apply_columns(self, cols: Columns, rng: np.random.Generator) -> Columns:
         if len(cols) != 1:

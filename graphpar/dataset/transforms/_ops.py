@@ -27,7 +27,12 @@ class TypeCast(Transform):
         except TypeError as exc:
             raise DatasetError(f"TypeCast: {data_type!r} is not a dtype; use e.g. graphpar.int32 or 'float32'") from exc
 
+    batchable = True
+
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return x.astype(self.data_type, copy=False)
+
+    def apply_batch(self, x: np.ndarray) -> np.ndarray:
         return x.astype(self.data_type, copy=False)
 
 

@@ -91,6 +91,8 @@ class RandomCrop(Transform):
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         _check_image(x, "RandomCrop")
+        if self.padding_mode is Border.CONSTANT and not self.pad_if_needed:
+            return self._crop_constant(x, rng)
         x = pad(x, self.padding, self.fill_value, self.padding_mode)
         h, w = self.size
         if self.pad_if_needed and (x.shape[0] < h or x.shape[1] < w):
@@ -102,6 +104,29 @@ class RandomCrop(Transform):
         top = int(rng.integers(0, x.shape[0] - h + 1))
         left = int(rng.integers(0, x.shape[1] - w + 1))
         return x[top:top + h, left:left + w]
+
+
+    def _crop_constant(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The crop of the constant-padded image without building it: the same draws, only the window copied."""
+        left_pad, top_pad, right_pad, bottom_pad = self.padding
+        ph, pw = x.shape[0] + top_pad + bottom_pad, x.shape[1] + left_pad + right_pad
+        h, w = self.size
+        if ph < h or pw < w:
+            raise DatasetError(f"RandomCrop: crop size {self.size} exceeds the (padded) image {(ph, pw)}; "
+                               "pass padding or pad_if_needed=True")
+        if len(self.fill_value) == 3 and x.ndim == 3 and x.shape[2] != 3:
+            raise DatasetError(f"padding: fill_value {self.fill_value} has 3 values for {x.shape[2]} channels")
+        top = int(rng.integers(0, ph - h + 1)) - top_pad
+        left = int(rng.integers(0, pw - w + 1)) - left_pad
+        r0, r1 = max(top, 0), min(top + h, x.shape[0])
+        c0, c1 = max(left, 0), min(left + w, x.shape[1])
+        if (r0, r1, c0, c1) == (top, top + h, left, left + w):
+            return x[r0:r1, c0:c1]
+        out = np.empty((h, w) + x.shape[2:], x.dtype)
+        out[...] = np.asarray(self.fill_value if x.ndim == 3 else self.fill_value[:1], dtype=x.dtype)
+        if r0 < r1 and c0 < c1:
+            out[r0 - top:r1 - top, c0 - left:c1 - left] = x[r0:r1, c0:c1]
+        return out
 
 
 class CenterCrop(Transform):
@@ -131,7 +156,9 @@ class _RandomFlip(Transform):
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         _check_image(x, type(self).__name__)
-        return np.flip(x, axis=self.axis) if rng.random() < self.prob else x
+        if rng.random() >= self.prob:
+            return x
+        return x[:, ::-1] if self.axis == 1 else x[::-1]  # slicing: np.flip's axis handling costs more
 
 
 class RandomHorizontalFlip(_RandomFlip):
@@ -155,3 +182,12 @@ class HWC2CHW(Transform):
         if x.ndim != 3:
             raise DatasetError(f"HWC2CHW: expected an HWC image, got shape {x.shape}")
         return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+    batchable = True
+
+    def apply_batch(self, x: np.ndarray) -> np.ndarray:
+        if x.ndim == 3:
+            return x[:, None]
+        if x.ndim != 4:
+            raise DatasetError(f"HWC2CHW: expected HWC images, got a batch of shape {x.shape}")
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2))

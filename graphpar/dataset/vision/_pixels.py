@@ -14,8 +14,13 @@ from graphpar.errors import DatasetError
 class Rescale(Transform):
     """``x * rescale + shift`` as float32 (``Rescale(1 / 255, 0)`` maps uint8 pixels to [0, 1])."""
 
+    batchable = True
+
     def __init__(self, rescale: float, shift: float):
         self.rescale, self.shift = float(rescale), float(shift)
+
+    def apply_batch(self, x: np.ndarray) -> np.ndarray:
+        return self.apply(x, None)
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         out = x.astype(np.float32) * np.float32(self.rescale)
@@ -47,7 +52,10 @@ class Normalize(Transform):
             tiled = self._tiled[width] = (np.tile(self._mean, width), np.tile(self._scale, width))
         return tiled
 
-    def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    batchable = True
+
+    def check_channels(self, x: np.ndarray) -> None:
+        """Raise if ``x`` (one image) has a channel count the mean and std do not fit."""
         if x.ndim == 2:
             channels = 1
         else:
@@ -57,6 +65,27 @@ class Normalize(Transform):
             raise DatasetError(f"Normalize: {len(self.mean)} mean values for an image of shape {x.shape} "
                                f"({channels} channels read as {layout}); pass is_hwc={not self.is_hwc} if the "
                                "layout is the other one")
+
+    def apply_batch(self, x: np.ndarray) -> np.ndarray:
+        if x.ndim < 3:
+            raise DatasetError(f"Normalize: expected a batch of images, got shape {x.shape}")
+        self.check_channels(x[0])
+        out = np.array(x, dtype=np.float32, order="C")
+        if len(self.mean) == 1 or x.ndim == 3:
+            out -= self._mean[0]
+            out *= self._scale[0]
+        elif self.is_hwc:
+            rows = out.reshape(out.shape[0] * out.shape[1], -1)
+            mean, scale = self._rows(out.shape[2])
+            rows -= mean
+            rows *= scale
+        else:
+            out -= self._mean.reshape(1, -1, 1, 1)
+            out *= self._scale.reshape(1, -1, 1, 1)
+        return out
+
+    def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        self.check_channels(x)
         out = np.array(x, dtype=np.float32, order="C")
         if len(self.mean) == 1 or x.ndim == 2:
             out -= self._mean[0]

@@ -1,0 +1,174 @@
+"""Throughput for accelerators (issue 15): feeding that overlaps the step, mixed precision, two processes.
+
+1. ``bench_feeding_overlap``: ResNet-18 DATA_PARALLEL on the 8 devices trained by ``Model.train`` from the
+   tutorials' CIFAR pipeline (``bench.pipeline``), against the same compiled step run on batches already on the
+   devices (pre-staged). Goal: real feeding <= 1.03x pre-staged. Also shown: feeding with device prefetch off.
+2. ``bench_amp``: ResNet-18 step time in float32 and at ``amp_level`` O2 / O3 (bfloat16 on CPU), and the loss of
+   20 steps at each level (the largest relative difference from float32).
+3. ``bench_two_processes``: a 3-layer 512-wide MLP in DATA_PARALLEL as 2 processes x 4 devices on 127.0.0.1,
+   graphpar against the same model written in plain JAX over ``jax.distributed`` (goal <= 1.05).
+
+Every comparison is interleaved (rounds alternate the two sides), so a busy machine slows both alike; nothing
+asserts on speed.
+
+    python -m bench throughput
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _resnet_model(width: float, amp_level: str = "O0", mode: str = "data_parallel") -> Any:
+    import graphpar as ms
+    from graphpar import nn
+    from graphpar.models import resnet18
+    from graphpar.train import Model
+
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)
+    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
+    ms.set_seed(0)
+    net = resnet18(class_num=10, width=width)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    return Model(net, loss, nn.Momentum(net.trainable_params(), 0.01, 0.9), amp_level=amp_level)
+
+
+# --- 1. feeding ------------------------------------------------------------------------------------------------------
+def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: float = 0.25, rounds: int = 5,
+                          workers: int = 1) -> dict[str, Any]:
+    """Seconds per step of ``Model.train`` on the pipeline (prefetch on, prefetch off) and on pre-staged batches."""
+    import jax
+
+    import graphpar.dataset as ds
+    from bench.pipeline import SyntheticCifar, _pipeline
+
+    model = _resnet_model(width)
+    program = model.train_network.program
+    devices = len(jax.devices())
+    data = _pipeline(SyntheticCifar(per_device_batch * steps), 32, workers, per_device_batch)
+    batches = [tuple(b) for b in data.iter_epoch(0)]
+    staged = [program.place_inputs([np.concatenate([b[c]] * devices) for c in range(2)]) for b in batches]
+    model.train(1, data)  # compile, and start the pipeline once
+
+    def prestaged() -> float:
+        jax.block_until_ready(program.run_step(staged[0]))
+        started = time.perf_counter()
+        for placed in staged[1:]:
+            loss = program.run_step(placed)
+        jax.block_until_ready(loss)
+        return (time.perf_counter() - started) / (len(staged) - 1)
+
+    from graphpar.train import Callback
+
+    class StepClock(Callback):
+        """Steady-state seconds per step inside ``Model.train``: from the end of step 1 to the last step's result
+        (the per-call set-up of ``train`` itself is not a per-step cost)."""
+
+        def on_train_step_end(self, run_context):
+            if run_context.original_args().cur_step_num % steps == 1:
+                self.first = time.perf_counter()
+
+        def on_train_epoch_end(self, run_context):
+            jax.block_until_ready(run_context.original_args().net_outputs)
+            self.seconds = (time.perf_counter() - self.first) / (steps - 1)
+
+    def fed(depth: int) -> float:
+        ds.config.set_device_prefetch_size(depth)
+        clock = StepClock()
+        model.train(1, data, callbacks=[clock])
+        return clock.seconds
+
+    t_pre, t_fed, t_off, ratios, ratios_off = [], [], [], [], []
+    for r in range(rounds):
+        sides = [("pre", prestaged), ("fed", lambda: fed(2)), ("off", lambda: fed(0))]
+        if r % 2:
+            sides.reverse()
+        got = {name: fn() for name, fn in sides}
+        t_pre.append(got["pre"]), t_fed.append(got["fed"]), t_off.append(got["off"])
+        ratios.append(got["fed"] / got["pre"]), ratios_off.append(got["off"] / got["pre"])
+    ds.config.set_device_prefetch_size(2)
+    return {"model": f"ResNet-18 (width {width}) DP", "devices": devices,
+            "global_batch": per_device_batch * devices, "steps": steps,
+            "prestaged_ms": round(statistics.median(t_pre) * 1e3, 1),
+            "fed_prefetch2_ms": round(statistics.median(t_fed) * 1e3, 1),
+            "fed_no_prefetch_ms": round(statistics.median(t_off) * 1e3, 1),
+            "fed_vs_prestaged": round(statistics.median(ratios), 3),
+            "no_prefetch_vs_prestaged": round(statistics.median(ratios_off), 3)}
+
+
+# --- 2. mixed precision ----------------------------------------------------------------------------------------------
+def bench_amp(width: float = 0.25, batch: int = 32, size: int = 32, steps: int = 20, calls: int = 3,
+              rounds: int = 5) -> list[dict[str, Any]]:
+    """Step time and 20-step loss curve of ResNet-18 (stand-alone, one device) at O0, O2 and O3."""
+    from bench.timing import compare
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, batch).astype(np.int32)
+    centres = rng.normal(0, 1, (10, 3, 1, 1)).astype(np.float32)
+    x = (centres[y] + 0.5 * rng.normal(size=(batch, 3, size, size))).astype(np.float32)
+    runs = {}
+    for level in ("O0", "O2", "O3"):
+        train = _resnet_model(width, level, mode="stand_alone").train_network
+        placed = train.program.place_inputs([x, y])
+        losses = []
+        for _ in range(steps):
+            out = train.program.run_step(placed)
+            losses.append(float(np.asarray(out)))
+        runs[level] = (lambda t=train, p=placed: t.program.run_step(p)), losses
+    f32_step, f32_losses = runs["O0"]
+    rows, f32_times = [], []
+    for level in ("O2", "O3"):
+        step, losses = runs[level]
+        t_amp, t_f32, ratio = compare(step, f32_step, calls=calls, rounds=rounds, warmup=1)
+        f32_times.append(t_f32)
+        rows.append({"amp_level": level, "width": width, "batch": batch, "step_ms": round(t_amp * 1e3, 1),
+                     "vs_float32": round(ratio, 3),
+                     "max_rel_loss_diff": round(max(abs(a - b) / abs(b) for a, b in zip(losses, f32_losses)), 4),
+                     "loss_first_last": (round(losses[0], 4), round(losses[-1], 4))})
+    rows.insert(0, {"amp_level": "O0", "width": width, "batch": batch,
+                    "step_ms": round(statistics.median(f32_times) * 1e3, 1), "vs_float32": 1.0,
+                    "max_rel_loss_diff": 0.0, "loss_first_last": (round(f32_losses[0], 4), round(f32_losses[-1], 4))})
+    return rows
+
+
+# --- 3. two processes ------------------------------------------------------------------------------------------------
+_WORKER = Path(__file__).with_name("_two_process_worker.py")
+
+
+def bench_two_processes(calls: int = 30, rounds: int = 5, timeout: float = 600) -> dict[str, Any]:
+    """Median step time of the MLP as 2 processes x 4 devices, graphpar and plain JAX, from process 0."""
+    from graphpar.communication.process_plan import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHPAR_", "MS_", "OMPI_", "SLURM_"))}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4", PYTHONUNBUFFERED="1")
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(_WORKER), str(calls), str(rounds)],
+                              env=dict(env, GRAPHPAR_COORDINATOR=f"127.0.0.1:{port}", GRAPHPAR_NUM_PROCESSES="2",
+                                       GRAPHPAR_PROCESS_ID=str(i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=str(Path(__file__).resolve().parents[1]))
+             for i in range(2)]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        if p.returncode:
+            raise RuntimeError(f"two-process bench worker failed ({p.returncode}): {err[-2000:]}")
+    result = json.loads(next(line for line in outs[0][0].splitlines() if line.startswith("{")))
+    return result
+
+
+def bench_throughput() -> dict[str, Any]:
+    return {"feeding": bench_feeding_overlap(), "amp": bench_amp(), "two_processes": bench_two_processes()}
+
+
+if __name__ == "__main__":
+    print(json.dumps(bench_throughput(), indent=2))

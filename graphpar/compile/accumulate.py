@@ -1,0 +1,219 @@
+"""Gradient accumulation in the compiled train step: micro-batches in a ``lax.scan``, one reduction per step.
+
+The global batch is cut into ``micro_size`` micro-batches *device-locally*: each device's rows of the batch are split
+into ``micro_size`` slices and micro-batch ``i`` is slice ``i`` of every device, so cutting moves no data. (MindSpore
+cuts the batch into contiguous slices; every sample still lands in exactly one micro-batch of the same size, so the
+accumulated gradient of any per-sample loss is the same.) The plan is traced and planned once for the micro-batch
+shape; the scan runs it ``micro_size`` times and carries the parameters' gradients, the non-trainable state (each
+micro-batch sees the statistics the previous one left, as MindSpore's sequential micro-batches do) and the loss.
+
+Where the gradients are reduced:
+
+* DATA_PARALLEL: each replica differentiates its own loss (``vmap`` of ``value_and_grad``), so the scan carries
+  per-replica gradients with a leading replica axis, sharded over the devices: no communication inside the scan.
+  After it, one sum over that axis (one all-reduce per gradient, or a reduce-scatter into the parallel optimizer's
+  storage layout) — exactly one gradient reduction per optimizer step.
+* With the parallel optimizer at level2/level3 or ``gradient_accumulation_shard``, the carry is kept in the
+  sharded storage layout instead: a reduce-scatter per micro-batch, 1/g of the accumulation memory.
+* SEMI_AUTO/AUTO and STAND_ALONE: the gradient of each micro-batch's planned global loss is accumulated; XLA
+  reduces partial sums inside each micro-batch (JAX has no public "unreduced" layout to carry them), so these plans
+  reduce once per micro-batch. STAND_ALONE has nothing to reduce.
+
+The loss reported is the sum of the micro-batch losses, as MindSpore's wrapper returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from graphpar.compile.opt_shard import OptimizerSharding
+from graphpar.compile.plan import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
+from graphpar.compile.replica import replica_axis
+from graphpar.compile.state import NetworkState
+from graphpar.compile.step import StepParts
+from graphpar.errors import DatasetError
+from graphpar.parallel.strategy import to_partition_spec
+
+
+def dim0_split(sharding: Any) -> int:
+    """How many devices split dimension 0 under ``sharding`` (1 when it is not split)."""
+    if not isinstance(sharding, NamedSharding) or not tuple(sharding.spec) or sharding.spec[0] is None:
+        return 1
+    axes = sharding.spec[0]
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
+    return int(np.prod([sharding.mesh.shape[a] for a in axes]))
+
+
+def micro_avals(avals: Sequence[jax.ShapeDtypeStruct], micro: int) -> list[jax.ShapeDtypeStruct]:
+    """The avals of one micro-batch (what the plan traces)."""
+    return [jax.ShapeDtypeStruct((a.shape[0] // micro,) + tuple(a.shape[1:]), a.dtype) if a.shape else a
+            for a in avals]
+
+
+def check_batch(shapes: Sequence[tuple[int, ...]], micro: int, splits: Sequence[int]) -> None:
+    """Every batched input must cut into ``micro`` equal micro-batches on every device."""
+    for i, (shape, d) in enumerate(zip(shapes, splits)):
+        if shape and shape[0] % (d * micro):
+            raise DatasetError(
+                f"gradient accumulation (micro_size={micro}): input {i} has global batch shape {tuple(shape)}; its "
+                f"first dimension, split over {d} device(s), must divide into {micro} equal micro-batches per "
+                f"device; use a global batch size that is a multiple of {d * micro}")
+
+
+def _stack(x: Any, micro: int, sharding: Any) -> Any:
+    """``x`` as ``(micro, rows per micro-batch, ...)``, micro-batch ``i`` taking slice ``i`` of every device."""
+    d = dim0_split(sharding)
+    b = x.shape[0] // (d * micro)
+    y = jnp.swapaxes(x.reshape((d, micro, b) + x.shape[1:]), 0, 1).reshape((micro, d * b) + x.shape[1:])
+    if isinstance(sharding, NamedSharding):
+        y = jax.lax.with_sharding_constraint(y, NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec)))
+    return y
+
+
+def _constrain(x: Any, sharding: Any) -> Any:
+    return jax.lax.with_sharding_constraint(x, sharding) if isinstance(sharding, NamedSharding) else x
+
+
+def train_step(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding, parts: StepParts,
+               sens: float, micro: int) -> Callable[..., Any]:
+    """``compile.step.train_step`` with the gradient of ``micro`` micro-batches (``parts``' objective, parameter
+    cast, gradient transform and update are kept)."""
+    names = ns.param_names()
+    layout = planned.layout
+
+    def step(pvals, rvals, opt_state, inputs):
+        shardings = [layout.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
+        scale = parts.loss_scale(opt_state)  # mixed precision: the objective is scaled, the update unscales
+        (loss, new_rest), grads = accumulated_value_and_grad(plan, planned, ns, opt, parts, list(pvals), list(rvals),
+                                                             inputs, sens, micro, shardings, scale)
+        pdict = dict(zip(names, pvals))
+        gdict = parts.transform_gradients(dict(zip(names, grads)), pdict)
+        new, opt_state = parts.update(gdict, opt_state, pdict)
+        return [new[n] for n in names], new_rest, opt_state, loss
+
+    return step
+
+
+def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
+                               parts: StepParts, stored: list[Any], rvals: list[Any], inputs: Sequence[Any],
+                               sens: float, micro: int, input_shardings: Sequence[Any],
+                               scale: Any = None) -> tuple[tuple[Any, list[Any]], list[Any]]:
+    """``((summed loss, new rest leaves), gradients in the parameters' storage layout)`` of one accumulated step."""
+    stacks = [_stack(x, micro, s) if np.ndim(x) else None for x, s in zip(inputs, input_shardings)]
+
+    def micro_inputs(xs: Sequence[Any]) -> list[Any]:
+        return [x if st is None else m for x, st, m in zip(inputs, stacks, xs)]
+
+    scan_xs = [s if s is not None else jnp.zeros((micro,), jnp.int32) for s in stacks]
+    compute = opt.gather(stored)
+    shard_carry = opt.config.shard_accumulated_gradients and opt.active and micro > 1
+    if isinstance(plan, DataParallelPlan):
+        return _data_parallel(plan, planned, ns, opt, parts, stored, compute, rvals, micro_inputs, scan_xs,
+                              sens if scale is None else sens * scale, shard_carry)
+
+    def body(carry, xs):
+        acc, rest, loss_sum = carry
+
+        def objective(p):
+            obj, (loss, new_rest) = parts.objective(parts.cast_params(ns.params.unflatten(p)),
+                                                    ns.rest.unflatten(rest), micro_inputs(xs))
+            return (obj if scale is None else obj * scale), (loss, jax.tree.leaves(new_rest))
+
+        (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(compute)
+        g = opt.to_storage(g) if shard_carry else g
+        acc = [a + gi.astype(a.dtype) for a, gi in zip(acc, g)]
+        return (acc, new_rest, loss_sum + loss.astype(jnp.float32)), None
+
+    zeros = [jnp.zeros_like(p) for p in (stored if shard_carry else compute)]
+    (acc, rest, loss), _ = jax.lax.scan(body, (zeros, list(rvals), jnp.zeros((), jnp.float32)), scan_xs)
+    return (loss, rest), opt.to_storage(acc)
+
+
+def reduce_replicas(plan: DataParallelPlan, opt: OptimizerSharding, stacked: list[Any]) -> list[Any]:
+    """Sum per-replica gradients ``(replicas, *shape)`` over the replicas, straight into each parameter's storage
+    layout: a reduce-scatter over its sharding group (``jax.lax.psum_scatter`` under ``shard_map``, so every
+    backend emits one, not an all-reduce and a slice) and a sum over the remaining replica axes; an all-reduce
+    for parameters stored whole."""
+    axes = plan._batch_axes
+    out = []
+    for a, shard in zip(stacked, opt.shards):
+        if not shard.sharded or plan.mesh is None:
+            out.append(jnp.sum(a, axis=0))
+            continue
+        group = shard.group_axes
+        others = tuple(x for x in axes if x not in group)
+
+        def reduce(x, group=group, others=others):
+            y = jax.lax.psum_scatter(x[0], group, scatter_dimension=0, tiled=True)
+            return jax.lax.psum(y, others) if others else y
+
+        out.append(jax.shard_map(reduce, mesh=plan.mesh, in_specs=PartitionSpec(axes),
+                                 out_specs=to_partition_spec(shard.storage_spec), check_vma=False)(a))
+    return out
+
+
+def uses_replica_gradients(plan: ExecutionPlan, opt: OptimizerSharding, micro: int) -> bool:
+    """Whether the step differentiates per replica (this module) rather than the plan's summed objective:
+    gradient accumulation, or DATA_PARALLEL with sharded parameters (for the explicit reduce-scatter)."""
+    return micro > 1 or (isinstance(plan, DataParallelPlan) and opt.active)
+
+
+def _data_parallel(plan: DataParallelPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
+                   parts: StepParts, stored: list[Any],
+                   compute: list[Any], rvals: list[Any], micro_inputs: Any, scan_xs: list[Any], sens: float,
+                   shard_carry: bool):
+    replicas = plan.replicas
+    axes = plan._batch_axes
+    per_replica_sharding = (NamedSharding(plan.mesh, PartitionSpec(axes)) if plan.mesh is not None and axes
+                            else None)
+
+    regather = opt.config.regather_for_backward and opt.active
+
+    def per_replica(p, rest, local_inputs):
+        def objective(p):
+            if regather:  # level3: p is the stored parameters; backward gathers them again
+                p = opt.gather_for_recompute(p)
+            loss, new_rest = plan._loss_and_state(planned, ns, parts.cast_params(ns.params.unflatten(p)),
+                                                  ns.rest.unflatten(rest), local_inputs)
+            return _objective_of(loss, sens), (jnp.asarray(loss), jax.tree.leaves(new_rest))
+
+        if regather:
+            objective = jax.checkpoint(objective, policy=opt.recompute_policy())
+        (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(p)
+        return g, loss, new_rest
+
+    def body(carry, xs):
+        acc, rest, loss_sum = carry
+        local = [plan._split(x) for x in micro_inputs(xs)]
+        with replica_axis(REPLICA_AXIS):
+            g, losses, new_rests = jax.vmap(per_replica, in_axes=(None, None, 0), axis_name=REPLICA_AXIS,
+                                            spmd_axis_name=axes)(p_compute, rest, local)
+        new_rest = [jnp.mean(v, axis=0).astype(v.dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v[0]
+                    for v in new_rests]
+        if shard_carry:  # reduce each micro-batch's gradients into the sharded storage layout
+            g = reduce_replicas(plan, opt, g)
+        else:  # keep each replica's own gradient: nothing crosses devices inside the scan
+            g = [_constrain(gi, per_replica_sharding) for gi in g]
+        acc = [a + gi.astype(a.dtype) for a, gi in zip(acc, g)]
+        # each replica's loss too is summed locally, and averaged over replicas once after the scan
+        return (acc, new_rest, loss_sum + _constrain(losses.astype(jnp.float32), per_replica_sharding)), None
+
+    p_compute = stored if regather else compute
+    if shard_carry:
+        zeros = [_constrain(jnp.zeros(p.shape, p.dtype), st) for p, st in zip(compute, opt.storage)]
+    else:
+        zeros = [_constrain(jnp.zeros((replicas,) + p.shape, p.dtype), per_replica_sharding) for p in compute]
+    losses0 = _constrain(jnp.zeros((replicas,), jnp.float32), per_replica_sharding)
+    (acc, rest, losses), _ = jax.lax.scan(body, (zeros, list(rvals), losses0), scan_xs)
+    loss = jnp.mean(losses)
+    if not shard_carry:
+        acc = reduce_replicas(plan, opt, acc)  # the one gradient reduction of the step
+    if plan.gradients_mean:
+        acc = [a / replicas for a in acc]
+    return (loss, rest), acc

@@ -1,0 +1,64 @@
+"""Networks the bigmodels tests share: a wide MLP (parameters above the parallel optimizer's threshold) and a
+deep FFN stack (for recomputation)."""
+
+import numpy as np
+
+import graphpar as ms
+from graphpar import nn
+
+
+def _init(rng, shape, fan_in):
+    return ms.Tensor(rng.normal(0, 1 / np.sqrt(fan_in), shape).astype(np.float32))
+
+
+class WideMLP(nn.Cell):
+    """64 -> 256 -> 64: weights of 64 KB, biases of 1 KB and 256 B."""
+
+    def __init__(self, d_in=64, hidden=256, d_out=64, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.fc1 = nn.Dense(d_in, hidden, weight_init=_init(rng, (hidden, d_in), d_in), bias_init="zeros",
+                            activation="relu")
+        self.fc2 = nn.Dense(hidden, d_out, weight_init=_init(rng, (d_out, hidden), hidden), bias_init="zeros")
+
+    def construct(self, x):
+        return self.fc2(self.fc1(x))
+
+
+class FFN(nn.Cell):
+    """d -> 4d -> d with a residual connection (a transformer block's MLP)."""
+
+    def __init__(self, d, seed):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.fc = nn.Dense(d, 4 * d, weight_init=_init(rng, (4 * d, d), d), bias_init="zeros")
+        self.act = nn.GELU()
+        self.proj = nn.Dense(4 * d, d, weight_init=_init(rng, (d, 4 * d), 4 * d), bias_init="zeros")
+
+    def construct(self, x):
+        return self.proj(self.act(self.fc(x))) + x
+
+
+class DeepFFN(nn.Cell):
+    """``layers`` FFN blocks; ``recompute`` marks every block with ``Cell.recompute(**options)``."""
+
+    def __init__(self, d=32, layers=8, recompute=False, **options):
+        super().__init__()
+        self.blocks = nn.CellList([FFN(d, i) for i in range(layers)])
+        if recompute:
+            for block in self.blocks:
+                block.recompute(**options)
+
+    def construct(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def data(n, d_in, d_out, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d_in)).astype(np.float32), rng.normal(size=(n, d_out)).astype(np.float32)
+
+
+def params(net):
+    return {p.name: p.asnumpy() for p in net.get_parameters()}

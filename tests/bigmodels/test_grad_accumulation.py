@@ -1,0 +1,77 @@
+"""Gradient accumulation: micro-batches equal the whole batch; one gradient reduction per optimizer step."""
+
+import numpy as np
+import pytest
+
+import graphpar as ms
+from graphpar import nn
+from graphpar.errors import DatasetError
+from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
+from tests.bigmodels.nets import WideMLP, data, params
+
+
+def _train(mode, micro, steps=2, context_steps=None, **ctx):
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, **ctx)
+    if context_steps:
+        ms.set_auto_parallel_context(grad_accumulation_step=context_steps)
+    net = WideMLP(16, 32, 8)
+    loss = nn.WithLossCell(net, nn.MSELoss(reduction="sum"))
+    if micro > 1:
+        loss = nn.GradAccumulation(loss, micro)
+    train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 1e-3))
+    x, y = data(32, 16, 8)
+    losses = [float(train(x, y)) for _ in range(steps)]
+    return net, train, losses
+
+
+@pytest.mark.parametrize("mode", ["stand_alone", "data_parallel", "semi_auto_parallel"])
+def test_four_micro_batches_of_8_equal_one_batch_of_32(mode):
+    whole, _, losses = _train(mode, 1)
+    accumulated, _, losses_acc = _train(mode, 4)
+    np.testing.assert_allclose(losses_acc, losses, rtol=1e-6)
+    for name, value in params(accumulated).items():
+        np.testing.assert_allclose(value, params(whole)[name], rtol=1e-6, atol=1e-7)
+
+
+def test_one_gradient_reduction_per_step_in_data_parallel():
+    _, train1, _ = _train("data_parallel", 1, steps=0)
+    _, train4, _ = _train("data_parallel", 4, steps=0)
+    x, y = data(32, 16, 8)
+    hlo1 = train1.program.lower_step([x, y]).compile().as_text()
+    hlo4 = train4.program.lower_step([x, y]).compile().as_text()
+    assert "while" in hlo4  # the micro-batches run in a loop...
+    assert loop_collectives(hlo4) == []  # ...that communicates nothing
+    once = [(c.kind, c.nbytes) for c in step_collectives(hlo4)]
+    assert once == [(c.kind, c.nbytes) for c in step_collectives(hlo1)]
+    assert [k for k, _ in once] == ["AllReduce"]  # gradients (and the loss) reduced once, in one all-reduce
+
+
+@pytest.mark.slow
+def test_context_grad_accumulation_step_and_sharded_accumulation():
+    base, _, losses = _train("data_parallel", 4)
+    ctx, _, losses_ctx = _train("data_parallel", 1, context_steps=4)
+    np.testing.assert_allclose(losses_ctx, losses, rtol=1e-6)
+    sharded, train, _ = _train("data_parallel", 4, enable_parallel_optimizer=True,
+                               parallel_optimizer_config={"parallel_optimizer_threshold": 0,
+                                                          "gradient_accumulation_shard": True})
+    for name, value in params(sharded).items():
+        np.testing.assert_allclose(value, params(base)[name], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(params(ctx)[name], params(base)[name], rtol=1e-6, atol=1e-7)
+    x, y = data(32, 16, 8)
+    hlo = train.program.lower_step([x, y]).compile().as_text()
+    assert any(c.kind == "ReduceScatter" for c in loop_collectives(hlo))  # reduced into the shards per micro-batch
+
+
+def test_eager_call_sums_micro_batch_losses_and_bad_batches_are_named():
+    net = WideMLP(16, 32, 8)
+    loss = nn.WithLossCell(net, nn.MSELoss(reduction="sum"))
+    x, y = data(32, 16, 8)
+    total = nn.GradAccumulation(loss, 4)(x, y)
+    np.testing.assert_allclose(float(total), float(loss(x, y)), rtol=1e-5)
+    with pytest.raises(ValueError, match="micro_size"):
+        nn.GradAccumulation(loss, 0)
+    ms.set_auto_parallel_context(parallel_mode="data_parallel")
+    train = nn.TrainOneStepCell(nn.GradAccumulation(loss, 3), nn.SGD(net.trainable_params(), 1e-3))
+    with pytest.raises(DatasetError, match="micro_size=3"):
+        train(x, y)

@@ -1,0 +1,111 @@
+"""The parallel optimizer: sharded optimizer state and parameters, equal numbers, no extra communication."""
+
+import jax
+import numpy as np
+import pytest
+
+import graphpar as ms
+from graphpar import nn, ops
+from graphpar.errors import ConfigError
+from tests.bigmodels.hlo_helpers import step_collectives, step_wire_bytes
+from tests.bigmodels.nets import WideMLP, data, params
+
+
+def _adam(mode, opt_parallel, steps=10, config=None, net=None, dims=(64, 64), hlo=False, **ctx):
+    ms.reset_auto_parallel_context()
+    config = {"parallel_optimizer_threshold": 0} if config is None else config
+    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, enable_parallel_optimizer=opt_parallel,
+                                 parallel_optimizer_config=config, **ctx)
+    net = net or WideMLP()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.01))
+    x, y = data(32, *dims)
+    hlo = train.program.lower_step([x, y]).compile().as_text() if hlo else None
+    for _ in range(steps):
+        train(x, y)
+    return net, train, hlo
+
+
+def _bytes_on(device, tree):
+    return sum(s.data.nbytes for leaf in jax.tree.leaves(tree) for s in leaf.addressable_shards if s.device == device)
+
+
+def test_adam_on_8_devices_shards_state_keeps_numbers_and_communication():
+    net_dp, train_dp, hlo_dp = _adam("data_parallel", False, hlo=True)
+    net, train, hlo = _adam("data_parallel", True, hlo=True)
+    state = train.optimizer.opt_state
+    total = sum(leaf.nbytes for leaf in jax.tree.leaves(state))
+    for device in jax.devices():
+        assert abs(_bytes_on(device, state) - total / 8) <= 0.01 * total / 8
+    # parameters too: each device stores 1/8 of every weight, on its first dimension
+    w = net.fc1.weight.get_raw_value()
+    assert {s.data.shape for s in w.addressable_shards} == {(32, 64)}
+    expected = params(net_dp)
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6, atol=1e-7)
+    # one reduce-scatter + one all-gather per parameter replaces the all-reduce: the same wire bytes
+    kinds = {c.kind for c in step_collectives(hlo)}
+    assert {"ReduceScatter", "AllGather"} <= kinds
+    assert step_wire_bytes(hlo) <= 1.05 * step_wire_bytes(hlo_dp)
+
+
+def test_default_threshold_keeps_a_16kb_parameter_replicated():
+    # fc1.weight 64x64 fp32 = 16 KB < 64 KB stays whole; fc2.weight 256x64 = 64 KB is sharded
+    net, train, _ = _adam("data_parallel", True, steps=1, config={}, net=WideMLP(64, 64, 256),
+                          dims=(64, 256))
+    assert {s.data.shape for s in net.fc1.weight.get_raw_value().addressable_shards} == {(64, 64)}
+    assert {s.data.shape for s in net.fc2.weight.get_raw_value().addressable_shards} == {(32, 64)}
+    layout = train.program.planned(list(data(32, 64, 256))).layout
+    shards = train.program.optimizer_sharding(train.program.state, layout).by_name()
+    assert not shards["fc1.weight"].sharded and "threshold" in shards["fc1.weight"].reason
+    assert shards["fc2.weight"].group_size == 8
+
+
+@pytest.mark.slow
+def test_model_parallel_parameter_is_sharded_further_over_its_replica_axes():
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            rng = np.random.default_rng(0)
+            self.w = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (64, 256)).astype(np.float32)), "w")
+            self.w2 = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (256, 64)).astype(np.float32)), "w2")
+            self.mm = ops.MatMul().shard(((2, 1), (1, 4)))
+            self.relu = ops.ReLU()
+            self.mm2 = ops.MatMul()
+
+        def construct(self, x):
+            return self.mm2(self.relu(self.mm(x, self.w)), self.w2)
+
+    base, _, _ = _adam("semi_auto_parallel", False, steps=3, net=Net())
+    net, train, hlo = _adam("semi_auto_parallel", True, steps=3, net=Net(), hlo=True)
+    layout = train.program.planned(list(data(32, 64, 64))).layout
+    shard = train.program.optimizer_sharding(train.program.state, layout).by_name()["w"]
+    # w is split 4 ways on dim 1 by the strategy; the parallel optimizer splits dim 0 over the other 2 devices
+    assert shard.group_size == 2 and shard.storage_spec[1] == shard.compute_spec[1]
+    assert {s.data.shape for s in net.w.get_raw_value().addressable_shards} == {(32, 64)}
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(base)[name], rtol=1e-6, atol=1e-7)
+    assert any(c.kind == "AllGather" for c in step_collectives(hlo))
+
+
+@pytest.mark.slow
+def test_shard_size_and_levels():
+    net, train, _ = _adam("data_parallel", True, steps=2,
+                          config={"parallel_optimizer_threshold": 0, "optimizer_weight_shard_size": 2})
+    assert {s.data.shape for s in net.fc1.weight.get_raw_value().addressable_shards} == {(128, 64)}
+    base = params(_adam("data_parallel", False, steps=2)[0])
+    for level in ("level2", "level3"):
+        net, _, _ = _adam("data_parallel", True, steps=2,
+                          config={"parallel_optimizer_threshold": 0, "optimizer_level": level})
+        for name, value in params(net).items():
+            np.testing.assert_allclose(value, base[name], rtol=1e-6, atol=1e-7)
+
+
+def test_bad_parallel_optimizer_config_is_named():
+    with pytest.raises(ConfigError, match="optimizer_level"):
+        ms.set_auto_parallel_context(parallel_optimizer_config={"optimizer_level": "level4"})
+    with pytest.raises(ConfigError, match="parallel_optimizer_threshold"):
+        ms.set_auto_parallel_context(parallel_optimizer_config={"parallel_optimizer_threshold": -1})
+    with pytest.raises(ConfigError, match="valid choices"):
+        ms.set_auto_parallel_context(parallel_optimizer_config={"threshold": 1})
+    ms.set_auto_parallel_context(optimizer_weight_shard_size=4)
+    assert ms.get_auto_parallel_context("parallel_optimizer_config")["optimizer_weight_shard_size"] == 4
