@@ -3,6 +3,7 @@ sets, found here independently by brute force (every combination, for the small 
 elimination (the 1-layer transformer, whose product of candidate counts is far beyond enumeration)."""
 
 import numpy as np
+import pytest
 
 import graphpar as ms
 from graphpar import Parameter, Tensor, nn, ops
@@ -10,10 +11,14 @@ from graphpar.parallel.cost import HARDWARE, grad_values, plan_cost
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.search.ilp import solve_ilp
 from graphpar.parallel.search.problem import build_problem, combined_gradient_messages
+from graphpar.parallel.search.settings import SEARCH_MODES, objective_hardware
 
 from .helpers import MLP, mlp_data
 
-HW = HARDWARE["cpu"]
+
+def _hw(search_mode):
+    """The objective the search of ``search_mode`` minimises on this machine's platform (the tests run on CPU)."""
+    return objective_hardware(search_mode, HARDWARE["cpu"])
 
 
 class TinyTransformer(nn.Cell):
@@ -48,18 +53,17 @@ class TinyTransformer(nn.Cell):
         return self.add2(x, self.mm_2(self.gelu(self.mm_1(x, self.w1)), self.w2))
 
 
-def _problem(net, inputs, devices=8):
+def _problem(net, inputs, search_mode, devices=8):
     ms.reset_auto_parallel_context()
-    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="dynamic_programming",
-                                 device_num=devices)
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode=search_mode, device_num=devices)
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
     planned = train.program.plan_graph(list(inputs))
     mesh = planned.meta["mesh"]
-    ctx = PlanContext(mesh, "auto_parallel", "dynamic_programming")
+    ctx = PlanContext(mesh, "auto_parallel", search_mode)
     ctx.input_specs = {v: planned.meta["value_specs"][v] for v in planned.inputs
                        if planned.values[v].kind == "input"}
     fresh = planned.with_annotations({n.id: {"strategy": None, "provenance": None} for n in planned.node_list()})
-    return planned, build_problem(fresh, ctx, HW)
+    return planned, build_problem(fresh, ctx, _hw(search_mode))
 
 
 def _factors(problem):
@@ -119,19 +123,20 @@ def _eliminate(problem):
     return float(sum(np.asarray(t).sum() for vs, t in factors if not vs)) + problem.constant
 
 
-def _check_against_cost_model(planned, problem, choice):
-    """The problem's objective of the searched plan is the cost model's total for it (less the combined gradient
-    messages the search does not charge)."""
+def _check_against_cost_model(planned, problem, choice, hw):
+    """The problem's objective of the searched plan is the cost model's total for it, on the search's weights (less
+    the combined gradient messages the search does not charge)."""
     costs = plan_cost(planned, planned.meta["mesh"])
     grads = grad_values(planned)
     combined = sum(combined_gradient_messages(planned, n, n.strategy, grads) for n in planned.node_list())
-    expected = sum(c.time(HW) for c in costs.values()) - HW.alpha * combined
+    expected = sum(c.time(hw) for c in costs.values()) - hw.alpha * combined
     np.testing.assert_allclose(problem.objective(choice), expected, rtol=1e-9)
 
 
-def test_mlp_plan_is_the_brute_force_optimum():
+@pytest.mark.parametrize("search_mode", SEARCH_MODES)
+def test_mlp_plan_is_the_brute_force_optimum(search_mode):
     x, y = mlp_data(16, 64)
-    planned, problem = _problem(MLP(layers=2, width=64), (x, y))
+    planned, problem = _problem(MLP(layers=2, width=64), (x, y), search_mode)
     print("combinations:", np.prod([v.size for v in problem.variables], dtype=float))
     assert np.prod([v.size for v in problem.variables], dtype=float) > 1e5
     solution = solve_ilp(problem)
@@ -144,16 +149,17 @@ def test_mlp_plan_is_the_brute_force_optimum():
     chosen = {nid: var.strategy(solution.choice[g]).in_strategy()
               for g, var in enumerate(problem.variables) for nid in var.nodes}
     assert searched == chosen  # the pass planned exactly the ILP's solution
-    _check_against_cost_model(planned, problem, solution.choice)
+    _check_against_cost_model(planned, problem, solution.choice, _hw(search_mode))
 
 
-def test_transformer_plan_is_the_exact_optimum():
+@pytest.mark.parametrize("search_mode", SEARCH_MODES)
+def test_transformer_plan_is_the_exact_optimum(search_mode):
     x, y = (np.random.default_rng(s).normal(size=(32, 32)).astype(np.float32) for s in (0, 1))
-    planned, problem = _problem(TinyTransformer(), (x, y))
+    planned, problem = _problem(TinyTransformer(), (x, y), search_mode)
     assert len(planned.order) <= 30, len(planned.order)
     sizes = [v.size for v in problem.variables]
     print("combinations:", np.prod(sizes, dtype=float))
     assert np.prod(sizes, dtype=float) > 1e12  # beyond enumeration: the elimination is the reference
     solution = solve_ilp(problem)
     np.testing.assert_allclose(solution.objective, _eliminate(problem), rtol=1e-9)
-    _check_against_cost_model(planned, problem, solution.choice)
+    _check_against_cost_model(planned, problem, solution.choice, _hw(search_mode))

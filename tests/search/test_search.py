@@ -32,11 +32,14 @@ def _compiled_memory(train, inputs) -> int:
     return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
 
 
-def _quality(layers, width, batch):
+SEARCH_MODES = ("recursive_programming", "dynamic_programming")
+
+
+def _quality(layers, width, batch, search_mode):
     """(searched bytes, {hand plan: bytes}, searched losses, stand-alone losses) of the MLP, from compiled HLO."""
     x, y = mlp_data(batch, width)
     hand = {name: measured_bytes(mlp_train(name, layers, width), (x, y)) for name in HAND_PLANS}
-    train = mlp_train(None, layers, width, search_mode="recursive_programming")
+    train = mlp_train(None, layers, width, search_mode=search_mode)
     searched = measured_bytes(train, (x, y))
     got = losses(train, (x, y))
     want = losses(mlp_train(None, layers, width, mode="stand_alone"), (x, y))
@@ -50,14 +53,16 @@ def _check_quality(searched, hand, got, want):
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
 
-def test_mlp_search_beats_the_hand_plans_and_trains_like_stand_alone():
-    _check_quality(*_quality(layers=2, width=256, batch=16))
+@pytest.mark.parametrize("search_mode", SEARCH_MODES)
+def test_mlp_search_beats_the_hand_plans_and_trains_like_stand_alone(search_mode):
+    _check_quality(*_quality(layers=2, width=256, batch=16, search_mode=search_mode))
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("search_mode", SEARCH_MODES)
 @pytest.mark.parametrize("batch", [64, 4096])
-def test_mlp_1024_quality(batch):
-    _check_quality(*_quality(layers=8, width=1024, batch=batch))
+def test_mlp_1024_quality(batch, search_mode):
+    _check_quality(*_quality(layers=8, width=1024, batch=batch, search_mode=search_mode))
 
 
 def test_memory_budget_below_data_parallel_is_met_by_the_compiled_program():
@@ -126,11 +131,11 @@ class _GPTCase:
     """The 2-layer GPT-style model of issue 9 (tests/parallel/gpt_model.py)."""
 
     @staticmethod
-    def bytes_and_losses(dp, mp, hints, mode, steps=3, batch=8, **ctx):
+    def bytes_and_losses(dp, mp, hints, mode, steps=3, batch=8, search_mode="recursive_programming", **ctx):
         from tests.parallel.gpt_model import GPT, gpt_data, gpt_train_cell
 
         ms.reset_auto_parallel_context()
-        ms.set_auto_parallel_context(parallel_mode=mode, search_mode="recursive_programming", **ctx)
+        ms.set_auto_parallel_context(parallel_mode=mode, search_mode=search_mode, **ctx)
         train = gpt_train_cell(GPT(dp=dp, mp=mp, hints=hints, batch=batch))
         ids, labels = gpt_data(batch=batch)
         measured = measured_bytes(train, (ids, labels)) if mode != "stand_alone" else 0.0
@@ -138,12 +143,13 @@ class _GPTCase:
 
 
 @pytest.mark.slow
-def test_gpt_search_with_no_hints_beats_the_hand_plans():
+@pytest.mark.parametrize("search_mode", SEARCH_MODES)
+def test_gpt_search_with_no_hints_beats_the_hand_plans(search_mode):
     from tests.parallel.gpt_model import ALL, NONE
 
     hand = {name: _GPTCase.bytes_and_losses(dp, mp, ALL, "semi_auto_parallel")[0]
             for name, dp, mp in (("data_parallel", 8, 1), ("megatron", 2, 4), ("hybrid_4x2", 4, 2))}
-    searched, got = _GPTCase.bytes_and_losses(1, 1, NONE, "auto_parallel")
+    searched, got = _GPTCase.bytes_and_losses(1, 1, NONE, "auto_parallel", search_mode=search_mode)
     _, want = _GPTCase.bytes_and_losses(1, 1, NONE, "stand_alone")
     _check_quality(searched, hand, got, want)
 

@@ -64,14 +64,28 @@ def search_settings(parallel_mode: str, search_mode: str, max_device_memory: str
 
 TIE_BREAK = 1e-3
 
+# MindSpore's cost_model_context default costmodel_communi_bias (bytes): a collective above
+# costmodel_communi_threshold (2048 bytes) is charged its size plus this; one at most the threshold, 3072 bytes.
+COMMUNI_BIAS = 1024.0
+
 
 def objective_hardware(search_mode: str, hw: Hardware) -> Hardware:
-    """The weights of the objective ``alpha * messages + beta * bytes + gamma * FLOPs``.
+    """The weights of the objective ``alpha * messages + beta * bytes + gamma * FLOPs`` each search minimises.
 
-    dynamic_programming: the platform's own (the per-step time the cost model predicts). recursive_programming:
-    MindSpore's double recursive search minimises communication; here the platform's beta per byte, with latency
-    and compute kept only as tie-breakers (weighted by TIE_BREAK), so among plans that move the same bytes the
-    faster one wins."""
-    if search_mode != "recursive_programming":
-        return hw
-    return Hardware(f"{hw.name}, communication first", hw.alpha * TIE_BREAK, hw.beta, hw.gamma * TIE_BREAK)
+    dynamic_programming: MindSpore's DP objective, ``costmodel_alpha * computation + costmodel_beta *
+    communication``, whose communication term has no per-message latency: each collective's bytes are only
+    "refined" by ``costmodel_communi_bias`` (a collective above ``costmodel_communi_threshold`` bytes costs its
+    size plus the bias; the cost model here keeps a count of collectives, not each one's size, so every collective
+    is charged the bias, which is what the large ones that decide a plan pay). In the alpha-beta-gamma form: alpha =
+    beta * COMMUNI_BIAS, and the platform's beta and gamma. MindSpore's ``costmodel_gamma`` (0.001, the weight of
+    parameter-gradient communication in ``communication_with_partial_para``, which assumes the gradient AllReduce
+    hides behind the backward pass) is not applied: a gradient AllReduce is priced in full, as the wire bytes it
+    sends, so data parallel is never favoured for traffic it does not save.
+
+    recursive_programming: MindSpore's double recursive search minimises communication; here the platform's beta
+    per byte, with latency and compute kept only as tie-breakers (weighted by TIE_BREAK), so among plans that move
+    the same bytes the faster one wins."""
+    if search_mode == "recursive_programming":
+        return Hardware(f"{hw.name}, communication first", hw.alpha * TIE_BREAK, hw.beta, hw.gamma * TIE_BREAK)
+    return Hardware(f"{hw.name}, MindSpore DP (alpha*compute + beta*communication)", hw.beta * COMMUNI_BIAS,
+                    hw.beta, hw.gamma)
