@@ -24,16 +24,10 @@ import os
 import subprocess
 import sys
 
+from graphpar.launch.cli import _bool
+
 DEFAULTS = {"worker_num": 8, "local_worker_num": 8, "master_addr": "127.0.0.1", "master_port": 8118,
             "node_rank": -1, "log_dir": ".", "join": False, "cluster_time_out": 600}
-
-
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
 
 
 def parser() -> argparse.ArgumentParser:
