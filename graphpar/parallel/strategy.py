@@ -99,17 +99,26 @@ class NodeStrategy:
         axes = self.axes
         return tuple(axes.get(l, ()) if l is not None else () for l in row)
 
-    def input_spec(self, i: int) -> Spec:
+    @cached_property
+    def input_specs(self) -> tuple[Spec, ...]:
+        """Every input's layout, derived once: the planner asks for them per candidate and per edge."""
         if self.in_override is not None:
-            return self.in_override[i]
-        return self._spec(self.dims.inputs[i])
+            return self.in_override
+        return tuple(self._spec(row) for row in self.dims.inputs)
+
+    @cached_property
+    def output_specs(self) -> tuple[Spec, ...]:
+        if self.out_override is not None:
+            return self.out_override
+        return tuple(self._spec(row) for row in self.dims.outputs)
+
+    def input_spec(self, i: int) -> Spec:
+        return self.input_specs[i]
 
     def output_spec(self, j: int) -> Spec:
-        if self.out_override is not None:
-            return self.out_override[j]
-        return self._spec(self.dims.outputs[j])
+        return self.output_specs[j]
 
-    @property
+    @cached_property
     def partial_axes(self) -> tuple[str, ...]:
         """Mesh axes over which outputs are partial sums before the op's reduction (contracted labels)."""
         axes = self.axes

@@ -248,3 +248,82 @@ def test_out_strategy_splits_the_reduced_output():
     # XLA's CPU backend lowers the reduction as all-reduce + local slice; a GPU backend emits a reduce-scatter.
     assert sum(collectives(hlo).values()) == 1 and "all-gather" not in collectives(hlo)
     np.testing.assert_allclose(np.asarray(out), np.asarray(reference(Net(), rand(16, 32))), rtol=1e-5, atol=1e-6)
+
+
+def _propagated(train, inputs, reuse):
+    """(per node: strategy and provenance text, op_cost calls) of the propagate pass on ``train``'s traced graph."""
+    from graphpar.parallel.passes import propagate as pass_module
+    from graphpar.parallel.passes.hints import apply_hints
+
+    program = train.program
+    traced = program.planned(inputs).traced.graph
+    ctx = program.plan.setup(traced).ctx
+    calls = []
+    real = pass_module.op_cost
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    pass_module.op_cost = counted
+    try:
+        graph = pass_module.propagate(apply_hints(traced, ctx), ctx, reuse_choices=reuse)
+    finally:
+        pass_module.op_cost = real
+    return {n.id: (n.strategy, n.provenance and n.provenance.text(graph)) for n in graph.node_list()}, len(calls)
+
+
+class Branches(nn.Cell):
+    """Ops of equal kind and shapes in different neighbourhoods: inputs in different layouts (two hints), and
+    consumers that can or cannot split the last axis (Softmax)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = Parameter(Tensor(rand(16, 16, seed=1) * 0.1), "w1")
+        self.w2 = Parameter(Tensor(rand(16, 16, seed=2) * 0.1), "w2")
+        self.m1 = ops.MatMul().shard(((2, 4), (4, 1)))
+        self.m2 = ops.MatMul().shard(((8, 1), (1, 1)))
+        self.r1, self.r2, self.r3 = ops.ReLU(), ops.ReLU(), ops.ReLU()
+        self.softmax = ops.Softmax()
+        self.neg = ops.Neg()
+        self.add1, self.add2 = ops.Add(), ops.Add()
+
+    def construct(self, x):
+        a = self.m1(x, self.w1)
+        b = self.r3(self.m2(x, self.w2))
+        return self.add2(self.add1(self.softmax(self.r1(a)), self.neg(self.r2(a))), b)
+
+
+@pytest.mark.parametrize("model", ["gpt_qkv", "deep_mlp", "branches"])
+def test_reused_choices_equal_pricing_every_node_afresh(model):
+    """Propagation prices a node's candidates once per distinct neighbourhood (the layers of a deep network) and
+    reuses the choice: the plan, provenance and cost breakdown must equal pricing every node on its own."""
+    if model == "gpt_qkv":
+        from .gpt_model import GPT, QKV, gpt_data, gpt_train_cell
+
+        ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation")
+        train, inputs = gpt_train_cell(GPT(hints=QKV, layers=2)), list(gpt_data())
+    elif model == "branches":
+        ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation")
+        net = Branches()
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+        inputs = [rand(16, 16), rand(16, 16, seed=2)]
+    else:
+        ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation")
+        cells = [nn.Dense(16, 16, activation="relu") for _ in range(8)]
+        cells[0].matmul.shard(((2, 1), (4, 1)))
+        net = nn.SequentialCell(cells)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+        inputs = [rand(16, 16), rand(16, 16, seed=2)]
+    reused, priced_reused = _propagated(train, inputs, True)
+    fresh, priced_fresh = _propagated(train, inputs, False)
+    assert reused == fresh
+    if model != "branches":
+        assert sum(p is not None and "propagated" in p for _, p in fresh.values()) > 10
+        assert priced_reused < 0.75 * priced_fresh, (priced_reused, priced_fresh)  # the repeated layers reused
+    else:  # equal ops, different choices: what the reuse must tell apart
+        graph = train.program.plan_graph(inputs)
+        relus = {n.instance_name: n.strategy.input_specs for n in graph.node_list() if n.kind == "ReLU"}
+        # r1 feeds a Softmax (its last axis whole), r2 a Neg: same input layout, different choices; r3's input
+        # comes from the other hint
+        assert relus["r1"] != relus["r2"] and relus["r3"] != relus["r2"], relus

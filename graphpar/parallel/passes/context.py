@@ -7,7 +7,7 @@ from typing import Any
 
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.dims import DimSpec, rule_for, shapes_of
-from graphpar.parallel.strategy import MeshInfo, Spec
+from graphpar.parallel.strategy import MeshInfo, NodeStrategy, Spec, enumerate_strategies
 
 
 @dataclass
@@ -19,6 +19,7 @@ class PlanContext:
     strategy_file: Any = None  # parallel.strategy_file.StrategyFile to force (strategy_ckpt_config load_file)
     search: Any = None  # parallel.search.settings.SearchSettings (AUTO_PARALLEL searches: memory budget, hardware)
     _dims: dict[int, DimSpec | None] = field(default_factory=dict)
+    _candidates: dict[tuple, tuple[NodeStrategy, ...]] = field(default_factory=dict)
 
     def dims(self, node: Node, graph: Graph) -> DimSpec | None:
         """The node's labelled dimensions (cached), or None when no rule covers its kind."""
@@ -34,3 +35,18 @@ class PlanContext:
                         spec = None  # the rule does not describe this call (an unusual signature): be safe
             self._dims[node.id] = spec
         return self._dims[node.id]
+
+    def candidates(self, node: Node, graph: Graph) -> tuple[NodeStrategy, ...]:
+        """Every strategy of ``node`` on the mesh (``enumerate_strategies``), or ``()`` when no rule covers it.
+
+        Shared by the nodes of equal rule and shapes (the layers of a deep network): enumerating and building the
+        candidates once per distinct op, not once per node, is most of what keeps propagation linear and cheap."""
+        dims = self.dims(node, graph)
+        if dims is None:
+            return ()
+        ins, outs = shapes_of(node, graph)
+        key = (dims, tuple(ins), tuple(outs))
+        found = self._candidates.get(key)
+        if found is None:
+            found = self._candidates[key] = tuple(enumerate_strategies(dims, ins, outs, self.mesh))
+        return found

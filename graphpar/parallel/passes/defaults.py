@@ -13,6 +13,8 @@ decided node.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from graphpar._logging import notice_once
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.parallel.dims import SILENT_REPLICATED, DimSpec, replicated, shapes_of
@@ -32,14 +34,18 @@ def batch_label(dims: DimSpec) -> str | None:
     return None
 
 
-def data_parallel_strategy(node: Node, dims: DimSpec, graph: Graph, mesh: MeshInfo) -> NodeStrategy:
-    """The candidate splitting the batch label over the most devices (a prefix of the mesh axes)."""
+def data_parallel_strategy(node: Node, dims: DimSpec, graph: Graph, mesh: MeshInfo,
+                           candidates: Sequence[NodeStrategy] | None = None) -> NodeStrategy:
+    """The candidate splitting the batch label over the most devices (a prefix of the mesh axes). ``candidates``:
+    the node's strategies when the caller has them (``PlanContext.candidates``), else enumerated here."""
     label = batch_label(dims)
     if label is None or label in dims.fixed:
         return replicated_strategy(dims, mesh)
-    ins, outs = shapes_of(node, graph)
+    if candidates is None:
+        ins, outs = shapes_of(node, graph)
+        candidates = enumerate_strategies(dims, ins, outs, mesh)
     best = replicated_strategy(dims, mesh)
-    for cand in enumerate_strategies(dims, ins, outs, mesh):
+    for cand in candidates:
         axes = cand.axes
         if set(axes) - {label}:
             continue
@@ -71,7 +77,7 @@ def default_strategies(graph: Graph, ctx: PlanContext) -> Graph:
             strategy = follow_strategy(node, dims, graph, ctx.mesh, src)
             prov = Provenance("default", detail="follows input layout")
         else:
-            strategy = data_parallel_strategy(node, dims, graph, ctx.mesh)
+            strategy = data_parallel_strategy(node, dims, graph, ctx.mesh, ctx.candidates(node, graph))
             prov = Provenance("default", detail="data parallel")
         decided[node.id] = strategy
         updates[node.id] = {"strategy": strategy, "provenance": prov}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 from collections import deque
+from dataclasses import dataclass
 
 from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
@@ -37,45 +38,93 @@ from graphpar.parallel.strategy import NodeStrategy, enumerate_strategies
 _EPS = 1e-6
 
 
-def _edges(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy],
-           source: Node, grads: frozenset[int]) -> tuple[Cost, Cost, int]:
-    """(cost of all decided edges, their forward part alone, split changes on the edges with ``source``).
+@dataclass(frozen=True)
+class _Local:
+    """What pricing ``node``'s candidates reads of the graph around it, gathered once per node (it does not depend
+    on the candidate). Pricing reads nothing else, so nodes with equal :attr:`key` (the layers of a deep network)
+    get the same choice, priced once.
+
+    ``ins``: per input edge whose layout is known, ``(index, value, src layout, needs grad, producer strategy or
+    None, from source)``; ``outs``: per output, ``(index, value, needs grad, decided consumers as (dst layout,
+    is source), undecided consumers as (dims row, fixed labels))``; ``reduced``: per Parameter input, the mesh axes
+    another consumer already reduces its gradient over."""
+
+    ins: tuple
+    outs: tuple
+    reduced: dict[int, frozenset[str]]
+    key: tuple
+
+
+def _value_key(value) -> tuple:
+    # what the cost model reads of a value: shape, element type (itemsize, floating or not), kind (Parameter)
+    return (value.shape, value.dtype, value.kind)
+
+
+def _local(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
+           grads: frozenset[int], lookahead: bool = True) -> _Local:
+    values = graph.values
+    ins, in_keys = [], []
+    for i, vid in enumerate(node.inputs):
+        value = values[vid]
+        src = value_layout(graph, vid, strategies, ctx.input_specs)
+        if src is None and value.kind == "param":
+            src = _param_layout(graph, vid, node, strategies)
+        grad = vid in grads
+        if src is None or not value.is_array:
+            in_keys.append((_value_key(value), grad))  # op_cost still reads it
+            continue
+        producer = strategies[value.producer] if value.producer is not None else None
+        from_source = value.producer == source.id
+        ins.append((i, value, src, grad, producer, from_source))
+        in_keys.append((_value_key(value), grad, src, producer.partial_axes if producer is not None else None,
+                        from_source))
+    outs, out_keys = [], []
+    for j, vid in enumerate(node.outputs):
+        value = values[vid]
+        decided, ahead = [], []
+        if value.is_array:
+            for consumer, k in graph.consumers(vid):
+                s = strategies.get(consumer.id)
+                if s is not None:
+                    decided.append((s.input_spec(k), consumer.id == source.id))
+                elif lookahead and not follows_input(consumer):
+                    dims = ctx.dims(consumer, graph)
+                    if dims is not None:
+                        ahead.append((dims.inputs[k], dims.fixed))
+        outs.append((j, value, vid in grads, tuple(decided), tuple(ahead)))
+        out_keys.append((_value_key(value), vid in grads, tuple(decided), tuple(ahead)))
+    reduced = _grad_reduced(graph, node, strategies)
+    key = (tuple(in_keys), tuple(out_keys), tuple(reduced.get(vid) for vid in node.inputs))
+    return _Local(tuple(ins), tuple(outs), reduced, key)
+
+
+def _edges(local: _Local, cand: NodeStrategy, mesh) -> tuple[Cost, Cost, int]:
+    """(cost of all decided edges, their forward part alone, split changes on the edges with the source node).
 
     The forward part is what MindSpore's edge cost counts (a slice is free both ways there): the candidates whose
     forward part is zero are MindSpore's "zero communication" tier."""
     total = edge = ZERO
     changes = 0
-    for i, vid in enumerate(node.inputs):
-        value = graph.values[vid]
-        src = value_layout(graph, vid, strategies, ctx.input_specs)
-        if src is None and value.kind == "param":
-            src = _param_layout(graph, vid, node, strategies)
-        if src is None or not value.is_array:
-            continue
+    for i, value, src, grad, producer, from_source in local.ins:
         dst = cand.input_spec(i)
-        c = redistribution_cost(value, src, dst, ctx.mesh, needs_grad=vid in grads)
+        c = redistribution_cost(value, src, dst, mesh, needs_grad=grad)
         saved = 0.0
-        if value.producer is not None:
-            saved = reduce_scatter_saving(strategies[value.producer], value, src, dst, ctx.mesh)
+        if producer is not None:
+            saved = reduce_scatter_saving(producer, value, src, dst, mesh)
         total = total + c + Cost(-saved)
-        edge = edge + redistribution_cost(value, src, dst, ctx.mesh, training=False)
-        if value.producer == source.id:
+        edge = edge + redistribution_cost(value, src, dst, mesh, training=False)
+        if from_source:
             changes += sum(1 for a, b in zip(src, dst) if a and a != b)
-    for j, vid in enumerate(node.outputs):
-        value = graph.values[vid]
-        if not value.is_array:
+    for j, value, grad, decided, _ in local.outs:
+        if not decided:
             continue
         src = cand.output_spec(j)
-        for consumer, k in graph.consumers(vid):
-            s = strategies.get(consumer.id)
-            if s is None:
-                continue
-            dst = s.input_spec(k)
-            c = redistribution_cost(value, src, dst, ctx.mesh, needs_grad=vid in grads)
-            saved = Cost(-reduce_scatter_saving(cand, value, src, dst, ctx.mesh))
+        for dst, is_source in decided:
+            c = redistribution_cost(value, src, dst, mesh, needs_grad=grad)
+            saved = Cost(-reduce_scatter_saving(cand, value, src, dst, mesh))
             total = total + c + saved
-            edge = edge + redistribution_cost(value, src, dst, ctx.mesh, training=False)
-            if consumer.id == source.id:
+            edge = edge + redistribution_cost(value, src, dst, mesh, training=False)
+            if is_source:
                 changes += sum(1 for a, b in zip(dst, src) if a and a != b)
     return total, edge, changes
 
@@ -107,29 +156,21 @@ def _grad_reduced(graph: Graph, node: Node, strategies: dict[int, NodeStrategy])
     return out
 
 
-def _lookahead(node: Node, cand: NodeStrategy, graph: Graph, ctx: PlanContext,
-               strategies: dict[int, NodeStrategy]) -> Cost:
+def _lookahead(local: _Local, cand: NodeStrategy, mesh) -> Cost:
     """Forward gathers an undecided consumer cannot avoid: the dims of ``cand``'s outputs it can never split (a
     LayerNorm's normalised axis, a Softmax axis). Without it a split that is free here (slicing) is chosen and paid
     for one op later (the residual Add split on the hidden dimension ahead of a LayerNorm)."""
     cost = ZERO
-    for j, vid in enumerate(node.outputs):
-        value = graph.values[vid]
-        if not value.is_array:
+    for j, value, _, _, ahead in local.outs:
+        if not ahead:
             continue
         spec = cand.output_spec(j)
         if not any(spec):
             continue
-        for consumer, k in graph.consumers(vid):
-            if consumer.id in strategies or follows_input(consumer):
-                continue
-            dims = ctx.dims(consumer, graph)
-            if dims is None:
-                continue
-            row = dims.inputs[k]
-            target = tuple(() if (label is None or label in dims.fixed) else axes for label, axes in zip(row, spec))
+        for row, fixed in ahead:
+            target = tuple(() if (label is None or label in fixed) else axes for label, axes in zip(row, spec))
             if target != spec:
-                cost = cost + redistribution_cost(value, spec, target, ctx.mesh, training=False)
+                cost = cost + redistribution_cost(value, spec, target, mesh, training=False)
     return cost
 
 
@@ -139,44 +180,56 @@ def breakdown(edges: Cost, own: Cost) -> dict[str, float]:
             "flops": own.flops, "memory_bytes": own.memory_bytes}
 
 
+Choice = tuple[NodeStrategy, Cost, Cost]
+
+
 def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
-           grads: frozenset[int]) -> tuple[NodeStrategy, Cost, Cost] | None:
+           grads: frozenset[int], memo: dict[tuple, Choice] | None = None) -> Choice | None:
     """The candidate MindSpore's edge selection picks for ``node`` (see the module docstring), with its edge and
-    own costs."""
+    own costs. ``memo``: choices already made for nodes of the same rule, shapes and neighbourhood (:class:`_Local`),
+    reused as they are."""
+    cands = ctx.candidates(node, graph)
     dims = ctx.dims(node, graph)
     if dims is None:
         return None
-    ins, outs = shapes_of(node, graph)
-    reduced = _grad_reduced(graph, node, strategies)
+    local = _local(node, graph, ctx, strategies, source, grads)
+    key = (dims, local.key)
+    if memo is not None and key in memo:
+        return memo[key]
+    mesh = ctx.mesh
     best_key, best = None, None
-    for index, cand in enumerate(enumerate_strategies(dims, ins, outs, ctx.mesh)):
-        edges, forward, changes = _edges(node, cand, graph, ctx, strategies, source, grads)
-        ahead = _lookahead(node, cand, graph, ctx, strategies)
-        own = op_cost(graph, node, cand, ctx.mesh, needs_grad=grads, grad_reduced=reduced)
+    for index, cand in enumerate(cands):
+        edges, forward, changes = _edges(local, cand, mesh)
+        ahead = _lookahead(local, cand, mesh)
+        own = op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
         comm = round(edges.comm_bytes + ahead.comm_bytes + own.comm_bytes, 3)
         if forward.comm_bytes + ahead.comm_bytes < _EPS:
-            key = (0, comm, round(own.flops, 3), changes, index)
+            key_ = (0, comm, round(own.flops, 3), changes, index)
         else:
-            key = (1, comm, round(own.flops, 3), changes, index)
-        if best_key is None or key < best_key:
-            best_key, best = key, (cand, edges, own)
+            key_ = (1, comm, round(own.flops, 3), changes, index)
+        if best_key is None or key_ < best_key:
+            best_key, best = key_, (cand, edges, own)
+    if memo is not None:
+        memo[key] = best
     return best
 
 
-def propagate(graph: Graph, ctx: PlanContext) -> Graph:
+def propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool = True) -> Graph:
+    """The pass (see the module docstring). ``reuse_choices=False`` prices every node afresh instead of reusing the
+    choice made for a node of the same rule, shapes and neighbourhood: the same plan, slower (the tests compare)."""
     # Pricing allocates many short-lived Cost records; with a big traced graph alive, the cyclic collector's full
     # passes over it made planning superlinear in the graph size (3x per node at 10k nodes). Nothing here builds
     # cycles, so collection waits until the pass is done.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _propagate(graph, ctx)
+        return _propagate(graph, ctx, reuse_choices)
     finally:
         if enabled:
             gc.enable()
 
 
-def _propagate(graph: Graph, ctx: PlanContext) -> Graph:
+def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
     configured = [n for n in graph.node_list() if n.strategy is not None and n.provenance is not None
                   and n.provenance.kind == "user"]
     if not configured:
@@ -188,6 +241,7 @@ def _propagate(graph: Graph, ctx: PlanContext) -> Graph:
     grads = grad_values(graph)
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
     provenance: dict[int, Provenance] = {}
+    memo: dict[tuple, Choice] | None = {} if reuse_choices else None
     queue = deque(configured)
     while queue:
         current = queue.popleft()
@@ -204,14 +258,15 @@ def _propagate(graph: Graph, ctx: PlanContext) -> Graph:
                 if dims is None or src is None:
                     continue  # decided once its input is (or by the defaults)
                 strategy = follow_strategy(neighbour, dims, graph, ctx.mesh, src)
-                edges = _edges(neighbour, strategy, graph, ctx, strategies, current, grads)[0]
+                edges = _edges(_local(neighbour, graph, ctx, strategies, current, grads, lookahead=False), strategy,
+                               ctx.mesh)[0]
                 own = op_cost(graph, neighbour, strategy, ctx.mesh, needs_grad=grads)
                 strategies[neighbour.id] = strategy
                 provenance[neighbour.id] = Provenance("propagated", current.id, edges.comm_bytes,
                                                       "follows input layout", breakdown(edges, own))
                 queue.append(neighbour)
                 continue
-            picked = choose(neighbour, graph, ctx, strategies, current, grads)
+            picked = choose(neighbour, graph, ctx, strategies, current, grads, memo)
             if picked is None:
                 continue  # no rule: left to the fallback in default_strategies
             best, edges, own = picked
