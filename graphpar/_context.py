@@ -8,6 +8,7 @@ before the network is compiled).
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -370,22 +371,41 @@ def current() -> Context:
     return _context
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
 def _frozen(value: Any) -> Any:
+    if type(value) in _ATOMS:
+        return value
     if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+        return tuple(sorted([(k, _frozen(v)) for k, v in value.items()]))
     if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
+        return tuple([_frozen(v) for v in value])
     return value
 
 
 _NOT_COMPILED = frozenset({"save_graphs", "save_graphs_path"})  # dumps describe a program, never change it
 
 
+@functools.cache
+def _compiled_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name not in _NOT_COMPILED)
+
+
 def compile_key() -> tuple:
     """Every setting a compiled program depends on, as one hashable value (read without copying: it is checked
-    on every step). ``save_graphs`` is not part of it: dumping never changes the program that runs."""
-    own = tuple(getattr(_context, f.name) for f in fields(_context) if f.name not in _NOT_COMPILED)
-    return own + tuple(_frozen(getattr(_auto_parallel, f.name)) for f in fields(_auto_parallel))
+    on every step, so it stays a few microseconds). ``save_graphs`` is not part of it: dumping never changes the
+    program that runs."""
+    own = tuple([getattr(_context, name) for name in _compiled_fields(type(_context))])
+    return own + tuple([_frozen(getattr(_auto_parallel, name)) for name in _compiled_fields(type(_auto_parallel))])
+
+
+def settings() -> tuple:
+    """The settings :func:`compile_key` reads, as they are (dicts not frozen): cheaper to build and to compare
+    (``==`` compares dicts by value) for a per-step "has anything changed" check against a deep copy taken when a
+    program was chosen. Equal settings give equal compile keys."""
+    return (tuple([getattr(_context, name) for name in _compiled_fields(type(_context))])
+            + tuple([getattr(_auto_parallel, name) for name in _compiled_fields(type(_auto_parallel))]))
 
 
 def current_parallel() -> AutoParallelContext:

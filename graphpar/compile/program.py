@@ -18,6 +18,7 @@ The step function is composed in ``compile.step`` from named parts (objective â†
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class _Dispatch:
 
     ns: NetworkState
     stacked: bool
-    context: tuple
+    context: tuple  # _context.settings() when the program was chosen (a deep copy)
     compiled: Compiled
     inputs: tuple  # (shape, dtype, sharding) of each placed input
 
@@ -253,7 +254,7 @@ class TrainProgram:
 
     def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[Compiled, list]:
         """The program for this call and the inputs placed for it."""
-        memo, context = self._memo, _context.compile_key()
+        memo, context = self._memo, _context.settings()
         if (memo is not None and memo.ns is ns and memo.stacked == stacked and memo.context == context
                 and len(inputs) == len(memo.inputs)
                 and all(isinstance(x, jax.Array) and x.shape == s and x.dtype == d and x.sharding == sh
@@ -262,7 +263,8 @@ class TrainProgram:
         avals = self._step_avals(inputs, stacked)
         compiled = self._compiled(ns, avals, len(inputs[0]) if stacked else None)
         placed = self._place(compiled.layout, inputs, avals, stacked)
-        self._memo = _Dispatch(ns, stacked, context, compiled, tuple((x.shape, x.dtype, x.sharding) for x in placed))
+        self._memo = _Dispatch(ns, stacked, copy.deepcopy(context), compiled,
+                               tuple((x.shape, x.dtype, x.sharding) for x in placed))
         return compiled, placed
 
     def _bound_state(self, ns: NetworkState, compiled: Compiled) -> tuple[list, list, Any]:
@@ -280,8 +282,9 @@ class TrainProgram:
         return ns.params.values(), ns.rest.values(), self.optimizer._box.state
 
     def _write_back(self, ns: NetworkState, compiled: Compiled, pvals: list, rvals: list, opt_state: Any) -> None:
-        ns.params.write(pvals)
-        ns.rest.write(rvals)
+        concrete = compiled.executable is not None  # an XLA executable's results (PYNATIVE: maybe traced)
+        ns.params.write(pvals, concrete)
+        ns.rest.write(rvals, concrete)
         self.optimizer._box.state = opt_state
         self._written = (compiled, pvals, rvals)
 

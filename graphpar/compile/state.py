@@ -32,17 +32,23 @@ class StateGroup:
         flat = list(nnx.to_flat_state(state))
         self.paths = [path for path, _ in flat]
         self.holders: list[Any] = [value for _, value in flat]
+        # which leaves are Variables, decided once (flax's isinstance check is a Python-level metaclass hook, and
+        # values()/write() run on every training step)
+        self._variables = [isinstance(h, nnx.Variable) for h in self.holders]
         self._names: list[str] | None = None
         if len(self.holders) != len(leaves):  # pragma: no cover - NNX invariant
             raise RuntimeError("graphpar: NNX state flattened to an unexpected number of leaves")
 
     def values(self) -> list[Any]:
-        return [h.get_raw_value() if isinstance(h, nnx.Variable) else h for h in self.holders]
+        return [h.get_raw_value() if var else h for h, var in zip(self.holders, self._variables)]
 
-    def write(self, values: Sequence[Any]) -> None:
-        for i, (holder, value) in enumerate(zip(self.holders, values)):
-            if isinstance(holder, nnx.Variable):
-                holder.set_raw_value(value)
+    def write(self, values: Sequence[Any], concrete: bool = False) -> None:
+        """Assign ``values`` to the Variables (and plain attributes) of this group. ``concrete``: the values are
+        a compiled program's results, written outside any JAX trace, so flax's per-write check that the Variable
+        is mutated from its own trace level (half the cost of a write, paid per Variable per step) is skipped."""
+        for i, (holder, var, value) in enumerate(zip(self.holders, self._variables, values)):
+            if var:
+                holder.set_raw_value(value, _unsafe_bypass_check=concrete)
             elif value is not holder:
                 self.holders[i] = value
                 if self.root is not None:
