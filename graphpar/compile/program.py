@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -270,8 +271,8 @@ class TrainProgram:
     def _bound_state(self, ns: NetworkState, compiled: Compiled) -> tuple[list, list, Any]:
         pvals, rvals = ns.params.values(), ns.rest.values()
         written = self._written
-        if (written is not None and written[0] is compiled and all(a is b for a, b in zip(pvals, written[1]))
-                and all(a is b for a, b in zip(rvals, written[2]))):
+        if (written is not None and written[0] is compiled and all(map(operator.is_, pvals, written[1]))
+                and all(map(operator.is_, rvals, written[2]))):
             return pvals, rvals, self.optimizer._box.state
         # first call of this program, or a value was replaced since (set_data, a checkpoint load, another
         # program's layout): put everything where this program expects it
