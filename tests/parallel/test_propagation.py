@@ -299,7 +299,7 @@ def test_reused_choices_equal_pricing_every_node_afresh(model):
     """Propagation prices a node's candidates once per distinct neighbourhood (the layers of a deep network) and
     reuses the choice: the plan, provenance and cost breakdown must equal pricing every node on its own."""
     if model == "gpt_qkv":
-        from .gpt_model import GPT, QKV, gpt_data, gpt_train_cell
+        from graphpar.models.gpt import GPT, QKV, gpt_data, gpt_train_cell
 
         ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation")
         train, inputs = gpt_train_cell(GPT(hints=QKV, layers=2)), list(gpt_data())
