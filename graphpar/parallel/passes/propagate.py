@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.parallel.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost, reduce_scatter_saving
-from graphpar.parallel.dims import shapes_of
 from graphpar.parallel.follow import follow_strategy, follows_input, input_for_output, value_layout
 from graphpar.parallel.passes.context import PlanContext
-from graphpar.parallel.strategy import NodeStrategy, enumerate_strategies
+from graphpar.parallel.strategy import NodeStrategy
 
 _EPS = 1e-6
 
