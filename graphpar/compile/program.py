@@ -110,7 +110,7 @@ class TrainProgram:
         key = _context.compile_key()
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = choose_plan(self.network)
+            plan = self._plans[key] = choose_plan(self.network, self.optimizer)
         return plan
 
     @property
