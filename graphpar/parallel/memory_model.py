@@ -19,10 +19,12 @@ executable needs at once) has three parts, and this module says which values fal
   step holds persistent + 2 x those gradients, while during it the residuals + those gradients. A gradient no
   collective touches (a weight split over every device) is consumed by its update as soon as it is made.
 
-So the peak is ``persistent + max(activations + gradients, 2 x gradients)``: ``Cost.memory_bytes`` carries the
-first (additive over ops), ``Cost.activation_bytes`` and ``Cost.gradient_bytes`` its parts, and :func:`peak_bytes`
-the maximum. Limits: transient buffers (a layer's cotangents, a gathered weight used and freed) are not counted;
-XLA's scheduler may keep more or less alive than the two phases assume (measured ratios in docs/architecture.md).
+So the peak is ``persistent + max(activations + gradients + transient, 2 x gradients)``: ``Cost.memory_bytes``
+carries ``persistent + activations + gradients`` (additive over ops), ``Cost.activation_bytes`` and
+``Cost.gradient_bytes`` its parts, ``Cost.transient_bytes`` the largest buffer the backward pass holds briefly (an
+output's cotangent, combined by max), and :func:`peak_bytes` the maximum. Counting every residual and every reduced
+gradient live at once is an upper bound of the backward pass (XLA frees residuals as gradients appear; how much
+overlaps depends on its schedule): the prediction errs on the safe side. Measured ratios: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -142,10 +144,11 @@ def optimizer_slots(optimizer: Any, params: Mapping[str, Any]) -> dict[str, floa
 
 def peak_bytes(total: Any, persistent: float = 0.0) -> float:
     """The step's predicted per-device peak from the summed :class:`~graphpar.parallel.cost.Cost` of a plan and
-    the bytes outside any op (the dataset batch): ``arguments + max(activations + transient, 2 x gradients)``,
-    the larger of the backward pass's and the update's."""
+    the bytes outside any op (the dataset batch): ``arguments + max(activations + gradients + transient,
+    2 x gradients)``, the larger of the backward pass's and the update's."""
     arguments = persistent + total.memory_bytes - total.activation_bytes - total.gradient_bytes
-    return arguments + max(total.activation_bytes + total.transient_bytes, 2.0 * total.gradient_bytes)
+    return arguments + max(total.activation_bytes + total.gradient_bytes + total.transient_bytes,
+                           2.0 * total.gradient_bytes)
 
 
 def graph_optimizer_slots(graph: Any, optimizer: Any) -> dict[str, float] | None:

@@ -33,15 +33,16 @@ import numpy as np
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.search.candidates import Candidates, node_candidates
+from graphpar.parallel.memory_model import keeps_input, sole_keeper
 from graphpar.parallel.search.costs import (
-    ZERO, Cost, Hardware, block_bytes, grad_values, op_cost, redistribution_cost)
+    ZERO, Cost, Hardware, copy_memory, grad_values, input_bytes, op_cost, redistribution_cost)
 from graphpar.parallel.search.layers import repeated_layers
 from graphpar.parallel.strategy import NodeStrategy, Spec
 
 
 def scaled(cost: Cost, k: int) -> Cost:
     """``k`` copies of ``cost``."""
-    return Cost(cost.comm_bytes * k, cost.messages * k, cost.flops * k, cost.memory_bytes * k)
+    return cost.scaled(k)
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Edge:
     v_class: np.ndarray
     cost: np.ndarray  # (classes of u) x (classes of v), seconds, multiplicity included
     count: int
-    memory: np.ndarray  # (classes of u) x (classes of v), bytes of the redistributed copy, multiplicity included
+    memory: np.ndarray  # (classes of u) x (classes of v), bytes the kept redistributed copy adds, multiplicity in
 
 
 @dataclass
@@ -86,12 +87,23 @@ class Problem:
     hw: Hardware
     constant: float = 0.0  # cost no choice changes
     copies: int = 0  # repeated-layer groups found
+    fixed_memory: float = 0.0  # bytes no choice changes (the dataset batch in its layouts)
 
     def unary_time(self, g: int) -> np.ndarray:
         return np.array([c.time(self.hw) for c in self.variables[g].unary])
 
+    # the peak is fixed + max(backward, update) (parallel.memory_model.peak_bytes): two linear rows and a max
     def memory(self, g: int) -> np.ndarray:
+        """Per choice, its bytes during the backward pass: arguments + kept activations + reduced gradients."""
         return np.array([c.memory_bytes for c in self.variables[g].unary])
+
+    def update_memory(self, g: int) -> np.ndarray:
+        """Per choice, its bytes at the update: arguments + 2 x the gradients a collective reduces."""
+        return np.array([c.memory_bytes - c.activation_bytes + c.gradient_bytes for c in self.variables[g].unary])
+
+    def transient(self, g: int) -> np.ndarray:
+        """Per choice, the largest buffer its backward holds briefly (the plan's largest adds to the backward)."""
+        return np.array([c.transient_bytes for c in self.variables[g].unary])
 
     def objective(self, choice: list[int]) -> float:
         """Total time of an assignment (one choice index per variable)."""
@@ -101,10 +113,13 @@ class Problem:
         return float(total)
 
     def memory_of(self, choice: list[int]) -> float:
-        total = sum(self.variables[g].unary[i].memory_bytes for g, i in enumerate(choice))
+        """The predicted per-device peak of an assignment."""
+        backward = sum(float(self.memory(g)[i]) for g, i in enumerate(choice))
         for e in self.edges:
-            total += e.memory[e.u_class[choice[e.u]], e.v_class[choice[e.v]]]
-        return float(total)
+            backward += e.memory[e.u_class[choice[e.u]], e.v_class[choice[e.v]]]
+        backward += max((float(self.transient(g)[i]) for g, i in enumerate(choice)), default=0.0)
+        update = sum(float(self.update_memory(g)[i]) for g, i in enumerate(choice))
+        return self.fixed_memory + max(backward, update)
 
 
 class Pricer:
@@ -115,6 +130,7 @@ class Pricer:
         self.grads = grad_values(graph) if training else frozenset()
         self._redist: dict[tuple, Cost] = {}
         self._op: dict[tuple, Cost] = {}
+        self._kept: dict[tuple, bool] = {}
         self._specs: dict[int, tuple[NodeStrategy, tuple[Spec, ...], tuple[Spec, ...]]] = {}
 
     def specs(self, strategy: NodeStrategy) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
@@ -132,7 +148,9 @@ class Pricer:
     def outs(self, strategy: NodeStrategy) -> tuple[Spec, ...]:
         return self.specs(strategy)[1]
 
-    def redistribution(self, vid: int, src: Spec, dst: Spec) -> Cost:
+    def redistribution(self, vid: int, src: Spec, dst: Spec, kept: bool = False) -> Cost:
+        """The edge ``src -> dst`` of value ``vid``; ``kept``: its consumer's backward keeps the copy
+        (``memory_model.keeps_input``), whose bytes then count."""
         value = self.graph.values[vid]
         if src == dst or not value.shape:
             return ZERO
@@ -140,9 +158,18 @@ class Pricer:
         cost = self._redist.get(key)
         if cost is None:
             cost = redistribution_cost(value, src, dst, self.ctx.mesh, self.training, vid in self.grads)
-            cost = dataclasses.replace(cost, memory_bytes=cost.memory_bytes + block_bytes(value, dst, self.ctx.mesh))
             self._redist[key] = cost
+        if kept and self.training:
+            cost = cost + copy_memory(self.graph, vid, src, dst, self.ctx.mesh, self.grads)
         return cost
+
+    def kept(self, node: Node, k: int) -> bool:
+        """Whether ``node``'s backward keeps its ``k``-th input (cached per node and port)."""
+        key = (node.id, k)
+        hit = self._kept.get(key)
+        if hit is None:
+            hit = self._kept[key] = self.training and keeps_input(node, k, self.graph, self.grads)
+        return hit
 
     def op(self, var: int, node: Node, i: int, strategy: NodeStrategy) -> Cost:
         key = (var, i)
@@ -212,24 +239,27 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
             if value.producer is not None:
                 u = var_of[value.producer]
                 j = graph.nodes[value.producer].outputs.index(vid)
+                kept = pricer.kept(node, k)
                 if u == g:
-                    var.unary = [c + pricer.redistribution(vid, pricer.outs(s)[j], pricer.ins(s)[k])
+                    var.unary = [c + pricer.redistribution(vid, pricer.outs(s)[j], pricer.ins(s)[k], kept)
                                  for c, s in zip(var.unary, var.choices.strategies)]
                 else:
-                    entry = edge_count.setdefault((u, j, g, k, _value_key(graph, vid, pricer)), [0, vid])
+                    key = (u, j, g, k, _value_key(graph, vid, pricer), kept, copy_key(graph, vid, pricer))
+                    entry = edge_count.setdefault(key, [0, vid])
                     entry[0] += 1
             elif value.kind == "param":
                 params[vid].append((node.id, k))
             else:
                 src = ctx.input_specs.get(vid, tuple(() for _ in value.shape)) if value.kind == "input" else tuple(
                     () for _ in value.shape)
-                var.unary = [c + pricer.redistribution(vid, src, pricer.ins(s)[k])
+                kept = pricer.kept(node, k)
+                var.unary = [c + pricer.redistribution(vid, src, pricer.ins(s)[k], kept)
                              for c, s in zip(var.unary, var.choices.strategies)]
     edges: list[Edge] = []
-    for (u, j, g, k, _), (count, vid) in edge_count.items():
+    for (u, j, g, k, _, kept, _), (count, vid) in edge_count.items():
         src = [pricer.outs(s)[j] for s in variables[u].choices.strategies]
         dst = [pricer.ins(s)[k] for s in variables[g].choices.strategies]
-        _add_edge(edges, variables, pricer, hw, vid, u, src, g, dst, count)
+        _add_edge(edges, variables, pricer, hw, vid, u, src, g, dst, count, kept)
     # Parameters read by several ops: a storage variable each (tied across copies by its readers' variables)
     param_vars: dict[tuple, int] = {}
     for vid, readers in params.items():
@@ -247,8 +277,16 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
             for n, k in readers:
                 dst = [pricer.ins(s)[k] for s in variables[var_of[n]].choices.strategies]
                 _add_edge(edges, variables, pricer, hw, vid, p, layouts, var_of[n], dst,
-                                      len(variables[var_of[n]].nodes))
-    return Problem(graph, variables, _merge(edges), var_of, hw, 0.0, len(groups))
+                          len(variables[var_of[n]].nodes))
+    fixed = input_bytes(graph, ctx.mesh, ctx.input_specs) if pricer.training else 0.0
+    return Problem(graph, variables, _merge(edges), var_of, hw, 0.0, len(groups), fixed)
+
+
+def copy_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
+    """What a kept copy's bytes depend on besides the layouts (``cost.copy_memory``): an argument or an op output,
+    and whether its consumer is its only keeper."""
+    value = graph.values[vid]
+    return (value.producer is None, value.producer is not None and sole_keeper(graph, vid, pricer.grads))
 
 
 def _value_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
@@ -257,11 +295,11 @@ def _value_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
 
 
 def _add_edge(edges: list[Edge], variables: list[Variable], pricer: Pricer, hw: Hardware, vid: int, u: int,
-              src: list[Spec], v: int, dst: list[Spec], count: int) -> None:
+              src: list[Spec], v: int, dst: list[Spec], count: int, kept: bool = False) -> None:
     """Add the edge, or fold it into a unary term when one side has a single layout."""
     u_class, u_layouts = _classes(src)
     v_class, v_layouts = _classes(dst)
-    priced = [[scaled(pricer.redistribution(vid, a, b), count) for b in v_layouts] for a in u_layouts]
+    priced = [[scaled(pricer.redistribution(vid, a, b, kept), count) for b in v_layouts] for a in u_layouts]
     cost = np.array([[c.time(hw) for c in row] for row in priced])
     memory = np.array([[c.memory_bytes for c in row] for row in priced])
     if not cost.any() and not memory.any():
