@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from graphpar.dump.hlo import wire_bytes
-from graphpar.parallel.memory_model import keeps_input, param_slots, sole_keeper, value_kept
+from graphpar.parallel.memory_model import internal_residuals, keeps_input, param_slots, sole_keeper, value_kept
 from graphpar.parallel.strategy import MeshInfo, NodeStrategy, Spec
 
 __all__ = ["Cost", "Hardware", "HARDWARE", "DEFAULT_HW", "op_cost", "redistribution_cost", "grad_values",
@@ -257,6 +257,10 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
             reduced = tuple(a for a in partial if a not in on_output)
             cost = (cost + _collective("ReduceScatter", out_block * mesh.size(reduced), mesh.size(scattered))
                     + _collective("AllReduce", out_block, mesh.size(reduced)))
+    if training and node.inputs and values[node.inputs[0]].shape:
+        internal = internal_residuals(node, grads)
+        if internal:
+            activations += internal * block_bytes(values[node.inputs[0]], strategy.input_spec(0), mesh)
     gradients = 0.0
     reduced_params: set[int] = set()
     if training:

@@ -60,6 +60,22 @@ _OUTPUT = frozenset({"Softmax", "LogSoftmax", "Exp", "Tanh", "Sigmoid", "Sqrt", 
                      "sqrt", "rsqrt"})
 
 
+# composite ops whose backward reads intermediates of their own rather than their inputs: per op, how many buffers
+# of its first input's size it keeps (the implementations in graphpar/ops/nn_ops.py): a normalisation keeps
+# x - mean and the normalised x (the scale's gradient), GeLU (tanh form) its input's tanh term besides the input,
+# a softmax cross-entropy the softmax of the logits
+_INTERNAL = {"LayerNorm": 2.0, "BatchNorm": 2.0, "SyncBatchNorm": 2.0, "GeLU": 1.0, "FastGeLU": 1.0,
+             "SoftmaxCrossEntropyWithLogits": 1.0, "SparseSoftmaxCrossEntropyWithLogits": 1.0}
+_NOT_INPUTS = frozenset({"LayerNorm", "BatchNorm", "SyncBatchNorm"})
+
+
+def internal_residuals(node: Any, grads: frozenset[int]) -> float:
+    """Buffers of its first input's size that ``node``'s backward keeps besides its inputs and outputs."""
+    if not any(v in grads for v in node.inputs):
+        return 0.0
+    return _INTERNAL.get(node.kind, 0.0)
+
+
 def keeps_input(node: Any, k: int, graph: Any, grads: frozenset[int]) -> bool:
     """Whether ``node``'s backward reads its ``k``-th input (so the step keeps it from the forward pass).
     Nothing is kept by an op no gradient flows through; an op kind not listed keeps its differentiated inputs."""
@@ -69,12 +85,12 @@ def keeps_input(node: Any, k: int, graph: Any, grads: frozenset[int]) -> bool:
     if not value.is_array or not value.shape or not any(v in grads for v in node.inputs):
         return False
     kind = node.kind
-    if kind in _LINEAR or kind in _OUTPUT:
+    if kind in _LINEAR or kind in _OUTPUT or kind in _NOT_INPUTS:
         return False
     if kind in _PRODUCTS:
         return any(j != k and v in grads for j, v in enumerate(node.inputs))
     if kind in ("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits"):
-        return True  # the softmax of the logits (their size) and the labels
+        return k > 0  # the labels (the softmax of the logits is internal)
     return _is_float(value)
 
 
