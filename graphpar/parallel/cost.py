@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from graphpar.dump.hlo import wire_bytes
-from graphpar.parallel.memory_model import internal_residuals, keeps_input, param_slots, sole_keeper, value_kept
+from graphpar.parallel.memory_model import (
+    internal_residuals, keeps_input, param_slots, sole_keeper, transient_buffers, value_kept)
 from graphpar.parallel.strategy import MeshInfo, NodeStrategy, Spec
 
 __all__ = ["Cost", "Hardware", "HARDWARE", "DEFAULT_HW", "op_cost", "redistribution_cost", "grad_values",
@@ -250,7 +251,7 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
         if not training or value_kept(graph, vid, grads):
             activations += out_block
         if vid in grads:
-            transient = max(transient, out_block)
+            transient = max(transient, out_block * transient_buffers(node))
         if partial and _is_float(value):
             on_output = {a for dim in spec for a in dim}
             scattered = tuple(a for a in partial if a in on_output)

@@ -69,6 +69,16 @@ _INTERNAL = {"LayerNorm": 2.0, "BatchNorm": 2.0, "SyncBatchNorm": 2.0, "GeLU": 1
 _NOT_INPUTS = frozenset({"LayerNorm", "BatchNorm", "SyncBatchNorm"})
 
 
+# the buffers of its largest output's size an op's backward holds briefly; 1 unless listed (measured on XLA:CPU:
+# a convolution's backward holds the cotangent, a padded copy and the input gradient)
+_TRANSIENT = {"Conv2D": 3.0, "conv_general_dilated": 3.0}
+
+
+def transient_buffers(node: Any) -> float:
+    """How many buffers of its largest output's size ``node``'s backward holds at once."""
+    return _TRANSIENT.get(node.kind, 1.0)
+
+
 def internal_residuals(node: Any, grads: frozenset[int]) -> float:
     """Buffers of its first input's size that ``node``'s backward keeps besides its inputs and outputs."""
     if not any(v in grads for v in node.inputs):
@@ -89,6 +99,11 @@ def keeps_input(node: Any, k: int, graph: Any, grads: frozenset[int]) -> bool:
         return False
     if kind in _PRODUCTS:
         return any(j != k and v in grads for j, v in enumerate(node.inputs))
+    producer = graph.nodes.get(value.producer) if value.producer is not None else None
+    if producer is not None and producer.kind in _NOT_INPUTS and len(node.inputs) == 1:
+        # a nonlinearity after a normalisation: XLA recomputes the normalised output in the backward fusion
+        # from the x-hat the normalisation keeps (measured: conv -> BatchNorm -> ReLU keeps 3 buffers, not 4)
+        return False
     if kind in ("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits"):
         return k > 0  # the labels (the softmax of the logits is internal)
     return _is_float(value)
