@@ -126,10 +126,7 @@ def value_kept(graph: Any, vid: int, grads: frozenset[int]) -> bool:
 
 
 def _consumers_keep(graph: Any, vid: int, grads: frozenset[int]) -> bool:
-    for node, k in graph.consumers(vid):
-        if keeps_input(node, k, graph, grads):
-            return True
-    return False
+    return any(keeps_input(graph.nodes[n], k, graph, grads) for n, k in graph.values[vid].consumers)
 
 
 def _is_float(value: Any) -> bool:
@@ -195,4 +192,4 @@ def sole_keeper(graph: Any, vid: int, grads: frozenset[int]) -> bool:
     producer = graph.nodes.get(graph.values[vid].producer)
     if producer is not None and keeps_output(producer, producer.outputs.index(vid), graph, grads):
         return False
-    return sum(keeps_input(node, k, graph, grads) for node, k in graph.consumers(vid)) == 1
+    return sum(keeps_input(graph.nodes[n], k, graph, grads) for n, k in graph.values[vid].consumers) == 1
