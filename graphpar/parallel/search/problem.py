@@ -15,10 +15,11 @@ one variable). A variable picks one candidate (:mod:`.candidates`). The objectiv
 * a Parameter read by several ops gets a variable of its own (its storage layout, among the layouts its readers
   want), with an edge to each reader; a Parameter read by one op is stored as that op reads it (free).
 
-Memory: each candidate's ``memory_bytes`` (its parameters with gradient and optimizer state, and its outputs kept
-for the backward pass), summed over the copies, plus on every edge whose layouts differ the consumer's copy of the
-value in its own layout (an op keeps the inputs its backward needs, as it reads them: a gathered activation is a
-second, larger buffer); the plan's total is bounded by ``max_device_memory``.
+Memory (``parallel.memory_model``): the predicted peak is ``fixed + max(backward, update)``: per candidate its
+``memory_bytes`` (its parameters with optimizer state, its outputs kept for the backward pass, its reduced
+gradients) summed over the copies, plus on every edge whose consumer keeps a redistributed copy what that copy adds,
+plus the plan's largest transient buffer (backward); or per candidate its arguments and twice its reduced gradients
+(update); ``fixed`` is the dataset batch. Both are bounded by ``max_device_memory``.
 """
 
 from __future__ import annotations
