@@ -258,6 +258,10 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
             reduced = tuple(a for a in partial if a not in on_output)
             cost = (cost + _collective("ReduceScatter", out_block * mesh.size(reduced), mesh.size(scattered))
                     + _collective("AllReduce", out_block, mesh.size(reduced)))
+    if training and any(v in grads for v in node.inputs):  # the largest input's cotangent (MaxPool's window)
+        blocks = [block_bytes(values[v], strategy.input_spec(i), mesh) for i, v in enumerate(node.inputs)
+                  if values[v].kind != "param" and values[v].is_array and _is_float(values[v])]
+        transient = max([transient] + [b * transient_buffers(node) for b in blocks])
     if training and node.inputs and values[node.inputs[0]].shape:
         internal = internal_residuals(node, grads)
         if internal:

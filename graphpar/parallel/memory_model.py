@@ -69,13 +69,14 @@ _INTERNAL = {"LayerNorm": 2.0, "BatchNorm": 2.0, "SyncBatchNorm": 2.0, "GeLU": 1
 _NOT_INPUTS = frozenset({"LayerNorm", "BatchNorm", "SyncBatchNorm"})
 
 
-# the buffers of its largest output's size an op's backward holds briefly; 1 unless listed (measured on XLA:CPU:
-# a convolution's backward holds the cotangent, a padded copy and the input gradient)
-_TRANSIENT = {"Conv2D": 3.0, "conv_general_dilated": 3.0}
+# the buffers of its largest float input's or output's size an op's backward holds briefly; 1 unless listed
+# (measured on XLA:CPU: a convolution's backward holds the cotangent, a padded copy and the input gradient; a max
+# pool's, lax.reduce_window's gradient, packs value and tangent pairs over the padded input window by window)
+_TRANSIENT = {"Conv2D": 3.0, "conv_general_dilated": 3.0, "MaxPool": 6.0, "reduce_window_max": 6.0}
 
 
 def transient_buffers(node: Any) -> float:
-    """How many buffers of its largest output's size ``node``'s backward holds at once."""
+    """How many buffers of its largest input's or output's size ``node``'s backward holds at once."""
     return _TRANSIENT.get(node.kind, 1.0)
 
 
