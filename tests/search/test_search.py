@@ -82,8 +82,13 @@ def _budget_case(layers, width, batch, fraction=0.9):
 
 
 def _check_budget(layers, width, batch):
+    from graphpar.parallel.cost import predicted_peak
+
     dp, budget, train, planned, compiled = _budget_case(layers, width, batch)
     assert planned.meta["search"]["memory_bytes"] <= budget
+    # the search's figure is the cost model's prediction of the plan it made
+    np.testing.assert_allclose(planned.meta["search"]["memory_bytes"], predicted_peak(planned, planned.meta["mesh"]),
+                               rtol=1e-9)
     assert compiled <= budget < dp
     assert any(n.strategy.in_strategy()[1] != (1, 1) for n in planned.node_list() if n.kind == "MatMul")
     x, y = mlp_data(batch, width)
