@@ -34,9 +34,9 @@ import numpy as np
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.search.candidates import Candidates, node_candidates
-from graphpar.parallel.memory_model import keeps_input, sole_keeper
+from graphpar.parallel.memory_model import keeps_input, sole_keeper, value_kept
 from graphpar.parallel.search.costs import (
-    ZERO, Cost, Hardware, copy_memory, grad_values, input_bytes, op_cost, redistribution_cost)
+    ZERO, Cost, Hardware, block_bytes, copy_memory, grad_values, input_bytes, op_cost, redistribution_cost)
 from graphpar.parallel.search.layers import repeated_layers
 from graphpar.parallel.strategy import NodeStrategy, Spec
 
@@ -227,7 +227,7 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
     for g, var in enumerate(variables):
         rep = graph.nodes[var.nodes[0]]
         costs = [scaled(pricer.op(g, rep, i, s), len(var.nodes)) for i, s in enumerate(var.choices.strategies)]
-        var.unary = costs
+        var.unary = _kept_correction(graph, pricer, var, costs)
     edge_count: dict[tuple, list[int]] = {}  # (u, out port, v, in port, value kind) -> [count, a value id]
     params: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for node in nodes:
@@ -281,6 +281,28 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
                           len(variables[var_of[n]].nodes))
     fixed = input_bytes(graph, ctx.mesh, ctx.input_specs) if pricer.training else 0.0
     return Problem(graph, variables, _merge(edges), var_of, hw, 0.0, len(groups), fixed)
+
+
+def _kept_correction(graph: Graph, pricer: Pricer, var: Variable, costs: list[Cost]) -> list[Cost]:
+    """The copies of a layer share the representative's price, but whether an output is kept for the backward
+    pass depends on its consumers, which differ at the layer's ends (the last copy's output feeds the loss): add
+    (or take away) each copy's difference, so the search's memory is the plan's."""
+    if len(var.nodes) < 2 or not pricer.training:
+        return costs
+    rep = graph.nodes[var.nodes[0]]
+    base = [value_kept(graph, v, pricer.grads) for v in rep.outputs]
+    delta = [0] * len(base)  # per output: copies kept minus the representative's count
+    for nid in var.nodes[1:]:
+        for j, v in enumerate(graph.nodes[nid].outputs):
+            delta[j] += int(value_kept(graph, v, pricer.grads)) - int(base[j])
+    if not any(delta):
+        return costs
+    out = []
+    for c, s in zip(costs, var.choices.strategies):
+        extra = sum(d * block_bytes(graph.values[v], pricer.outs(s)[j], pricer.ctx.mesh)
+                    for j, (d, v) in enumerate(zip(delta, rep.outputs)) if d and graph.values[v].shape)
+        out.append(c + Cost(memory_bytes=extra, activation_bytes=extra))
+    return out
 
 
 def copy_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
