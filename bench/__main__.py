@@ -115,6 +115,12 @@ def main(argv: list[str]) -> int:
         print(_table(devices, keys))
         print(f"search time 1,024 devices / 8 devices: {devices[1]['search_s'] / devices[0]['search_s']:.2f}", "\n",
               flush=True)
+        from bench.search import bench_search_memory
+
+        print("Predicted per-device peak memory vs the compiled program's memory_analysis() (issue 10; goal: within "
+              "+-15 %, never more than 10 % under)")
+        print(_table(bench_search_memory(), ["model", "batch", "plan", "predicted_mb", "compiled_mb", "ratio"]), "\n",
+              flush=True)
     if not only or "pipeline_parallel" in only:
         from bench.pipeline_parallel import bench_pipeline_parallel
 
