@@ -287,7 +287,7 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
         if value.kind != "param":
             continue
         # a Parameter read by several ops: each reader holds its share (its storage is one block)
-        readers = len({n for n, _ in value.consumers}) or 1
+        readers = len({n for n, _ in value.consumers if n in graph.nodes}) or 1
         block = block_bytes(value, strategy.input_spec(i), mesh) / readers
         slots = param_slots(graph, value) if training and vid in grads else None
         persistent += block * (1.0 + (slots or 0.0))

@@ -127,7 +127,13 @@ def value_kept(graph: Any, vid: int, grads: frozenset[int]) -> bool:
 
 
 def _consumers_keep(graph: Any, vid: int, grads: frozenset[int]) -> bool:
-    return any(keeps_input(graph.nodes[n], k, graph, grads) for n, k in graph.values[vid].consumers)
+    return any(keeps_input(node, k, graph, grads) for node, k in _consumers(graph, vid))
+
+
+def _consumers(graph: Any, vid: int) -> list[tuple[Any, int]]:
+    """The consumers of ``vid`` in this graph (a pipeline stage's graph: those of other stages are left out, they
+    keep their own copy of what they receive)."""
+    return [(graph.nodes[n], k) for n, k in graph.values[vid].consumers if n in graph.nodes]
 
 
 def _is_float(value: Any) -> bool:
@@ -193,4 +199,4 @@ def sole_keeper(graph: Any, vid: int, grads: frozenset[int]) -> bool:
     producer = graph.nodes.get(graph.values[vid].producer)
     if producer is not None and keeps_output(producer, producer.outputs.index(vid), graph, grads):
         return False
-    return sum(keeps_input(graph.nodes[n], k, graph, grads) for n, k in graph.values[vid].consumers) == 1
+    return sum(keeps_input(node, k, graph, grads) for node, k in _consumers(graph, vid)) == 1
