@@ -9,9 +9,10 @@ collective to its op. Gradients follow by autodiff of this function (a sharding 
 the cotangent alike).
 
 Cost. The function JAX differentiates and lowers must be as plain as one a JAX user writes, or lowering a big graph
-costs more than XLA compiling it. So an op node's ``jit`` equation (how tracing delimits the op) is *inlined*: its
-body's primitives are bound one by one (nested ``jit`` calls inlined too), and JAX linearizes plain primitives
-instead of tracing and partially evaluating one sub-jaxpr per op, and emits one MLIR function instead of one per op.
+costs more than XLA compiling it. So an op node's body — its equations traced inline (``ir.trace.OpBody``), or the
+body of the ``jit`` equation a staged call made — is *inlined*: its primitives are bound one by one (nested ``jit``
+calls inlined too), and JAX linearizes plain primitives instead of tracing and partially evaluating one sub-jaxpr
+per op, and emits one MLIR function instead of one per op.
 Everything that does not depend on the traced values — which inputs need a redistribution pin, each pin's
 ``NamedSharding``, each node's scope label — is worked out once per evaluation, before the first bind
 (:func:`prepare`), so the evaluation loop only binds. ``custom_jvp``/``custom_vjp`` equations are re-bound whole with
@@ -43,7 +44,7 @@ def eval_inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list
     """``jaxpr``'s outputs for ``args``, binding its primitives in the current trace with every plain call
     (``jit``/``closed_call``) inlined, so autodiff and lowering see primitives only."""
     env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
-    env.update(zip(jaxpr.invars, args))
+    env.update((v, x) for v, x in zip(jaxpr.invars, args) if not isinstance(v, jcore.Literal))  # see OpBody
     for eqn in jaxpr.eqns:
         ins = [a.val if isinstance(a, jcore.Literal) else env[a] for a in eqn.invars]
         prim = eqn.primitive
@@ -62,6 +63,9 @@ def eval_inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list
 
 
 def _body(node: Node) -> Callable[[Sequence[Any]], list[Any]]:
+    if node.body is not None:  # an op traced inline: its equations
+        body = node.body
+        return lambda xs: eval_inlined(body, (), xs)
     eqn = node.eqn
     prim = eqn.primitive
     if node.is_op or prim.name in _CALL_PRIMS:

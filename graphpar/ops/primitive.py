@@ -20,6 +20,9 @@ from graphpar.ir import recorder as _recorder
 from graphpar.ops.strategy import Strategy, check_ranks, check_structure
 
 
+_STAGE = object()  # _inline_call's answer for a call that must be staged as a jit equation
+
+
 def _is_tensor(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic))
 
@@ -153,6 +156,11 @@ class Primitive:
             input_names=names, op=self,
             static_args={i: a for i, a in enumerate(args) if _is_static(a)})
 
+        if recorder.inline and call_id not in recorder.staged and all(isinstance(t, jax.core.Tracer) for t in tensors):
+            out = self._inline_call(recorder.calls[call_id], args, tensors, names, scope)
+            if out is not _STAGE:
+                return out
+
         def body(*inner):
             full = list(args)
             if self.input_names is None:
@@ -175,6 +183,27 @@ class Primitive:
             if translated is exc:
                 raise
             raise translated from None
+
+    def _inline_call(self, call: _recorder.OpCall, args: tuple, tensors: list, names: tuple, scope: str) -> Any:
+        """Compute the call inline under its marker scope; :data:`_STAGE` when its outputs cannot delimit it (a
+        non-array output, an output that is an input or repeats another), so it is staged as a ``jit`` instead."""
+        with jax.named_scope(f"{_recorder.OP_EQN_PREFIX}{call.call_id}"):
+            try:
+                out = self.compute(*args)
+            except Exception as exc:
+                from graphpar.ir import construct_errors
+
+                translated = construct_errors.for_op(exc, self.instance_name, self.name, scope, names, tensors)
+                if translated is exc:
+                    raise
+                raise translated from None
+        leaves = jax.tree.leaves(out)
+        ids = {id(t) for t in tensors}
+        if (not leaves or not all(isinstance(x, jax.core.Tracer) for x in leaves) or any(id(x) in ids for x in leaves)
+                or len({id(x) for x in leaves}) != len(leaves)):
+            return _STAGE
+        call.tensors, call.outputs = list(tensors), leaves
+        return out
 
     def __repr__(self) -> str:
         return f"Prim[{self.name}]<{self.instance_name}>"
