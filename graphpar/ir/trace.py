@@ -203,12 +203,15 @@ def _custom_name(eqn: Any) -> str:
 
 
 def trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tuple[str, str]],
-          name: str = "graph", axis_env: Sequence[tuple[str, int]] | None = None) -> Graph:
+          name: str = "graph", axis_env: Sequence[tuple[str, int]] | None = None, staged: bool = False) -> Graph:
     """Trace ``fn(*args)`` into a :class:`Graph`.
 
     ``arg_kinds`` gives ``(kind, name)`` for each leaf of ``args`` in flatten order (``("param", "fc1.weight")``,
     ``("input", "input0")``, ...). ``axis_env`` binds named axes (the data-parallel replica axis) for collectives.
+    ``staged=True`` stages every op call as its own ``jit`` equation (the reference the inline trace equals).
     """
+    if staged:
+        return _trace(fn, args, arg_kinds, name, axis_env, inline=False)
     try:
         return _trace(fn, args, arg_kinds, name, axis_env, inline=True)
     except InlineTraceError:
