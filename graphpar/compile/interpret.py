@@ -156,9 +156,9 @@ def implied_outputs(graph: Graph) -> frozenset[int]:
             continue
         v = node.outputs[0]
         value, spec = graph.values[v], node.strategy.output_spec(0)
+        if v in outputs or not value.consumers or any(n not in graph.nodes for n, _ in value.consumers):
+            continue  # a result, unused, or read by another graph (a pipeline stage's sent value): pinned
         consumers = graph.consumers(v)
-        if v in outputs or not consumers:
-            continue
         if all(follows[c.id] and run[c.id] == run[node.id] and c.strategy.input_spec(k) == spec
                and c.strategy.output_spec(0) == spec and graph.values[c.outputs[0]].shape == value.shape
                for c, k in consumers):

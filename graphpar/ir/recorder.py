@@ -48,9 +48,8 @@ class OpCall:
 class TraceRecorder:
     """Collects :class:`OpCall` records and the Cell scope stack during one trace."""
 
-    def __init__(self, inline: bool = True, staged: frozenset[int] = frozenset()) -> None:
+    def __init__(self, inline: bool = True) -> None:
         self.inline = inline  # trace op calls inline (False: every call is its own ``jit`` equation)
-        self.staged = staged  # call ids that are ``jit`` equations even when tracing inline
         self.calls: dict[int, OpCall] = {}
         self.scope_stack: list[str] = []
         self.cell_stack: list[Any] = []  # the Cell objects behind scope_stack (None for the root "Default")
@@ -73,8 +72,8 @@ def active() -> TraceRecorder | None:
 
 
 @contextlib.contextmanager
-def recording(inline: bool = True, staged: frozenset[int] = frozenset()) -> Iterator[TraceRecorder]:
-    recorder = TraceRecorder(inline, staged)
+def recording(inline: bool = True) -> Iterator[TraceRecorder]:
+    recorder = TraceRecorder(inline)
     token = _active.set(recorder)
     try:
         yield recorder

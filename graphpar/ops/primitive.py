@@ -4,8 +4,10 @@ An op is an object, as in MindSpore: it is created once (usually as a Cell attri
 *instance name*), optionally given a strategy with ``.shard(in_strategy, out_strategy)``, and called in
 ``construct``. Its math is a pure ``jnp`` function, :meth:`Primitive.compute`.
 
-While a network is traced for the graph IR, each call becomes one ``jit`` equation whose operands are the op's
-tensor inputs (see ``graphpar.ir.recorder``); otherwise the op just computes.
+While a network is traced for the graph IR, each call computes inline under the named scope ``graphpar_op_{id}``
+and the recorder keeps its input and output tracers (see ``graphpar.ir.recorder``); a call they cannot delimit
+(an output that is an input, a constant input) becomes one ``jit`` equation whose operands are the op's tensor
+inputs. Otherwise the op just computes.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ class Primitive:
             input_names=names, op=self,
             static_args={i: a for i, a in enumerate(args) if _is_static(a)})
 
-        if recorder.inline and call_id not in recorder.staged and all(isinstance(t, jax.core.Tracer) for t in tensors):
+        if recorder.inline and all(isinstance(t, jax.core.Tracer) for t in tensors):
             out = self._inline_call(recorder.calls[call_id], args, tensors, names, scope)
             if out is not _STAGE:
                 return out
