@@ -39,8 +39,12 @@ def _apply(node: Node, args: Sequence[Any]) -> list[Any]:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
-def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None) -> list[Any]:
-    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned."""
+def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
+             vmapped_axes: frozenset[str] = frozenset()) -> list[Any]:
+    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned.
+
+    ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
+    accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout."""
     env: dict[int, Any] = {}
     for vid, value in graph.values.items():
         if value.kind == "const":
@@ -51,6 +55,8 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None) -> lis
     def pin(x: Any, spec: Any, vid: int, where: str) -> Any:
         if mesh is None or spec is None or not graph.values[vid].is_array:
             return x
+        if vmapped_axes:
+            spec = tuple(tuple(a for a in axes if a not in vmapped_axes) for axes in spec)
         with jax.named_scope(where):  # "in0"/"out0": the execute dump tells redistributions of inputs apart
             return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, to_partition_spec(spec)))
 

@@ -7,7 +7,7 @@ import graphpar as ms
 from graphpar import nn
 from graphpar.errors import DatasetError
 from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
-from tests.bigmodels.nets import WideMLP, data, params
+from tests.bigmodels.nets import MegatronMLP, WideMLP, data, params
 
 
 def _train(mode, micro, steps=2, context_steps=None, **ctx):
@@ -75,3 +75,36 @@ def test_eager_call_sums_micro_batch_losses_and_bad_batches_are_named():
     train = nn.TrainOneStepCell(nn.GradAccumulation(loss, 3), nn.SGD(net.trainable_params(), 1e-3))
     with pytest.raises(DatasetError, match="micro_size=3"):
         train(x, y)
+
+
+def _megatron(micro, reduction, steps, lr=0.05):
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    net = MegatronMLP(dp=2, mp=4)
+    loss = nn.WithLossCell(net, nn.MSELoss(reduction=reduction))
+    if micro > 1:
+        loss = nn.GradAccumulation(loss, micro)
+    train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), lr))
+    x, y = data(32, 16, 16)
+    losses = [float(train(x, y)) for _ in range(steps)]
+    return net, train, losses
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_semi_auto_dp2_mp4_accumulates_per_replica_and_reduces_once(reduction):
+    # the accumulated gradient (and the reported loss) is the sum over the 4 micro-batches: with a batch-mean loss
+    # that is 4 times the whole batch's, so the whole batch trains with 4 times the learning rate
+    factor, lr = (4, 0.05) if reduction == "mean" else (1, 0.05 / 512)
+    whole, _, losses = _megatron(1, reduction, 3, lr=lr * factor)
+    accumulated, train, losses_acc = _megatron(4, reduction, 3, lr=lr)
+    expected = np.asarray(losses) * factor
+    np.testing.assert_allclose(losses_acc, expected, rtol=1e-6)
+    for name, value in params(accumulated).items():
+        np.testing.assert_allclose(value, params(whole)[name], rtol=1e-6, atol=1e-7)
+    hlo = train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]  # the mesh is dp(2) x mp(4): ranks r and r + 4 are replicas
+    assert "while" in hlo
+    assert [c for c in loop_collectives(hlo) if c.groups == dp_groups] == []  # no data-parallel traffic per micro
+    once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
+    # one reduction of each parameter's model-parallel slice (w1 (16, 64/4), w2 (64/4, 16)) and of the loss
+    assert once == sorted([(), (16, 16), (16, 16)])
