@@ -48,6 +48,18 @@ def test_adam_on_8_devices_shards_state_keeps_numbers_and_communication():
     assert step_wire_bytes(hlo) <= 1.05 * step_wire_bytes(hlo_dp)
 
 
+def test_semi_auto_reduce_scatters_gradients_like_data_parallel():
+    # SEMI_AUTO runs per data-parallel replica (compile.replica_split) and reduces each gradient with an explicit
+    # reduce-scatter into its shard: XLA:CPU's own choice would be an all-reduce and a slice (1.5x the bytes)
+    _, _, hlo_dp = _adam("data_parallel", False, steps=0, hlo=True)
+    base, _, _ = _adam("semi_auto_parallel", False, steps=3)
+    net, _, hlo = _adam("semi_auto_parallel", True, steps=3, hlo=True)
+    assert {"ReduceScatter", "AllGather"} <= {c.kind for c in step_collectives(hlo)}
+    assert step_wire_bytes(hlo) <= 1.05 * step_wire_bytes(hlo_dp)
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(base)[name], rtol=1e-6, atol=1e-7)
+
+
 def test_default_threshold_keeps_a_16kb_parameter_replicated():
     # fc1.weight 64x64 fp32 = 16 KB < 64 KB stays whole; fc2.weight 256x64 = 64 KB is sharded
     net, train, _ = _adam("data_parallel", True, steps=1, config={}, net=WideMLP(64, 64, 256),
