@@ -122,7 +122,7 @@ def check_separable(whole: Graph, replica: Graph, axes: tuple[str, ...], replica
     """Raise :class:`NotSeparable` unless ``whole`` (planned) splits into replicas of ``replica``; return whether
     the loss is a mean (True) or a sum (False) over the batch."""
     g_nodes, r_nodes = whole.node_list(), replica.node_list()
-    if [n.kind for n in g_nodes] != [n.kind for n in r_nodes] or len(whole.inputs) != len(replica.inputs):
+    if [n.label for n in g_nodes] != [n.label for n in r_nodes] or len(whole.inputs) != len(replica.inputs):
         raise NotSeparable("the network traces to different graphs for the whole batch and for one replica's rows")
     vmap: dict[int, int] = dict(zip(whole.inputs, replica.inputs))
     for gn, rn in zip(g_nodes, r_nodes):

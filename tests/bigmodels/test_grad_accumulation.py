@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import nn
+from graphpar import nn, ops
 from graphpar.errors import DatasetError
 from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
 from tests.bigmodels.nets import MegatronMLP, WideMLP, data, params
@@ -108,3 +108,34 @@ def test_semi_auto_dp2_mp4_accumulates_per_replica_and_reduces_once(reduction):
     once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
     # one reduction of each parameter's model-parallel slice (w1 (16, 64/4), w2 (64/4, 16)) and of the loss
     assert once == sorted([(), (16, 16), (16, 16)])
+
+
+class _SquaredMeanError(nn.Cell):
+    """A loss that is not a plain mean or sum over the batch: the square of the mean error."""
+
+    def __init__(self):
+        super().__init__()
+        self.sub, self.mean, self.square = ops.Sub(), ops.ReduceMean(), ops.Square()
+
+    def construct(self, logits, labels):
+        return self.square(self.mean(self.sub(logits, labels)))
+
+
+def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_says_why(notices):
+    def run(micro):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+        net = MegatronMLP(dp=2, mp=4)
+        loss = nn.WithLossCell(net, _SquaredMeanError())
+        if micro > 1:
+            loss = nn.GradAccumulation(loss, micro)
+        train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.05))
+        x, y = data(32, 16, 16)
+        [float(train(x, y)) for _ in range(2)]
+        return train
+
+    train = run(4)
+    assert "data-parallel gradient reduction stays inside each micro-batch because op 'mean'" in notices.text
+    hlo = train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert any(c.groups == dp_groups for c in loop_collectives(hlo))  # reduced per micro-batch, as said
