@@ -3,7 +3,10 @@
 The global batch is cut into ``micro_size`` micro-batches *device-locally*: each device's rows of the batch are split
 into ``micro_size`` slices and micro-batch ``i`` is slice ``i`` of every device, so cutting moves no data. (MindSpore
 cuts the batch into contiguous slices; every sample still lands in exactly one micro-batch of the same size, so the
-accumulated gradient of any per-sample loss is the same.) The plan is traced and planned once for the micro-batch
+accumulated gradient of any per-sample loss is the same.) Every input is cut by the same blocks — the fewest
+devices any batched input's first dimension is split over (:func:`cut_blocks`) — so micro-batch ``i`` of the ids
+and of the labels hold the same samples even when the plan splits them over different device counts (a label
+vector of ``batch * seq`` tokens split further than the ``(batch, seq)`` ids); only then may cutting move data. The plan is traced and planned once for the micro-batch
 shape; the scan runs it ``micro_size`` times and carries the parameters' gradients, the non-trainable state (each
 micro-batch sees the statistics the previous one left, as MindSpore's sequential micro-batches do) and the loss.
 
@@ -61,9 +64,21 @@ def micro_avals(avals: Sequence[jax.ShapeDtypeStruct], micro: int) -> list[jax.S
             for a in avals]
 
 
+def cut_blocks(shapes: Sequence[tuple[int, ...]], splits: Sequence[int]) -> int:
+    """How many blocks of rows every batched input is cut in before its micro-batches are taken (the same for all
+    inputs, see the module docstring): the smallest first-dimension split when it divides all the others, else 1
+    (contiguous micro-batches, as MindSpore cuts them)."""
+    batched = [d for shape, d in zip(shapes, splits) if shape]
+    if not batched:
+        return 1
+    least = min(batched)
+    return least if all(d % least == 0 for d in batched) else 1
+
+
 def check_batch(shapes: Sequence[tuple[int, ...]], micro: int, splits: Sequence[int]) -> None:
-    """Every batched input must cut into ``micro`` equal micro-batches on every device."""
-    for i, (shape, d) in enumerate(zip(shapes, splits)):
+    """Every batched input must cut into ``micro`` equal micro-batches in every block of rows."""
+    d = cut_blocks(shapes, splits)
+    for i, shape in enumerate(shapes):
         if shape and shape[0] % (d * micro):
             raise DatasetError(
                 f"gradient accumulation (micro_size={micro}): input {i} has global batch shape {tuple(shape)}; its "
@@ -71,9 +86,9 @@ def check_batch(shapes: Sequence[tuple[int, ...]], micro: int, splits: Sequence[
                 f"device; use a global batch size that is a multiple of {d * micro}")
 
 
-def _stack(x: Any, micro: int, sharding: Any) -> Any:
-    """``x`` as ``(micro, rows per micro-batch, ...)``, micro-batch ``i`` taking slice ``i`` of every device."""
-    d = dim0_split(sharding)
+def _stack(x: Any, micro: int, sharding: Any, d: int) -> Any:
+    """``x`` as ``(micro, rows per micro-batch, ...)``, micro-batch ``i`` taking slice ``i`` of each of the ``d``
+    blocks of rows."""
     b = x.shape[0] // (d * micro)
     y = jnp.swapaxes(x.reshape((d, micro, b) + x.shape[1:]), 0, 1).reshape((micro, d * b) + x.shape[1:])
     if isinstance(sharding, NamedSharding):
@@ -149,7 +164,8 @@ def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkSta
                                scale: Any = None, split: ReplicaSplit | None = None
                                ) -> tuple[tuple[Any, list[Any]], list[Any]]:
     """``((summed loss, new rest leaves), gradients in the parameters' storage layout)`` of one accumulated step."""
-    stacks = [_stack(x, micro, s) if np.ndim(x) else None for x, s in zip(inputs, input_shardings)]
+    d = cut_blocks([tuple(np.shape(x)) for x in inputs], [dim0_split(s) for s in input_shardings])
+    stacks = [_stack(x, micro, s, d) if np.ndim(x) else None for x, s in zip(inputs, input_shardings)]
 
     def micro_inputs(xs: Sequence[Any]) -> list[Any]:
         return [x if st is None else m for x, st, m in zip(inputs, stacks, xs)]

@@ -6,6 +6,7 @@ import pytest
 import graphpar as ms
 from graphpar import nn, ops
 from graphpar.errors import DatasetError
+from graphpar.models.gpt import GPT, gpt_data
 from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
 from tests.bigmodels.nets import MegatronMLP, WideMLP, data, params
 
@@ -139,3 +140,29 @@ def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_say
     hlo = train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
     dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert any(c.groups == dp_groups for c in loop_collectives(hlo))  # reduced per micro-batch, as said
+
+
+def test_gpt_semi_auto_dp2_mp4_four_micro_batches_equal_the_whole_batch_reduced_once():
+    # graphpar.models.gpt: ids (batch, seq) split over fewer devices than the (batch * seq) labels, both cut into the
+    # same micro-batches; Megatron strategies inside each data-parallel replica
+    def run(micro, lr):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+        net = GPT(dp=2, mp=4)
+        loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+        train = nn.TrainOneStepCell(nn.GradAccumulation(loss, micro) if micro > 1 else loss,
+                                    nn.SGD(net.trainable_params(), lr))
+        batch = gpt_data(batch=16)
+        return net, train, [float(train(*batch)) for _ in range(2)], batch
+
+    whole, _, losses, _ = run(1, 0.4)  # a batch-mean loss: 4 micro-batches sum to 4 times its gradient
+    accumulated, train, losses_acc, batch = run(4, 0.1)
+    np.testing.assert_allclose(losses_acc, 4 * np.asarray(losses), rtol=1e-6)
+    for name, value in params(accumulated).items():
+        np.testing.assert_allclose(value, params(whole)[name], rtol=1e-6, atol=1e-7)
+    hlo = train.program.lower_step(list(batch)).compile().as_text()
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert [c for c in loop_collectives(hlo) if c.groups == dp_groups] == []
+    once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
+    shards = sorted(p.get_raw_value().addressable_shards[0].data.shape for p in accumulated.trainable_params())
+    assert once == sorted(shards + [()])  # each parameter's gradient slice once, and the loss
