@@ -36,11 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from graphpar.compile.cache import ProgramKey
 from graphpar.compile.interpret import evaluate
 from graphpar.compile.opt_shard import OptimizerSharding
 from graphpar.compile.plan import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
+from graphpar.compile.recompute import naming_activations
 from graphpar.compile.replica import replica_axis
-from graphpar.compile.cache import ProgramKey
 from graphpar.compile.replica_split import ReplicaSplit, plan_graph, replica_split
 from graphpar.compile.state import NetworkState
 from graphpar.compile.step import StepParts
@@ -246,9 +247,12 @@ def _per_replica(replicas: Replicas, ns: NetworkState, opt: OptimizerSharding, p
                                                      ns.rest.unflatten(rest), local_inputs)
             return _objective_of(loss, sens), (jnp.asarray(loss), jax.tree.leaves(new_rest))
 
-        if regather:
-            objective = jax.checkpoint(objective, policy=opt.recompute_policy())
-        (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(p)
+        if not regather:
+            (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(p)
+            return g, loss, new_rest
+        with naming_activations():  # level3: backward keeps the activations only and gathers the weights again
+            (_, (loss, new_rest)), g = jax.value_and_grad(jax.checkpoint(objective, policy=opt.recompute_policy()),
+                                                          has_aux=True)(p)
         return g, loss, new_rest
 
     def body(carry, xs):

@@ -62,6 +62,9 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
 
     # the layout each value is known to have: storage layouts of inputs, pinned layouts of node outputs
     layout: dict[int, Any] = dict(graph.meta.get("value_specs", {})) if mesh is not None else {}
+    # level3 of the parallel optimizer: name the values computed from the batch (compile.recompute)
+    from_batch = ({v for v in graph.inputs if graph.values[v].kind == "input"} if recompute.names_activations()
+                  else None)
 
     def run(node: Node, env: dict[int, Any], name_comm: bool = False) -> None:
         strategy = node.strategy if mesh is not None else None
@@ -79,6 +82,10 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
                 layout.update((v, strategy.output_spec(j)) for j, v in enumerate(node.outputs))
             if name_comm and recompute.is_communication(node):
                 outs = [_named(o, True) for o in outs]
+            if from_batch is not None and any(v in from_batch for v in node.inputs):
+                from_batch.update(node.outputs)
+                outs = [checkpoint_name(o, recompute.ACTIVATION) if graph.values[v].is_array else o
+                        for o, v in zip(outs, node.outputs)]
         for vid, out in zip(node.outputs, outs):
             env[vid] = out
 

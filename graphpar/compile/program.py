@@ -101,7 +101,7 @@ class TrainProgram:
         self._memo: _Dispatch | None = None
         self._written: tuple[Compiled, list, list] | None = None
         self._in_flight: collections.deque = collections.deque()
-        advise_cpu_scheduler(self.network, self.plan.devices[0].platform)
+        advise_cpu_scheduler(self.network, self.plan.devices[0].platform, self.opt_config.regather_for_backward)
 
     # --- what it is made of ------------------------------------------------------------------------------------
     @property
