@@ -303,7 +303,7 @@ def planned_split(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Opti
                   cache: Any) -> ReplicaSplit | None:
     """A SEMI_AUTO/AUTO step's per-replica form, when it accumulates gradients or shards parameters (so its
     data-parallel reduction happens once per step, as a reduce-scatter into the shards); None otherwise.
-    ``cache``: the program's planned-graph table (the replica graph is planned once per program)."""
+    ``cache``: the program's compile cache (the replica graph is planned once per program, and counted)."""
     if isinstance(plan, DataParallelPlan) or plan.pynative or planned.graph is None or not (micro > 1 or opt.active):
         return None
     whole = planned.graph
@@ -312,7 +312,14 @@ def planned_split(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Opti
 
     def plan_replica(replica_avals: list[jax.ShapeDtypeStruct]) -> Any:
         key = ProgramKey.of("train", ns.structure, replica_avals, ("replica",))
-        return cache.get_or_build(key, lambda: plan_graph(plan, ns, replica_avals))[0]
+
+        def build():
+            built = plan_graph(plan, ns, replica_avals)
+            cache.count("traces")
+            cache.count("plans")
+            return built
+
+        return cache.planned.get_or_build(key, build)[0].graph
 
     why = "gradient accumulation" if micro > 1 else "the parallel optimizer"
     return replica_split(whole, plan.mesh, avals, plan_replica, why)

@@ -165,8 +165,7 @@ class TrainProgram:
         (``compile.accumulate``), with parameters gathered from their parallel-optimizer storage."""
         opt = self.optimizer_sharding(ns, planned.layout)
         parts = self.step_parts(planned, ns)
-        split = accumulate.planned_split(self.plan, planned, ns, opt, self.micro_size,
-                                         self.orchestrator.cache.planned)
+        split = accumulate.planned_split(self.plan, planned, ns, opt, self.micro_size, self.orchestrator.cache)
         if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size, split):
             return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size, split)
         if not opt.active:

@@ -27,6 +27,7 @@ keeps the global objective, reduced per micro-batch, and says why once.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,18 +37,21 @@ import numpy as np
 from jax.sharding import Mesh
 
 from graphpar._logging import notice_once
+from graphpar.compile.stages import Planned
 from graphpar.ir.graph import Graph
 
-def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Graph:
+def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Planned:
     """The network's train graph for ``avals``, traced and planned by ``plan`` like the step's own (no dumps:
     the step's dumps show the whole batch's graph)."""
     from graphpar.parallel.pipeline import run_pipeline
 
+    started = time.perf_counter()
     traced = plan.trace(ns, avals, "train")
     setup = plan.setup(traced.graph)
     graph = dataclasses.replace(traced.graph, meta={**traced.graph.meta, "mesh": setup.ctx.mesh,
                                                     "purpose": "train", "note": setup.note})
-    return run_pipeline(graph, setup.ctx)
+    graph = run_pipeline(graph, setup.ctx)
+    return Planned(graph, plan.layout(graph), "train", traced.out_treedef, time.perf_counter() - started, traced)
 
 
 LOSS_REDUCTIONS = {"ReduceMean": True, "ReduceSum": False}  # kind -> the global loss is the replicas' mean

@@ -109,6 +109,8 @@ def test_semi_auto_dp2_mp4_accumulates_per_replica_and_reduces_once(reduction):
     once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
     # one reduction of each parameter's model-parallel slice (w1 (16, 64/4), w2 (64/4, 16)) and of the loss
     assert once == sorted([(), (16, 16), (16, 16)])
+    # the micro-batch's graph and one replica's rows' graph, each traced and planned once, and timed
+    assert (train.program.counts.traces, train.program.counts.plans) == (2, 2) and train.program.compile_seconds > 0
 
 
 class _SquaredMeanError(nn.Cell):
