@@ -72,27 +72,32 @@ class NotSeparable(Exception):
     """Why a planned graph cannot be split into data-parallel replicas (the notice's text)."""
 
 
-def data_parallel_axes(graph: Graph, mesh_sizes: dict[str, int]) -> tuple[str, ...]:
-    """The leading mesh axes splitting dimension 0 of every batched input and no trainable parameter."""
+def data_parallel_axes(graph: Graph, mesh_sizes: dict[str, int]) -> tuple[tuple[str, ...], str]:
+    """The leading mesh axes splitting dimension 0 of every batched input and no trainable parameter, and, when
+    there are none although the batch is split, why."""
     specs = graph.meta.get("value_specs", {})
     prefix: tuple[str, ...] | None = None
-    used: set[str] = set()
+    used: dict[str, str] = {}
     for vid in graph.inputs:
         value = graph.values[vid]
         spec = specs.get(vid)
         if spec is None:
             continue
         if value.kind == "param":
-            used.update(a for axes in spec for a in axes)
+            used.update((a, value.name) for axes in spec for a in axes)
         elif value.kind == "input" and value.shape:
             first = tuple(spec[0]) if spec else ()
             prefix = first if prefix is None else _common_prefix(prefix, first)
+    prefix = tuple(a for a in prefix or () if mesh_sizes.get(a, 1) > 1)
     axes: list[str] = []
-    for a in prefix or ():
+    for a in prefix:
         if a in used:
             break
         axes.append(a)
-    return tuple(a for a in axes if mesh_sizes.get(a, 1) > 1)
+    if axes or not prefix:
+        return tuple(axes), ""
+    return (), (f"the batch's leading mesh axis '{prefix[0]}' also splits Parameter '{used[prefix[0]]}' (no "
+                f"data-parallel axis to run replicas over)")
 
 
 def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
@@ -181,29 +186,30 @@ def check_separable(whole: Graph, replica: Graph, axes: tuple[str, ...], replica
 
 
 def replica_split(whole: Graph, mesh: Mesh | None, avals: Sequence[jax.ShapeDtypeStruct],
-                  plan_replica: Callable[[list[jax.ShapeDtypeStruct]], Graph], why: str) -> ReplicaSplit | None:
-    """The per-replica form of the planned ``whole`` graph (traced for ``avals``), or None (said once, naming
-    the reason) when it has none. ``plan_replica(avals)`` traces and plans the network for other input avals."""
+                  plan_replica: Callable[[list[jax.ShapeDtypeStruct]], Graph], why: str,
+                  fallback: str) -> ReplicaSplit | None:
+    """The per-replica form of the planned ``whole`` graph (traced for ``avals``), or None when it has none
+    (said once: ``why`` the split was wanted, the ``fallback`` that happens instead, and the reason).
+    ``plan_replica(avals)`` traces and plans the network for other input avals."""
     if mesh is None or whole is None:
         return None
     sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
-    axes = data_parallel_axes(whole, sizes)
-    if not axes:
-        return None  # no data-parallel axis: nothing is reduced over replicas
-    replicas = int(np.prod([sizes[a] for a in axes]))
+    axes, why_none = data_parallel_axes(whole, sizes)
     try:
+        if why_none:
+            raise NotSeparable(why_none)
+        if not axes:
+            return None  # the batch is not split: there are no data-parallel replicas
+        replicas = int(np.prod([sizes[a] for a in axes]))
         if any(a.shape and a.shape[0] % replicas for a in avals):
             raise NotSeparable(f"a batch dimension does not divide by the {replicas} data-parallel replicas")
         try:
             graph = plan_replica(replica_avals(avals, replicas))
-        except NotSeparable:
-            raise
         except Exception as exc:  # the network's own shapes may fix the batch size
             raise NotSeparable(f"the network does not trace for one replica's rows "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
         mean = check_separable(whole, graph, axes, replicas)
     except NotSeparable as exc:
-        notice_once(f"replica-split:{why}:{exc}",
-                    f"{why}: the data-parallel gradient reduction stays inside each micro-batch because {exc}")
+        notice_once(f"replica-split:{why}:{exc}", f"{why}: {fallback} because {exc}")
         return None
     return ReplicaSplit(mesh, axes, replicas, mean, graph)

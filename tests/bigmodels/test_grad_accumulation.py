@@ -138,7 +138,8 @@ def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_say
         return train
 
     train = run(4)
-    assert "data-parallel gradient reduction stays inside each micro-batch because op 'mean'" in notices.text
+    assert ("gradient accumulation: the data-parallel gradient reduction is made once per micro-batch because op "
+            "'mean' (ReduceMean") in notices.text
     hlo = train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
     dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert any(c.groups == dp_groups for c in loop_collectives(hlo))  # reduced per micro-batch, as said
