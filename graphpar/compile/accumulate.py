@@ -3,12 +3,13 @@
 The global batch is cut into ``micro_size`` micro-batches *device-locally*: each device's rows of the batch are split
 into ``micro_size`` slices and micro-batch ``i`` is slice ``i`` of every device, so cutting moves no data. (MindSpore
 cuts the batch into contiguous slices; every sample still lands in exactly one micro-batch of the same size, so the
-accumulated gradient of any per-sample loss is the same.) Every input is cut by the same blocks — the fewest
-devices any batched input's first dimension is split over (:func:`cut_blocks`) — so micro-batch ``i`` of the ids
-and of the labels hold the same samples even when the plan splits them over different device counts (a label
-vector of ``batch * seq`` tokens split further than the ``(batch, seq)`` ids); only then may cutting move data. The plan is traced and planned once for the micro-batch
-shape; the scan runs it ``micro_size`` times and carries the parameters' gradients, the non-trainable state (each
-micro-batch sees the statistics the previous one left, as MindSpore's sequential micro-batches do) and the loss.
+accumulated gradient of any per-sample loss is the same.) Every input is cut by the same blocks of rows — the
+fewest devices any batched input's first dimension is split over (:func:`cut_blocks`) — so micro-batch ``i`` of
+the ids and of the labels hold the same samples even when the plan splits them over different device counts (a
+label vector of ``batch * seq`` tokens split further than the ``(batch, seq)`` ids); only then may cutting move
+data. The plan is traced and planned once for the micro-batch shape; the scan runs it ``micro_size`` times and
+carries the parameters' gradients, the non-trainable state (each micro-batch sees the statistics the previous one
+left, as MindSpore's sequential micro-batches do) and the loss.
 
 Where the gradients are reduced:
 
@@ -16,11 +17,15 @@ Where the gradients are reduced:
   per-replica gradients with a leading replica axis, sharded over the devices: no communication inside the scan.
   After it, one sum over that axis (one all-reduce per gradient, or a reduce-scatter into the parallel optimizer's
   storage layout) — exactly one gradient reduction per optimizer step.
+* SEMI_AUTO/AUTO whose planned graph splits into data-parallel replicas (``compile.replica_split``): the same, with
+  one replica's planned graph under ``vmap(spmd_axis_name=<data-parallel axes>)``; its model-parallel layouts and
+  collectives stay inside each micro-batch.
 * With the parallel optimizer at level2/level3 or ``gradient_accumulation_shard``, the carry is kept in the
   sharded storage layout instead: a reduce-scatter per micro-batch, 1/g of the accumulation memory.
-* SEMI_AUTO/AUTO and STAND_ALONE: the gradient of each micro-batch's planned global loss is accumulated; XLA
-  reduces partial sums inside each micro-batch (JAX has no public "unreduced" layout to carry them), so these plans
-  reduce once per micro-batch. STAND_ALONE has nothing to reduce.
+* Other SEMI_AUTO/AUTO graphs and STAND_ALONE: the gradient of each micro-batch's planned global loss is
+  accumulated; XLA reduces partial sums inside each micro-batch (JAX's auto-sharding mode has no public
+  "unreduced" layout to carry them), so these plans reduce once per micro-batch (said once, with the reason).
+  STAND_ALONE has nothing to reduce.
 
 The loss reported is the sum of the micro-batch losses, as MindSpore's wrapper returns.
 """
@@ -83,8 +88,9 @@ def check_batch(shapes: Sequence[tuple[int, ...]], micro: int, splits: Sequence[
         if shape and shape[0] % (d * micro):
             raise DatasetError(
                 f"gradient accumulation (micro_size={micro}): input {i} has global batch shape {tuple(shape)}; its "
-                f"first dimension, split over {d} device(s), must divide into {micro} equal micro-batches per "
-                f"device; use a global batch size that is a multiple of {d * micro}")
+                f"first dimension, cut in {d} block(s) of rows (one per device splitting the inputs), must divide "
+                f"into {micro} equal micro-batches per block; use a global batch size that is a multiple of "
+                f"{d * micro}")
 
 
 def _stack(x: Any, micro: int, sharding: Any, d: int) -> Any:

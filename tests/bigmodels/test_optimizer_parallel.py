@@ -133,8 +133,9 @@ from tests.bigmodels.nets import DeepFFN, data
 out = {}
 for level in ("level1", "level3"):
     ms.reset_auto_parallel_context()
+    config = {"parallel_optimizer_threshold": 0, "optimizer_level": level}
     ms.set_auto_parallel_context(parallel_mode="data_parallel", enable_parallel_optimizer=True,
-                                 parallel_optimizer_config={"parallel_optimizer_threshold": 0, "optimizer_level": level})
+                                 parallel_optimizer_config=config)
     net = DeepFFN(256, 8)
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.01))
     out[level] = train.program.lower_step(list(data(64, 256, 256))).compile().memory_analysis().temp_size_in_bytes
