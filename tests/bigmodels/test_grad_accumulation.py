@@ -169,3 +169,14 @@ def test_gpt_semi_auto_dp2_mp4_four_micro_batches_equal_the_whole_batch_reduced_
     once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
     shards = sorted(p.get_raw_value().addressable_shards[0].data.shape for p in accumulated.trainable_params())
     assert once == sorted(shards + [()])  # each parameter's gradient slice once, and the loss
+
+
+def test_inputs_split_over_different_device_counts_are_cut_by_the_same_blocks():
+    from graphpar.compile.accumulate import check_batch, cut_blocks
+
+    # (batch, seq) ids over 4 devices and (batch * seq,) labels over 8: cut in 4 blocks, so micro-batch i of both
+    # holds the same samples
+    assert cut_blocks([(16, 16), (256,), ()], [4, 8, 1]) == 4
+    assert cut_blocks([(24, 4), (24,)], [2, 3]) == 1  # no common block structure: contiguous micro-batches
+    with pytest.raises(DatasetError, match="micro_size=4"):
+        check_batch([(8, 16), (128,)], 4, [4, 8])  # 8 rows in 4 blocks cannot give 4 micro-batches per block
