@@ -339,12 +339,17 @@ class TrainProgram:
 
     def lower_step(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
         """The ``jax.stages.Lowered`` train step for ``inputs`` (a fresh lowering: dumps and benchmarks)."""
+        return self.lowered(inputs).lowered
+
+    def lowered(self, inputs: Sequence[Any]) -> Lowered:
+        """The lowered stage of the train step for ``inputs``, freshly lowered; its ``seconds`` time the lowering
+        alone (the optimizer state it needs is made first, outside that time)."""
         ns = self.state
         avals = self._step_avals(inputs, False)
         with CompileProgress(self.orchestrator.what) as progress:
             _, planned = self._planned(ns, avals, progress)
         signature, arg_avals = self._signature(ns, planned.layout, avals, self._opt_state(ns, planned.layout), None)
-        return lower(self._step(planned, ns), signature, arg_avals, planned).lowered
+        return lower(self._step(planned, ns), signature, arg_avals, planned)
 
     def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
         """Global shapes and dtypes of one step's inputs as last run (None before the first step): what
