@@ -98,12 +98,14 @@ def main(argv: list[str]) -> int:
     if not only or "bigmodels" in only:
         from bench.bigmodels import bench_bigmodels
 
-        rows, (plain, recomputed), baseline = bench_bigmodels()
+        rows, scheduled, baseline = bench_bigmodels()
         print("Bigger models (issue 12): DATA_PARALLEL on the 8 devices, 8 FFN blocks d=128, batch 2048, Adam; "
               "per device: parameters + optimizer state (state_mb) and the step's temp memory (temp_mb)")
         print(_table(rows, ["feature", "off_ms", "on_ms", "on/off", "state_mb_off", "state_mb_on", "temp_mb_off",
                             "temp_mb_on"]))
-        print(f"recompute with XLA's memory scheduler on CPU: temp {plain:.1f} MB -> {recomputed:.1f} MB")
+        print(f"with XLA's memory scheduler on CPU: temp {scheduled['plain']:.1f} MB -> recompute "
+              f"{scheduled['recompute']:.1f} MB; parallel optimizer level1 {scheduled['level1']:.1f} MB -> level3 "
+              f"{scheduled['level3']:.1f} MB")
         print("Parallel optimizer against ZeRO written by hand in JAX (goal ratio <= 1.05)")
         print(_table([baseline], ["model", "graphpar_ms", "handwritten_ms", "ratio"]), "\n", flush=True)
     if not only or "search" in only:

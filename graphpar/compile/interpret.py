@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jcore
 from jax.sharding import Mesh, NamedSharding
@@ -93,16 +94,17 @@ class Step:
     communication: bool
 
 
-def prepare(graph: Graph, mesh: Mesh | None) -> dict[int, Step]:
+def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = frozenset()) -> dict[int, Step]:
     """Each node's :class:`Step` (by node id). With ``mesh``, an input is pinned only where its layout changes (a
     redistribution; elsewhere the producer's output pin or the storage layout already holds) and every output is
-    pinned to its planned layout."""
+    pinned to its planned layout, less the ``vmapped_axes`` (see :func:`evaluate`)."""
     shardings: dict[Any, NamedSharding] = {}
 
     def sharding(spec: Any) -> NamedSharding:
         found = shardings.get(spec)
         if found is None:
-            found = shardings[spec] = NamedSharding(mesh, to_partition_spec(spec))
+            kept = tuple(tuple(a for a in axes if a not in vmapped_axes) for axes in spec) if vmapped_axes else spec
+            found = shardings[spec] = NamedSharding(mesh, to_partition_spec(kept))
         return found
 
     layout: dict[int, Any] = dict(graph.meta.get("value_specs", {})) if mesh is not None else {}
@@ -173,8 +175,10 @@ def _pin(xs: list[Any], pins: tuple[Pin, ...], name_comm: bool) -> list[Any]:
     return xs
 
 
-def run_step(step: Step, env: dict[int, Any], name_comm: bool = False) -> None:
-    """Evaluate one prepared node, reading its inputs from and writing its outputs to ``env``."""
+def run_step(step: Step, env: dict[int, Any], name_comm: bool = False, from_batch: set[int] | None = None) -> None:
+    """Evaluate one prepared node, reading its inputs from and writing its outputs to ``env``. ``from_batch``: the
+    values computed from the batch so far, whose node outputs are named activations (the parallel optimizer's
+    level3, ``compile.recompute.naming_activations``)."""
     node = step.node
     with jax.named_scope(node.label):
         xs = [env[v] for v in node.inputs]
@@ -185,20 +189,31 @@ def run_step(step: Step, env: dict[int, Any], name_comm: bool = False) -> None:
             outs = _pin(list(outs), step.out_pins, False)
         if name_comm and step.communication:
             outs = [_named(o, True) for o in outs]
+        if from_batch is not None and any(v in from_batch for v in node.inputs):
+            from_batch.update(node.outputs)
+            outs = [checkpoint_name(o, recompute.ACTIVATION) if jnp.issubdtype(o.dtype, jnp.inexact) else o
+                    for o in outs]
     env.update(zip(node.outputs, outs))
 
 
-def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None) -> list[Any]:
-    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned."""
-    steps = prepare(graph, mesh)
+def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
+             vmapped_axes: frozenset[str] = frozenset()) -> list[Any]:
+    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned.
+
+    ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
+    accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout."""
+    steps = prepare(graph, mesh, vmapped_axes)
     env: dict[int, Any] = {vid: value.const for vid, value in graph.values.items() if value.kind == "const"}
     env.update(zip(graph.inputs, args))
+    # level3 of the parallel optimizer: name the values computed from the batch (compile.recompute)
+    from_batch = ({v for v in graph.inputs if graph.values[v].kind == "input"} if recompute.names_activations()
+                  else None)
     for config, nodes in recompute.segments(graph):
         if config is None:
             for node in nodes:
-                run_step(steps[node.id], env)
+                run_step(steps[node.id], env, from_batch=from_batch)
         else:
-            _run_checkpointed(graph, [steps[node.id] for node in nodes], config, env)
+            _run_checkpointed(graph, [steps[node.id] for node in nodes], config, env, from_batch)
     return [env[v] for v in graph.outputs]
 
 
@@ -206,7 +221,8 @@ def _named(x: Any, name_comm: bool) -> Any:
     return checkpoint_name(x, recompute.COMM) if name_comm else x
 
 
-def _run_checkpointed(graph: Graph, steps: Sequence[Step], config: Any, env: dict[int, Any]) -> None:
+def _run_checkpointed(graph: Graph, steps: Sequence[Step], config: Any, env: dict[int, Any],
+                      from_batch: set[int] | None = None) -> None:
     """Evaluate a run of recomputed nodes inside ``jax.checkpoint``: its inputs are the values it reads from
     outside (constants are closed over), its outputs those read after it."""
     nodes = [step.node for step in steps]
@@ -222,7 +238,7 @@ def _run_checkpointed(graph: Graph, steps: Sequence[Step], config: Any, env: dic
         local = dict(consts)
         local.update(zip(ext, args))
         for step in steps:
-            run_step(step, local, name_comm=not config.mp_comm_recompute)
+            run_step(step, local, name_comm=not config.mp_comm_recompute, from_batch=from_batch)
         return [local[v] for v in needed]
 
     outs = jax.checkpoint(segment, policy=config.policy())(*[env[v] for v in ext])

@@ -101,7 +101,7 @@ class TrainProgram:
         self._memo: _Dispatch | None = None
         self._written: tuple[Compiled, list, list] | None = None
         self._in_flight: collections.deque = collections.deque()
-        advise_cpu_scheduler(self.network, self.plan.devices[0].platform)
+        advise_cpu_scheduler(self.network, self.plan.devices[0].platform, self.opt_config.regather_for_backward)
 
     # --- what it is made of ------------------------------------------------------------------------------------
     @property
@@ -165,8 +165,9 @@ class TrainProgram:
         (``compile.accumulate``), with parameters gathered from their parallel-optimizer storage."""
         opt = self.optimizer_sharding(ns, planned.layout)
         parts = self.step_parts(planned, ns)
-        if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size):
-            return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size)
+        split = accumulate.planned_split(self.plan, planned, ns, opt, self.micro_size, self.orchestrator.cache)
+        if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size, split):
+            return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size, split)
         if not opt.active:
             return train_step(parts, ns)
         return train_step(dataclasses.replace(parts, gradient=opt.gradient), ns)
