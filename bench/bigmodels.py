@@ -8,9 +8,11 @@ the arrays' addressable shards) and the compiled step's temporary memory (``memo
   place of the all-reduce);
 * gradient accumulation (4 micro-batches): the same global batch of 4 x the micro-batch; activations of one
   micro-batch alive at a time;
+* parallel optimizer level3: the backward pass gathers the weights again instead of keeping them;
 * recompute (every block of an 8-block FFN): activations recomputed in the backward pass. On CPU XLA's default
   scheduler hoists recomputation (see ``graphpar.compile.recompute``); ``make bench`` passes no scheduler flag, so
-  this row shows the default behaviour, and the temp memory with the memory scheduler is measured in a subprocess.
+  these rows show the default behaviour, and the temp memory with the memory scheduler (recompute, level1 and
+  level3) is measured in a subprocess.
 """
 
 from __future__ import annotations
@@ -91,19 +93,24 @@ def _row(feature: str, off: dict, on: dict, calls: int) -> dict:
 _SCHEDULER_PROBE = """
 import json, numpy as np
 from bench.bigmodels import _build
-print(json.dumps([_build(128, 8, 2048, recompute=r)[2] for r in (False, True)]))
+out = {"plain": _build(128, 8, 2048)[2], "recompute": _build(128, 8, 2048, recompute=True)[2]}
+for level in ("level1", "level3"):
+    out[level] = _build(128, 8, 2048, enable_parallel_optimizer=True, parallel_optimizer_config={
+        "parallel_optimizer_threshold": 0, "optimizer_level": level})[2]
+print(json.dumps(out))
 """
 
 
-def _temp_with_memory_scheduler() -> tuple[float, float]:
+def _temp_with_memory_scheduler() -> dict[str, float]:
+    """Temp MB of the step with XLA's memory-minimizing CPU scheduler (a fresh process): plain, every block
+    recomputed, and the parallel optimizer at level1 and level3 (weights gathered again for the backward pass)."""
     from graphpar.compile.recompute import MEMORY_SCHEDULER_FLAG
 
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {MEMORY_SCHEDULER_FLAG}",
                PYTHONPATH=os.getcwd())
     out = subprocess.run([sys.executable, "-c", _SCHEDULER_PROBE], env=env, capture_output=True, text=True,
                          timeout=600)
-    off, on = json.loads(out.stdout.strip().splitlines()[-1])
-    return off / 2 ** 20, on / 2 ** 20
+    return {k: v / 2 ** 20 for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
 
 def _handwritten_zero(train, placed):
@@ -151,7 +158,7 @@ def _handwritten_zero(train, placed):
     return run
 
 
-def bench_bigmodels(calls: int = 10) -> tuple[list[dict], tuple[float, float], dict]:
+def bench_bigmodels(calls: int = 10) -> tuple[list[dict], dict[str, float], dict]:
     base = {"d": 128, "layers": 8, "batch": 2048}
     t_on, p_on, _ = _build(**base, enable_parallel_optimizer=True,
                            parallel_optimizer_config={"parallel_optimizer_threshold": 0})
@@ -162,6 +169,10 @@ def bench_bigmodels(calls: int = 10) -> tuple[list[dict], tuple[float, float], d
     rows = [
         _row("parallel optimizer (level1)", base, {**base, "enable_parallel_optimizer": True,
                                                      "parallel_optimizer_config": {"parallel_optimizer_threshold": 0}},
+             calls),
+        _row("parallel optimizer (level3)", base, {**base, "enable_parallel_optimizer": True,
+                                                     "parallel_optimizer_config": {"parallel_optimizer_threshold": 0,
+                                                                                   "optimizer_level": "level3"}},
              calls),
         _row("grad accumulation x4 (same global batch)", base, {**base, "micro": 4}, calls),
         _row("recompute every block", base, {**base, "recompute": True}, calls),

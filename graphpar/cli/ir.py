@@ -20,8 +20,8 @@ from graphpar.dump.model import DumpError, TensorType, layout_text, strategy_tex
 from graphpar.dump.reader import read_dump
 
 # --- rendering ------------------------------------------------------------------------------------------------------
-_NO_WRAP = {"node", "op", "kind", "strategy", "strategy A", "strategy B", "bytes", "bytes A", "bytes B", "delta",
-            "edge cost", "status", "split", "role"}
+_NO_WRAP = {"node", "op", "kind", "strategy", "strategy A", "strategy B", "bytes", "wire bytes", "bytes A", "bytes B",
+            "delta", "edge cost", "status", "split", "role"}
 
 
 
@@ -174,8 +174,12 @@ def _print_pipeline(p: dict[str, Any]) -> None:
                 [[str(s), o["ranks"], " ".join(o["actions"]), f"{o['peak_live']} / {p['peak_live'].get(s, '-')}"]
                  for s, o in sorted(p["orders"].items())], title="schedule")
     rows = [[t["pass"], str(t["micro"]), f"{t['src_stage']} -> {t['dest_stage']}", "send" if k == "sends" else "receive",
-             str(t["bytes"])] for k in ("sends", "receives") for t in p[k]]
-    _emit_table(["pass", "micro", "stages", "this rank", "bytes"], rows, title="transfers of this rank's stage")
+             str(t["bytes"]), f"{t['wire_bytes']:g}" if "wire_bytes" in t else "-"]
+            for k in ("sends", "receives") for t in p[k]]
+    _emit_table(["pass", "micro", "stages", "this rank", "bytes", "wire bytes"], rows,
+                title="transfers of this rank's stage")
+    for kind, total in p.get("totals", {}).items():
+        print(f"{kind} bytes per step per device (rank's stage): raw {total['bytes']}, wire {total['wire_bytes']:g}")
 
 
 def _print_diff(data: dict[str, Any], show_all: bool) -> None:

@@ -3,9 +3,13 @@
 The global batch is cut into ``micro_size`` micro-batches *device-locally*: each device's rows of the batch are split
 into ``micro_size`` slices and micro-batch ``i`` is slice ``i`` of every device, so cutting moves no data. (MindSpore
 cuts the batch into contiguous slices; every sample still lands in exactly one micro-batch of the same size, so the
-accumulated gradient of any per-sample loss is the same.) The plan is traced and planned once for the micro-batch
-shape; the scan runs it ``micro_size`` times and carries the parameters' gradients, the non-trainable state (each
-micro-batch sees the statistics the previous one left, as MindSpore's sequential micro-batches do) and the loss.
+accumulated gradient of any per-sample loss is the same.) Every input is cut by the same blocks of rows — the
+fewest devices any batched input's first dimension is split over (:func:`cut_blocks`) — so micro-batch ``i`` of
+the ids and of the labels hold the same samples even when the plan splits them over different device counts (a
+label vector of ``batch * seq`` tokens split further than the ``(batch, seq)`` ids); only then may cutting move
+data. The plan is traced and planned once for the micro-batch shape; the scan runs it ``micro_size`` times and
+carries the parameters' gradients, the non-trainable state (each micro-batch sees the statistics the previous one
+left, as MindSpore's sequential micro-batches do) and the loss.
 
 Where the gradients are reduced:
 
@@ -13,11 +17,15 @@ Where the gradients are reduced:
   per-replica gradients with a leading replica axis, sharded over the devices: no communication inside the scan.
   After it, one sum over that axis (one all-reduce per gradient, or a reduce-scatter into the parallel optimizer's
   storage layout) — exactly one gradient reduction per optimizer step.
+* SEMI_AUTO/AUTO whose planned graph splits into data-parallel replicas (``compile.replica_split``): the same, with
+  one replica's planned graph under ``vmap(spmd_axis_name=<data-parallel axes>)``; its model-parallel layouts and
+  collectives stay inside each micro-batch.
 * With the parallel optimizer at level2/level3 or ``gradient_accumulation_shard``, the carry is kept in the
   sharded storage layout instead: a reduce-scatter per micro-batch, 1/g of the accumulation memory.
-* SEMI_AUTO/AUTO and STAND_ALONE: the gradient of each micro-batch's planned global loss is accumulated; XLA
-  reduces partial sums inside each micro-batch (JAX has no public "unreduced" layout to carry them), so these plans
-  reduce once per micro-batch. STAND_ALONE has nothing to reduce.
+* Other SEMI_AUTO/AUTO graphs and STAND_ALONE: the gradient of each micro-batch's planned global loss is
+  accumulated; XLA reduces partial sums inside each micro-batch (JAX's auto-sharding mode has no public
+  "unreduced" layout to carry them), so these plans reduce once per micro-batch (said once, with the reason).
+  STAND_ALONE has nothing to reduce.
 
 The loss reported is the sum of the micro-batch losses, as MindSpore's wrapper returns.
 """
@@ -25,6 +33,7 @@ The loss reported is the sum of the micro-batch losses, as MindSpore's wrapper r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -32,12 +41,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from graphpar.compile.cache import ProgramKey
+from graphpar.compile.interpret import evaluate
 from graphpar.compile.opt_shard import OptimizerSharding
 from graphpar.compile.plan import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
+from graphpar.compile.recompute import naming_activations
 from graphpar.compile.replica import replica_axis
+from graphpar.compile.replica_split import ReplicaSplit, plan_graph, replica_split
 from graphpar.compile.state import NetworkState
 from graphpar.compile.step import StepParts
 from graphpar.errors import DatasetError
+from graphpar.parallel.optimizer_parallel import canonical_spec
 from graphpar.parallel.strategy import to_partition_spec
 
 
@@ -56,19 +70,32 @@ def micro_avals(avals: Sequence[jax.ShapeDtypeStruct], micro: int) -> list[jax.S
             for a in avals]
 
 
+def cut_blocks(shapes: Sequence[tuple[int, ...]], splits: Sequence[int]) -> int:
+    """How many blocks of rows every batched input is cut in before its micro-batches are taken (the same for all
+    inputs, see the module docstring): the smallest first-dimension split when it divides all the others, else 1
+    (contiguous micro-batches, as MindSpore cuts them)."""
+    batched = [d for shape, d in zip(shapes, splits) if shape]
+    if not batched:
+        return 1
+    least = min(batched)
+    return least if all(d % least == 0 for d in batched) else 1
+
+
 def check_batch(shapes: Sequence[tuple[int, ...]], micro: int, splits: Sequence[int]) -> None:
-    """Every batched input must cut into ``micro`` equal micro-batches on every device."""
-    for i, (shape, d) in enumerate(zip(shapes, splits)):
+    """Every batched input must cut into ``micro`` equal micro-batches in every block of rows."""
+    d = cut_blocks(shapes, splits)
+    for i, shape in enumerate(shapes):
         if shape and shape[0] % (d * micro):
             raise DatasetError(
                 f"gradient accumulation (micro_size={micro}): input {i} has global batch shape {tuple(shape)}; its "
-                f"first dimension, split over {d} device(s), must divide into {micro} equal micro-batches per "
-                f"device; use a global batch size that is a multiple of {d * micro}")
+                f"first dimension, cut in {d} block(s) of rows (one per device splitting the inputs), must divide "
+                f"into {micro} equal micro-batches per block; use a global batch size that is a multiple of "
+                f"{d * micro}")
 
 
-def _stack(x: Any, micro: int, sharding: Any) -> Any:
-    """``x`` as ``(micro, rows per micro-batch, ...)``, micro-batch ``i`` taking slice ``i`` of every device."""
-    d = dim0_split(sharding)
+def _stack(x: Any, micro: int, sharding: Any, d: int) -> Any:
+    """``x`` as ``(micro, rows per micro-batch, ...)``, micro-batch ``i`` taking slice ``i`` of each of the ``d``
+    blocks of rows."""
     b = x.shape[0] // (d * micro)
     y = jnp.swapaxes(x.reshape((d, micro, b) + x.shape[1:]), 0, 1).reshape((micro, d * b) + x.shape[1:])
     if isinstance(sharding, NamedSharding):
@@ -81,9 +108,9 @@ def _constrain(x: Any, sharding: Any) -> Any:
 
 
 def train_step(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding, parts: StepParts,
-               sens: float, micro: int) -> Callable[..., Any]:
+               sens: float, micro: int, split: ReplicaSplit | None = None) -> Callable[..., Any]:
     """``compile.step.train_step`` with the gradient of ``micro`` micro-batches (``parts``' objective, parameter
-    cast, gradient transform and update are kept)."""
+    cast, gradient transform and update are kept); ``split``: a planned graph's per-replica form."""
     names = ns.param_names()
     layout = planned.layout
 
@@ -91,7 +118,7 @@ def train_step(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Optimiz
         shardings = [layout.input_sharding(i, tuple(np.shape(x))) for i, x in enumerate(inputs)]
         scale = parts.loss_scale(opt_state)  # mixed precision: the objective is scaled, the update unscales
         (loss, new_rest), grads = accumulated_value_and_grad(plan, planned, ns, opt, parts, list(pvals), list(rvals),
-                                                             inputs, sens, micro, shardings, scale)
+                                                             inputs, sens, micro, shardings, scale, split)
         pdict = dict(zip(names, pvals))
         gdict = parts.transform_gradients(dict(zip(names, grads)), pdict)
         new, opt_state = parts.update(gdict, opt_state, pdict)
@@ -100,12 +127,52 @@ def train_step(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Optimiz
     return step
 
 
+@dataclass(frozen=True)
+class Replicas:
+    """The per-replica form of a step: ``loss_and_state(params, rest, inputs)`` runs one replica's rows, the
+    replicas split ``axes`` of ``mesh`` (None: one device runs them all), and the objective is the replicas'
+    sum, divided by their number when ``mean``."""
+
+    loss_and_state: Callable[[Any, Any, Sequence[Any]], tuple[Any, Any]]
+    replicas: int
+    mesh: Any
+    axes: tuple[str, ...] | None
+    mean: bool
+    collectives_axis: bool  # DATA_PARALLEL: collective ops in construct reduce over the replica axis
+
+    def split(self, x: Any) -> Any:
+        return jnp.reshape(x, (self.replicas, x.shape[0] // self.replicas) + x.shape[1:])
+
+    def sharding(self) -> NamedSharding | None:
+        return NamedSharding(self.mesh, PartitionSpec(self.axes)) if self.mesh is not None and self.axes else None
+
+
+def _replicas_of(plan: ExecutionPlan, planned: Any, ns: NetworkState, split: ReplicaSplit | None) -> Replicas | None:
+    if isinstance(plan, DataParallelPlan):
+        def dp_loss(params, rest, inputs):
+            return plan._loss_and_state(planned, ns, params, rest, inputs)
+
+        return Replicas(dp_loss, plan.replicas, plan.mesh, plan._batch_axes, plan.gradients_mean, True)
+    if split is None:
+        return None
+    vmapped = frozenset(split.axes)
+
+    def planned_loss(params, rest, inputs):
+        flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
+        loss, *new_rest = evaluate(split.graph, flat, split.mesh, vmapped_axes=vmapped)
+        return loss, ns.rest.unflatten(new_rest)
+
+    return Replicas(planned_loss, split.replicas, split.mesh, split.axes, split.mean, False)
+
+
 def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
                                parts: StepParts, stored: list[Any], rvals: list[Any], inputs: Sequence[Any],
                                sens: float, micro: int, input_shardings: Sequence[Any],
-                               scale: Any = None) -> tuple[tuple[Any, list[Any]], list[Any]]:
+                               scale: Any = None, split: ReplicaSplit | None = None
+                               ) -> tuple[tuple[Any, list[Any]], list[Any]]:
     """``((summed loss, new rest leaves), gradients in the parameters' storage layout)`` of one accumulated step."""
-    stacks = [_stack(x, micro, s) if np.ndim(x) else None for x, s in zip(inputs, input_shardings)]
+    d = cut_blocks([tuple(np.shape(x)) for x in inputs], [dim0_split(s) for s in input_shardings])
+    stacks = [_stack(x, micro, s, d) if np.ndim(x) else None for x, s in zip(inputs, input_shardings)]
 
     def micro_inputs(xs: Sequence[Any]) -> list[Any]:
         return [x if st is None else m for x, st, m in zip(inputs, stacks, xs)]
@@ -113,9 +180,10 @@ def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkSta
     scan_xs = [s if s is not None else jnp.zeros((micro,), jnp.int32) for s in stacks]
     compute = opt.gather(stored)
     shard_carry = opt.config.shard_accumulated_gradients and opt.active and micro > 1
-    if isinstance(plan, DataParallelPlan):
-        return _data_parallel(plan, planned, ns, opt, parts, stored, compute, rvals, micro_inputs, scan_xs,
-                              sens if scale is None else sens * scale, shard_carry)
+    replicas = _replicas_of(plan, planned, ns, split)
+    if replicas is not None:
+        return _per_replica(replicas, ns, opt, parts, stored, compute, rvals, micro_inputs, scan_xs,
+                            sens if scale is None else sens * scale, shard_carry)
 
     def body(carry, xs):
         acc, rest, loss_sum = carry
@@ -135,85 +203,133 @@ def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkSta
     return (loss, rest), opt.to_storage(acc)
 
 
-def reduce_replicas(plan: DataParallelPlan, opt: OptimizerSharding, stacked: list[Any]) -> list[Any]:
+def reduce_replicas(replicas: Replicas, opt: OptimizerSharding, stacked: list[Any]) -> list[Any]:
     """Sum per-replica gradients ``(replicas, *shape)`` over the replicas, straight into each parameter's storage
-    layout: a reduce-scatter over its sharding group (``jax.lax.psum_scatter`` under ``shard_map``, so every
-    backend emits one, not an all-reduce and a slice) and a sum over the remaining replica axes; an all-reduce
-    for parameters stored whole."""
-    axes = plan._batch_axes
+    layout: a reduce-scatter over its sharding group (``jax.lax.psum_scatter`` under ``shard_map`` over the
+    replica axes, the model-parallel axes left to XLA, so every backend emits one, not an all-reduce and a slice)
+    and a sum over the remaining replica axes; an all-reduce for parameters stored whole."""
+    axes = replicas.axes or ()
     out = []
-    for a, shard in zip(stacked, opt.shards):
-        if not shard.sharded or plan.mesh is None:
-            out.append(jnp.sum(a, axis=0))
-            continue
+    for a, shard, compute in zip(stacked, opt.shards, opt.compute):
         group = shard.group_axes
+        if not shard.sharded or replicas.mesh is None or not set(group) <= set(axes):
+            s = jnp.sum(a, axis=0)
+            out.append(s if not shard.sharded else jax.lax.with_sharding_constraint(s, opt.storage[len(out)]))
+            continue
         others = tuple(x for x in axes if x not in group)
+        inner = canonical_spec(compute.spec, a.ndim - 1)
 
         def reduce(x, group=group, others=others):
             y = jax.lax.psum_scatter(x[0], group, scatter_dimension=0, tiled=True)
             return jax.lax.psum(y, others) if others else y
 
-        out.append(jax.shard_map(reduce, mesh=plan.mesh, in_specs=PartitionSpec(axes),
-                                 out_specs=to_partition_spec(shard.storage_spec), check_vma=False)(a))
+        manual = frozenset(axes) | {m for dim in inner for m in dim}
+        out.append(jax.shard_map(reduce, mesh=replicas.mesh, in_specs=to_partition_spec(((*axes,),) + inner),
+                                 out_specs=to_partition_spec(shard.storage_spec), axis_names=manual,
+                                 check_vma=False)(a))
     return out
 
 
-def uses_replica_gradients(plan: ExecutionPlan, opt: OptimizerSharding, micro: int) -> bool:
-    """Whether the step differentiates per replica (this module) rather than the plan's summed objective:
-    gradient accumulation, or DATA_PARALLEL with sharded parameters (for the explicit reduce-scatter)."""
-    return micro > 1 or (isinstance(plan, DataParallelPlan) and opt.active)
+def uses_replica_gradients(plan: ExecutionPlan, opt: OptimizerSharding, micro: int,
+                           split: ReplicaSplit | None = None) -> bool:
+    """Whether the step runs in this module rather than ``compile.step``: gradient accumulation, or sharded
+    parameters of a per-replica step (DATA_PARALLEL, or a ``split`` planned one: the explicit reduce-scatter)."""
+    return micro > 1 or (opt.active and (isinstance(plan, DataParallelPlan) or split is not None))
 
 
-def _data_parallel(plan: DataParallelPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
-                   parts: StepParts, stored: list[Any],
-                   compute: list[Any], rvals: list[Any], micro_inputs: Any, scan_xs: list[Any], sens: float,
-                   shard_carry: bool):
-    replicas = plan.replicas
-    axes = plan._batch_axes
-    per_replica_sharding = (NamedSharding(plan.mesh, PartitionSpec(axes)) if plan.mesh is not None and axes
-                            else None)
-
+def _per_replica(replicas: Replicas, ns: NetworkState, opt: OptimizerSharding, parts: StepParts,
+                 stored: list[Any], compute: list[Any], rvals: list[Any], micro_inputs: Any, scan_xs: list[Any],
+                 sens: float, shard_carry: bool):
+    n = replicas.replicas
+    axes = replicas.axes
+    per_replica_sharding = replicas.sharding()
     regather = opt.config.regather_for_backward and opt.active
 
     def per_replica(p, rest, local_inputs):
         def objective(p):
             if regather:  # level3: p is the stored parameters; backward gathers them again
                 p = opt.gather_for_recompute(p)
-            loss, new_rest = plan._loss_and_state(planned, ns, parts.cast_params(ns.params.unflatten(p)),
-                                                  ns.rest.unflatten(rest), local_inputs)
+            loss, new_rest = replicas.loss_and_state(parts.cast_params(ns.params.unflatten(p)),
+                                                     ns.rest.unflatten(rest), local_inputs)
             return _objective_of(loss, sens), (jnp.asarray(loss), jax.tree.leaves(new_rest))
 
-        if regather:
-            objective = jax.checkpoint(objective, policy=opt.recompute_policy())
-        (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(p)
+        if not regather:
+            (_, (loss, new_rest)), g = jax.value_and_grad(objective, has_aux=True)(p)
+            return g, loss, new_rest
+        with naming_activations():  # level3: backward keeps the activations only and gathers the weights again
+            (_, (loss, new_rest)), g = jax.value_and_grad(jax.checkpoint(objective, policy=opt.recompute_policy()),
+                                                          has_aux=True)(p)
         return g, loss, new_rest
 
     def body(carry, xs):
         acc, rest, loss_sum = carry
-        local = [plan._split(x) for x in micro_inputs(xs)]
-        with replica_axis(REPLICA_AXIS):
-            g, losses, new_rests = jax.vmap(per_replica, in_axes=(None, None, 0), axis_name=REPLICA_AXIS,
-                                            spmd_axis_name=axes)(p_compute, rest, local)
+        local = [replicas.split(x) for x in micro_inputs(xs)]
+        run = jax.vmap(per_replica, in_axes=(None, None, 0), axis_name=REPLICA_AXIS, spmd_axis_name=axes)
+        if replicas.collectives_axis:
+            with replica_axis(REPLICA_AXIS):
+                g, losses, new_rests = run(p_compute, rest, local)
+        else:
+            g, losses, new_rests = run(p_compute, rest, local)
         new_rest = [jnp.mean(v, axis=0).astype(v.dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v[0]
                     for v in new_rests]
         if shard_carry:  # reduce each micro-batch's gradients into the sharded storage layout
-            g = reduce_replicas(plan, opt, g)
+            g = reduce_replicas(replicas, opt, g)
         else:  # keep each replica's own gradient: nothing crosses devices inside the scan
-            g = [_constrain(gi, per_replica_sharding) for gi in g]
+            g = [_constrain(gi, _stacked_sharding(per_replica_sharding, c)) for gi, c in zip(g, opt.compute)]
         acc = [a + gi.astype(a.dtype) for a, gi in zip(acc, g)]
-        # each replica's loss too is summed locally, and averaged over replicas once after the scan
+        # each replica's loss too is summed locally, and combined over replicas once after the scan
         return (acc, new_rest, loss_sum + _constrain(losses.astype(jnp.float32), per_replica_sharding)), None
 
     p_compute = stored if regather else compute
     if shard_carry:
         zeros = [_constrain(jnp.zeros(p.shape, p.dtype), st) for p, st in zip(compute, opt.storage)]
     else:
-        zeros = [_constrain(jnp.zeros((replicas,) + p.shape, p.dtype), per_replica_sharding) for p in compute]
-    losses0 = _constrain(jnp.zeros((replicas,), jnp.float32), per_replica_sharding)
+        zeros = [_constrain(jnp.zeros((n,) + p.shape, p.dtype), _stacked_sharding(per_replica_sharding, c))
+                 for p, c in zip(compute, opt.compute)]
+    losses0 = _constrain(jnp.zeros((n,), jnp.float32), per_replica_sharding)
     (acc, rest, losses), _ = jax.lax.scan(body, (zeros, list(rvals), losses0), scan_xs)
-    loss = jnp.mean(losses)
+    loss = jnp.mean(losses) if replicas.collectives_axis or replicas.mean else jnp.sum(losses)
     if not shard_carry:
-        acc = reduce_replicas(plan, opt, acc)  # the one gradient reduction of the step
-    if plan.gradients_mean:
-        acc = [a / replicas for a in acc]
+        acc = reduce_replicas(replicas, opt, acc)  # the one gradient reduction of the step
+    if replicas.mean:
+        acc = [a / n for a in acc]
     return (loss, rest), acc
+
+
+def _stacked_sharding(replica_sharding: NamedSharding | None, compute: Any) -> NamedSharding | None:
+    """Per-replica values ``(replicas, *shape)``: the replica axis split like the replicas, the rest as ``compute``
+    lays the parameter out."""
+    if replica_sharding is None:
+        return None
+    inner = tuple(compute.spec) if isinstance(compute, NamedSharding) else ()
+    return NamedSharding(replica_sharding.mesh, PartitionSpec(replica_sharding.spec[0], *inner))
+
+
+def planned_split(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding, micro: int,
+                  cache: Any) -> ReplicaSplit | None:
+    """A SEMI_AUTO/AUTO step's per-replica form, when it accumulates gradients or shards parameters (so its
+    data-parallel reduction happens once per step, as a reduce-scatter into the shards); None otherwise.
+    ``cache``: the program's compile cache (the replica graph is planned once per program, and counted)."""
+    if isinstance(plan, DataParallelPlan) or plan.pynative or planned.graph is None or not (micro > 1 or opt.active):
+        return None
+    whole = planned.graph
+    avals = [jax.ShapeDtypeStruct(tuple(whole.values[v].shape), whole.values[v].dtype)
+             for v in whole.inputs if whole.values[v].kind == "input"]
+
+    def plan_replica(replica_avals: list[jax.ShapeDtypeStruct]) -> Any:
+        key = ProgramKey.of("train", ns.structure, replica_avals, ("replica",))
+
+        def build():
+            built = plan_graph(plan, ns, replica_avals)
+            cache.count("traces")
+            cache.count("plans")
+            return built
+
+        return cache.planned.get_or_build(key, build)[0].graph
+
+    if micro > 1:
+        why, fallback = "gradient accumulation", "the data-parallel gradient reduction is made once per micro-batch"
+    else:
+        why, fallback = ("the parallel optimizer", "XLA reduces the gradients into the shards itself (on CPU an "
+                         "all-reduce and a local slice: 1.5x a reduce-scatter's bytes)")
+    return replica_split(whole, plan.mesh, avals, plan_replica, why, fallback)

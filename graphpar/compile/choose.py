@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 
 from graphpar import _context
@@ -29,10 +31,11 @@ def _stand_alone_device() -> jax.Device:
     return local[device_id] if device_id < len(local) else local[0]
 
 
-def choose_plan(network: Cell) -> ExecutionPlan:
+def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
+    """``optimizer``: the one a train step runs (its state is part of the per-device memory a plan predicts)."""
     from graphpar.parallel.search.planning import plan_only
 
-    only = plan_only(network)  # `graphpar plan SCRIPT --devices N`
+    only = plan_only(network, optimizer)  # `graphpar plan SCRIPT --devices N`
     if only is not None:
         return only
     ctx, pctx = _context.current(), _context.current_parallel()
@@ -55,9 +58,9 @@ def choose_plan(network: Cell) -> ExecutionPlan:
                                     pynative=True)
         from graphpar.parallel.planned import planned_plan
 
-        return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices))
+        return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices), optimizer=optimizer)
     if mode == ParallelMode.DATA_PARALLEL:
         return DataParallelPlan(devices, pctx.gradients_mean)
     from graphpar.parallel.planned import planned_plan
 
-    return planned_plan(network, devices, pctx)
+    return planned_plan(network, devices, pctx, optimizer=optimizer)

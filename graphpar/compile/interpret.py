@@ -1,87 +1,219 @@
 """The lowering interpreter: re-evaluate a planned graph inside ``jax.jit``, pinning every layout.
 
 For each node in order: constrain each array input to the layout the node's strategy needs
-(``with_sharding_constraint``), evaluate the node's equation under the named scope ``{scope}/{instance}#{id}``, and
+(``with_sharding_constraint``), evaluate the node's equations under the named scope ``{scope}/{instance}#{id}``, and
 constrain each output to the layout the strategy gives it. XLA's SPMD partitioner then inserts exactly the
 collectives those layouts imply (an all-reduce for a contracted split, an all-gather or all-to-all for a
 redistribution), and the named scope travels into the HLO metadata, which is how the execute dump attributes every
 collective to its op. Gradients follow by autodiff of this function (a sharding constraint's transpose constrains
 the cotangent alike).
 
-Runs of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()``) are evaluated inside
-``jax.checkpoint`` (``compile.recompute``). Op nodes bind their own ``jit`` equation; ``custom_jvp``/``custom_vjp``
-equations are re-bound with their bind params (keeping custom derivatives).
+Cost. The function JAX differentiates and lowers must be as plain as one a JAX user writes, or lowering a big graph
+costs more than XLA compiling it. So an op node's body — its equations traced inline (``ir.trace.OpBody``), or the
+body of the ``jit`` equation a staged call made — is *inlined*: its primitives are bound one by one (nested ``jit``
+calls inlined too), and JAX linearizes plain primitives instead of tracing and partially evaluating one sub-jaxpr
+per op, and emits one MLIR function instead of one per op.
+Everything that does not depend on the traced values — which inputs need a redistribution pin, each pin's
+``NamedSharding``, each node's scope label — is worked out once per evaluation, before the first bind
+(:func:`prepare`), so the evaluation loop only binds. ``custom_jvp``/``custom_vjp`` equations are re-bound whole with
+their bind params (keeping custom derivatives). Runs of nodes marked for recomputation (``Cell.recompute()``,
+``Primitive.recompute()``) are evaluated inside ``jax.checkpoint`` (``compile.recompute``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
+from jax.extend import core as jcore
 from jax.sharding import Mesh, NamedSharding
 
 from graphpar.compile import recompute
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.strategy import to_partition_spec
 
+_CALL_PRIMS = frozenset({"jit", "pjit", "closed_call", "core_call"})
 
-def _apply(node: Node, args: Sequence[Any]) -> list[Any]:
+Pin = tuple[int, NamedSharding, str]  # (position, layout, named scope "in0"/"out0")
+
+
+def eval_inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    """``jaxpr``'s outputs for ``args``, binding its primitives in the current trace with every plain call
+    (``jit``/``closed_call``) inlined, so autodiff and lowering see primitives only."""
+    env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
+    env.update((v, x) for v, x in zip(jaxpr.invars, args) if not isinstance(v, jcore.Literal))  # see OpBody
+    for eqn in jaxpr.eqns:
+        ins = [a.val if isinstance(a, jcore.Literal) else env[a] for a in eqn.invars]
+        prim = eqn.primitive
+        if prim.name in _CALL_PRIMS:
+            inner = eqn.params.get("jaxpr") or eqn.params["call_jaxpr"]
+            if isinstance(inner, jcore.ClosedJaxpr):
+                outs = eval_inlined(inner.jaxpr, inner.consts, ins)
+            else:
+                outs = eval_inlined(inner, (), ins)
+        else:
+            with eqn.ctx.manager:
+                out = prim.bind(*ins, **prim.get_bind_params(eqn.params))
+            outs = out if prim.multiple_results else [out]
+        env.update(zip(eqn.outvars, outs))
+    return [a.val if isinstance(a, jcore.Literal) else env[a] for a in jaxpr.outvars]
+
+
+def _body(node: Node) -> Callable[[Sequence[Any]], list[Any]]:
+    if node.body is not None:  # an op traced inline: its equations
+        body = node.body
+        return lambda xs: eval_inlined(body, (), xs)
     eqn = node.eqn
-    if node.is_op:
-        # the op's own jit equation, bound whole: JAX differentiates and lowers it as one call (cheaper than
-        # re-evaluating its equations one by one), and its name stays inside the node's named scope
-        return list(eqn.primitive.bind(*args, **eqn.params))
-    params = eqn.primitive.get_bind_params(eqn.params)
-    with eqn.ctx.manager:
-        out = eqn.primitive.bind(*args, **params)
-    return list(out) if eqn.primitive.multiple_results else [out]
+    prim = eqn.primitive
+    if node.is_op or prim.name in _CALL_PRIMS:
+        inner = eqn.params.get("jaxpr") or eqn.params["call_jaxpr"]
+        jaxpr, consts = (inner.jaxpr, inner.consts) if isinstance(inner, jcore.ClosedJaxpr) else (inner, ())
+        return lambda xs: eval_inlined(jaxpr, consts, xs)
+    params = prim.get_bind_params(eqn.params)
+
+    def bind(xs: Sequence[Any]) -> list[Any]:
+        with eqn.ctx.manager:
+            out = prim.bind(*xs, **params)
+        return list(out) if prim.multiple_results else [out]
+
+    return bind
 
 
-def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None) -> list[Any]:
-    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned."""
-    env: dict[int, Any] = {}
-    for vid, value in graph.values.items():
-        if value.kind == "const":
-            env[vid] = value.const
-    for vid, x in zip(graph.inputs, args):
-        env[vid] = x
+@dataclass(frozen=True)
+class Step:
+    """One node, ready to evaluate: its body, the pins around it, whether its outputs are communication."""
 
-    def pin(x: Any, spec: Any, vid: int, where: str) -> Any:
-        if mesh is None or spec is None or not graph.values[vid].is_array:
-            return x
-        with jax.named_scope(where):  # "in0"/"out0": the execute dump tells redistributions of inputs apart
-            return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, to_partition_spec(spec)))
+    node: Node
+    body: Callable[[Sequence[Any]], list[Any]]
+    in_pins: tuple[Pin, ...]
+    out_pins: tuple[Pin, ...]
+    communication: bool
 
-    # the layout each value is known to have: storage layouts of inputs, pinned layouts of node outputs
+
+def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = frozenset()) -> dict[int, Step]:
+    """Each node's :class:`Step` (by node id). With ``mesh``, an input is pinned only where its layout changes (a
+    redistribution; elsewhere the producer's output pin or the storage layout already holds) and every output is
+    pinned to its planned layout, less the ``vmapped_axes`` (see :func:`evaluate`)."""
+    shardings: dict[Any, NamedSharding] = {}
+
+    def sharding(spec: Any) -> NamedSharding:
+        found = shardings.get(spec)
+        if found is None:
+            kept = tuple(tuple(a for a in axes if a not in vmapped_axes) for axes in spec) if vmapped_axes else spec
+            found = shardings[spec] = NamedSharding(mesh, to_partition_spec(kept))
+        return found
+
     layout: dict[int, Any] = dict(graph.meta.get("value_specs", {})) if mesh is not None else {}
-
-    def run(node: Node, env: dict[int, Any], name_comm: bool = False) -> None:
+    implied = implied_outputs(graph) if mesh is not None else frozenset()
+    steps: dict[int, Step] = {}
+    for node in graph.node_list():
         strategy = node.strategy if mesh is not None else None
-        with jax.named_scope(node.label):
-            xs = [env[v] for v in node.inputs]
-            if strategy is not None:
-                # pin an input only where its layout changes (a redistribution); elsewhere it is already pinned
-                xs = [x if layout.get(v) == strategy.input_spec(i) else
-                      _named(pin(x, strategy.input_spec(i), v, f"in{i}"), name_comm)
-                      for i, (x, v) in enumerate(zip(xs, node.inputs))]
-            outs = _apply(node, xs)
-            if strategy is not None:
-                outs = [pin(o, strategy.output_spec(j), v, f"out{j}")
-                        for j, (o, v) in enumerate(zip(outs, node.outputs))]
-                layout.update((v, strategy.output_spec(j)) for j, v in enumerate(node.outputs))
-            if name_comm and recompute.is_communication(node):
-                outs = [_named(o, True) for o in outs]
-        for vid, out in zip(node.outputs, outs):
-            env[vid] = out
+        in_pins: list[Pin] = []
+        out_pins: list[Pin] = []
+        if strategy is not None:
+            for i, v in enumerate(node.inputs):
+                spec = strategy.input_spec(i)
+                if spec is not None and layout.get(v) != spec and graph.values[v].is_array:
+                    in_pins.append((i, sharding(spec), f"in{i}"))
+            for j, v in enumerate(node.outputs):
+                spec = strategy.output_spec(j)
+                layout[v] = spec
+                if spec is not None and graph.values[v].is_array and v not in implied:
+                    out_pins.append((j, sharding(spec), f"out{j}"))
+        steps[node.id] = Step(node, _body(node), tuple(in_pins), tuple(out_pins), recompute.is_communication(node))
+    return steps
 
+
+def _follows_input(graph: Graph, node: Node) -> bool:
+    """An elementwise node whose one output has the labels and shape of one of its inputs, with no reduction, no
+    communication and no layout override: its output layout is its inputs' layout, which is what XLA's sharding
+    propagation gives it from its (pinned) operands."""
+    s = node.strategy
+    if (s is None or s.in_override is not None or s.out_override is not None or len(node.outputs) != 1
+            or s.dims.contracted or recompute.is_communication(node)):
+        return False
+    out, shape = s.dims.outputs[0], graph.values[node.outputs[0]].shape
+    return any(labels == out and graph.values[v].shape == shape for labels, v in zip(s.dims.inputs, node.inputs))
+
+
+def implied_outputs(graph: Graph) -> frozenset[int]:
+    """Outputs whose pin is implied by the pins around them, so they are left unpinned.
+
+    An output of an elementwise node (:func:`_follows_input`) all of whose consumers are elementwise nodes of the
+    same recompute run that take it, and give their output, in its own layout and shape: its operands are pinned
+    (or storage layouts) and every path from it ends at a pin of the same layout through elementwise ops only, so
+    XLA's propagation can give it no other layout, forward or backward (a chain of elementwise ops keeps its
+    last pin). Each pin is an equation JAX linearizes, transposes and lowers: a ReLU after a bias add after a
+    matmul needs one, not three."""
+    run = {node.id: k for k, (_, nodes) in enumerate(recompute.segments(graph)) for node in nodes}
+    follows = {node.id: _follows_input(graph, node) for node in graph.node_list()}
+    outputs = set(graph.outputs)
+    implied: set[int] = set()
+    for node in graph.node_list():
+        if not follows[node.id]:
+            continue
+        v = node.outputs[0]
+        value, spec = graph.values[v], node.strategy.output_spec(0)
+        if v in outputs or not value.consumers or any(n not in graph.nodes for n, _ in value.consumers):
+            continue  # a result, unused, or read by another graph (a pipeline stage's sent value): pinned
+        consumers = graph.consumers(v)
+        if all(follows[c.id] and run[c.id] == run[node.id] and c.strategy.input_spec(k) == spec
+               and c.strategy.output_spec(0) == spec and graph.values[c.outputs[0]].shape == value.shape
+               for c, k in consumers):
+            implied.add(v)
+    return frozenset(implied)
+
+
+def _pin(xs: list[Any], pins: tuple[Pin, ...], name_comm: bool) -> list[Any]:
+    for k, sharding, where in pins:
+        with jax.named_scope(where):  # "in0"/"out0": the execute dump tells redistributions of inputs apart
+            xs[k] = _named(jax.lax.with_sharding_constraint(xs[k], sharding), name_comm)
+    return xs
+
+
+def run_step(step: Step, env: dict[int, Any], name_comm: bool = False, from_batch: set[int] | None = None) -> None:
+    """Evaluate one prepared node, reading its inputs from and writing its outputs to ``env``. ``from_batch``: the
+    values computed from the batch so far, whose node outputs are named activations (the parallel optimizer's
+    level3, ``compile.recompute.naming_activations``)."""
+    node = step.node
+    with jax.named_scope(node.label):
+        xs = [env[v] for v in node.inputs]
+        if step.in_pins:
+            xs = _pin(xs, step.in_pins, name_comm)
+        outs = step.body(xs)
+        if step.out_pins:
+            outs = _pin(list(outs), step.out_pins, False)
+        if name_comm and step.communication:
+            outs = [_named(o, True) for o in outs]
+        if from_batch is not None and any(v in from_batch for v in node.inputs):
+            from_batch.update(node.outputs)
+            outs = [checkpoint_name(o, recompute.ACTIVATION) if jnp.issubdtype(o.dtype, jnp.inexact) else o
+                    for o in outs]
+    env.update(zip(node.outputs, outs))
+
+
+def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
+             vmapped_axes: frozenset[str] = frozenset()) -> list[Any]:
+    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned.
+
+    ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
+    accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout."""
+    steps = prepare(graph, mesh, vmapped_axes)
+    env: dict[int, Any] = {vid: value.const for vid, value in graph.values.items() if value.kind == "const"}
+    env.update(zip(graph.inputs, args))
+    # level3 of the parallel optimizer: name the values computed from the batch (compile.recompute)
+    from_batch = ({v for v in graph.inputs if graph.values[v].kind == "input"} if recompute.names_activations()
+                  else None)
     for config, nodes in recompute.segments(graph):
         if config is None:
             for node in nodes:
-                run(node, env)
+                run_step(steps[node.id], env, from_batch=from_batch)
         else:
-            _run_checkpointed(graph, nodes, config, env, run)
+            _run_checkpointed(graph, [steps[node.id] for node in nodes], config, env, from_batch)
     return [env[v] for v in graph.outputs]
 
 
@@ -89,9 +221,11 @@ def _named(x: Any, name_comm: bool) -> Any:
     return checkpoint_name(x, recompute.COMM) if name_comm else x
 
 
-def _run_checkpointed(graph: Graph, nodes: Sequence[Node], config: Any, env: dict[int, Any], run: Any) -> None:
+def _run_checkpointed(graph: Graph, steps: Sequence[Step], config: Any, env: dict[int, Any],
+                      from_batch: set[int] | None = None) -> None:
     """Evaluate a run of recomputed nodes inside ``jax.checkpoint``: its inputs are the values it reads from
     outside (constants are closed over), its outputs those read after it."""
+    nodes = [step.node for step in steps]
     inside = {v for node in nodes for v in node.outputs}
     ext = list(dict.fromkeys(v for node in nodes for v in node.inputs
                              if v not in inside and graph.values[v].kind != "const"))
@@ -103,8 +237,8 @@ def _run_checkpointed(graph: Graph, nodes: Sequence[Node], config: Any, env: dic
     def segment(*args: Any) -> list[Any]:
         local = dict(consts)
         local.update(zip(ext, args))
-        for node in nodes:
-            run(node, local, name_comm=not config.mp_comm_recompute)
+        for step in steps:
+            run_step(step, local, name_comm=not config.mp_comm_recompute, from_batch=from_batch)
         return [local[v] for v in needed]
 
     outs = jax.checkpoint(segment, policy=config.policy())(*[env[v] for v in ext])

@@ -9,8 +9,9 @@ collectives:
 * :meth:`gather` turns the stored parameters into the compute layout at the start of the step (an all-gather) with
   a custom VJP whose backward constrains the gradient straight to the storage layout, so the data-parallel
   gradient sum becomes a reduce-scatter instead of an all-reduce;
-* level3 differentiates through ``jax.checkpoint`` with a policy that saves everything except the gathered
-  parameters: the backward pass gathers them again instead of keeping them alive.
+* level3 differentiates through ``jax.checkpoint`` with a policy that saves only the activations (node outputs
+  computed from the batch, ``compile.recompute``): the gathered parameters and what ops derive from them are
+  recomputed, so the backward pass gathers them again instead of keeping them alive.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 
 from graphpar._logging import notice_once
+from graphpar.compile.recompute import activations_only, naming_activations
 from graphpar.parallel.optimizer_parallel import (
     GATHERED, OptimizerParallelConfig, ParameterShard, canonical_spec, shard_parameter)
 from graphpar.parallel.strategy import to_partition_spec
@@ -100,16 +102,26 @@ class OptimizerSharding:
 
     @staticmethod
     def recompute_policy() -> Callable[..., Any]:
-        return jax.checkpoint_policies.save_anything_except_these_names(GATHERED)
+        """Level3: keep only the activations (``compile.recompute``); the gathered weights and whatever the ops
+        derive from them are recomputed, so backward gathers the weights again. Trace the differentiated function
+        under :func:`~graphpar.compile.recompute.naming_activations`."""
+        return activations_only()
 
     def value_and_grad(self, objective: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
         """``value_and_grad`` (with aux) of ``objective(compute_params)`` with respect to the stored parameters."""
         def stored_objective(stored):
             return objective(self.gather(stored))
 
-        if self.active and self.config.regather_for_backward:
-            stored_objective = jax.checkpoint(stored_objective, policy=self.recompute_policy())
-        return jax.value_and_grad(stored_objective, has_aux=True)
+        if not (self.active and self.config.regather_for_backward):
+            return jax.value_and_grad(stored_objective, has_aux=True)
+        differentiate = jax.value_and_grad(jax.checkpoint(stored_objective, policy=self.recompute_policy()),
+                                           has_aux=True)
+
+        def regathering(stored):
+            with naming_activations():
+                return differentiate(stored)
+
+        return regathering
 
     def gradient(self, objective: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``compile.step``'s gradient part: ``value_and_grad`` of ``objective(params)`` (a pytree of compute-layout

@@ -103,7 +103,7 @@ class TrainProgram:
         self._memo: _Dispatch | None = None
         self._written: tuple[Compiled, list, list] | None = None
         self._in_flight: collections.deque = collections.deque()
-        advise_cpu_scheduler(self.network, self.plan.devices[0].platform)
+        advise_cpu_scheduler(self.network, self.plan.devices[0].platform, self.opt_config.regather_for_backward)
 
     # --- what it is made of ------------------------------------------------------------------------------------
     @property
@@ -112,7 +112,7 @@ class TrainProgram:
         key = _context.compile_key()
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = choose_plan(self.network)
+            plan = self._plans[key] = choose_plan(self.network, self.optimizer)
         return plan
 
     @property
@@ -167,8 +167,9 @@ class TrainProgram:
         (``compile.accumulate``), with parameters gathered from their parallel-optimizer storage."""
         opt = self.optimizer_sharding(ns, planned.layout)
         parts = self.step_parts(planned, ns)
-        if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size):
-            return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size)
+        split = accumulate.planned_split(self.plan, planned, ns, opt, self.micro_size, self.orchestrator.cache)
+        if accumulate.uses_replica_gradients(self.plan, opt, self.micro_size, split):
+            return accumulate.train_step(self.plan, planned, ns, opt, parts, self.sens, self.micro_size, split)
         if not opt.active:
             return train_step(parts, ns)
         return train_step(dataclasses.replace(parts, gradient=opt.gradient), ns)
@@ -342,12 +343,17 @@ class TrainProgram:
 
     def lower_step(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
         """The ``jax.stages.Lowered`` train step for ``inputs`` (a fresh lowering: dumps and benchmarks)."""
+        return self.lowered(inputs).lowered
+
+    def lowered(self, inputs: Sequence[Any]) -> Lowered:
+        """The lowered stage of the train step for ``inputs``, freshly lowered; its ``seconds`` time the lowering
+        alone (the optimizer state it needs is made first, outside that time)."""
         ns = self.state
         avals = self._step_avals(inputs, False)
         with CompileProgress(self.orchestrator.what) as progress:
             _, planned = self._planned(ns, avals, progress)
         signature, arg_avals = self._signature(ns, planned.layout, avals, self._opt_state(ns, planned.layout), None)
-        return lower(self._step(planned, ns), signature, arg_avals, planned).lowered
+        return lower(self._step(planned, ns), signature, arg_avals, planned)
 
     def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
         """Global shapes and dtypes of one step's inputs as last run (None before the first step): what

@@ -15,6 +15,13 @@ The policy follows the Cell's options:
   split contractions, collective ops) are named :data:`COMM` and saved, so the backward pass recomputes the
   arithmetic but does not communicate again (``save_only_these_names``).
 
+The parallel optimizer's level3 (``compile.opt_shard``) differentiates the whole step through ``jax.checkpoint``
+that keeps only the *activations*: the outputs of nodes computed from the batch, which the interpreter names
+:data:`ACTIVATION` while :func:`naming_activations` is in force. Everything computed from the parameters alone —
+the gathered weights and what ops derive from them (transposes, casts) — is recomputed by the backward pass, so
+it gathers the weights again. (A policy that saves everything but the gathered weights would keep their
+transposes instead: the same bytes, and XLA then has no second gather to make.)
+
 ``parallel_optimizer_comm_recompute``: the parallel optimizer gathers parameters once per step outside any Cell
 (``compile.opt_shard``), so the gathered weights are inputs of the run and are kept (``False``, MindSpore's
 default); ``True`` is refused by name (use ``optimizer_level="level3"``, which re-gathers every weight).
@@ -22,7 +29,9 @@ default); ``True`` is refused by name (use ``optimizer_level="level3"``, which r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +41,28 @@ from graphpar._logging import notice_once
 from graphpar.errors import CellError
 
 COMM = "graphpar_mp_comm"  # checkpoint name of model-parallel communication outputs
+ACTIVATION = "graphpar_activation"  # checkpoint name of node outputs computed from the batch (level3 keeps these)
+_naming: contextvars.ContextVar[bool] = contextvars.ContextVar("graphpar_naming_activations", default=False)
+
+
+@contextlib.contextmanager
+def naming_activations() -> Iterator[None]:
+    """While tracing inside it, the interpreter names every node output computed from the batch
+    :data:`ACTIVATION` (for :func:`activations_only`)."""
+    token = _naming.set(True)
+    try:
+        yield
+    finally:
+        _naming.reset(token)
+
+
+def names_activations() -> bool:
+    return _naming.get()
+
+
+def activations_only() -> Callable[..., Any]:
+    """The checkpoint policy that saves the named activations and recomputes everything else."""
+    return jax.checkpoint_policies.save_only_these_names(ACTIVATION)
 _COLLECTIVE_KINDS = frozenset({"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AlltoAll", "NeighborExchange",
                                "psum", "all_gather", "reduce_scatter", "all_to_all", "ppermute", "pmax", "pmin"})
 
@@ -124,8 +155,9 @@ def uses_recompute(network: Any) -> bool:
 MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
-def advise_cpu_scheduler(network: Any, platform: str) -> None:
-    """Say once how to make recomputation pay off on CPU.
+def advise_cpu_scheduler(network: Any, platform: str, regather: bool = False) -> None:
+    """Say once how to make recomputation (``Cell.recompute()``, or the parallel optimizer's level3 when
+    ``regather``) pay off on CPU.
 
     XLA's CPU backend schedules with a concurrency-optimized scheduler by default, which runs every recomputation
     as early as it can and keeps the results alive, undoing what recomputation saves (measured on an 8-layer FFN:
@@ -135,7 +167,13 @@ def advise_cpu_scheduler(network: Any, platform: str) -> None:
     """
     from graphpar._env import xla_flags
 
-    if platform == "cpu" and uses_recompute(network) and MEMORY_SCHEDULER_FLAG not in xla_flags():
+    if platform != "cpu" or MEMORY_SCHEDULER_FLAG in xla_flags():
+        return
+    if uses_recompute(network):
         notice_once("recompute-cpu-scheduler", "recompute(): on CPU, XLA's default scheduler keeps recomputed "
                     "activations alive; start the process with XLA_FLAGS=" + MEMORY_SCHEDULER_FLAG +
                     " for recomputation to lower memory")
+    if regather:
+        notice_once("level3-cpu-scheduler", "optimizer_level='level3': on CPU, XLA's default scheduler gathers the "
+                    "weights for the backward pass early and keeps them alive; start the process with XLA_FLAGS=" +
+                    MEMORY_SCHEDULER_FLAG + " for level3 to lower memory")

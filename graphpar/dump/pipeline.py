@@ -9,6 +9,11 @@ With ``save_graphs``, for every stage ``s`` and every rank ``r`` of its device g
   the whole pipeline), and one ``Send`` line per activation or activation gradient this rank's stage sends in one
   step, one ``Receive`` line per one it receives, micro-batch by micro-batch, with MindSpore's
   ``sr_tag``/``src_rank``/``dest_rank`` style attributes. :func:`read_schedule` parses it back (``graphpar ir summary`` shows it).
+
+Each transfer carries its raw sizes (``bytes``: the whole tensor, ``device_bytes``: one destination device's
+shard) and ``wire_bytes``, the project's unit of collective bytes (``dump.hlo.wire_bytes``): a transfer between two
+equal-sized device groups is a point-to-point permutation in which every device sends one destination shard, so it
+counts as a ``CollectivePermute`` of ``device_bytes``. The dump ends with this rank's totals per step, raw and wire.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from graphpar import _context
 from graphpar.dump.format import FORMAT_VERSION, mesh_text
+from graphpar.dump.hlo import wire_bytes
 from graphpar.dump.model import DumpError
 from graphpar.dump.writer import EXECUTE_STAGE, dump_index, write_begin, write_execute
 
@@ -89,26 +95,38 @@ def schedule_text(built: Any, program: Any, st: Any) -> str:
     lines.append("# transfers between stages in one step (activations forward, their gradients backward)")
     ranks = [built.stages[s].ranks for s in range(n)]
     here = st.sg.stage
+    totals = {"Send": [0, 0.0], "Receive": [0, 0.0]}
     for k, t in enumerate(stats.transfer_log):
         if here not in (t["src_stage"], t["dst_stage"]):
             continue  # this rank neither sends nor receives it
         src, dst = ranks[t["src_stage"]], ranks[t["dst_stage"]]
         attrs = {"micro": t["micro"], "pass": t["pass"], "src_stage": t["src_stage"], "dest_stage": t["dst_stage"],
                  "src_rank": src, "dest_rank": dst, "sr_tag": k, "bytes": t["bytes"],
-                 "device_bytes": t["device_bytes"], "producer": t["producer"]}
+                 "device_bytes": t["device_bytes"], "wire_bytes": transfer_wire_bytes(t["device_bytes"]),
+                 "producer": t["producer"]}
         tensor = f"<Tensor[{t['dtype']}], {tuple(t['shape'])}>"
+        total = totals["Send" if t["src_stage"] == here else "Receive"]
+        total[0] += t["device_bytes"]
+        total[1] += attrs["wire_bytes"]
         if t["src_stage"] == here:
             lines.append(f"%t{k} = Send(%{t['value']}) {{instance name: send_{t['pass']}_{k}}} primitive_attrs: "
                          f"{json.dumps(attrs)} : ({tensor}) -> ()  # scope: ({t['scope']})")
         else:
             lines.append(f"%r{k} = Receive() {{instance name: receive_{t['pass']}_{k}}} primitive_attrs: "
                          f"{json.dumps(attrs)} : () -> ({tensor})  # scope: ({t['scope']})")
+    for kind, (raw, wire) in totals.items():
+        lines.append(f"# {kind} bytes per step per device: raw {raw} wire {wire:g}")
     lines.append(f"# activation transfers per step (all stages): {stats.transfers_last_step}")
     lines.append("# peak live micro-batches (measured): "
                  + " ".join(f"stage{s}={c}" for s, c in enumerate(stats.peak_live_micro_batches)))
     lines.append("# peak residual bytes per device (measured): "
                  + " ".join(f"stage{s}={c}" for s, c in enumerate(stats.peak_residual_bytes)))
     return "\n".join(lines) + "\n"
+
+
+def transfer_wire_bytes(device_bytes: int) -> float:
+    """Wire bytes one device sends for one stage-to-stage transfer (see the module docstring)."""
+    return wire_bytes("CollectivePermute", device_bytes, 2)
 
 
 def _live(order: list[Any]) -> list[int]:
@@ -131,7 +149,7 @@ def read_schedule(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise DumpError(str(path), f"cannot read: {exc.strerror}") from None
     out: dict[str, Any] = {"file": str(p), "orders": {}, "ticks": [], "sends": [], "receives": [],
-                           "transfers_per_step": None, "peak_live": {}, "peak_residual_bytes": {}}
+                           "transfers_per_step": None, "peak_live": {}, "peak_residual_bytes": {}, "totals": {}}
     for no, line in enumerate(text.splitlines(), 1):
         if (m := re.match(r"^# pipeline_stages: (\d+)  micro_size: (\d+)  scheduler: (\S+)$", line)):
             out.update(stages=int(m.group(1)), micro_size=int(m.group(2)), scheduler=m.group(3))
@@ -145,6 +163,8 @@ def read_schedule(path: str | Path) -> dict[str, Any]:
             if m is None:
                 raise DumpError(str(path), f"line {no}: not a Send/Receive line: {line[:80]}")
             out["sends" if m.group(1) == "t" else "receives"].append(json.loads(m.group(3)))
+        elif (m := re.match(r"^# (Send|Receive) bytes per step per device: raw (\d+) wire (\S+)$", line)):
+            out["totals"][m.group(1)] = {"bytes": int(m.group(2)), "wire_bytes": float(m.group(3))}
         elif (m := re.match(r"^# activation transfers per step \(all stages\): (\d+)$", line)):
             out["transfers_per_step"] = int(m.group(1))
         elif (m := re.match(r"^# peak live micro-batches \(measured\): (.*)$", line)):

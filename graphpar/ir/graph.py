@@ -92,12 +92,13 @@ class Node:
     out_hint: tuple | None
     inputs: list[int]  # value ids
     outputs: list[int]  # value ids
-    eqn: Any  # the jaxpr equation (a ``jit`` equation for graphpar ops)
+    eqn: Any  # the jaxpr equation (a ``jit`` equation for a staged graphpar op; None for one traced inline)
     is_op: bool
     input_names: tuple[str, ...] = ()
     static_args: dict[int, Any] = field(default_factory=dict)  # non-tensor call arguments (axis, perm, ...)
     strategy: Any = None  # parallel.strategy.NodeStrategy, set by passes
     provenance: Provenance | None = None
+    body: Any = None  # ir.trace.OpBody: the equations of an op traced inline (``eqn`` is then None)
 
     @property
     def label(self) -> str:

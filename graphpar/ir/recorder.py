@@ -4,9 +4,11 @@ Tracing runs the user's ``construct`` under ``jax.make_jaxpr``. While a :class:`
 
 * every Cell call pushes its scope label (``Default``, ``network-WithLossCell``, ``_backbone-Net``) as a
   ``jax.named_scope``, so raw ``jnp``/``lax`` equations carry their Cell scope in their name stack;
-* every graphpar op call becomes one ``jit`` equation named ``graphpar_op_{id}`` whose operands are exactly the
-  op's tensor inputs, and the recorder keeps an :class:`OpCall` for that id (instance name, scope, attributes,
-  strategy). The graph builder turns that equation into the op node.
+* every graphpar op call runs under the named scope ``graphpar_op_{id}``, inline, and the recorder keeps an
+  :class:`OpCall` for that id (instance name, scope, attributes, strategy, and the call's input and output tracers,
+  which ``graphpar.ir.trace`` turns into jaxpr variables). The graph builder turns that call's equations into the op
+  node. A call that cannot be delimited that way (an input that is not a tracer, an output that is an input) is
+  one ``jit`` equation named ``graphpar_op_{id}`` whose operands are exactly the op's tensor inputs.
 
 Outside tracing (eager PYNATIVE runs, the lowered program) the recorder is inactive and ops run their
 implementation directly.
@@ -38,12 +40,16 @@ class OpCall:
     input_names: tuple[str, ...]    # names of the tensor inputs, in order
     static_args: dict[int, Any] = field(default_factory=dict)  # non-tensor call arguments by position (axis, ...)
     op: Any = field(repr=False, default=None)
+    # traced inline (see ``graphpar.ir.trace``): the call's tensor inputs and output leaves, as tracers of the trace
+    tensors: list[Any] | None = field(repr=False, default=None)
+    outputs: list[Any] | None = field(repr=False, default=None)
 
 
 class TraceRecorder:
     """Collects :class:`OpCall` records and the Cell scope stack during one trace."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: bool = True) -> None:
+        self.inline = inline  # trace op calls inline (False: every call is its own ``jit`` equation)
         self.calls: dict[int, OpCall] = {}
         self.scope_stack: list[str] = []
         self.cell_stack: list[Any] = []  # the Cell objects behind scope_stack (None for the root "Default")
@@ -66,8 +72,8 @@ def active() -> TraceRecorder | None:
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[TraceRecorder]:
-    recorder = TraceRecorder()
+def recording(inline: bool = True) -> Iterator[TraceRecorder]:
+    recorder = TraceRecorder(inline)
     token = _active.set(recorder)
     try:
         yield recorder

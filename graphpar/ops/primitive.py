@@ -4,8 +4,10 @@ An op is an object, as in MindSpore: it is created once (usually as a Cell attri
 *instance name*), optionally given a strategy with ``.shard(in_strategy, out_strategy)``, and called in
 ``construct``. Its math is a pure ``jnp`` function, :meth:`Primitive.compute`.
 
-While a network is traced for the graph IR, each call becomes one ``jit`` equation whose operands are the op's
-tensor inputs (see ``graphpar.ir.recorder``); otherwise the op just computes.
+While a network is traced for the graph IR, each call computes inline under the named scope ``graphpar_op_{id}``
+and the recorder keeps its input and output tracers (see ``graphpar.ir.recorder``); a call they cannot delimit
+(an output that is an input, a constant input) becomes one ``jit`` equation whose operands are the op's tensor
+inputs. Otherwise the op just computes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from flax import nnx
 
 from graphpar.ir import recorder as _recorder
 from graphpar.ops.strategy import Strategy, check_ranks, check_structure
+
+
+_STAGE = object()  # _inline_call's answer for a call that must be staged as a jit equation
 
 
 def _is_tensor(x: Any) -> bool:
@@ -153,6 +158,11 @@ class Primitive:
             input_names=names, op=self,
             static_args={i: a for i, a in enumerate(args) if _is_static(a)})
 
+        if recorder.inline and all(isinstance(t, jax.core.Tracer) for t in tensors):
+            out = self._inline_call(recorder.calls[call_id], args, tensors, names, scope)
+            if out is not _STAGE:
+                return out
+
         def body(*inner):
             full = list(args)
             if self.input_names is None:
@@ -175,6 +185,27 @@ class Primitive:
             if translated is exc:
                 raise
             raise translated from None
+
+    def _inline_call(self, call: _recorder.OpCall, args: tuple, tensors: list, names: tuple, scope: str) -> Any:
+        """Compute the call inline under its marker scope; :data:`_STAGE` when its outputs cannot delimit it (a
+        non-array output, an output that is an input or repeats another), so it is staged as a ``jit`` instead."""
+        with jax.named_scope(f"{_recorder.OP_EQN_PREFIX}{call.call_id}"):
+            try:
+                out = self.compute(*args)
+            except Exception as exc:
+                from graphpar.ir import construct_errors
+
+                translated = construct_errors.for_op(exc, self.instance_name, self.name, scope, names, tensors)
+                if translated is exc:
+                    raise
+                raise translated from None
+        leaves = jax.tree.leaves(out)
+        ids = {id(t) for t in tensors}
+        if (not leaves or not all(isinstance(x, jax.core.Tracer) for x in leaves) or any(id(x) in ids for x in leaves)
+                or len({id(x) for x in leaves}) != len(leaves)):
+            return _STAGE
+        call.tensors, call.outputs = list(tensors), leaves
+        return out
 
     def __repr__(self) -> str:
         return f"Prim[{self.name}]<{self.instance_name}>"

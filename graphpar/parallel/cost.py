@@ -35,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from graphpar.dump.hlo import wire_bytes
+from graphpar.parallel.memory_model import (
+    internal_residuals, keeps_input, param_slots, sole_keeper, transient_buffers, value_kept)
 from graphpar.parallel.strategy import MeshInfo, NodeStrategy, Spec
 
 __all__ = ["Cost", "Hardware", "HARDWARE", "DEFAULT_HW", "op_cost", "redistribution_cost", "grad_values",
-           "redistribution_bytes", "replicated_spec", "block_bytes"]
+           "redistribution_bytes", "replicated_spec", "block_bytes", "copy_memory", "input_bytes", "predicted_peak"]
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,6 @@ HARDWARE: dict[str, Hardware] = {
 }
 DEFAULT_HW = HARDWARE["gpu"]
 
-# training keeps the weight, its gradient and two optimizer moments (Adam) per parameter element
-_PARAM_COPIES_TRAINING = 4
-
 
 @dataclass(frozen=True)
 class Cost:
@@ -76,10 +75,22 @@ class Cost:
     messages: int = 0  # number of collectives
     flops: float = 0.0  # compute
     memory_bytes: float = 0.0  # bytes this choice keeps resident (params + optimizer state + activations)
+    # the parts of memory_bytes the step's peak weighs differently (parallel.memory_model.peak_bytes): the
+    # activations kept for the backward pass, and the gradients a collective reduces
+    activation_bytes: float = 0.0
+    gradient_bytes: float = 0.0
+    # the largest buffer the backward pass holds briefly (an output's cotangent): combined by max, not summed
+    transient_bytes: float = 0.0
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(self.comm_bytes + other.comm_bytes, self.messages + other.messages, self.flops + other.flops,
-                    self.memory_bytes + other.memory_bytes)
+                    self.memory_bytes + other.memory_bytes, self.activation_bytes + other.activation_bytes,
+                    self.gradient_bytes + other.gradient_bytes, max(self.transient_bytes, other.transient_bytes))
+
+    def scaled(self, k: int) -> "Cost":
+        """``k`` copies of this cost (the largest transient buffer stays the largest)."""
+        return Cost(self.comm_bytes * k, self.messages * k, self.flops * k, self.memory_bytes * k,
+                    self.activation_bytes * k, self.gradient_bytes * k, self.transient_bytes)
 
     def time(self, hw: Hardware = DEFAULT_HW) -> float:
         return hw.alpha * self.messages + hw.beta * self.comm_bytes + hw.gamma * self.flops
@@ -224,7 +235,8 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
     axes = strategy.axes
     in_labels = {l for row in strategy.dims.inputs for l in row if l is not None}
     cost = Cost(flops=_flops(strategy, in_shapes, out_shapes, training))
-    memory = 0.0
+    grads = (grad_values(graph) if needs_grad is None else needs_grad) if training else frozenset()
+    activations = transient = 0.0
     for j, vid in enumerate(node.outputs):
         value = values[vid]
         row = set(strategy.dims.outputs[j]) if j < len(strategy.dims.outputs) else set()
@@ -235,15 +247,28 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
             continue
         spec = strategy.output_spec(j)
         out_block = block_bytes(value, spec, mesh)
-        memory += out_block
+        # resident: in training what the backward pass reads (memory_model); in inference every output (bound)
+        if not training or value_kept(graph, vid, grads):
+            activations += out_block
+        if vid in grads:
+            transient = max(transient, out_block * transient_buffers(node))
         if partial and _is_float(value):
             on_output = {a for dim in spec for a in dim}
             scattered = tuple(a for a in partial if a in on_output)
             reduced = tuple(a for a in partial if a not in on_output)
             cost = (cost + _collective("ReduceScatter", out_block * mesh.size(reduced), mesh.size(scattered))
                     + _collective("AllReduce", out_block, mesh.size(reduced)))
+    if training and any(v in grads for v in node.inputs):  # the largest input's cotangent (MaxPool's window)
+        blocks = [block_bytes(values[v], strategy.input_spec(i), mesh) for i, v in enumerate(node.inputs)
+                  if values[v].kind != "param" and values[v].is_array and _is_float(values[v])]
+        transient = max([transient] + [b * transient_buffers(node) for b in blocks])
+    if training and node.inputs and values[node.inputs[0]].shape:
+        internal = internal_residuals(node, grads)
+        if internal:
+            activations += internal * block_bytes(values[node.inputs[0]], strategy.input_spec(0), mesh)
+    gradients = 0.0
+    reduced_params: set[int] = set()
     if training:
-        grads = grad_values(graph) if needs_grad is None else needs_grad
         split_labels = [l for l in strategy.dims.order if axes.get(l)]
         for i, vid in enumerate(node.inputs):
             value = values[vid]
@@ -252,12 +277,24 @@ def op_cost(graph: Any, node: Any, strategy: NodeStrategy, mesh: MeshInfo, train
             carried = set(strategy.dims.inputs[i])
             done = grad_reduced.get(vid, frozenset()) if grad_reduced else frozenset()
             over = tuple(a for l in split_labels if l not in carried for a in axes[l] if a not in done)
-            cost = cost + _collective("AllReduce", block_bytes(value, strategy.input_spec(i), mesh), mesh.size(over))
+            block = block_bytes(value, strategy.input_spec(i), mesh)
+            cost = cost + _collective("AllReduce", block, mesh.size(over))
+            if value.kind == "param" and mesh.size(over) > 1:
+                reduced_params.add(vid)
+    persistent = 0.0
     for i, vid in enumerate(node.inputs):
         value = values[vid]
-        if value.kind == "param":
-            memory += block_bytes(value, strategy.input_spec(i), mesh) * (_PARAM_COPIES_TRAINING if training else 1)
-    return cost + Cost(memory_bytes=memory)
+        if value.kind != "param":
+            continue
+        # a Parameter read by several ops: each reader holds its share (its storage is one block)
+        readers = len({n for n, _ in value.consumers if n in graph.nodes}) or 1
+        block = block_bytes(value, strategy.input_spec(i), mesh) / readers
+        slots = param_slots(graph, value) if training and vid in grads else None
+        persistent += block * (1.0 + (slots or 0.0))
+        if slots is not None and vid in reduced_params:
+            gradients += block
+    return cost + Cost(memory_bytes=persistent + activations + gradients, activation_bytes=activations,
+                       gradient_bytes=gradients, transient_bytes=transient)
 
 
 def sum_costs(costs: Iterable[Cost]) -> Cost:
@@ -290,9 +327,48 @@ def plan_cost(graph: Any, mesh: MeshInfo, training: bool = True,
                 src = specs.get(vid, s.input_spec(i))
             else:
                 src = specs.get(vid, replicated_spec(len(value.shape)))
-            cost = cost + redistribution_cost(value, src, s.input_spec(i), mesh, training, vid in grads)
+            dst = s.input_spec(i)
+            cost = cost + redistribution_cost(value, src, dst, mesh, training, vid in grads)
+            if src != dst and training and keeps_input(node, i, graph, grads):
+                cost = cost + copy_memory(graph, vid, src, dst, mesh, grads)
         out[node.id] = cost
     return out
+
+
+def copy_memory(graph: Any, vid: int, src: Spec, dst: Spec, mesh: MeshInfo, grads: frozenset[int]) -> Cost:
+    """The memory of a consumer's copy of value ``vid`` redistributed ``src -> dst`` that its backward pass keeps.
+    A step argument (a dataset input, a Parameter) stays resident whole: the copy counts in full. An op output is
+    counted kept in its producer's layout already (``op_cost``); once redistributed, XLA keeps the copy the
+    backward reads, not the original: the copy replaces it (counted as the difference, which may be negative) when
+    this consumer is its only keeper, else it adds what it is larger by."""
+    gathered, moved, _ = _moves(src, dst)
+    if not gathered and not moved:
+        return ZERO  # a slice: XLA fuses it into the consumer, which keeps reading the original
+    value = graph.values[vid]
+    block = block_bytes(value, dst, mesh)
+    if value.producer is not None:
+        block -= block_bytes(value, src, mesh)
+        if not sole_keeper(graph, vid, grads):
+            block = max(0.0, block)
+    return Cost(memory_bytes=block, activation_bytes=block)
+
+
+def input_bytes(graph: Any, mesh: MeshInfo, value_specs: Mapping[int, Spec] | None = None) -> float:
+    """Per-device bytes of the step's dataset inputs in the layouts they arrive in (arguments of the step that no
+    op's cost holds)."""
+    specs = graph.meta.get("value_specs", {}) if value_specs is None else value_specs
+    return sum(block_bytes(graph.values[v], specs.get(v, replicated_spec(len(graph.values[v].shape))), mesh)
+               for v in graph.inputs if graph.values[v].kind == "input" and graph.values[v].is_array)
+
+
+def predicted_peak(graph: Any, mesh: MeshInfo, per_node: Mapping[int, Cost] | None = None,
+                   training: bool = True) -> float:
+    """The plan's predicted per-device peak memory (``memory_model.peak_bytes``): ``plan_cost`` summed, plus the
+    dataset inputs."""
+    from graphpar.parallel.memory_model import peak_bytes
+
+    per_node = plan_cost(graph, mesh, training) if per_node is None else per_node
+    return peak_bytes(sum_costs(per_node.values()), input_bytes(graph, mesh))
 
 
 def reduce_scatter_saving(producer: NodeStrategy, value: Any, out_spec: Spec, dst: Spec, mesh: MeshInfo) -> float:

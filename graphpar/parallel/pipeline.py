@@ -75,6 +75,8 @@ def passes_for(ctx: PlanContext) -> tuple[tuple[str, Pass], ...]:
 
 def run_pipeline(graph: Graph, ctx: PlanContext) -> Graph:
     timings = {}
+    if ctx.optimizer_slots is not None:  # what the cost model's memory terms read (parallel.memory_model)
+        graph = dataclasses.replace(graph, meta={**graph.meta, "optimizer_slots": ctx.optimizer_slots})
     for name, fn in passes_for(ctx):
         started = time.perf_counter()
         graph = fn(graph, ctx)

@@ -25,6 +25,7 @@ from graphpar.compile.plan import ExecutionPlan, PlanSetup
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
 from graphpar.parallel import strategy_file
+from graphpar.parallel.memory_model import graph_optimizer_slots
 from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.search.settings import search_settings
@@ -96,9 +97,10 @@ class PlannedPlan(ExecutionPlan):
     name = "planned"
 
     def __init__(self, network: Any, devices: Sequence[jax.Device], pctx: AutoParallelContext,
-                 n_virtual: int | None = None):
+                 n_virtual: int | None = None, optimizer: Any = None):
         super().__init__()
         self.network = network
+        self.optimizer = optimizer  # the train step's (memory predictions count its state), None for a forward
         self.devices = list(devices)
         self.pctx = pctx
         self._n = n_virtual or len(self.devices)
@@ -133,6 +135,7 @@ class PlannedPlan(ExecutionPlan):
         ctx.strategy_file = strategy_file.for_plan(self.pctx)
         ctx.search = search_settings(self.pctx.parallel_mode, self.pctx.search_mode,
                                      _context.current().max_device_memory, self.devices[0].platform)
+        ctx.optimizer_slots = graph_optimizer_slots(graph, self.optimizer)
         return PlanSetup(ctx)
 
     def layout(self, graph: Graph | None) -> Layout:
@@ -146,5 +149,5 @@ class PlannedPlan(ExecutionPlan):
         return self.mesh
 
 
-def planned_plan(network, devices, pctx, n_virtual=None) -> PlannedPlan:
-    return PlannedPlan(network, devices, pctx, n_virtual)
+def planned_plan(network, devices, pctx, n_virtual=None, optimizer=None) -> PlannedPlan:
+    return PlannedPlan(network, devices, pctx, n_virtual, optimizer)

@@ -2,17 +2,7 @@
 
 import re
 
-from graphpar.dump.hlo import parse_collectives
-
-
-def wire_bytes(kind: str, result_bytes: float, group_size: int) -> float:
-    """Bytes one device sends for a collective under ring algorithms (the unit of HELPERS_COMMON.md)."""
-    g = group_size
-    if g <= 1:
-        return 0.0
-    return {"AllReduce": 2 * (g - 1) / g * result_bytes, "AllGather": (g - 1) / g * result_bytes,
-            "ReduceScatter": (g - 1) * result_bytes, "AlltoAll": (g - 1) / g * result_bytes,
-            "CollectivePermute": result_bytes}.get(kind, 0.0)
+from graphpar.dump.hlo import parse_collectives, wire_bytes  # the project's unit of collective bytes
 
 
 def computations(hlo_text: str) -> dict[str, str]:

@@ -62,3 +62,19 @@ def data(n, d_in, d_out, seed=1):
 
 def params(net):
     return {p.name: p.asnumpy() for p in net.get_parameters()}
+
+
+class MegatronMLP(nn.Cell):
+    """Megatron's MLP with MindSpore strategies: column-split then row-split matmul, ``dp`` x ``mp`` devices."""
+
+    def __init__(self, d=16, hidden=64, dp=2, mp=4, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.w1 = ms.Parameter(_init(rng, (d, hidden), d), "w1")
+        self.w2 = ms.Parameter(_init(rng, (hidden, d), hidden), "w2")
+        self.matmul1 = ms.ops.MatMul().shard(((dp, 1), (1, mp)))
+        self.relu = ms.ops.ReLU().shard(((dp, mp),))
+        self.matmul2 = ms.ops.MatMul().shard(((dp, mp), (mp, 1)))
+
+    def construct(self, x):
+        return self.matmul2(self.relu(self.matmul1(x, self.w1)), self.w2)

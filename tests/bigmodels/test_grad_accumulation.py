@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import nn
+from graphpar import nn, ops
 from graphpar.errors import DatasetError
+from graphpar.models.gpt import GPT, gpt_data
 from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
-from tests.bigmodels.nets import WideMLP, data, params
+from tests.bigmodels.nets import MegatronMLP, WideMLP, data, params
 
 
 def _train(mode, micro, steps=2, context_steps=None, **ctx):
@@ -75,3 +76,107 @@ def test_eager_call_sums_micro_batch_losses_and_bad_batches_are_named():
     train = nn.TrainOneStepCell(nn.GradAccumulation(loss, 3), nn.SGD(net.trainable_params(), 1e-3))
     with pytest.raises(DatasetError, match="micro_size=3"):
         train(x, y)
+
+
+def _megatron(micro, reduction, steps, lr=0.05):
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    net = MegatronMLP(dp=2, mp=4)
+    loss = nn.WithLossCell(net, nn.MSELoss(reduction=reduction))
+    if micro > 1:
+        loss = nn.GradAccumulation(loss, micro)
+    train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), lr))
+    x, y = data(32, 16, 16)
+    losses = [float(train(x, y)) for _ in range(steps)]
+    return net, train, losses
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_semi_auto_dp2_mp4_accumulates_per_replica_and_reduces_once(reduction):
+    # the accumulated gradient (and the reported loss) is the sum over the 4 micro-batches: with a batch-mean loss
+    # that is 4 times the whole batch's, so the whole batch trains with 4 times the learning rate
+    factor, lr = (4, 0.05) if reduction == "mean" else (1, 0.05 / 512)
+    whole, _, losses = _megatron(1, reduction, 3, lr=lr * factor)
+    accumulated, train, losses_acc = _megatron(4, reduction, 3, lr=lr)
+    expected = np.asarray(losses) * factor
+    np.testing.assert_allclose(losses_acc, expected, rtol=1e-6)
+    for name, value in params(accumulated).items():
+        np.testing.assert_allclose(value, params(whole)[name], rtol=1e-6, atol=1e-7)
+    hlo = train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]  # the mesh is dp(2) x mp(4): ranks r and r + 4 are replicas
+    assert "while" in hlo
+    assert [c for c in loop_collectives(hlo) if c.groups == dp_groups] == []  # no data-parallel traffic per micro
+    once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
+    # one reduction of each parameter's model-parallel slice (w1 (16, 64/4), w2 (64/4, 16)) and of the loss
+    assert once == sorted([(), (16, 16), (16, 16)])
+    # the micro-batch's graph and one replica's rows' graph, each traced and planned once, and timed
+    assert (train.program.counts.traces, train.program.counts.plans) == (2, 2) and train.program.compile_seconds > 0
+
+
+class _SquaredMeanError(nn.Cell):
+    """A loss that is not a plain mean or sum over the batch: the square of the mean error."""
+
+    def __init__(self):
+        super().__init__()
+        self.sub, self.mean, self.square = ops.Sub(), ops.ReduceMean(), ops.Square()
+
+    def construct(self, logits, labels):
+        return self.square(self.mean(self.sub(logits, labels)))
+
+
+def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_says_why(notices):
+    def run(micro):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+        net = MegatronMLP(dp=2, mp=4)
+        loss = nn.WithLossCell(net, _SquaredMeanError())
+        if micro > 1:
+            loss = nn.GradAccumulation(loss, micro)
+        train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.05))
+        x, y = data(32, 16, 16)
+        [float(train(x, y)) for _ in range(2)]
+        return train
+
+    train = run(4)
+    assert ("gradient accumulation: the data-parallel gradient reduction is made once per micro-batch because op "
+            "'mean' (ReduceMean") in notices.text
+    hlo = train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert any(c.groups == dp_groups for c in loop_collectives(hlo))  # reduced per micro-batch, as said
+
+
+def test_gpt_semi_auto_dp2_mp4_four_micro_batches_equal_the_whole_batch_reduced_once():
+    # graphpar.models.gpt: ids (batch, seq) split over fewer devices than the (batch * seq) labels, both cut into the
+    # same micro-batches; Megatron strategies inside each data-parallel replica
+    def run(micro, lr):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+        net = GPT(dp=2, mp=4)
+        loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+        train = nn.TrainOneStepCell(nn.GradAccumulation(loss, micro) if micro > 1 else loss,
+                                    nn.SGD(net.trainable_params(), lr))
+        batch = gpt_data(batch=16)
+        return net, train, [float(train(*batch)) for _ in range(2)], batch
+
+    whole, _, losses, _ = run(1, 0.4)  # a batch-mean loss: 4 micro-batches sum to 4 times its gradient
+    accumulated, train, losses_acc, batch = run(4, 0.1)
+    np.testing.assert_allclose(losses_acc, 4 * np.asarray(losses), rtol=1e-6)
+    for name, value in params(accumulated).items():
+        np.testing.assert_allclose(value, params(whole)[name], rtol=1e-6, atol=1e-7)
+    hlo = train.program.lower_step(list(batch)).compile().as_text()
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert [c for c in loop_collectives(hlo) if c.groups == dp_groups] == []
+    once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
+    shards = sorted(p.get_raw_value().addressable_shards[0].data.shape for p in accumulated.trainable_params())
+    assert once == sorted(shards + [()])  # each parameter's gradient slice once, and the loss
+
+
+def test_inputs_split_over_different_device_counts_are_cut_by_the_same_blocks():
+    from graphpar.compile.accumulate import check_batch, cut_blocks
+
+    # (batch, seq) ids over 4 devices and (batch * seq,) labels over 8: cut in 4 blocks, so micro-batch i of both
+    # holds the same samples
+    assert cut_blocks([(16, 16), (256,), ()], [4, 8, 1]) == 4
+    assert cut_blocks([(24, 4), (24,)], [2, 3]) == 1  # no common block structure: contiguous micro-batches
+    with pytest.raises(DatasetError, match="micro_size=4"):
+        check_batch([(8, 16), (128,)], 4, [4, 8])  # 8 rows in 4 blocks cannot give 4 micro-batches per block

@@ -66,7 +66,7 @@ def test_op_cost_matmul_partial_and_gradients():
     y = Value(2, (16, 16), np.dtype(np.float32), "op", producer=0)
     node = Node(0, "MatMul", "matmul", "", {}, None, None, [0, 1], [2], None, True)
     g = G()
-    g.values, g.inputs, g.nodes = {0: x, 1: w, 2: y}, [0, 1], {0: node}
+    g.values, g.inputs, g.nodes, g.meta = {0: x, 1: w, 2: y}, [0, 1], {0: node}, {}
     g.node_list = lambda: [node]
     dims = DimSpec((("i", "k"), ("k", "j")), (("i", "j"),), ("i", "k", "j"))
     # quickstart ((2, 4), (4, 1)): i on m0, k on (m1, m2)
@@ -78,4 +78,4 @@ def test_op_cost_matmul_partial_and_gradients():
     assert c.comm_bytes == wire_bytes("AllReduce", out_block, 4) + wire_bytes("AllReduce", w_block, 2)
     assert c.messages == 2
     assert c.flops == 2 * 16 * 32 * 16 * 3 / 8
-    assert c.time(HARDWARE["gpu"]) > 0 and set(c.as_dict()) == {"comm_bytes", "messages", "flops", "memory_bytes"}
+    assert c.time(HARDWARE["gpu"]) > 0 and set(c.as_dict()) >= {"comm_bytes", "messages", "flops", "memory_bytes"}

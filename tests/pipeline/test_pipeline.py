@@ -84,6 +84,11 @@ def test_stage_strategies_dumps_and_strategy_file(tmp_path, capsys):
         assert sorted(sent) == [(mine, k) for k in range(micro)]
         assert sorted(received) == [(theirs, k) for k in range(micro)]
         assert schedule["orders"][stage]["peak_live"] == micro and schedule["peak_live"] == {0: micro, 1: micro}
+        # wire bytes, the unit of every collective figure: each device sends one destination shard per transfer
+        for kind, key in (("Send", "sends"), ("Receive", "receives")):
+            assert all(t["wire_bytes"] == t["device_bytes"] > 0 for t in schedule[key])
+            assert schedule["totals"][kind] == {"bytes": sum(t["device_bytes"] for t in schedule[key]),
+                                                "wire_bytes": sum(t["wire_bytes"] for t in schedule[key])}
     assert "layers.2" not in (ir / "rank_0" / begin0(ir, 0)).read_text()  # stage 0 does not hold stage 1's layers
     from graphpar.cli.main import main
 
@@ -91,6 +96,7 @@ def test_stage_strategies_dumps_and_strategy_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "pipeline: 2 stages, micro_size 4, scheduler gpipe; 8 activation transfers per step" in out
     assert "F0 F1 F2 F3 B0 B1 B2 B3" in out
+    assert "Send bytes per step per device (rank's stage): raw" in out and "wire bytes" in out
     data = json.loads(strategy.read_text())
     stages = {k.split("/")[-2]: v["stage"] for k, v in data["parallel_strategy_item"].items() if "MatMul" in k}
     assert stages == {"0-Dense": 0, "1-Dense": 0, "2-Dense": 1, "3-Dense": 1}

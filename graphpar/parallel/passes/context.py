@@ -18,6 +18,8 @@ class PlanContext:
     input_specs: dict[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
     strategy_file: Any = None  # parallel.strategy_file.StrategyFile to force (strategy_ckpt_config load_file)
     search: Any = None  # parallel.search.settings.SearchSettings (AUTO_PARALLEL searches: memory budget, hardware)
+    # per trained parameter name, the optimizer's state elements per element (parallel.memory_model; None: unknown)
+    optimizer_slots: dict[str, float] | None = None
     _dims: dict[int, DimSpec | None] = field(default_factory=dict)
     _candidates: dict[tuple, tuple[NodeStrategy, ...]] = field(default_factory=dict)
 

@@ -4,7 +4,8 @@ so the search's modules import from one place."""
 from __future__ import annotations
 
 from graphpar.parallel.cost import (
-    DEFAULT_HW, HARDWARE, ZERO, Cost, Hardware, block_bytes, grad_values, op_cost, plan_cost, redistribution_cost)
+    DEFAULT_HW, HARDWARE, ZERO, Cost, Hardware, block_bytes, copy_memory, grad_values, input_bytes, op_cost,
+    plan_cost, redistribution_cost)
 
-__all__ = ["DEFAULT_HW", "HARDWARE", "ZERO", "Cost", "Hardware", "block_bytes", "grad_values", "op_cost", "plan_cost",
-           "redistribution_cost"]
+__all__ = ["DEFAULT_HW", "HARDWARE", "ZERO", "Cost", "Hardware", "block_bytes", "copy_memory", "grad_values",
+           "input_bytes", "op_cost", "plan_cost", "redistribution_cost"]

@@ -4,7 +4,10 @@ Variables: a binary ``x[g, i]`` per variable ``g`` and choice ``i`` (one-hot: ``
 continuous ``y[e, a, b] >= 0`` per edge ``e`` and pair of layout classes, tied to the choices by its marginals
 (``sum_b y[e, a, b] = sum of x[u, i] over the choices i of u in class a``, the same for ``v``): with one-hot ``x``
 these force ``y[e, a, b] = 1`` exactly on the chosen pair, so the edge variables need no integrality.
-Objective: ``sum unary_time . x + sum edge_cost . y`` (microseconds). Memory: ``sum memory . x <= budget``.
+Objective: ``sum unary_time . x + sum edge_cost . y`` (microseconds). Memory (``memory_model.peak_bytes``): the
+peak is fixed + max(backward, update), so a budget is two rows, ``backward . x + edge_memory . y + t <= budget -
+fixed`` and ``update . x <= budget - fixed``, with a continuous ``t >= transient_g . x_g`` for every variable ``g``
+(the plan's largest transient buffer). The smallest need minimises a continuous ``m`` above both rows.
 
 Deterministic: one thread, a fixed random seed, zero optimality gap, and variables created in a fixed order, so the
 same problem gives the same plan in every process. A time limit (default 120 s) bounds pathological cases: the best
@@ -53,16 +56,24 @@ def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float =
     for e in edges:
         y_start.append(n)
         n += e.cost.size
-    memory = np.zeros(n)
-    cost = np.zeros(n)
+    t_col, m_col = n, n + 1  # the largest transient buffer; the peak (minimize="memory")
+    n += 2
+    backward, update, transient, cost = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     for g in range(len(variables)):
-        cost[x_start[g]:x_start[g] + variables[g].size] = problem.unary_time(g) * _SCALE
-        memory[x_start[g]:x_start[g] + variables[g].size] = problem.memory(g)
+        cols = slice(x_start[g], x_start[g] + variables[g].size)
+        cost[cols] = problem.unary_time(g) * _SCALE
+        backward[cols] = problem.memory(g)
+        update[cols] = problem.update_memory(g)
+        transient[cols] = problem.transient(g)
     for e, start in zip(edges, y_start):
         cost[start:start + e.cost.size] = e.cost.ravel() * _SCALE
-        memory[start:start + e.cost.size] = e.memory.ravel()
+        backward[start:start + e.cost.size] = e.memory.ravel()
+    scale = max(float(np.abs(backward).max(initial=0.0)), float(np.abs(update).max(initial=0.0)),
+                float(transient.max(initial=0.0)), 1.0)
+    backward[t_col] = scale  # + t
     if minimize == "memory":
-        cost = memory / max(float(memory.max(initial=0.0)), 1.0) * 1e3
+        cost = np.zeros(n)
+        cost[m_col] = 1e3
     rows_start, rows_index, rows_value, lower, upper = [0], [], [], [], []
 
     def row(index, value, lo, hi):
@@ -82,16 +93,28 @@ def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float =
         for b in range(nb):
             xs = [x_start[e.v] + j for j in np.flatnonzero(e.v_class == b)]
             row([start + a * nb + b for a in range(na)] + xs, [1.0] * na + [-1.0] * len(xs), 0.0, 0.0)
-    if budget is not None:
-        scale = max(float(memory.max(initial=0.0)), 1.0)
-        used = np.flatnonzero(memory)
-        row(list(used), list(memory[used] / scale), -highspy.kHighsInf, budget / scale)
+    bounded = budget is not None or minimize == "memory"
+    if bounded:
+        for g, var in enumerate(variables):  # t >= the transient of g's choice
+            cols = [x_start[g] + i for i in range(var.size) if transient[x_start[g] + i]]
+            if cols:
+                row(cols + [t_col], [transient[c] / scale for c in cols] + [-1.0], -highspy.kHighsInf, 0.0)
+        limit = (budget - problem.fixed_memory) / scale if budget is not None else highspy.kHighsInf
+        for vector in (backward, update):
+            used = [c for c in np.flatnonzero(vector) if c != m_col]
+            values = [vector[c] / scale for c in used]
+            if minimize == "memory":  # vector . x - m <= 0
+                row(used + [m_col], values + [-1.0], -highspy.kHighsInf, 0.0)
+            if budget is not None:
+                row(used, values, -highspy.kHighsInf, limit)
     lp = highspy.HighsLp()
     lp.num_col_ = n
     lp.num_row_ = len(lower)
     lp.col_cost_ = cost
     lp.col_lower_ = np.zeros(n)
-    lp.col_upper_ = np.ones(n)
+    col_upper = np.ones(n)
+    col_upper[t_col] = col_upper[m_col] = highspy.kHighsInf
+    lp.col_upper_ = col_upper
     lp.row_lower_ = np.array(lower)
     lp.row_upper_ = np.array(upper)
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise

@@ -34,7 +34,8 @@ from graphpar.ir.graph import Graph
 from graphpar.parallel.mesh import axis_names, mesh_axis_sizes
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.pipeline import run_pipeline
-from graphpar.parallel.cost import plan_cost, sum_costs
+from graphpar.parallel.cost import plan_cost, predicted_peak, sum_costs
+from graphpar.parallel.memory_model import DEFAULT_OPTIMIZER_SLOTS, graph_optimizer_slots
 from graphpar.parallel.search.settings import search_settings
 from graphpar.parallel.strategy import MeshInfo
 
@@ -53,6 +54,7 @@ class PlanSummary:
     messages: int
     seconds: float  # tracing + planning
     per_node: dict[int, Any] = field(default_factory=dict)  # node id -> Cost
+    memory_terms: str = "parameters + activations"  # what memory_bytes counts (the optimizer whose state it is)
 
     def text(self, max_rows: int = 60) -> str:
         g = self.graph
@@ -68,8 +70,8 @@ class PlanSummary:
         widths = [max(len(r[i]) for r in shown) for i in range(len(rows[0]))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in shown]
         search = g.meta.get("search") or {}
-        lines.append(f"predicted per device: memory {self.memory_bytes / 1024 ** 2:.2f} MiB (parameters x4 + "
-                     f"activations), collective bytes per step {self.comm_bytes:.0f} in {self.messages} collectives")
+        lines.append(f"predicted per device: peak memory {self.memory_bytes / 1024 ** 2:.2f} MiB ({self.memory_terms}"
+                     f"), collective bytes per step {self.comm_bytes:.0f} in {self.messages} collectives")
         if search:
             p = search["problem"]
             lines.append(f"search: {p['variables']} variables ({p['repeated_groups']} repeated-layer groups), "
@@ -97,9 +99,10 @@ def _modes(pctx: Any) -> tuple[str, str]:
 
 
 def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", pctx: Any = None,
-                           platform: str = "gpu") -> PlanSummary:
+                           platform: str = "gpu", optimizer: Any = None) -> PlanSummary:
     """Plan a traced ``graph`` (global shapes for ``devices`` devices) with the pass pipeline, on a mesh of
-    ``devices`` devices that need not exist."""
+    ``devices`` devices that need not exist. ``optimizer``: the one training would run (its state per parameter
+    counts in the memory predicted; without one, Adam's two moments are assumed)."""
     from graphpar.parallel import strategy_file
     from graphpar.parallel.planned import _hint_matrices, dataset_specs
 
@@ -114,12 +117,25 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     ctx.input_specs = dataset_specs(graph, info, pctx.dataset_strategy)
     ctx.strategy_file = strategy_file.for_plan(pctx)
     ctx.search = search_settings(mode, search_mode, _context.current().max_device_memory, platform)
+    ctx.optimizer_slots = graph_optimizer_slots(graph, optimizer)
     graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": info, "purpose": purpose})
     graph = run_pipeline(graph, ctx)
-    per_node = plan_cost(graph, info, training=purpose == "train")
+    training = purpose == "train"
+    per_node = plan_cost(graph, info, training=training)
     total = sum_costs(per_node.values())
     return PlanSummary(devices, mode, search_mode, AbstractMesh(tuple(sizes), info.names), graph,
-                       total.memory_bytes, total.comm_bytes, total.messages, time.perf_counter() - started, per_node)
+                       predicted_peak(graph, info, per_node, training), total.comm_bytes, total.messages,
+                       time.perf_counter() - started, per_node, _optimizer_text(optimizer, training))
+
+
+def _optimizer_text(optimizer: Any, training: bool) -> str:
+    if not training:
+        return "parameters + activations"
+    if optimizer is None:
+        return (f"parameters x{2 + DEFAULT_OPTIMIZER_SLOTS:g} (weight, gradient, an unknown optimizer's state "
+                "assumed Adam's two moments) + activations kept for the backward pass")
+    return (f"parameters with {type(optimizer).__name__}'s state, gradients + activations kept for the backward "
+            "pass")
 
 
 def _aval(x: Any) -> jax.ShapeDtypeStruct:
@@ -127,14 +143,15 @@ def _aval(x: Any) -> jax.ShapeDtypeStruct:
 
 
 def plan_for_devices(network: Any, *inputs: Any, devices: int, purpose: str = "train",
-                     platform: str = "gpu") -> PlanSummary:
+                     platform: str = "gpu", optimizer: Any = None) -> PlanSummary:
     """Plan ``network`` (the loss network a ``TrainOneStepCell`` wraps, or any Cell for ``purpose="forward"``)
     for ``devices`` devices on global-batch ``inputs`` (arrays or ``jax.ShapeDtypeStruct``), under the context in
-    force, without those devices. ``platform`` picks the cost model's hardware ("gpu", "tpu", "cpu")."""
+    force, without those devices. ``platform`` picks the cost model's hardware ("gpu", "tpu", "cpu");
+    ``optimizer`` the optimizer training would use (its state counts in the predicted memory; default: Adam's)."""
     ns = NetworkState(network, network.trainable_params())
     started = time.perf_counter()
     graph, _ = trace_network(ns, [_aval(x) for x in inputs], purpose)
-    summary = plan_graph_for_devices(graph, devices, purpose, platform=platform)
+    summary = plan_graph_for_devices(graph, devices, purpose, platform=platform, optimizer=optimizer)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -145,10 +162,11 @@ class PlanOnlyPlan(ExecutionPlan):
 
     name = "plan-only"
 
-    def __init__(self, devices: int, script_devices: int, platform: str):
+    def __init__(self, devices: int, script_devices: int, platform: str, optimizer: Any = None):
         super().__init__()
         self.devices = jax.local_devices()[:1]
         self.virtual, self.script_devices, self.platform = devices, script_devices, platform
+        self.optimizer = optimizer
         self.draws = script_devices  # Model.train stacks this many per-device batches: the script's global batch
 
     def trace_avals(self, inputs: Sequence[Any], purpose: str) -> list[jax.ShapeDtypeStruct]:
@@ -165,20 +183,20 @@ class PlanOnlyPlan(ExecutionPlan):
     def setup(self, graph: Graph) -> Any:
         """Plan the traced graph for the virtual devices, print the plan, end the script."""
         purpose = graph.name.rsplit("_", 1)[-1]  # trace_network names it "{network}_{purpose}"
-        summary = plan_graph_for_devices(graph, self.virtual, purpose, self.pctx,
-                                         self.platform)
+        summary = plan_graph_for_devices(graph, self.virtual, purpose, self.pctx, self.platform,
+                                         self.optimizer if purpose == "train" else None)
         print(summary.text(), flush=True)
         raise PlanDone(summary)
 
 
-def plan_only(network: Any) -> ExecutionPlan | None:
+def plan_only(network: Any, optimizer: Any = None) -> ExecutionPlan | None:
     """The plan-only plan when ``graphpar plan`` asked for one (``Context.plan_devices``), else None."""
     ctx = _context.current()
     if not ctx.plan_devices:
         return None
     pctx = _context.current_parallel()
     script_devices = pctx.device_num or jax.device_count()
-    plan = PlanOnlyPlan(ctx.plan_devices, script_devices, ctx.plan_platform)
+    plan = PlanOnlyPlan(ctx.plan_devices, script_devices, ctx.plan_platform, optimizer)
     for key, value in ctx.plan_overrides:
         setattr(plan.pctx, key, value)
     return plan

@@ -15,10 +15,11 @@ one variable). A variable picks one candidate (:mod:`.candidates`). The objectiv
 * a Parameter read by several ops gets a variable of its own (its storage layout, among the layouts its readers
   want), with an edge to each reader; a Parameter read by one op is stored as that op reads it (free).
 
-Memory: each candidate's ``memory_bytes`` (its parameters with gradient and optimizer state, and its outputs kept
-for the backward pass), summed over the copies, plus on every edge whose layouts differ the consumer's copy of the
-value in its own layout (an op keeps the inputs its backward needs, as it reads them: a gathered activation is a
-second, larger buffer); the plan's total is bounded by ``max_device_memory``.
+Memory (``parallel.memory_model``): the predicted peak is ``fixed + max(backward, update)``: per candidate its
+``memory_bytes`` (its parameters with optimizer state, its outputs kept for the backward pass, its reduced
+gradients) summed over the copies, plus on every edge whose consumer keeps a redistributed copy what that copy adds,
+plus the plan's largest transient buffer (backward); or per candidate its arguments and twice its reduced gradients
+(update); ``fixed`` is the dataset batch. Both are bounded by ``max_device_memory``.
 """
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ import numpy as np
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.passes.context import PlanContext
 from graphpar.parallel.search.candidates import Candidates, node_candidates
+from graphpar.parallel.memory_model import keeps_input, sole_keeper, value_kept
 from graphpar.parallel.search.costs import (
-    ZERO, Cost, Hardware, block_bytes, grad_values, op_cost, redistribution_cost)
+    ZERO, Cost, Hardware, block_bytes, copy_memory, grad_values, input_bytes, op_cost, redistribution_cost)
 from graphpar.parallel.search.layers import repeated_layers
 from graphpar.parallel.strategy import NodeStrategy, Spec
 
 
 def scaled(cost: Cost, k: int) -> Cost:
     """``k`` copies of ``cost``."""
-    return Cost(cost.comm_bytes * k, cost.messages * k, cost.flops * k, cost.memory_bytes * k)
+    return cost.scaled(k)
 
 
 @dataclass
@@ -74,7 +76,7 @@ class Edge:
     v_class: np.ndarray
     cost: np.ndarray  # (classes of u) x (classes of v), seconds, multiplicity included
     count: int
-    memory: np.ndarray  # (classes of u) x (classes of v), bytes of the redistributed copy, multiplicity included
+    memory: np.ndarray  # (classes of u) x (classes of v), bytes the kept redistributed copy adds, multiplicity in
 
 
 @dataclass
@@ -86,12 +88,23 @@ class Problem:
     hw: Hardware
     constant: float = 0.0  # cost no choice changes
     copies: int = 0  # repeated-layer groups found
+    fixed_memory: float = 0.0  # bytes no choice changes (the dataset batch in its layouts)
 
     def unary_time(self, g: int) -> np.ndarray:
         return np.array([c.time(self.hw) for c in self.variables[g].unary])
 
+    # the peak is fixed + max(backward, update) (parallel.memory_model.peak_bytes): two linear rows and a max
     def memory(self, g: int) -> np.ndarray:
+        """Per choice, its bytes during the backward pass: arguments + kept activations + reduced gradients."""
         return np.array([c.memory_bytes for c in self.variables[g].unary])
+
+    def update_memory(self, g: int) -> np.ndarray:
+        """Per choice, its bytes at the update: arguments + 2 x the gradients a collective reduces."""
+        return np.array([c.memory_bytes - c.activation_bytes + c.gradient_bytes for c in self.variables[g].unary])
+
+    def transient(self, g: int) -> np.ndarray:
+        """Per choice, the largest buffer its backward holds briefly (the plan's largest adds to the backward)."""
+        return np.array([c.transient_bytes for c in self.variables[g].unary])
 
     def objective(self, choice: list[int]) -> float:
         """Total time of an assignment (one choice index per variable)."""
@@ -101,10 +114,13 @@ class Problem:
         return float(total)
 
     def memory_of(self, choice: list[int]) -> float:
-        total = sum(self.variables[g].unary[i].memory_bytes for g, i in enumerate(choice))
+        """The predicted per-device peak of an assignment."""
+        backward = sum(float(self.memory(g)[i]) for g, i in enumerate(choice))
         for e in self.edges:
-            total += e.memory[e.u_class[choice[e.u]], e.v_class[choice[e.v]]]
-        return float(total)
+            backward += e.memory[e.u_class[choice[e.u]], e.v_class[choice[e.v]]]
+        backward += max((float(self.transient(g)[i]) for g, i in enumerate(choice)), default=0.0)
+        update = sum(float(self.update_memory(g)[i]) for g, i in enumerate(choice))
+        return self.fixed_memory + max(backward, update)
 
 
 class Pricer:
@@ -115,6 +131,7 @@ class Pricer:
         self.grads = grad_values(graph) if training else frozenset()
         self._redist: dict[tuple, Cost] = {}
         self._op: dict[tuple, Cost] = {}
+        self._kept: dict[tuple, bool] = {}
         self._specs: dict[int, tuple[NodeStrategy, tuple[Spec, ...], tuple[Spec, ...]]] = {}
 
     def specs(self, strategy: NodeStrategy) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
@@ -132,7 +149,9 @@ class Pricer:
     def outs(self, strategy: NodeStrategy) -> tuple[Spec, ...]:
         return self.specs(strategy)[1]
 
-    def redistribution(self, vid: int, src: Spec, dst: Spec) -> Cost:
+    def redistribution(self, vid: int, src: Spec, dst: Spec, kept: bool = False) -> Cost:
+        """The edge ``src -> dst`` of value ``vid``; ``kept``: its consumer's backward keeps the copy
+        (``memory_model.keeps_input``), whose bytes then count."""
         value = self.graph.values[vid]
         if src == dst or not value.shape:
             return ZERO
@@ -140,9 +159,18 @@ class Pricer:
         cost = self._redist.get(key)
         if cost is None:
             cost = redistribution_cost(value, src, dst, self.ctx.mesh, self.training, vid in self.grads)
-            cost = dataclasses.replace(cost, memory_bytes=cost.memory_bytes + block_bytes(value, dst, self.ctx.mesh))
             self._redist[key] = cost
+        if kept and self.training:
+            cost = cost + copy_memory(self.graph, vid, src, dst, self.ctx.mesh, self.grads)
         return cost
+
+    def kept(self, node: Node, k: int) -> bool:
+        """Whether ``node``'s backward keeps its ``k``-th input (cached per node and port)."""
+        key = (node.id, k)
+        hit = self._kept.get(key)
+        if hit is None:
+            hit = self._kept[key] = self.training and keeps_input(node, k, self.graph, self.grads)
+        return hit
 
     def op(self, var: int, node: Node, i: int, strategy: NodeStrategy) -> Cost:
         key = (var, i)
@@ -199,7 +227,7 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
     for g, var in enumerate(variables):
         rep = graph.nodes[var.nodes[0]]
         costs = [scaled(pricer.op(g, rep, i, s), len(var.nodes)) for i, s in enumerate(var.choices.strategies)]
-        var.unary = costs
+        var.unary = _kept_correction(graph, pricer, var, costs)
     edge_count: dict[tuple, list[int]] = {}  # (u, out port, v, in port, value kind) -> [count, a value id]
     params: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for node in nodes:
@@ -212,24 +240,27 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
             if value.producer is not None:
                 u = var_of[value.producer]
                 j = graph.nodes[value.producer].outputs.index(vid)
+                kept = pricer.kept(node, k)
                 if u == g:
-                    var.unary = [c + pricer.redistribution(vid, pricer.outs(s)[j], pricer.ins(s)[k])
+                    var.unary = [c + pricer.redistribution(vid, pricer.outs(s)[j], pricer.ins(s)[k], kept)
                                  for c, s in zip(var.unary, var.choices.strategies)]
                 else:
-                    entry = edge_count.setdefault((u, j, g, k, _value_key(graph, vid, pricer)), [0, vid])
+                    key = (u, j, g, k, _value_key(graph, vid, pricer), kept, copy_key(graph, vid, pricer))
+                    entry = edge_count.setdefault(key, [0, vid])
                     entry[0] += 1
             elif value.kind == "param":
                 params[vid].append((node.id, k))
             else:
                 src = ctx.input_specs.get(vid, tuple(() for _ in value.shape)) if value.kind == "input" else tuple(
                     () for _ in value.shape)
-                var.unary = [c + pricer.redistribution(vid, src, pricer.ins(s)[k])
+                kept = pricer.kept(node, k)
+                var.unary = [c + pricer.redistribution(vid, src, pricer.ins(s)[k], kept)
                              for c, s in zip(var.unary, var.choices.strategies)]
     edges: list[Edge] = []
-    for (u, j, g, k, _), (count, vid) in edge_count.items():
+    for (u, j, g, k, _, kept, _), (count, vid) in edge_count.items():
         src = [pricer.outs(s)[j] for s in variables[u].choices.strategies]
         dst = [pricer.ins(s)[k] for s in variables[g].choices.strategies]
-        _add_edge(edges, variables, pricer, hw, vid, u, src, g, dst, count)
+        _add_edge(edges, variables, pricer, hw, vid, u, src, g, dst, count, kept)
     # Parameters read by several ops: a storage variable each (tied across copies by its readers' variables)
     param_vars: dict[tuple, int] = {}
     for vid, readers in params.items():
@@ -247,8 +278,38 @@ def build_problem(graph: Graph, ctx: PlanContext, hw: Hardware, pricer: Pricer |
             for n, k in readers:
                 dst = [pricer.ins(s)[k] for s in variables[var_of[n]].choices.strategies]
                 _add_edge(edges, variables, pricer, hw, vid, p, layouts, var_of[n], dst,
-                                      len(variables[var_of[n]].nodes))
-    return Problem(graph, variables, _merge(edges), var_of, hw, 0.0, len(groups))
+                          len(variables[var_of[n]].nodes))
+    fixed = input_bytes(graph, ctx.mesh, ctx.input_specs) if pricer.training else 0.0
+    return Problem(graph, variables, _merge(edges), var_of, hw, 0.0, len(groups), fixed)
+
+
+def _kept_correction(graph: Graph, pricer: Pricer, var: Variable, costs: list[Cost]) -> list[Cost]:
+    """The copies of a layer share the representative's price, but whether an output is kept for the backward
+    pass depends on its consumers, which differ at the layer's ends (the last copy's output feeds the loss): add
+    (or take away) each copy's difference, so the search's memory is the plan's."""
+    if len(var.nodes) < 2 or not pricer.training:
+        return costs
+    rep = graph.nodes[var.nodes[0]]
+    base = [value_kept(graph, v, pricer.grads) for v in rep.outputs]
+    delta = [0] * len(base)  # per output: copies kept minus the representative's count
+    for nid in var.nodes[1:]:
+        for j, v in enumerate(graph.nodes[nid].outputs):
+            delta[j] += int(value_kept(graph, v, pricer.grads)) - int(base[j])
+    if not any(delta):
+        return costs
+    out = []
+    for c, s in zip(costs, var.choices.strategies):
+        extra = sum(d * block_bytes(graph.values[v], pricer.outs(s)[j], pricer.ctx.mesh)
+                    for j, (d, v) in enumerate(zip(delta, rep.outputs)) if d and graph.values[v].shape)
+        out.append(c + Cost(memory_bytes=extra, activation_bytes=extra))
+    return out
+
+
+def copy_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
+    """What a kept copy's bytes depend on besides the layouts (``cost.copy_memory``): an argument or an op output,
+    and whether its consumer is its only keeper."""
+    value = graph.values[vid]
+    return (value.producer is None, value.producer is not None and sole_keeper(graph, vid, pricer.grads))
 
 
 def _value_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
@@ -257,11 +318,11 @@ def _value_key(graph: Graph, vid: int, pricer: Pricer) -> tuple:
 
 
 def _add_edge(edges: list[Edge], variables: list[Variable], pricer: Pricer, hw: Hardware, vid: int, u: int,
-              src: list[Spec], v: int, dst: list[Spec], count: int) -> None:
+              src: list[Spec], v: int, dst: list[Spec], count: int, kept: bool = False) -> None:
     """Add the edge, or fold it into a unary term when one side has a single layout."""
     u_class, u_layouts = _classes(src)
     v_class, v_layouts = _classes(dst)
-    priced = [[scaled(pricer.redistribution(vid, a, b), count) for b in v_layouts] for a in u_layouts]
+    priced = [[scaled(pricer.redistribution(vid, a, b, kept), count) for b in v_layouts] for a in u_layouts]
     cost = np.array([[c.time(hw) for c in row] for row in priced])
     memory = np.array([[c.memory_bytes for c in row] for row in priced])
     if not cost.any() and not memory.any():

@@ -73,8 +73,8 @@ def _neighbourhood(node: Node, graph: Graph, ctx: PlanContext, pricer: Pricer, c
             ins.append(ctx.input_specs.get(vid, tuple(() for _ in value.shape)))
     outs = []
     for vid in node.outputs:
-        outs.append(tuple((k, pricer.ins(chosen[c.id])[k]) for c, k in graph.consumers(vid) if c.id != node.id)
-                    if graph.values[vid].is_array else ())
+        outs.append(tuple((pricer.kept(c, k), pricer.ins(chosen[c.id])[k]) for c, k in graph.consumers(vid)
+                          if c.id != node.id) if graph.values[vid].is_array else ())
     return tuple(ins), tuple(outs)
 
 
@@ -83,12 +83,12 @@ def _local_cost(node: Node, strategy: NodeStrategy, var: int, index: int, around
     redistributions on its edges."""
     cost = pricer.op(var, node, index, strategy)
     ins, outs = pricer.specs(strategy)
-    for vid, src, dst in zip(node.inputs, around[0], ins):
+    for k, (vid, src, dst) in enumerate(zip(node.inputs, around[0], ins)):
         if src is not None:
-            cost = cost + pricer.redistribution(vid, src, dst)
+            cost = cost + pricer.redistribution(vid, src, dst, pricer.kept(node, k))
     for vid, src, readers in zip(node.outputs, outs, around[1]):
-        for _, dst in readers:
-            cost = cost + pricer.redistribution(vid, src, dst)
+        for kept, dst in readers:
+            cost = cost + pricer.redistribution(vid, src, dst, kept)
     return cost
 
 

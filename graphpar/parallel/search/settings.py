@@ -1,8 +1,9 @@
 """What the search reads besides the graph: the per-device memory budget and the hardware whose time it minimises.
 
 ``set_context(max_device_memory="30GB")`` is MindSpore's setting and format (a number followed by ``GB``); here it
-bounds the plan's predicted per-device memory (parameters with their gradients and optimizer state, and the
-activations kept for the backward pass). It applies to the AUTO_PARALLEL searches; other modes take no decisions it
+bounds the plan's predicted per-device peak memory (``parallel.memory_model``: parameters with the optimizer
+state of the optimizer the step runs, the batch, the activations kept for the backward pass and the reduced
+gradients), calibrated against the compiled program's ``memory_analysis()``. It applies to the AUTO_PARALLEL searches; other modes take no decisions it
 could bound, which is said once when it is set there.
 """
 
@@ -38,8 +39,9 @@ class MemoryBudgetError(GraphparError, ValueError):
         self.budget, self.need, self.largest = budget, need, largest
         super().__init__(
             f"set_context(max_device_memory={budget / 1024 ** 3:g}GB): no plan fits; the smallest per-device need "
-            f"found is {need / 1024 ** 3:.4g}GB ({need:.0f} bytes: parameters x4 for gradient and optimizer state, "
-            f"plus activations; largest: {', '.join(largest)}). Raise max_device_memory to at least "
+            f"found is {need / 1024 ** 3:.4g}GB ({need:.0f} bytes at the step's predicted peak: parameters with their "
+            f"optimizer state and gradients, the batch, activations kept for the backward pass; largest: "
+            f"{', '.join(largest)}). Raise max_device_memory to at least "
             f"{need / 1024 ** 3:.4g}GB, use more devices, or reduce the batch")
 
 

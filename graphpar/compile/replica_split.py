@@ -1,0 +1,215 @@
+"""Splitting a SEMI_AUTO/AUTO step into data-parallel replicas, so gradients are reduced once per step.
+
+A planned graph differentiates the loss of the global batch: XLA sums each parameter's partial gradients over the
+data-parallel devices inside every micro-batch (JAX's auto-sharding mode has no "unreduced" layout a loop could
+carry). When the planned graph is *separable over its data-parallel axes* it can instead run once per replica
+under ``jax.vmap(..., spmd_axis_name=axes)``: each replica's gradient lives in a leading replica dimension sharded
+over those axes, the accumulation loop adds them locally and one reduction after the loop sums them — MindSpore's
+deferred mirror reduction (``MirrorMicroStepOperator``). Inside each replica the model-parallel layouts (and their
+collectives) stay as planned.
+
+The data-parallel axes ``D`` are the leading mesh axes that split the first dimension of every batched input and
+no trainable parameter. The graph is separable over ``D`` when, comparing it with the same network traced for one
+replica's rows (``replica`` graph, planned alike):
+
+* both graphs have the same nodes; a value is *batched* when its shape differs, in one dimension, by the factor
+  ``|D|``;
+* every node that reads or writes a batched value keeps that dimension split over ``D`` (leading) in its
+  strategy: XLA computes it block by block over ``D``, so each replica's block needs only its own rows;
+* exactly one node turns batched values into an unbatched one: the ``ReduceMean`` / ``ReduceSum`` giving the
+  loss. The global loss is then the mean (or sum) of the replicas' losses, and so is its gradient;
+* no other output (Cell state such as BatchNorm statistics) depends on the batch.
+
+Anything else (a batch-mixing op, a loss built from a mean, a network whose shapes are fixed to one batch size)
+keeps the global objective, reduced per micro-batch, and says why once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from graphpar._logging import notice_once
+from graphpar.compile.stages import Planned
+from graphpar.ir.graph import Graph
+
+def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Planned:
+    """The network's train graph for ``avals``, traced and planned by ``plan`` like the step's own (no dumps:
+    the step's dumps show the whole batch's graph)."""
+    from graphpar.parallel.pipeline import run_pipeline
+
+    started = time.perf_counter()
+    traced = plan.trace(ns, avals, "train")
+    setup = plan.setup(traced.graph)
+    graph = dataclasses.replace(traced.graph, meta={**traced.graph.meta, "mesh": setup.ctx.mesh,
+                                                    "purpose": "train", "note": setup.note})
+    graph = run_pipeline(graph, setup.ctx)
+    return Planned(graph, plan.layout(graph), "train", traced.out_treedef, time.perf_counter() - started, traced)
+
+
+LOSS_REDUCTIONS = {"ReduceMean": True, "ReduceSum": False}  # kind -> the global loss is the replicas' mean
+
+
+@dataclass(frozen=True)
+class ReplicaSplit:
+    """How a planned step runs per data-parallel replica."""
+
+    mesh: Mesh
+    axes: tuple[str, ...]  # the data-parallel mesh axes D (the vmap's spmd axes)
+    replicas: int  # |D|
+    mean: bool  # the loss averages the batch: replica losses (and gradients) are averaged
+    graph: Graph  # the planned graph of one replica's rows
+
+
+class NotSeparable(Exception):
+    """Why a planned graph cannot be split into data-parallel replicas (the notice's text)."""
+
+
+def data_parallel_axes(graph: Graph, mesh_sizes: dict[str, int]) -> tuple[tuple[str, ...], str]:
+    """The leading mesh axes splitting dimension 0 of every batched input and no trainable parameter, and, when
+    there are none although the batch is split, why."""
+    specs = graph.meta.get("value_specs", {})
+    prefix: tuple[str, ...] | None = None
+    used: dict[str, str] = {}
+    for vid in graph.inputs:
+        value = graph.values[vid]
+        spec = specs.get(vid)
+        if spec is None:
+            continue
+        if value.kind == "param":
+            used.update((a, value.name) for axes in spec for a in axes)
+        elif value.kind == "input" and value.shape:
+            first = tuple(spec[0]) if spec else ()
+            prefix = first if prefix is None else _common_prefix(prefix, first)
+    prefix = tuple(a for a in prefix or () if mesh_sizes.get(a, 1) > 1)
+    axes: list[str] = []
+    for a in prefix:
+        if a in used:
+            break
+        axes.append(a)
+    if axes or not prefix:
+        return tuple(axes), ""
+    return (), (f"the batch's leading mesh axis '{prefix[0]}' also splits Parameter '{used[prefix[0]]}' (no "
+                f"data-parallel axis to run replicas over)")
+
+
+def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    out = []
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        out.append(x)
+    return tuple(out)
+
+
+def replica_avals(avals: Sequence[jax.ShapeDtypeStruct], replicas: int) -> list[jax.ShapeDtypeStruct]:
+    """One replica's rows of each batched input."""
+    return [jax.ShapeDtypeStruct((a.shape[0] // replicas,) + tuple(a.shape[1:]), a.dtype) if a.shape else a
+            for a in avals]
+
+
+def _batched_dim(g_shape: tuple[int, ...], r_shape: tuple[int, ...], replicas: int, what: str) -> int | None:
+    if len(g_shape) != len(r_shape):
+        raise NotSeparable(f"{what} has rank {len(g_shape)} for the whole batch but {len(r_shape)} for one replica")
+    diff = [d for d, (g, r) in enumerate(zip(g_shape, r_shape)) if g != r]
+    if not diff:
+        return None
+    if len(diff) > 1 or g_shape[diff[0]] != replicas * r_shape[diff[0]]:
+        raise NotSeparable(f"{what} has shape {g_shape} for the whole batch but {r_shape} for one replica's rows "
+                           f"(not one dimension divided by {replicas})")
+    return diff[0]
+
+
+def check_separable(whole: Graph, replica: Graph, axes: tuple[str, ...], replicas: int) -> bool:
+    """Raise :class:`NotSeparable` unless ``whole`` (planned) splits into replicas of ``replica``; return whether
+    the loss is a mean (True) or a sum (False) over the batch."""
+    g_nodes, r_nodes = whole.node_list(), replica.node_list()
+    if [n.label for n in g_nodes] != [n.label for n in r_nodes] or len(whole.inputs) != len(replica.inputs):
+        raise NotSeparable("the network traces to different graphs for the whole batch and for one replica's rows")
+    vmap: dict[int, int] = dict(zip(whole.inputs, replica.inputs))
+    for gn, rn in zip(g_nodes, r_nodes):
+        vmap.update(zip(gn.inputs, rn.inputs))
+        vmap.update(zip(gn.outputs, rn.outputs))
+    batched: dict[int, int] = {}
+    for gv, rv in vmap.items():
+        g, r = whole.values[gv], replica.values[rv]
+        d = _batched_dim(tuple(g.shape), tuple(r.shape), replicas, f"value '{g.name or gv}'")
+        if d is not None:
+            batched[gv] = d
+    specs = whole.meta.get("value_specs", {})
+    for vid in whole.inputs:
+        if vid in batched and tuple(specs.get(vid, ((),))[batched[vid]])[:len(axes)] != axes:
+            raise NotSeparable(f"input '{whole.values[vid].name}' is not split over {'.'.join(axes)} in dimension "
+                               f"{batched[vid]}")
+    depends = {v for v in whole.inputs if v in batched}
+    loss_node = None
+    for node in g_nodes:
+        where = f"'{node.instance_name}' ({node.kind}, scope {node.scope or 'top'})"
+        reads = [i for i, v in enumerate(node.inputs) if v in batched]
+        writes = [j for j, v in enumerate(node.outputs) if v in batched]
+        if any(v in depends for v in node.inputs):
+            depends.update(node.outputs)
+        if reads and not writes:
+            if node.kind not in LOSS_REDUCTIONS or node.outputs[0] != whole.outputs[0] or loss_node is not None:
+                raise NotSeparable(f"op {where} combines the rows of the batch (only the loss's final ReduceMean/"
+                                   f"ReduceSum may)")
+            loss_node = node
+            continue
+        if not reads and not writes:
+            continue
+        strategy = node.strategy
+        if strategy is None:
+            raise NotSeparable(f"op {where} has no strategy")
+        for i in reads:
+            spec = strategy.input_spec(i)
+            if tuple(spec[batched[node.inputs[i]]])[:len(axes)] != axes:
+                raise NotSeparable(f"op {where} does not split its input {i}'s batch dimension over "
+                                   f"{'.'.join(axes)}")
+        for j in writes:
+            spec = strategy.output_spec(j)
+            if tuple(spec[batched[node.outputs[j]]])[:len(axes)] != axes:
+                raise NotSeparable(f"op {where} does not split its output {j}'s batch dimension over "
+                                   f"{'.'.join(axes)}")
+    if loss_node is None:
+        raise NotSeparable("the loss is not a ReduceMean/ReduceSum over the batch")
+    for vid in whole.outputs[1:]:
+        if vid in depends:
+            raise NotSeparable(f"the state '{whole.values[vid].name or vid}' the step updates depends on the batch")
+    return LOSS_REDUCTIONS[loss_node.kind]
+
+
+def replica_split(whole: Graph, mesh: Mesh | None, avals: Sequence[jax.ShapeDtypeStruct],
+                  plan_replica: Callable[[list[jax.ShapeDtypeStruct]], Graph], why: str,
+                  fallback: str) -> ReplicaSplit | None:
+    """The per-replica form of the planned ``whole`` graph (traced for ``avals``), or None when it has none
+    (said once: ``why`` the split was wanted, the ``fallback`` that happens instead, and the reason).
+    ``plan_replica(avals)`` traces and plans the network for other input avals."""
+    if mesh is None or whole is None:
+        return None
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+    axes, why_none = data_parallel_axes(whole, sizes)
+    try:
+        if why_none:
+            raise NotSeparable(why_none)
+        if not axes:
+            return None  # the batch is not split: there are no data-parallel replicas
+        replicas = int(np.prod([sizes[a] for a in axes]))
+        if any(a.shape and a.shape[0] % replicas for a in avals):
+            raise NotSeparable(f"a batch dimension does not divide by the {replicas} data-parallel replicas")
+        try:
+            graph = plan_replica(replica_avals(avals, replicas))
+        except Exception as exc:  # the network's own shapes may fix the batch size
+            raise NotSeparable(f"the network does not trace for one replica's rows "
+                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        mean = check_separable(whole, graph, axes, replicas)
+    except NotSeparable as exc:
+        notice_once(f"replica-split:{why}:{exc}", f"{why}: {fallback} because {exc}")
+        return None
+    return ReplicaSplit(mesh, axes, replicas, mean, graph)
