@@ -40,8 +40,9 @@ _EPS = 1e-6
 @dataclass(frozen=True)
 class _Local:
     """What pricing ``node``'s candidates reads of the graph around it, gathered once per node (it does not depend
-    on the candidate). Pricing reads nothing else, so nodes with equal :attr:`key` (the layers of a deep network)
-    get the same choice, priced once.
+    on the candidate). The choice reads nothing else (the op's own communication and FLOPs follow from the key too;
+    its memory terms may not, and are priced per node), so nodes with equal :attr:`key` (the layers of a deep
+    network) get the same choice, priced once.
 
     ``ins``: per input edge whose layout is known, ``(index, value, src layout, needs grad, producer strategy or
     None, from source)``; ``outs``: per output, ``(index, value, needs grad, decided consumers as (dst layout,
@@ -183,19 +184,24 @@ Choice = tuple[NodeStrategy, Cost, Cost]
 
 
 def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
-           grads: frozenset[int], memo: dict[tuple, Choice] | None = None) -> Choice | None:
+           grads: frozenset[int], memo: dict[tuple, tuple] | None = None) -> Choice | None:
     """The candidate MindSpore's edge selection picks for ``node`` (see the module docstring), with its edge and
-    own costs. ``memo``: choices already made for nodes of the same rule, shapes and neighbourhood (:class:`_Local`),
-    reused as they are."""
+    own costs. ``memo``: choices (candidate and edge costs) already made for nodes of the same kind, rule, shapes and
+    neighbourhood (:class:`_Local`), reused; the op's own cost is priced for each node."""
     cands = ctx.candidates(node, graph)
     dims = ctx.dims(node, graph)
     if dims is None:
         return None
     local = _local(node, graph, ctx, strategies, source, grads)
-    key = (dims, local.key)
-    if memo is not None and key in memo:
-        return memo[key]
+    key = (node.kind, dims, local.key)
     mesh = ctx.mesh
+    if memo is not None and key in memo:
+        # the choice and its edges follow from the key; the op's own cost is priced for this node, as its memory
+        # terms (what the backward pass keeps, a shared Parameter's readers) read the graph beyond the key
+        cand, edges = memo[key]
+        if cand is None:
+            return None
+        return cand, edges, op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
     best_key, best = None, None
     for index, cand in enumerate(cands):
         edges, forward, changes = _edges(local, cand, mesh)
@@ -209,7 +215,7 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
         if best_key is None or key_ < best_key:
             best_key, best = key_, (cand, edges, own)
     if memo is not None:
-        memo[key] = best
+        memo[key] = (best[0], best[1]) if best is not None else (None, None)
     return best
 
 
@@ -240,7 +246,7 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
     grads = grad_values(graph)
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
     provenance: dict[int, Provenance] = {}
-    memo: dict[tuple, Choice] | None = {} if reuse_choices else None
+    memo: dict[tuple, tuple] | None = {} if reuse_choices else None
     queue = deque(configured)
     while queue:
         current = queue.popleft()
