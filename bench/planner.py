@@ -1,6 +1,6 @@
 """The planner's own cost (issue 9): planning time per op node as graphs grow, and the cost model on big meshes.
 
-* Planning: the GPT of tests/parallel/gpt_model.py (MindSpore's parallel transformer) with ``L`` layers, AUTO_PARALLEL
+* Planning: the GPT of graphpar/models/gpt.py (MindSpore's parallel transformer) with ``L`` layers, AUTO_PARALLEL
   + sharding_propagation from the Q/K/V and first FFN matmul hints, 8 devices. The passes' time (hints, propagation
   with the cost model, defaults, parameter placement, verification, redistribution report) divided by the op
   nodes, for ~1k and ~10k nodes: a linear planner keeps the two per-node times close (goal: within 1.5x).
@@ -18,7 +18,7 @@ import graphpar as ms
 
 
 def _gpt_graph(layers: int):
-    from tests.parallel.gpt_model import GPT, QKV_FFN1, gpt_data, gpt_train_cell
+    from graphpar.models.gpt import GPT, QKV_FFN1, gpt_data, gpt_train_cell
 
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)

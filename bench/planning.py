@@ -2,7 +2,7 @@
 
 Two programs: a 64- and a 256-layer MLP-like graph (Dense + ReLU per layer, the first matmul hinted, AUTO_PARALLEL
 with sharding propagation; if planning is linear in the graph size the per-node times are close) and a GPT-style
-network with Megatron strategies (``bench/gpt.py``, SEMI_AUTO_PARALLEL).
+network with Megatron strategies on every op (``graphpar.models.gpt``, SEMI_AUTO_PARALLEL).
 
 The JAX baseline lowers *the same sharded program*: the same traced computation (the graph's jaxpr, evaluated
 as JAX evaluates a jaxpr), differentiated with ``jax.value_and_grad``, the same optax update, and jitted with the
@@ -98,10 +98,10 @@ def bench_planning(layers: int, width: int = 64, batch: int = 32) -> dict:
 
 
 def bench_planning_gpt(layers: int = 8) -> dict:
-    from bench.gpt import gpt_batch, gpt_train_cell
+    from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", full_batch=True)
-    train = gpt_train_cell(layers=layers)
-    return _measure(train, list(gpt_batch()), f"GPT {layers} blocks")
+    train = gpt_train_cell(GPT(vocab=512, hidden=128, heads=8, seq=32, layers=layers), lr=0.01)
+    return _measure(train, list(gpt_data(batch=16, seq=32, vocab=512)), f"GPT {layers} blocks")

@@ -16,7 +16,7 @@ def _gpt_plan(layers: int, devices: int, search_mode: str = "recursive_programmi
     import graphpar as ms
     from graphpar import nn
     from graphpar.parallel import plan_for_devices
-    from tests.parallel.gpt_model import NONE, GPT, gpt_data
+    from graphpar.models.gpt import NONE, GPT, gpt_data
 
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode=search_mode, full_batch=True)

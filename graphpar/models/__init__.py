@@ -1,5 +1,7 @@
-"""graphpar.models: networks the MindSpore tutorials use, ready-made (``from graphpar.models import resnet50``)."""
+"""graphpar.models: networks the MindSpore tutorials use, ready-made (``from graphpar.models import resnet50``), and a
+GPT-style transformer written as MindSpore's parallel transformer writes one (``graphpar.models.gpt``)."""
 
+from graphpar.models.gpt import GPT as GPT
 from graphpar.models.losses import SoftmaxCrossEntropyExpand as SoftmaxCrossEntropyExpand
 from graphpar.models.resnet import ResNet as ResNet
 from graphpar.models.resnet import ResidualBlock as ResidualBlock

@@ -1,4 +1,4 @@
-"""The planner on a GPT written as MindSpore's parallel transformer (tests/parallel/gpt_model.py), dp=2, mp=4.
+"""The planner on a GPT written as MindSpore's parallel transformer (graphpar/models/gpt.py), dp=2, mp=4.
 
 Checked three ways: the collectives the compiled step runs (counted per layer from the HLO), the losses against
 STAND_ALONE, and the cost model's predicted collective bytes against the measured ones.
@@ -13,7 +13,7 @@ import graphpar as ms
 from graphpar.dump.hlo import parse_collectives
 
 from .collective_bytes import measured_bytes, predicted_and_measured, predicted_measured_hlo
-from .gpt_model import ALL, GPT, QKV, QKV_FFN1, gpt_data, gpt_train_cell
+from graphpar.models.gpt import ALL, GPT, QKV, QKV_FFN1, gpt_data, gpt_train_cell
 
 LAYERS = 2
 

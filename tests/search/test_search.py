@@ -128,15 +128,15 @@ def test_12_and_24_devices_in_a_process_that_has_them(devices):
 
 
 class _GPTCase:
-    """The 2-layer GPT-style model of issue 9 (tests/parallel/gpt_model.py)."""
+    """The 2-layer GPT-style model of issue 9 (graphpar/models/gpt.py)."""
 
     @staticmethod
     def bytes_and_losses(dp, mp, hints, mode, steps=3, batch=8, search_mode="recursive_programming", **ctx):
-        from tests.parallel.gpt_model import GPT, gpt_data, gpt_train_cell
+        from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, search_mode=search_mode, **ctx)
-        train = gpt_train_cell(GPT(dp=dp, mp=mp, hints=hints, batch=batch))
+        train = gpt_train_cell(GPT(dp=dp, mp=mp, hints=hints))
         ids, labels = gpt_data(batch=batch)
         measured = measured_bytes(train, (ids, labels)) if mode != "stand_alone" else 0.0
         return measured, losses(train, (ids, labels), steps)
@@ -145,7 +145,7 @@ class _GPTCase:
 @pytest.mark.slow
 @pytest.mark.parametrize("search_mode", SEARCH_MODES)
 def test_gpt_search_with_no_hints_beats_the_hand_plans(search_mode):
-    from tests.parallel.gpt_model import ALL, NONE
+    from graphpar.models.gpt import ALL, NONE
 
     hand = {name: _GPTCase.bytes_and_losses(dp, mp, ALL, "semi_auto_parallel")[0]
             for name, dp, mp in (("data_parallel", 8, 1), ("megatron", 2, 4), ("hybrid_4x2", 4, 2))}
@@ -156,7 +156,7 @@ def test_gpt_search_with_no_hints_beats_the_hand_plans(search_mode):
 
 @pytest.mark.slow
 def test_gpt_on_six_devices_trains_like_stand_alone():
-    from tests.parallel.gpt_model import NONE
+    from graphpar.models.gpt import NONE
 
     measured, got = _GPTCase.bytes_and_losses(1, 1, NONE, "auto_parallel", batch=12, device_num=6)
     _, want = _GPTCase.bytes_and_losses(1, 1, NONE, "stand_alone", batch=12)

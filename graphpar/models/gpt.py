@@ -4,10 +4,13 @@ bias; ``Reshape`` + ``Transpose`` into heads; ``BatchMatMul``; ``Mul`` by a Pyth
 mask; ``Softmax``; ``LayerNorm``; ``GeLU``; ``Gather`` embeddings; the output projection tied to the vocabulary
 embedding.
 
+``GPT(dp, mp, hints=...)`` is the model the planner, search and planning-benchmark code trains; it is also a
+reasonable starting point for a user's own MindSpore-style transformer.
+
 Strategies are Megatron's, as the MindSpore transformer sets them from ``dp`` and ``mp``. ``hints`` picks which
 roles get their ``shard()`` (``ALL``: every op but the Reshapes, which MindSpore ignores; ``QKV_FFN1``: the Q/K/V
-and first feed-forward matmuls; ``QKV``: the Q/K/V matmuls only); the rest is left to the mode's planner.
-Shared by the planner and search tests and benchmarks.
+and first feed-forward matmuls; ``QKV``: the Q/K/V matmuls only); the rest is left to the mode's planner
+(``NONE``: no hints at all, for AUTO_PARALLEL's searches).
 """
 
 from __future__ import annotations
@@ -64,9 +67,9 @@ class LayerNorm(nn.Cell):
 
 
 class Attention(nn.Cell):
-    def __init__(self, batch, seq, hidden, heads, dp, mp, seed, shard):
+    def __init__(self, seq, hidden, heads, dp, mp, seed, shard):
         super().__init__()
-        self.batch, self.seq, self.heads, self.head_dim = batch, seq, heads, hidden // heads
+        self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
         col, col_bias = ((dp, 1), (mp, 1)), ((dp, mp), (mp,))
         self.dense_q = Linear(hidden, hidden, seed, shard, "qkv", col, col_bias)
         self.dense_k = Linear(hidden, hidden, seed + 1, shard, "qkv", col, col_bias)
@@ -86,14 +89,15 @@ class Attention(nn.Cell):
         self.mask = Tensor(mask)
         self.scale = 1.0 / float(np.sqrt(self.head_dim))
 
-    def construct(self, x):
-        shape = (self.batch, self.seq, self.heads, self.head_dim)
+    def construct(self, x):  # x: (batch * seq, hidden)
+        batch = x.shape[0] // self.seq
+        shape = (batch, self.seq, self.heads, self.head_dim)
         q = self.transpose(self.reshape(self.dense_q(x), shape), (0, 2, 1, 3))
         k = self.transpose_k(self.reshape(self.dense_k(x), shape), (0, 2, 3, 1))
         v = self.transpose_v(self.reshape(self.dense_v(x), shape), (0, 2, 1, 3))
         score = self.add_mask(self.mul(self.batch_matmul(q, k), self.scale), self.mask)
         context = self.batch_matmul2(self.softmax(score), v)
-        context = self.reshape(self.merge(context, (0, 2, 1, 3)), (self.batch * self.seq, self.heads * self.head_dim))
+        context = self.reshape(self.merge(context, (0, 2, 1, 3)), (batch * self.seq, self.heads * self.head_dim))
         return self.projection(context)
 
 
@@ -109,10 +113,10 @@ class FeedForward(nn.Cell):
 
 
 class Block(nn.Cell):
-    def __init__(self, batch, seq, hidden, heads, dp, mp, seed, shard):
+    def __init__(self, seq, hidden, heads, dp, mp, seed, shard):
         super().__init__()
         self.layernorm1 = LayerNorm(hidden, shard, dp)
-        self.attention = Attention(batch, seq, hidden, heads, dp, mp, seed, shard)
+        self.attention = Attention(seq, hidden, heads, dp, mp, seed, shard)
         self.add = shard(ops.Add(), "residual", ((dp, 1), (dp, 1)))
         self.layernorm2 = LayerNorm(hidden, shard, dp)
         self.output = FeedForward(hidden, 4 * hidden, dp, mp, seed + 10, shard)
@@ -124,37 +128,39 @@ class Block(nn.Cell):
 
 
 class GPT(nn.Cell):
-    """``GPT(dp, mp, hints)(ids)``: ids (batch, seq) int32 -> logits (batch * seq, vocab)."""
+    """``GPT(dp, mp, hints)(ids)``: ids (batch, seq) int32 -> logits (batch * seq, vocab), any batch."""
 
-    def __init__(self, dp=2, mp=4, hints=ALL, batch=8, seq=16, hidden=64, heads=4, vocab=128, layers=2):
+    def __init__(self, dp: int = 2, mp: int = 4, hints: frozenset = ALL, seq: int = 16, hidden: int = 64,
+                 heads: int = 4, vocab: int = 128, layers: int = 2):
         super().__init__()
         shard = _Sharder(hints)
-        self.batch, self.seq, self.hidden = batch, seq, hidden
+        self.seq, self.hidden = seq, hidden
         self.embedding_table = Parameter(_rand((vocab, hidden), 1), "embedding_table")
         self.position_embedding = Parameter(_rand((1, seq, hidden), 2), "position_embedding")
         self.gather = shard(ops.Gather(), "embed", ((1, 1), (dp, 1)))
         self.add_position = shard(ops.Add(), "embed", ((dp, 1, 1), (1, 1, 1)))
         self.reshape = ops.Reshape()
-        self.blocks = nn.CellList([Block(batch, seq, hidden, heads, dp, mp, 100 * (i + 1), shard)
+        self.blocks = nn.CellList([Block(seq, hidden, heads, dp, mp, 100 * (i + 1), shard)
                                    for i in range(layers)])
         self.layernorm = LayerNorm(hidden, shard, dp)
         self.logits = shard(ops.MatMul(transpose_b=True), "logits", ((dp, 1), (1, 1)))
 
     def construct(self, ids):
         x = self.add_position(self.gather(self.embedding_table, ids, 0), self.position_embedding)
-        x = self.reshape(x, (self.batch * self.seq, self.hidden))
+        x = self.reshape(x, (ids.shape[0] * self.seq, self.hidden))
         for block in self.blocks:
             x = block(x)
         return self.logits(self.layernorm(x), self.embedding_table)
 
 
-def gpt_data(batch=8, seq=16, vocab=128, seed=0):
+def gpt_data(batch: int = 8, seq: int = 16, vocab: int = 128, seed: int = 0):
     """(ids (batch, seq) int32, labels (batch * seq,) int32): next-token targets of a random sequence."""
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, vocab, size=(batch, seq + 1)).astype(np.int32)
     return tokens[:, :-1], tokens[:, 1:].reshape(-1)
 
 
-def gpt_train_cell(net, lr=0.1):
+def gpt_train_cell(net: GPT, lr: float = 0.1) -> nn.TrainOneStepCell:
+    """Sparse softmax cross-entropy on the logits and MindSpore's Momentum(lr, 0.9): the tests' training cell."""
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     return nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), lr, 0.9))
