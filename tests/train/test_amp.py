@@ -57,17 +57,6 @@ def _learnable_images(n=32, size=8, classes=10, seed=0):
     return x, y
 
 
-def _resnet(level, steps=20, mode="stand_alone", **kwargs):
-    ms.reset_auto_parallel_context()
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
-    ms.set_seed(0)
-    net = resnet18(class_num=10, width=0.0625)
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    model = Model(net, loss, nn.Momentum(net.trainable_params(), 0.01, 0.9), amp_level=level, **kwargs)
-    return _run(model, _learnable_images(n=64), steps)
-
-
 def _run(model, batch, steps):
     train = model.train_network
     losses = []
@@ -88,11 +77,6 @@ def _max_rel(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-@pytest.fixture(scope="module")
-def resnet_f32():
-    return _resnet("O0")
-
-
 def test_resnet18_o2_program_convolves_in_bf16_with_float32_batchnorm():
     """The default suite's ResNet-18 check (the 20-step loss comparison is the slow test below): the lowered O2
     step computes every convolution in bfloat16 and BatchNorm's statistics in float32."""
@@ -109,19 +93,87 @@ def test_resnet18_o2_program_convolves_in_bf16_with_float32_batchnorm():
     assert len(stats) >= 20 and set(stats) == {"f32"}, stats
 
 
+# --- ResNet-18 on real images: a comparison that float32 itself passes ---------------------------------------------
+# Training a ReLU network is sensitive to rounding: a pre-activation within rounding of zero flips its ReLU's mask,
+# and one flipped element changes the backward pass of every layer below it. bfloat16 (8-bit mantissa) flips many, so
+# at equal weights its gradients differ from float32's by 20-30 % element-wise (measured at step 0 here), and a float32
+# run whose input is perturbed by 2**-20 drifts the same way within a few steps once the learning rate is large
+# (lr 0.005-0.01 with momentum 0.9 on batches of 64: 4-20 % in 20 steps). The comparison below therefore runs where
+# float32 is stable -- distinct batches of 256 real digit images, lr 0.001 with momentum 0.9 (20 steps lower the loss
+# by more than 10 %) -- and proves it with a control: the float32 run against itself on inputs perturbed by 2**-20
+# (lr 0.002 moved that control by 1e-2 on some batch orders, too close to the 2e-2 being tested).
+DIGITS_SIZE, DIGITS_BATCH, DIGITS_LR = 16, 256, 0.001
+
+
+def _digit_images(size=DIGITS_SIZE):
+    """scikit-learn's 1797 handwritten digits (real 8x8 scans), upscaled to size x size, 3 channels, normalised."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = np.kron(digits.images.astype(np.float32) / 16.0, np.ones((1, size // 8, size // 8), np.float32))
+    x = (np.repeat(x[:, None], 3, axis=1) - 0.3) / 0.4
+    order = np.random.default_rng(0).permutation(len(x))
+    return x[order], digits.target[order].astype(np.int32)
+
+
+def _resnet_digits(level, mode="stand_alone", perturb=0.0, steps=20):
+    """20 steps of ResNet-18 over distinct batches of digits (cycling), at ``level``; ``perturb`` multiplies every
+    input element by 1 +- perturb (random signs, fixed seed): the float32 control."""
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
+    ms.set_seed(0)
+    net = resnet18(class_num=10, width=0.0625)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    model = Model(net, loss, nn.Momentum(net.trainable_params(), DIGITS_LR, 0.9), amp_level=level)
+    x, y = _digit_images()
+    if perturb:
+        x = x * (1 + perturb * np.random.default_rng(1).choice([-1, 1], x.shape)).astype(np.float32)
+    n = len(x) // DIGITS_BATCH
+    train, losses = model.train_network, []
+    for step in range(steps):
+        k = step % n
+        out = train(x[k * DIGITS_BATCH:(k + 1) * DIGITS_BATCH], y[k * DIGITS_BATCH:(k + 1) * DIGITS_BATCH])
+        losses.append(float(np.asarray(out[0] if isinstance(out, tuple) else out)))
+    batch = [x[:DIGITS_BATCH], y[:DIGITS_BATCH]]
+    hlo = train.program.lower_step(batch).as_text(dialect="hlo")
+    params = {p.name: p.asnumpy() for p in model.predict_network.get_parameters()}
+    return losses, hlo, params, train
+
+
+@pytest.fixture(scope="module")
+def digits_f32():
+    """mode -> (float32 run, the control's largest relative distance from it)."""
+    runs = {}
+
+    def get(mode):
+        if mode not in runs:
+            f32 = _resnet_digits("O0", mode)
+            runs[mode] = f32, _max_rel(_resnet_digits("O0", mode, perturb=2.0 ** -20)[0], f32[0])
+        return runs[mode]
+
+    return get
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="ill-posed as set up: this 20-step single-batch float32 run is itself chaotic "
-                   "(an input perturbation of 2**-20 already moves its loss curve by 2e-2 relative); issue 15 stays "
-                   "open until a well-conditioned comparison replaces it")
-@pytest.mark.parametrize("level, mode", [("O2", "stand_alone"), ("O3", "stand_alone"), ("O2", "data_parallel")])
-def test_resnet18_low_precision_tracks_float32_and_convolves_in_bf16(level, mode, resnet_f32):
-    losses, hlo, params, train = _resnet(level, mode=mode)
-    f32 = resnet_f32[0] if mode == "stand_alone" else _resnet("O0", mode=mode)[0]
+@pytest.mark.parametrize("level, mode", [
+    ("O2", "stand_alone"), ("O3", "stand_alone"),
+    pytest.param("O2", "data_parallel", marks=pytest.mark.xfail(strict=False, reason=(
+        "measured 2.5e-2 (float32 control <= 5e-3): DATA_PARALLEL normalises per device, 32 images per BatchNorm "
+        "statistic, not 256; not yet known whether that is conditioning or an amp difference (issue 15)"))),
+])
+def test_resnet18_low_precision_tracks_float32_and_convolves_in_bf16(level, mode, digits_f32):
+    (f32, hlo32, _, _), control = digits_f32(mode)
+    assert control <= 5e-3, f"the float32 control moved by {control:.4f}: the comparison is not well conditioned"
+    losses, hlo, params, train = _resnet_digits(level, mode)
+    print(f"ResNet-18 {level} {mode}: float32 loss {f32[0]:.4f} -> {f32[-1]:.4f}, control {control:.4f}, "
+          f"{level} {_max_rel(losses, f32):.4f}")
+    assert f32[-1] < 0.9 * f32[0]  # it learns
     assert _max_rel(losses, f32) <= 2e-2, (losses, f32)
-    assert losses[-1] < losses[0] - 0.3  # it learns
     convs = _ops_in(hlo, "convolution")
     assert len(convs) >= 20 and set(convs) == {LOW}, convs
-    assert set(_ops_in(resnet_f32[1], "convolution")) == {"f32"}
+    assert set(_ops_in(hlo32, "convolution")) == {"f32"}
+    assert set(_ops_in(hlo, "dot")) == {LOW}  # the classifier
     # master weights stay float32
     assert all(v.dtype == np.float32 for v in params.values())
     # O2 keeps BatchNorm in float32 and scales the loss dynamically (2**24, MindSpore's default); O3 does neither
