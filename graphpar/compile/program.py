@@ -284,9 +284,8 @@ class TrainProgram:
         return ns.params.values(), ns.rest.values(), self.optimizer._box.state
 
     def _write_back(self, ns: NetworkState, compiled: Compiled, pvals: list, rvals: list, opt_state: Any) -> None:
-        concrete = compiled.executable is not None  # an XLA executable's results (PYNATIVE: maybe traced)
-        ns.params.write(pvals, concrete)
-        ns.rest.write(rvals, concrete)
+        ns.params.write(pvals)
+        ns.rest.write(rvals)
         self.optimizer._box.state = opt_state
         self._written = (compiled, pvals, rvals)
 

@@ -42,13 +42,11 @@ class StateGroup:
     def values(self) -> list[Any]:
         return [h.get_raw_value() if var else h for h, var in zip(self.holders, self._variables)]
 
-    def write(self, values: Sequence[Any], concrete: bool = False) -> None:
-        """Assign ``values`` to the Variables (and plain attributes) of this group. ``concrete``: the values are
-        a compiled program's results, written outside any JAX trace, so flax's per-write check that the Variable
-        is mutated from its own trace level (half the cost of a write, paid per Variable per step) is skipped."""
+    def write(self, values: Sequence[Any]) -> None:
+        """Assign ``values`` to the Variables (and plain attributes) of this group."""
         for i, (holder, var, value) in enumerate(zip(self.holders, self._variables, values)):
             if var:
-                holder.set_raw_value(value, _unsafe_bypass_check=concrete)
+                holder.set_raw_value(value)
             elif value is not holder:
                 self.holders[i] = value
                 if self.root is not None:
