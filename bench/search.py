@@ -46,6 +46,7 @@ def bench_search_memory() -> list[dict]:
     ``memory_analysis()`` (argument + output + temp - alias), for the 8-layer 1024-wide MLP under the hand plans
     and the searched plan, at batch 64 and 4,096. Compile only: nothing runs."""
     from graphpar.parallel.cost import predicted_peak
+    from graphpar.parallel.memory_model import compiled_peak_bytes
     from tests.search.helpers import HAND_PLANS, mlp_data, mlp_train
 
     rows = []
@@ -55,9 +56,7 @@ def bench_search_memory() -> list[dict]:
             train = (mlp_train(plan, 8, 1024) if plan else
                      mlp_train(None, 8, 1024, search_mode="dynamic_programming"))
             graph = train.program.plan_graph([x, y])
-            m = train.program.lower_step([x, y]).compile().memory_analysis()
-            compiled = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                        - m.alias_size_in_bytes)
+            compiled = compiled_peak_bytes(train.program.lower_step([x, y]).compile().memory_analysis())
             predicted = predicted_peak(graph, graph.meta["mesh"])
             rows.append({"model": "MLP 8x1024", "batch": batch, "plan": plan or "searched",
                          "predicted_mb": round(predicted / 1e6, 2), "compiled_mb": round(compiled / 1e6, 2),

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_OPTIMIZER_SLOTS", "keeps_input", "keeps_output", "optimizer_slots", "param_slots",
+__all__ = ["DEFAULT_OPTIMIZER_SLOTS", "compiled_peak_bytes", "keeps_input", "keeps_output", "optimizer_slots", "param_slots",
            "peak_bytes", "value_kept", "graph_optimizer_slots", "sole_keeper"]
 
 # optimizer-state copies per parameter element assumed when the optimizer is unknown (a plan made from a loss
@@ -175,6 +175,13 @@ def optimizer_slots(optimizer: Any, params: Mapping[str, Any]) -> dict[str, floa
                                         1.0)
                 break
     return out
+
+
+def compiled_peak_bytes(analysis: Any) -> int:
+    """What this model predicts, read from a compiled executable's ``memory_analysis()``: arguments + outputs +
+    temporaries - aliased outputs (the donated state the updated copies reuse)."""
+    return (analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
+            - analysis.alias_size_in_bytes)
 
 
 def peak_bytes(total: Any, persistent: float = 0.0) -> float:

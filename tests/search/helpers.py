@@ -62,3 +62,10 @@ def measured_bytes(train, inputs, rank=0) -> float:
 
 def losses(train, inputs, steps=3) -> list[float]:
     return [float(train(*inputs)) for _ in range(steps)]
+
+
+def compiled_memory(train, inputs) -> int:
+    """The compiled step's resident bytes per device, the quantity the memory model predicts."""
+    from graphpar.parallel.memory_model import compiled_peak_bytes
+
+    return compiled_peak_bytes(train.program.lower_step(list(inputs)).compile().memory_analysis())

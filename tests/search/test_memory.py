@@ -5,23 +5,11 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import _context, nn
+from graphpar import nn
 from graphpar.parallel.cost import plan_cost, predicted_peak, sum_costs
 from graphpar.parallel.memory_model import optimizer_slots
 
-from .helpers import MLP, mlp_data
-
-
-@pytest.fixture(autouse=True)
-def _fresh_context():
-    yield
-    _context.reset_context()
-    ms.reset_auto_parallel_context()
-
-
-def _compiled(train, inputs) -> int:
-    m = train.program.lower_step(list(inputs)).compile().memory_analysis()
-    return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+from .helpers import MLP, compiled_memory, mlp_data
 
 
 OPTIMIZERS = {
@@ -62,7 +50,7 @@ def test_predicted_peak_matches_the_compiled_program(plan, optimizer, over):
     graph = train.program.plan_graph([x, y])
     mesh = graph.meta["mesh"]
     predicted = predicted_peak(graph, mesh)
-    compiled = _compiled(train, (x, y))
+    compiled = compiled_memory(train, (x, y))
     total = sum_costs(plan_cost(graph, mesh).values())
     print(f"{plan} {optimizer}: predicted {predicted:.0f} B, compiled {compiled} B ({predicted / compiled:.3f}); "
           f"activations {total.activation_bytes:.0f}, reduced gradients {total.gradient_bytes:.0f}")

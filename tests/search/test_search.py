@@ -15,21 +15,9 @@ from graphpar import _context, nn
 from graphpar.errors import ConfigError
 from graphpar.parallel.search.settings import MemoryBudgetError
 
-from .helpers import HAND_PLANS, MLP, losses, measured_bytes, mlp_data, mlp_train
+from .helpers import HAND_PLANS, MLP, compiled_memory, losses, measured_bytes, mlp_data, mlp_train
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_context():
-    yield
-    _context.reset_context()
-    ms.reset_auto_parallel_context()
-
-
-def _compiled_memory(train, inputs) -> int:
-    m = train.program.lower_step(list(inputs)).compile().memory_analysis()
-    return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
 
 
 SEARCH_MODES = ("recursive_programming", "dynamic_programming")
@@ -69,13 +57,13 @@ def _budget_case(layers, width, batch, fraction=0.9):
     """Data parallel's compiled per-device need, a budget of ``fraction`` of it, and the searched plan under it:
     (dp bytes, budget bytes, searched train cell, planned graph, its compiled bytes)."""
     x, y = mlp_data(batch, width)
-    dp = _compiled_memory(mlp_train("data_parallel", layers, width), (x, y))
+    dp = compiled_memory(mlp_train("data_parallel", layers, width), (x, y))
     budget_gb = f"{fraction * dp / 1024 ** 3:.6f}GB"
     budget = float(budget_gb[:-2]) * 1024 ** 3
     ms.set_context(max_device_memory=budget_gb)
     train = mlp_train(None, layers, width, search_mode="dynamic_programming")
     planned = train.program.plan_graph([x, y])
-    compiled = _compiled_memory(train, (x, y))
+    compiled = compiled_memory(train, (x, y))
     print(f"data parallel compiles to {dp} B per device; budget {budget_gb}; the searched plan predicts "
           f"{planned.meta['search']['memory_bytes']:.0f} B and compiles to {compiled} B")
     return dp, budget, train, planned, compiled
