@@ -78,3 +78,20 @@ class MegatronMLP(nn.Cell):
 
     def construct(self, x):
         return self.matmul2(self.relu(self.matmul1(x, self.w1)), self.w2)
+
+
+def run_with_memory_scheduler(script: str) -> dict:
+    """Run ``script`` in a fresh process with XLA's memory-minimizing CPU scheduler (the flag graphpar advises once
+    for recompute and level3, see compile.recompute) and return the JSON object its last line prints."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from graphpar.compile import recompute
+
+    env = dict(os.environ, PYTHONPATH=os.getcwd(),
+               XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {recompute.MEMORY_SCHEDULER_FLAG}")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

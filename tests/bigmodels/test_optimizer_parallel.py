@@ -8,7 +8,7 @@ import graphpar as ms
 from graphpar import nn, ops
 from graphpar.errors import ConfigError
 from tests.bigmodels.hlo_helpers import step_collectives, step_wire_bytes
-from tests.bigmodels.nets import WideMLP, data, params
+from tests.bigmodels.nets import WideMLP, data, params, run_with_memory_scheduler
 
 
 def _adam(mode, opt_parallel, steps=10, config=None, net=None, dims=(64, 64), hlo=False, **ctx):
@@ -146,19 +146,7 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_level3_cuts_temp_memory_of_8_layers():
     """In a fresh process with XLA's memory-minimizing CPU scheduler (graphpar advises it once on CPU)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from graphpar.compile import recompute
-
-    env = dict(os.environ, PYTHONPATH=os.getcwd(),
-               XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {recompute.MEMORY_SCHEDULER_FLAG}")
-    done = subprocess.run([sys.executable, "-c", _LEVEL3_MEMORY], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    temp = json.loads(done.stdout.strip().splitlines()[-1])
+    temp = run_with_memory_scheduler(_LEVEL3_MEMORY)
     # level1 keeps every gathered weight (8 blocks x 2 x 1 MB) alive until backward; level3 only activations
     assert temp["level3"] <= 0.5 * temp["level1"], temp
 

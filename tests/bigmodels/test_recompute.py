@@ -1,10 +1,5 @@
 """Recomputation: equal gradients, less temporary memory, MindSpore's options."""
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -13,7 +8,7 @@ from graphpar import nn, ops
 from graphpar.compile import recompute
 from graphpar.errors import CellError
 from tests.bigmodels.hlo_helpers import step_collectives
-from tests.bigmodels.nets import DeepFFN, data, params
+from tests.bigmodels.nets import DeepFFN, data, params, run_with_memory_scheduler
 
 
 def _step(mode, net, x, y):
@@ -59,12 +54,7 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_recomputing_every_layer_of_8_cuts_temp_memory_by_30_percent():
     """Compiled in a fresh process with XLA's memory-minimizing CPU scheduler (see compile.recompute)."""
-    env = dict(os.environ, PYTHONPATH=os.getcwd(),
-               XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {recompute.MEMORY_SCHEDULER_FLAG}")
-    done = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    temp = json.loads(done.stdout.strip().splitlines()[-1])
+    temp = run_with_memory_scheduler(_MEMORY_SCRIPT)
     for mode in ("stand_alone", "data_parallel"):
         assert temp[f"{mode}/True"] <= 0.7 * temp[f"{mode}/False"], temp
 
