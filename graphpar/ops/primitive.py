@@ -12,6 +12,8 @@ inputs. Otherwise the op just computes.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import jax
@@ -176,9 +178,15 @@ class Primitive:
             return self.compute(*full)
 
         body.__name__ = body.__qualname__ = f"{_recorder.OP_EQN_PREFIX}{call_id}"
-        try:
+        with self._naming_errors(scope, names, tensors):
             return jax.jit(body)(*tensors)
-        except Exception as exc:  # a JAX shape-rule error names no op: say which one, where, on what
+
+    @contextlib.contextmanager
+    def _naming_errors(self, scope: str, names: tuple, tensors: list) -> Iterator[None]:
+        """A JAX shape-rule error names no op: re-raise it saying which op, where, on what inputs."""
+        try:
+            yield
+        except Exception as exc:
             from graphpar.ir import construct_errors
 
             translated = construct_errors.for_op(exc, self.instance_name, self.name, scope, names, tensors)
@@ -189,16 +197,8 @@ class Primitive:
     def _inline_call(self, call: _recorder.OpCall, args: tuple, tensors: list, names: tuple, scope: str) -> Any:
         """Compute the call inline under its marker scope; :data:`_STAGE` when its outputs cannot delimit it (a
         non-array output, an output that is an input or repeats another), so it is staged as a ``jit`` instead."""
-        with jax.named_scope(f"{_recorder.OP_EQN_PREFIX}{call.call_id}"):
-            try:
-                out = self.compute(*args)
-            except Exception as exc:
-                from graphpar.ir import construct_errors
-
-                translated = construct_errors.for_op(exc, self.instance_name, self.name, scope, names, tensors)
-                if translated is exc:
-                    raise
-                raise translated from None
+        with jax.named_scope(f"{_recorder.OP_EQN_PREFIX}{call.call_id}"), self._naming_errors(scope, names, tensors):
+            out = self.compute(*args)
         leaves = jax.tree.leaves(out)
         ids = {id(t) for t in tensors}
         if (not leaves or not all(isinstance(x, jax.core.Tracer) for x in leaves) or any(id(x) in ids for x in leaves)
