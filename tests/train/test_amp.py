@@ -132,16 +132,16 @@ def test_o2_loss_scale_changes_no_bit_of_training():
 # --- ResNet-18 on real images: a comparison that float32 itself passes ---------------------------------------------
 # Training a ReLU network is sensitive to rounding: a pre-activation within rounding of zero flips its ReLU's mask,
 # and one flipped element changes the backward pass of every layer below it, so two runs that differ by rounding
-# drift apart at a rate set by the size of the steps, not by the size of the rounding. Measured here (20 steps, 8 data
-# orders, width 0.0625, issue 15): with batches of 256 at lr 0.001 a float32 run whose input is perturbed by 2**-9
-# (bfloat16's rounding) drifts by 0.005-0.019 (median 0.013), one perturbed by 2**-20 by up to 0.016, and O2 and O3
-# by 0.010-0.024 (medians 0.016 and 0.016: O2 is no worse than O3; its 0.021 on the first order was one draw); O2 with
-# XLA's excess precision disabled measured 0.014 although its first-step loss error grew eightfold. With batches of
-# 512 (3 per pass over the 1797 digits) at the same lr the runs are better conditioned and learn more (the loss falls
-# 16-19 %): float32 perturbed by 2**-9 drifts by 0.003-0.012 (median 0.0045), O2 by 0.003-0.011 (median 0.004), O3 by
-# 0.005-0.008 (median 0.006). The comparison below runs there, on three data orders, and checks the conditioning on
-# each with a control: the float32 run against itself on inputs perturbed by bfloat16's rounding (2**-9), which must
-# stay within half the tolerance.
+# drift apart at a rate set by the size of the steps, not by the size of the rounding. Measured (issue 15; 20 steps,
+# width 0.0625, lr 0.001, momentum 0.9, 8 data orders; docs/architecture.md has the table): with batches of 256 a
+# float32 run whose input is perturbed by bfloat16's rounding (2**-9) drifts by 0.005-0.019 (median 0.013), and O2
+# and O3 by 0.010-0.024 (medians 0.016 and 0.016: O2 is no worse than O3; its 0.021 on one order was one draw, and
+# DATA_PARALLEL's 0.025 another, where float32's own control drifted 0.021). With XLA's excess precision disabled, O2's
+# first-step error grew eightfold and its drift fell to 0.014. The loss scale changes no bit. With batches of 512
+# (3 per pass over the 1797 digits) the runs are better conditioned and learn more (the loss falls 14-20 %): 40 O2/O3
+# draws (stand-alone and DATA_PARALLEL, two initial weights) reached at most 0.017, against 8 of 28 above 2e-2 at 256.
+# The comparison below runs there, on three data orders, each checked by a control: the float32 run against itself on
+# inputs perturbed by bfloat16's rounding must stay within half the tolerance (measured 0.003-0.006 on these orders).
 DIGITS_SIZE, DIGITS_BATCH, DIGITS_LR = 16, 512, 0.001
 DIGITS_ORDERS = (0, 1, 2)
 BF16_ROUNDING = 2.0 ** -9  # bfloat16 keeps 8 significant bits: its relative rounding error is at most 2**-9
