@@ -105,8 +105,8 @@ class BodyKeys:
         index: dict[Any, int] = {}
 
         def ref(atom: Any) -> Any:
-            if isinstance(atom, jcore.Literal):
-                return ("literal", repr(atom.val), atom.aval)
+            if isinstance(atom, jcore.Literal):  # a scalar: its bytes and type (repr of a numpy scalar is slow)
+                return ("literal", np.asarray(atom.val).tobytes(), atom.aval)
             return index[atom]
 
         ins = [ref(v) if isinstance(v, jcore.Literal) else index.setdefault(v, len(index)) for v in invars]
