@@ -101,12 +101,12 @@ class Orchestrator:
 def lower(fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any], planned: Planned) -> Lowered:
     """``fn`` traced for autodiff and lowered to StableHLO with the signature's shardings (the heap frozen:
     ``compile.frozen_heap``)."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     jitted = jax.jit(fn, in_shardings=signature.in_shardings, out_shardings=signature.out_shardings,
                      donate_argnums=signature.donate_argnums)
     with frozen_heap():
         lowered = jitted.trace(*avals).lower()
-    return Lowered(planned, lowered, signature, time.perf_counter() - started)
+    return Lowered(planned, lowered, signature, time.perf_counter() - started, time.process_time() - cpu)
 
 
 def _dumps_on() -> bool:
