@@ -14,10 +14,14 @@ body of the ``jit`` equation a staged call made — is *inlined*: its primitives
 calls inlined too), and JAX linearizes plain primitives instead of tracing and partially evaluating one sub-jaxpr
 per op, and emits one MLIR function instead of one per op.
 Everything that does not depend on the traced values — which inputs need a redistribution pin, each pin's
-``NamedSharding``, each node's scope label — is worked out once per evaluation, before the first bind
-(:func:`prepare`), so the evaluation loop only binds. ``custom_jvp``/``custom_vjp`` equations are re-bound whole with
-their bind params (keeping custom derivatives). Runs of nodes marked for recomputation (``Cell.recompute()``,
-``Primitive.recompute()``) are evaluated inside ``jax.checkpoint`` (``compile.recompute``).
+``NamedSharding``, each node's scope label, each node's body key — is worked out once per evaluation, before the
+first bind (:func:`prepare`), so the evaluation loop only binds. A body that two or more nodes compute (the same
+equations, pins included: :class:`BodyKeys`) becomes one ``jax.jit`` function every such node calls under its own
+named scope (:func:`shared_calls`): JAX caches a jit's linearization, transposition and MLIR function by jaxpr, so a
+deep network's repeated layers are differentiated and emitted once per distinct body, not once per node.
+``custom_jvp``/``custom_vjp`` equations are re-bound whole with their bind params (keeping custom derivatives). Runs
+of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()``) are evaluated inside
+``jax.checkpoint`` (``compile.recompute``), inline (as is everything when level-3 activations are named).
 """
 
 from __future__ import annotations
