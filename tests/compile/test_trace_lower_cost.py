@@ -1,6 +1,8 @@
 """Cheap tracing and lowering (issue 11 item 5): op calls traced inline give the graph that staging every call as a
 ``jit`` gives; calls that cannot be delimited inline are staged; lowering binds plain primitives and leaves out the
-pins implied by elementwise neighbours, with the numbers of one device."""
+pins implied by elementwise neighbours, with the numbers of one device; repeated bodies are lowered as one shared
+``jit`` (keyed by structure, custom derivative rules included) with the collectives and numbers of the inline
+lowering."""
 
 import jax
 import jax.numpy as jnp
