@@ -1,6 +1,8 @@
 """The compiled train step: forward, loss, gradients and the optax update as one XLA program.
 
-``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. Each call:
+``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. A call that repeats the last one (same
+structure, settings, batch signature, untouched state: the training loop) is recognised by ``_repeat`` in a few
+C-level comparisons and goes straight to the executable, steps 3 and 4. Any other call:
 
 1. ``_dispatch``: finds the compiled program for the network's current structure, the batch signature and the
    context (a memo of the last call answers a training loop in microseconds; otherwise the compile cache, which
@@ -20,6 +22,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,7 +67,7 @@ class _Dispatch:
     stacked: bool
     context: tuple  # _context.settings() when the program was chosen (a deep copy)
     compiled: Compiled
-    inputs: tuple  # (shape, dtype, sharding) of each placed input
+    inputs: list  # (shape, dtype, sharding) of each placed input
 
 
 @dataclass(frozen=True)
@@ -246,27 +249,49 @@ class TrainProgram:
         return self._run(stacked_inputs, stacked=True)
 
     def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
-        ns = self.state
-        compiled, placed = self._dispatch(ns, inputs, stacked)
-        pvals, rvals, opt_state = self._bound_state(ns, compiled)
-        pvals, rvals, opt_state, loss = compiled(pvals, rvals, opt_state, placed)
+        repeat = self._repeat(inputs, stacked)
+        if repeat is not None:  # the training loop: the last step's program, on the state it left
+            ns, compiled, pvals, rvals = repeat
+            pvals, rvals, opt_state, loss = compiled.run(pvals, rvals, self.optimizer._box.state, list(inputs))
+        else:
+            ns = self.state
+            compiled, placed = self._dispatch(ns, inputs, stacked)
+            pvals, rvals, opt_state = self._bound_state(ns, compiled)
+            pvals, rvals, opt_state, loss = compiled.run(pvals, rvals, opt_state, placed)
         self._write_back(ns, compiled, pvals, rvals, opt_state)
         self._throttle(compiled, loss)
         return loss
+
+    def _repeat(self, inputs: Sequence[Any], stacked: bool) -> tuple[NetworkState, Compiled, list, list] | None:
+        """``(state, program, parameter values, other values)`` when this call repeats the last one: same network
+        structure and settings, a batch with the placed inputs' signature, and every value still the one the last
+        step wrote (nothing replaced it: ``set_data``, a checkpoint load). Else None (the general path decides).
+
+        This is what every training step pays: a few C-level comparisons and two Python frames. Each Python
+        frame here costs several times its quiet-machine price when the devices' threads share the cores (they
+        run the previous step meanwhile), and it adds to the step time directly.
+        """
+        memo, written = self._memo, self._written
+        if (memo is None or written is None or written[0] is not memo.compiled or memo.stacked != stacked
+                or memo.ns is not self._ns or not memo.ns.is_current() or memo.context != _context.settings()
+                or not all(map(isinstance, inputs, _JAX_ARRAY)) or list(map(_SIGNATURE, inputs)) != memo.inputs):
+            return None
+        ns = memo.ns
+        pvals, rvals = ns.params.values(), ns.rest.values()
+        if all(map(operator.is_, pvals, written[1])) and all(map(operator.is_, rvals, written[2])):
+            return ns, memo.compiled, pvals, rvals
+        return None
 
     def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[Compiled, list]:
         """The program for this call and the inputs placed for it."""
         memo, context = self._memo, _context.settings()
         if (memo is not None and memo.ns is ns and memo.stacked == stacked and memo.context == context
-                and len(inputs) == len(memo.inputs)
-                and all(isinstance(x, jax.Array) and x.shape == s and x.dtype == d and x.sharding == sh
-                        for x, (s, d, sh) in zip(inputs, memo.inputs))):
+                and all(map(isinstance, inputs, _JAX_ARRAY)) and list(map(_SIGNATURE, inputs)) == memo.inputs):
             return memo.compiled, list(inputs)
         avals = self._step_avals(inputs, stacked)
         compiled = self._compiled(ns, avals, len(inputs[0]) if stacked else None)
         placed = self._place(compiled.layout, inputs, avals, stacked)
-        self._memo = _Dispatch(ns, stacked, copy.deepcopy(context), compiled,
-                               tuple((x.shape, x.dtype, x.sharding) for x in placed))
+        self._memo = _Dispatch(ns, stacked, copy.deepcopy(context), compiled, list(map(_SIGNATURE, placed)))
         return compiled, placed
 
     def _bound_state(self, ns: NetworkState, compiled: Compiled) -> tuple[list, list, Any]:
@@ -284,8 +309,12 @@ class TrainProgram:
         return ns.params.values(), ns.rest.values(), self.optimizer._box.state
 
     def _write_back(self, ns: NetworkState, compiled: Compiled, pvals: list, rvals: list, opt_state: Any) -> None:
-        ns.params.write(pvals)
-        ns.rest.write(rvals)
+        if compiled.executable is not None:  # concrete outputs of XLA's executable: the cheap write
+            ns.params.store(pvals)
+            ns.rest.store(rvals)
+        else:  # PYNATIVE_MODE: the step ran eagerly (the checked write)
+            ns.params.write(pvals)
+            ns.rest.write(rvals)
         self.optimizer._box.state = opt_state
         self._written = (compiled, pvals, rvals)
 
@@ -371,6 +400,10 @@ class TrainProgram:
                                                self._opt_state(ns, compiled.layout), None)
         lowered = lower(self._step(compiled.planned, ns), signature, arg_avals, compiled.planned)
         return ProgramStages(compiled.planned, lowered, compiled)
+
+
+_SIGNATURE = operator.attrgetter("shape", "dtype", "sharding")  # of a placed input, as the dispatch memo keeps it
+_JAX_ARRAY = itertools.repeat(jax.Array)
 
 
 def _global_aval(x: Any, stacked: bool = False) -> jax.ShapeDtypeStruct:
