@@ -1,8 +1,6 @@
 """The compiled train step: forward, loss, gradients and the optax update as one XLA program.
 
-``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. A call that repeats the last one (same
-structure, settings, batch signature, untouched state: the training loop) is recognised by ``_repeat`` in a few
-C-level comparisons and goes straight to the executable, steps 3 and 4. Any other call:
+``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. Each call:
 
 1. ``_dispatch``: finds the compiled program for the network's current structure, the batch signature and the
    context (a memo of the last call answers a training loop in microseconds; otherwise the compile cache, which
@@ -249,38 +247,13 @@ class TrainProgram:
         return self._run(stacked_inputs, stacked=True)
 
     def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
-        repeat = self._repeat(inputs, stacked)
-        if repeat is not None:  # the training loop: the last step's program, on the state it left
-            ns, compiled, pvals, rvals = repeat
-            pvals, rvals, opt_state, loss = compiled.run(pvals, rvals, self.optimizer._box.state, list(inputs))
-        else:
-            ns = self.state
-            compiled, placed = self._dispatch(ns, inputs, stacked)
-            pvals, rvals, opt_state = self._bound_state(ns, compiled)
-            pvals, rvals, opt_state, loss = compiled.run(pvals, rvals, opt_state, placed)
+        ns = self.state
+        compiled, placed = self._dispatch(ns, inputs, stacked)
+        pvals, rvals, opt_state = self._bound_state(ns, compiled)
+        pvals, rvals, opt_state, loss = compiled.run(pvals, rvals, opt_state, placed)
         self._write_back(ns, compiled, pvals, rvals, opt_state)
         self._throttle(compiled, loss)
         return loss
-
-    def _repeat(self, inputs: Sequence[Any], stacked: bool) -> tuple[NetworkState, Compiled, list, list] | None:
-        """``(state, program, parameter values, other values)`` when this call repeats the last one: same network
-        structure and settings, a batch with the placed inputs' signature, and every value still the one the last
-        step wrote (nothing replaced it: ``set_data``, a checkpoint load). Else None (the general path decides).
-
-        This is what every training step pays: a few C-level comparisons and two Python frames. Each Python
-        frame here costs several times its quiet-machine price when the devices' threads share the cores (they
-        run the previous step meanwhile), and it adds to the step time directly.
-        """
-        memo, written = self._memo, self._written
-        if (memo is None or written is None or written[0] is not memo.compiled or memo.stacked != stacked
-                or memo.ns is not self._ns or not memo.ns.is_current() or memo.context != _context.settings()
-                or not all(map(isinstance, inputs, _JAX_ARRAY)) or list(map(_SIGNATURE, inputs)) != memo.inputs):
-            return None
-        ns = memo.ns
-        pvals, rvals = ns.params.values(), ns.rest.values()
-        if all(map(operator.is_, pvals, written[1])) and all(map(operator.is_, rvals, written[2])):
-            return ns, memo.compiled, pvals, rvals
-        return None
 
     def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[Compiled, list]:
         """The program for this call and the inputs placed for it."""
