@@ -45,8 +45,8 @@ class StateGroup:
             raise RuntimeError("graphpar: NNX state flattened to an unexpected number of leaves")
 
     def values(self) -> list[Any]:
-        if self._only_variables:  # the training loop's case: one C-level map, no Python frame per leaf
-            return list(map(nnx.Variable.get_raw_value, self.holders))
+        if self._only_variables:  # the training loop's case: a C-level read of each value slot (see store)
+            return list(map(_READ_SLOT, self.holders))
         return [h.get_raw_value() if var else h for h, var in zip(self.holders, self._variables)]
 
     def store(self, values: Sequence[jax.Array]) -> None:
@@ -85,7 +85,11 @@ class StateGroup:
         return self._names
 
 
-_SLOT = itertools.repeat("_raw_value")  # where flax's set_raw_value puts the value (less its trace-level check)
+# A flax Variable keeps its value in the ``_raw_value`` slot (``get_raw_value`` returns it, ``set_raw_value`` checks
+# the trace level and assigns it). The per-step read and write of every Variable go to the slot directly: no Python
+# frame per Variable. flax is pinned below 0.13 (pyproject); a renamed slot fails loudly (Variables have __slots__).
+_READ_SLOT = operator.attrgetter("_raw_value")
+_SLOT = itertools.repeat("_raw_value")
 _consume = collections.deque(maxlen=0).extend  # runs a map to its end without a Python frame per item
 
 
