@@ -53,8 +53,8 @@ class StateGroup:
         """Write a compiled executable's outputs back (what :meth:`write` does, at a fraction of its per-step cost).
 
         NNX's setter checks, twice per Variable, that it is not mutated from another trace level (four Python
-        frames and two reads of JAX's trace state each: 20 of the 22 microseconds graphpar spent per step around
-        a tiny model's executable, and several times that when the devices' threads share the cores). An
+        frames and two reads of JAX's trace state each: about half of the ~20 µs graphpar spent per step around a
+        tiny model's executable, and several times that when the devices' threads share the cores). An
         executable's outputs are concrete arrays written at top level, where that check always passes, so they
         go into the Variables' value slot directly (``set_raw_value`` without its check); anything else takes
         :meth:`write`.
