@@ -149,6 +149,38 @@ def test_megatron_mlp_has_one_all_reduce_per_block():
     np.testing.assert_allclose(np.asarray(out), np.asarray(reference(Megatron(blocks=2), x)), rtol=1e-5, atol=1e-5)
 
 
+def test_megatron_loss_layer_keeps_the_replicated_layout_and_adds_no_all_gather():
+    """The MSE loss after a row-parallel MatMul: its input arrives replicated (the MatMul's AllReduce). Splitting
+    the loss's Sub would trade a few elementwise FLOPs for an AllGather of the cotangent in the backward pass (and a
+    scalar AllReduce of the mean); the loss layer follows its input's layout instead, and the compiled step has
+    only the Megatron AllReduces: one forward per block, one backward for each block's input but the first."""
+    x, y = rand(16, 64), rand(16, 64, seed=3)
+    _, graph = _train_graph(Megatron(blocks=2), x, y, parallel_mode="auto_parallel",
+                            search_mode="sharding_propagation", full_batch=True)
+    matmul2 = [n for n in graph.node_list() if n.instance_name == "matmul2"][-1]
+    loss_nodes = [n for n in graph.node_list() if "_loss_fn-MSELoss" in n.scope]
+    assert {n.kind for n in loss_nodes} >= {"Sub", "Square", "ReduceMean"}, [n.kind for n in loss_nodes]
+    replicated = matmul2.strategy.output_spec(0)
+    assert replicated == ((), ())
+    sub = next(n for n in loss_nodes if n.kind == "Sub")
+    assert sub.strategy.input_spec(0) == replicated and sub.strategy.output_spec(0) == replicated, sub.strategy
+    assert all(not any(n.strategy.input_spec(0)) for n in loss_nodes), [n.strategy.input_specs for n in loss_nodes]
+
+    losses, hlo = {}, ""
+    for mode in ("stand_alone", "auto_parallel"):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, search_mode="sharding_propagation", full_batch=True)
+        net = Megatron(blocks=2)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+        losses[mode] = [float(train(x, y)) for _ in range(4)]
+        if mode == "auto_parallel":
+            hlo = train.program.lower_step([x, y]).compile().as_text()
+    counts = collectives(hlo)
+    assert counts.get("all-gather", 0) == 0 and counts.get("all-reduce", 0) == 3, counts
+    np.testing.assert_allclose(losses["auto_parallel"], losses["stand_alone"], rtol=1e-4)
+    assert losses["auto_parallel"][-1] < losses["auto_parallel"][0]
+
+
 def test_semi_auto_unhinted_ops_are_data_parallel():
     _, _, graph = forward(QuickstartNet(), rand(16, 32))
     s = strategies(graph)
@@ -275,12 +307,15 @@ def _propagated(train, inputs, reuse):
 
 class Branches(nn.Cell):
     """Ops of equal kind and shapes in different neighbourhoods: inputs in different layouts (two hints), and
-    consumers that can or cannot split the last axis (Softmax)."""
+    consumers that can or cannot split the last axis (Softmax). A last MatMul keeps the branches out of the loss
+    tail (``propagate.loss_tail``), where fewer collectives would decide first."""
 
     def __init__(self):
         super().__init__()
         self.w1 = Parameter(Tensor(rand(16, 16, seed=1) * 0.1), "w1")
         self.w2 = Parameter(Tensor(rand(16, 16, seed=2) * 0.1), "w2")
+        self.w3 = Parameter(Tensor(rand(16, 16, seed=3) * 0.1), "w3")
+        self.m3 = ops.MatMul()
         self.m1 = ops.MatMul().shard(((2, 4), (4, 1)))
         self.m2 = ops.MatMul().shard(((8, 1), (1, 1)))
         self.r1, self.r2, self.r3 = ops.ReLU(), ops.ReLU(), ops.ReLU()
@@ -291,7 +326,7 @@ class Branches(nn.Cell):
     def construct(self, x):
         a = self.m1(x, self.w1)
         b = self.r3(self.m2(x, self.w2))
-        return self.add2(self.add1(self.softmax(self.r1(a)), self.neg(self.r2(a))), b)
+        return self.m3(self.add2(self.add1(self.softmax(self.r1(a)), self.neg(self.r2(a))), b), self.w3)
 
 
 @pytest.mark.parametrize("model", ["gpt_qkv", "deep_mlp", "branches"])

@@ -14,8 +14,13 @@ backward + the op's own collectives, less the AllReduce turned ReduceScatter whe
 least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
 alone, but its edge cost counts a slice as free both ways; here the backward gather of a sliced cotangent is priced,
 and the least computation decides among candidates equal in communication: ``ReLU`` after ``MatMul ((2, 4), (4,
-1))`` is ``(2, 4)`` as MindSpore documents, a residual ``Add`` is not split beyond what its neighbours use.) Remaining
-ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
+1))`` is ``(2, 4)`` as MindSpore documents, a residual ``Add`` is not split beyond what its neighbours use.) In the
+loss tail (:func:`loss_tail`: ops with no Parameter read at or after them, the loss layer), the number of
+collectives decides before computation: a split there carries to no op whose work it would share, so splitting a
+replicated input trades a few elementwise FLOPs for more collectives (a sliced AllReduce costs what ReduceScatter +
+AllGather cost, so the cotangent's AllGather is one more message, and the loss's mean becomes a scalar AllReduce):
+the MSE loss after a row-parallel MatMul keeps that MatMul's replicated layout, as XLA does for a JAX user's
+program. Remaining ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
 ``graphpar.parallel.follow``) carry that layout as soon as their input is decided. Configured nodes are never
 changed: a conflict becomes a redistribution, priced and reported. Nodes no configured node reaches are left to
 ``default_strategies``.
@@ -183,8 +188,21 @@ def breakdown(edges: Cost, own: Cost) -> dict[str, float]:
 Choice = tuple[NodeStrategy, Cost, Cost]
 
 
+def loss_tail(graph: Graph) -> frozenset[int]:
+    """Ids of the nodes that read no Parameter and whose outputs reach only such nodes (or the graph's outputs):
+    the loss layer, and whatever else ends the step without meeting a weight. One pass in reverse graph order."""
+    tail: set[int] = set()
+    for node in reversed(graph.node_list()):
+        if any(graph.values[v].kind == "param" for v in node.inputs):
+            continue
+        if all(c.id in tail for v in node.outputs for c, _ in graph.consumers(v)):
+            tail.add(node.id)
+    return frozenset(tail)
+
+
 def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
-           grads: frozenset[int], memo: dict[tuple, tuple] | None = None) -> Choice | None:
+           grads: frozenset[int], memo: dict[tuple, tuple] | None = None,
+           tail: frozenset[int] = frozenset()) -> Choice | None:
     """The candidate MindSpore's edge selection picks for ``node`` (see the module docstring), with its edge and
     own costs. ``memo``: choices (candidate and edge costs) already made for nodes of the same kind, rule, shapes and
     neighbourhood (:class:`_Local`), reused; the op's own cost is priced for each node."""
@@ -193,7 +211,8 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
     if dims is None:
         return None
     local = _local(node, graph, ctx, strategies, source, grads)
-    key = (node.kind, dims, local.key)
+    in_tail = node.id in tail
+    key = (node.kind, dims, local.key, in_tail)
     mesh = ctx.mesh
     if memo is not None and key in memo:
         # the choice and its edges follow from the key; the op's own cost is priced for this node, as its memory
@@ -208,10 +227,10 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
         ahead = _lookahead(local, cand, mesh)
         own = op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
         comm = round(edges.comm_bytes + ahead.comm_bytes + own.comm_bytes, 3)
-        if forward.comm_bytes + ahead.comm_bytes < _EPS:
-            key_ = (0, comm, round(own.flops, 3), changes, index)
-        else:
-            key_ = (1, comm, round(own.flops, 3), changes, index)
+        # in the loss tail, fewer collectives first (the module docstring); elsewhere MindSpore's order
+        messages = edges.messages + ahead.messages + own.messages if in_tail else 0
+        tier = 0 if forward.comm_bytes + ahead.comm_bytes < _EPS else 1
+        key_ = (tier, comm, messages, round(own.flops, 3), changes, index)
         if best_key is None or key_ < best_key:
             best_key, best = key_, (cand, edges, own)
     if memo is not None:
@@ -244,6 +263,7 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
             "Call .shard(...) on at least one op (e.g. the first MatMul), or use search_mode='recursive_programming' "
             "or parallel_mode=ParallelMode.DATA_PARALLEL")
     grads = grad_values(graph)
+    tail = loss_tail(graph)
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
     provenance: dict[int, Provenance] = {}
     memo: dict[tuple, tuple] | None = {} if reuse_choices else None
@@ -271,7 +291,7 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
                                                       "follows input layout", breakdown(edges, own))
                 queue.append(neighbour)
                 continue
-            picked = choose(neighbour, graph, ctx, strategies, current, grads, memo)
+            picked = choose(neighbour, graph, ctx, strategies, current, grads, memo, tail)
             if picked is None:
                 continue  # no rule: left to the fallback in default_strategies
             best, edges, own = picked
