@@ -150,6 +150,32 @@ class Optimizer(Cell):
             self._box.state = self.transformation().init(params)
         return self._box.state
 
+    def warn_if_lr_runs_out(self, steps: int) -> None:
+        """Say once when the next ``steps`` updates go past the end of a per-step learning-rate list.
+
+        graphpar then keeps the list's last value; MindSpore indexes the list with ``Gather``, which fails (CPU,
+        GPU) or is undefined (Ascend) past its end. A list sized for fewer steps than the run takes (a list built
+        for another batch size, say) would otherwise train most of the run at its last, often near-zero, rate."""
+        given = [g.get("lr", self.learning_rate) for g in self._groups]
+        lists = [np.asarray(lr, np.float32).reshape(-1) for lr in given
+                 if isinstance(lr, (list, tuple, np.ndarray, jax.Array))]
+        lists = [lr for lr in lists if lr.size > 1]
+        if not lists:
+            return
+        counts = [int(c) for _, c in optax.tree_utils.tree_get_all_with_path(self._box.state, "count")] \
+            if self._box.state is not None else []
+        done = max(counts, default=0)
+        shortest = min(lists, key=len)
+        short = len(shortest)
+        if done + steps > short:
+            from graphpar._logging import notice_once
+
+            notice_once(f"lr-list-short:{id(self)}:{short}",
+                        f"{type(self).__name__}: the learning-rate list has {short} values (one per step), but "
+                        f"this run takes updates {done}..{done + steps - 1}; updates from {short} on use its last "
+                        f"value ({float(shortest[-1]):g}). Build it for every step the run takes (total_step = "
+                        "epochs x the dataset's steps per epoch)")
+
     def get_lr(self) -> Any:
         lr = learning_rate_schedule(self.learning_rate)
         if callable(lr):
