@@ -73,7 +73,10 @@ class Optimizer(Cell):
         if not items:
             raise ValueError(f"{type(self).__name__}: the parameter list is empty")
         groups: list[dict] = []
-        if isinstance(items[0], dict):
+        # MindSpore: grouped parameters decay wherever their group's weight_decay is > 0; ungrouped ones skip
+        # the names holding "beta" or "gamma" (BatchNorm/LayerNorm shift and scale)
+        self._grouped = isinstance(items[0], dict)
+        if self._grouped:
             for g in items:
                 unknown = set(g) - {"params", "lr", "weight_decay", "grad_centralization", "order_params"}
                 if unknown:
@@ -95,6 +98,9 @@ class Optimizer(Cell):
                 seen.add(id(p))
                 params.append(p)
             g["params"] = g_params
+        order = [g["order_params"] for g in items if self._grouped and "order_params" in g]
+        if order:  # MindSpore's order_params: the optimizer's parameter (and eager gradient) order
+            params = self._ordered(params, list(order[-1]))
         if loss_scale <= 0:
             raise ValueError(f"loss_scale must be > 0, got {loss_scale}")
         self._groups = [{k: v for k, v in g.items() if k != "params"} | {"names": [p.name for p in g["params"]]}
@@ -104,6 +110,19 @@ class Optimizer(Cell):
         self.weight_decay = float(weight_decay)
         self.loss_scale = float(loss_scale)
         self._box = _StateBox()
+
+    def _ordered(self, params: list[Parameter], order: list[Any]) -> list[Parameter]:
+        ids = {id(p) for p in params}
+        stray = [getattr(p, "name", repr(p)) for p in order if id(p) not in ids]
+        if stray:
+            raise ValueError(f"{type(self).__name__}: order_params holds {stray[:3]}, which no parameter group "
+                             "holds; order_params must list exactly the grouped Parameters")
+        listed = {id(p) for p in order}
+        missing = [p.name for p in params if id(p) not in listed]
+        if missing or len(order) != len(params):
+            raise ValueError(f"{type(self).__name__}: order_params must list every grouped Parameter once; "
+                             f"missing or repeated: {missing[:3] or 'a repeated entry'}")
+        return list(order)
 
     # --- what subclasses provide -------------------------------------------------------------------------------
     def core_transform(self, learning_rate: Any) -> optax.GradientTransformation:
@@ -116,8 +135,11 @@ class Optimizer(Cell):
         wd = float(group.get("weight_decay", self.weight_decay))
         parts = []
         if wd and not self.decoupled_weight_decay:
-            mask = {name: _default_decay_filter_name(name) for name in group["names"]}
-            parts.append(optax.add_decayed_weights(wd, mask=lambda p, mask=mask: {k: mask[k] for k in p}))
+            if self._grouped:
+                parts.append(optax.add_decayed_weights(wd))
+            else:
+                parts.append(optax.add_decayed_weights(wd, mask=lambda p: {k: _default_decay_filter_name(k)
+                                                                            for k in p}))
         if self.loss_scale != 1.0:
             parts.append(optax.scale(1.0 / self.loss_scale))
         parts.append(self.core_transform(lr, wd) if self.decoupled_weight_decay else self.core_transform(lr))
