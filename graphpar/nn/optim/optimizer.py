@@ -113,7 +113,7 @@ class Optimizer(Cell):
 
     def _ordered(self, params: list[Parameter], order: list[Any]) -> list[Parameter]:
         ids = {id(p) for p in params}
-        stray = [getattr(p, "name", repr(p)) for p in order if id(p) not in ids]
+        stray = [p.name if isinstance(p, Parameter) else repr(p) for p in order if id(p) not in ids]
         if stray:
             raise ValueError(f"{type(self).__name__}: order_params holds {stray[:3]}, which no parameter group "
                              "holds; order_params must list exactly the grouped Parameters")
