@@ -184,7 +184,7 @@ class Optimizer(Cell):
         lists = [lr for lr in lists if lr.size > 1]
         if not lists:
             return
-        counts = [int(c) for _, c in optax.tree_utils.tree_get_all_with_path(self._box.state, "count")] \
+        counts = [_host_int(c) for _, c in optax.tree_utils.tree_get_all_with_path(self._box.state, "count")] \
             if self._box.state is not None else []
         done = max(counts, default=0)
         shortest = min(lists, key=len)
@@ -223,3 +223,10 @@ class Optimizer(Cell):
 
 def _default_decay_filter_name(name: str) -> bool:
     return "beta" not in name and "gamma" not in name
+
+
+def _host_int(value: Any) -> int:
+    """A replicated scalar as an int, also when the array spans several processes (read this process's copy)."""
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        value = value.addressable_data(0)
+    return int(np.asarray(value))
