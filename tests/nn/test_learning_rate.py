@@ -118,3 +118,21 @@ def test_a_learning_rate_list_shorter_than_the_run_is_said_once(notices):
     assert "learning-rate list" not in notices.text
     model.train(2, data.take(2))  # a second call goes on from update 2: updates 2..5
     assert "the learning-rate list has 4 values (one per step), but this run takes updates 2..5" in notices.text
+
+
+def test_dataset_sink_reads_the_same_per_step_rates():
+    """Sink mode (a whole epoch per call, or one step per sink with sink_size=1) takes the rate of every step from
+    the same update count as the step-by-step loop: the three runs end bitwise equal."""
+    lr = nn.cosine_decay_lr(0.0, 0.5, 6, 2, 3)
+    results = []
+    for kwargs in ({}, {"dataset_sink_mode": True}, {"dataset_sink_mode": True, "sink_size": 1}):
+        ds.config.set_seed(3)
+        net, data = _net_and_data()
+        opt = nn.Momentum(net.trainable_params(), lr, 0.9)
+        model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), opt)
+        model.train(6 if kwargs.get("sink_size") == 1 else 3, data.take(2), **kwargs)
+        results.append(_state(net, opt))
+    for params, opt_state in results[1:]:
+        for name, value in results[0][0].items():
+            np.testing.assert_array_equal(value, params[name], err_msg=name)
+        assert [int(v) for v in opt_state if v.ndim == 0] == [6]
