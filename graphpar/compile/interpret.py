@@ -14,10 +14,14 @@ body of the ``jit`` equation a staged call made — is *inlined*: its primitives
 calls inlined too), and JAX linearizes plain primitives instead of tracing and partially evaluating one sub-jaxpr
 per op, and emits one MLIR function instead of one per op.
 Everything that does not depend on the traced values — which inputs need a redistribution pin, each pin's
-``NamedSharding``, each node's scope label — is worked out once per evaluation, before the first bind
-(:func:`prepare`), so the evaluation loop only binds. ``custom_jvp``/``custom_vjp`` equations are re-bound whole with
-their bind params (keeping custom derivatives). Runs of nodes marked for recomputation (``Cell.recompute()``,
-``Primitive.recompute()``) are evaluated inside ``jax.checkpoint`` (``compile.recompute``).
+``NamedSharding``, each node's scope label, each node's body key — is worked out once per evaluation, before the
+first bind (:func:`prepare`), so the evaluation loop only binds. A body that two or more nodes compute (the same
+equations, pins included: :class:`BodyKeys`) becomes one ``jax.jit`` function every such node calls under its own
+named scope (:func:`shared_calls`): JAX caches a jit's linearization, transposition and MLIR function by jaxpr, so a
+deep network's repeated layers are differentiated and emitted once per distinct body, not once per node.
+``custom_jvp``/``custom_vjp`` equations are re-bound whole with their bind params (keeping custom derivatives). Runs
+of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()``) are evaluated inside
+``jax.checkpoint`` (``compile.recompute``), inline (as is everything when level-3 activations are named).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jcore
 from jax.sharding import Mesh, NamedSharding
@@ -83,15 +88,110 @@ def _body(node: Node) -> Callable[[Sequence[Any]], list[Any]]:
     return bind
 
 
+class _Unshared(Exception):
+    """A body holds something two bodies cannot be compared by (an unhashable param)."""
+
+
+class BodyKeys:
+    """Structural keys of node bodies: equal for two equation lists exactly when they compute the same function of
+    their inputs — each equation's primitive, bind params (nested jaxprs compared by structure), context and result
+    types, and where each operand comes from (an input position, an earlier result, a literal's value). A
+    ``custom_jvp`` call is compared by its primal and its JVP jaxpr (JAX memoizes the latter, the linearization
+    reads it again); a ``custom_jvp`` call inside a JVP jaxpr by its primal only: its own rule matters to a second
+    derivative only, and the step differentiates once (relu's JVP calls relu: keying that rule too never ends).
+    Nested jaxprs are keyed once per object."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[int, bool], tuple[Any, Any]] = {}  # (id(jaxpr), in a JVP) -> (jaxpr, key)
+        self._in_jvp = False
+
+    def eqns(self, invars: Sequence[Any], eqns: Sequence[Any], outvars: Sequence[Any]) -> tuple:
+        index: dict[Any, int] = {}
+
+        def ref(atom: Any) -> Any:
+            if isinstance(atom, jcore.Literal):  # a scalar: its bytes and type (repr of a numpy scalar is slow)
+                return ("literal", np.asarray(atom.val).tobytes(), atom.aval)
+            return index[atom]
+
+        ins = [ref(v) if isinstance(v, jcore.Literal) else index.setdefault(v, len(index)) for v in invars]
+        parts: list[Any] = [tuple(ins), tuple(v.aval for v in invars)]
+        for eqn in eqns:
+            params = tuple((k, self.param(k, v, eqn)) for k, v in sorted(eqn.params.items()))
+            c = eqn.ctx
+            parts.append((eqn.primitive, params, tuple(ref(a) for a in eqn.invars), tuple(v.aval for v in eqn.outvars),
+                          frozenset(eqn.effects), c.compute_type, c.threefry_partitionable, repr(c.xla_metadata),
+                          c.cur_abstract_mesh))
+            for v in eqn.outvars:
+                index[v] = len(index)
+        parts.append(tuple(ref(a) for a in outvars))
+        return tuple(parts)
+
+    def jaxpr(self, jaxpr: Any) -> tuple:
+        memo = (id(jaxpr), self._in_jvp)
+        found = self._memo.get(memo)
+        if found is None:
+            found = self._memo[memo] = (jaxpr, self.eqns([*jaxpr.constvars, *jaxpr.invars], jaxpr.eqns,
+                                                               jaxpr.outvars))
+        return found[1]
+
+    def consts(self, consts: Sequence[Any]) -> tuple:
+        return tuple(self.param("const", c, None) for c in consts)
+
+    def param(self, name: str, value: Any, eqn: Any) -> Any:
+        if isinstance(value, jcore.ClosedJaxpr):
+            return ("closed", self.jaxpr(value.jaxpr), self.consts(value.consts))
+        if isinstance(value, jcore.Jaxpr):
+            return ("open", self.jaxpr(value))
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__, *(self.param(name, v, eqn) for v in value))
+        if name == "jvp_jaxpr_fun" and eqn is not None and eqn.primitive.name == "custom_jvp_call":
+            if self._in_jvp:
+                return "jvp of a jvp"
+            jaxpr, consts, out_zeros = value.call_wrapped(*[False] * (len(eqn.invars) - eqn.params["num_consts"]))
+            self._in_jvp = True
+            try:
+                return ("jvp", self.eqns([*jaxpr.constvars, *jaxpr.invars], jaxpr.eqns, jaxpr.outvars),
+                        self.consts(consts), tuple(out_zeros))
+            finally:
+                self._in_jvp = False
+        if isinstance(value, (np.ndarray, jax.Array)):
+            return ("array", id(value))  # the same constant object only (the graph keeps it alive)
+        try:
+            hash(value)
+        except TypeError:
+            raise _Unshared(name) from None
+        return value
+
+    def node(self, graph: Graph, node: Node) -> tuple | None:
+        """The key of what :func:`_body` evaluates for ``node``; None when it cannot be compared, or reads a
+        constant (kept one: never made an argument of a shared call)."""
+        if any(graph.values[v].kind == "const" for v in node.inputs):
+            return None
+        try:
+            if node.body is not None:
+                body = node.body
+                return self.eqns(body.invars, body.eqns, body.outvars)
+            eqn = node.eqn
+            if node.is_op or eqn.primitive.name in _CALL_PRIMS:  # staged: the inner jaxpr, whatever the name
+                inner = eqn.params.get("jaxpr") or eqn.params["call_jaxpr"]
+                return ("call", self.param("jaxpr", inner, eqn), tuple(v.aval for v in eqn.invars))
+            return self.eqns(eqn.invars, [eqn], eqn.outvars)
+        except _Unshared:
+            return None
+
+
 @dataclass(frozen=True)
 class Step:
-    """One node, ready to evaluate: its body, the pins around it, whether its outputs are communication."""
+    """One node, ready to evaluate: its body, the pins around it, whether its outputs are communication.
+    ``share``: equal for two steps that compute the same function of their inputs, pins included (None: never
+    shared; see :func:`shared_calls`)."""
 
     node: Node
     body: Callable[[Sequence[Any]], list[Any]]
     in_pins: tuple[Pin, ...]
     out_pins: tuple[Pin, ...]
     communication: bool
+    share: Any = None
 
 
 def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = frozenset()) -> dict[int, Step]:
@@ -110,6 +210,7 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
     layout: dict[int, Any] = dict(graph.meta.get("value_specs", {})) if mesh is not None else {}
     implied = implied_outputs(graph) if mesh is not None else frozenset()
     steps: dict[int, Step] = {}
+    keys = BodyKeys()
     for node in graph.node_list():
         strategy = node.strategy if mesh is not None else None
         in_pins: list[Pin] = []
@@ -124,8 +225,39 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
                 layout[v] = spec
                 if spec is not None and graph.values[v].is_array and v not in implied:
                     out_pins.append((j, sharding(spec), f"out{j}"))
-        steps[node.id] = Step(node, _body(node), tuple(in_pins), tuple(out_pins), recompute.is_communication(node))
+        body_key = keys.node(graph, node)
+        share = None if body_key is None else (body_key, tuple(in_pins), tuple(out_pins))
+        steps[node.id] = Step(node, _body(node), tuple(in_pins), tuple(out_pins), recompute.is_communication(node),
+                              share)
     return steps
+
+
+def _pinned_body(step: Step) -> Callable[..., list[Any]]:
+    """The step as one function of its inputs: input pins, body, output pins."""
+    def graphpar_node(*xs: Any) -> list[Any]:
+        ys = _pin(list(xs), step.in_pins, False) if step.in_pins else list(xs)
+        outs = step.body(ys)
+        return _pin(list(outs), step.out_pins, False) if step.out_pins else list(outs)
+
+    return graphpar_node
+
+
+def shared_calls(steps: Sequence[Step]) -> dict[Any, Callable[..., list[Any]]]:
+    """One ``jax.jit`` function per body that two or more of ``steps`` compute (same :attr:`Step.share` key).
+
+    Why: every node JAX differentiates and lowers costs it a trace per primitive (linearizing, transposing,
+    emitting MLIR), and a deep network repeats the same few bodies hundreds of times (a 256-layer MLP: three). A
+    ``jit`` call of one function object is traced once, and JAX caches its linearization, transposition and MLIR
+    function by jaxpr, so those costs are paid once per distinct body; each call still runs under its node's named
+    scope (``op_name`` of what XLA inlines keeps the call site's), and its pins are inside the call, so the
+    partitioner sees the same layouts."""
+    count: dict[Any, int] = {}
+    first: dict[Any, Step] = {}
+    for step in steps:
+        if step.share is not None:
+            count[step.share] = count.get(step.share, 0) + 1
+            first.setdefault(step.share, step)
+    return {key: jax.jit(_pinned_body(first[key])) for key, n in count.items() if n > 1}
 
 
 def _follows_input(graph: Graph, node: Node) -> bool:
@@ -175,13 +307,19 @@ def _pin(xs: list[Any], pins: tuple[Pin, ...], name_comm: bool) -> list[Any]:
     return xs
 
 
-def run_step(step: Step, env: dict[int, Any], name_comm: bool = False, from_batch: set[int] | None = None) -> None:
+def run_step(step: Step, env: dict[int, Any], name_comm: bool = False, from_batch: set[int] | None = None,
+             shared: dict[Any, Callable[..., list[Any]]] | None = None) -> None:
     """Evaluate one prepared node, reading its inputs from and writing its outputs to ``env``. ``from_batch``: the
     values computed from the batch so far, whose node outputs are named activations (the parallel optimizer's
-    level3, ``compile.recompute.naming_activations``)."""
+    level3, ``compile.recompute.naming_activations``). ``shared``: :func:`shared_calls`; a step whose body is
+    there is evaluated as a call of it."""
     node = step.node
     with jax.named_scope(node.label):
         xs = [env[v] for v in node.inputs]
+        call = shared.get(step.share) if shared and not name_comm and from_batch is None else None
+        if call is not None:
+            env.update(zip(node.outputs, call(*xs)))
+            return
         if step.in_pins:
             xs = _pin(xs, step.in_pins, name_comm)
         outs = step.body(xs)
@@ -208,10 +346,13 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
     # level3 of the parallel optimizer: name the values computed from the batch (compile.recompute)
     from_batch = ({v for v in graph.inputs if graph.values[v].kind == "input"} if recompute.names_activations()
                   else None)
-    for config, nodes in recompute.segments(graph):
+    segments = recompute.segments(graph)
+    plain = [steps[node.id] for config, nodes in segments if config is None for node in nodes]
+    shared = shared_calls(plain) if from_batch is None else {}
+    for config, nodes in segments:
         if config is None:
             for node in nodes:
-                run_step(steps[node.id], env, from_batch=from_batch)
+                run_step(steps[node.id], env, from_batch=from_batch, shared=shared)
         else:
             _run_checkpointed(graph, [steps[node.id] for node in nodes], config, env, from_batch)
     return [env[v] for v in graph.outputs]

@@ -19,6 +19,7 @@ import jax
 
 from graphpar import _context
 from graphpar.compile.cache import ProgramCache, ProgramKey
+from graphpar.compile.frozen_heap import frozen_heap
 from graphpar.compile.plan import ExecutionPlan
 from graphpar.compile.progress import CompileProgress
 from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
@@ -54,10 +55,10 @@ class Orchestrator:
             if plan.pynative:
                 return Planned(None, plan.layout(None), purpose)
             started = time.perf_counter()
-            with progress.stage("tracing"):
+            with progress.stage("tracing"), frozen_heap():
                 traced = plan.trace(ns, avals, purpose, call)
             self.cache.count("traces")
-            with progress.stage("planning"):
+            with progress.stage("planning"), frozen_heap():
                 graph = run_passes(plan, traced.graph, ns, purpose)
             self.cache.count("plans")
             return Planned(graph, plan.layout(graph), purpose, traced.out_treedef, time.perf_counter() - started,
@@ -98,11 +99,14 @@ class Orchestrator:
 
 
 def lower(fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any], planned: Planned) -> Lowered:
-    started = time.perf_counter()
+    """``fn`` traced for autodiff and lowered to StableHLO with the signature's shardings (the heap frozen:
+    ``compile.frozen_heap``)."""
+    started, cpu = time.perf_counter(), time.process_time()
     jitted = jax.jit(fn, in_shardings=signature.in_shardings, out_shardings=signature.out_shardings,
                      donate_argnums=signature.donate_argnums)
-    lowered = jitted.trace(*avals).lower()
-    return Lowered(planned, lowered, signature, time.perf_counter() - started)
+    with frozen_heap():
+        lowered = jitted.trace(*avals).lower()
+    return Lowered(planned, lowered, signature, time.perf_counter() - started, time.process_time() - cpu)
 
 
 def _dumps_on() -> bool:

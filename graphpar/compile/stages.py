@@ -66,7 +66,8 @@ class Lowered:
     planned: Planned
     lowered: jax.stages.Lowered
     signature: StepSignature
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock of the lowering
+    cpu_seconds: float = 0.0  # the process's CPU time in it (steadier than wall on a loaded machine)
 
     def as_text(self) -> str:
         return self.lowered.as_text()

@@ -222,7 +222,7 @@ def parse_collectives(hlo_text: str, n_devices: int) -> list[Collective]:
             name = r.group(1) if r else ""
             reduce_op = ("max" if "max" in name else "min" if "min" in name else
                          "prod" if "mul" in name else "sum")
-        pin = re.search(r"#\d+\)*/(in\d+|out\d+)/", op_name)
+        pin = re.search(r"#\d+\)*/(?:jit\(graphpar_node\)/)?(in\d+|out\d+)/", op_name)  # shared body: a call
         found.append(Collective(m.group("name"), _KINDS[op], shapes, parse_groups(line, n_devices), op_name,
                                 list(dict.fromkeys(nodes)), "transpose(" in op_name, reduce_op,
                                 pin.group(1) if pin else ""))

@@ -1,6 +1,8 @@
 """Cheap tracing and lowering (issue 11 item 5): op calls traced inline give the graph that staging every call as a
 ``jit`` gives; calls that cannot be delimited inline are staged; lowering binds plain primitives and leaves out the
-pins implied by elementwise neighbours, with the numbers of one device."""
+pins implied by elementwise neighbours, with the numbers of one device; repeated bodies are lowered as one shared
+``jit`` (keyed by structure, custom derivative rules included) with the collectives and numbers of the inline
+lowering."""
 
 import jax
 import jax.numpy as jnp
@@ -109,3 +111,63 @@ def test_lowering_leaves_out_implied_pins_and_matches_one_device():
             text = train.program.lower_step([x, y]).as_text()
             assert "graphpar_op_" not in text  # op bodies are inlined: no call per op in the lowered program
     np.testing.assert_allclose(losses["semi_auto_parallel"], losses["stand_alone"], rtol=1e-5)
+
+
+def _keys(fn, *avals):
+    from graphpar.compile.interpret import BodyKeys
+
+    jaxpr = jax.make_jaxpr(fn)(*avals).jaxpr
+    return BodyKeys().eqns(jaxpr.invars, jaxpr.eqns, jaxpr.outvars)
+
+
+def _scaled_grad(scale):
+    """A custom_jvp whose primal does not show its rule: identity forward, tangent times ``scale``."""
+    f = jax.custom_jvp(lambda x: x)
+    f.defjvp(lambda primals, tangents: (primals[0], tangents[0] * scale))
+    return f
+
+
+def test_body_keys_equal_exactly_when_the_bodies_compute_the_same_function():
+    x = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+    y = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+    assert _keys(jax.nn.relu, x) == _keys(jax.nn.relu, x)  # a custom_jvp: its primal and its JVP compared
+    assert _keys(jax.nn.relu, x) != _keys(jax.nn.relu, jax.ShapeDtypeStruct((4, 4), jnp.float32))
+    assert _keys(lambda a: a * 2.0, x) != _keys(lambda a: a * 3.0, x)  # literals by value
+    assert _keys(lambda a, b: a @ b, x, y) != _keys(lambda a, b: (a @ b).T, x, y)
+    assert _keys(lambda a, b: a - b, x, x) != _keys(lambda a, b: b - a, x, x)  # operand order
+    # the same primal, different derivative rules (closures at one source line): never the same body
+    assert _keys(_scaled_grad(2.0), x) != _keys(_scaled_grad(3.0), x)
+    assert _keys(_scaled_grad(2.0), x) == _keys(_scaled_grad(2.0), x)
+
+
+def _gpt_run(monkeypatch, share: bool):
+    from graphpar.compile import interpret
+    from graphpar.dump.hlo import parse_collectives
+    from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
+
+    if not share:
+        monkeypatch.setattr(interpret, "shared_calls", lambda steps: {})
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    train = gpt_train_cell(GPT(layers=2))
+    inputs = list(gpt_data())
+    lowered = train.program.lower_step(inputs)
+    collectives = sorted((c.kind, str(c.shapes), str(c.groups), str(c.nodes), c.pin, c.backward)
+                         for c in parse_collectives(lowered.compile().as_text(), 8))
+    losses = [float(train(*inputs)) for _ in range(2)]
+    monkeypatch.undo()
+    return train.program.plan_graph(inputs), lowered.as_text(), collectives, losses
+
+
+def test_repeated_bodies_lower_once_with_the_same_collectives_and_numbers(monkeypatch):
+    graph, text, collectives, losses = _gpt_run(monkeypatch, share=True)
+    _, plain_text, plain_collectives, plain_losses = _gpt_run(monkeypatch, share=False)
+    # both blocks' ops are the same bodies with the same pins: one shared call each, not one per node
+    assert "@graphpar_node" in text and "@graphpar_node" not in plain_text
+    calls = text.count("call @graphpar_node")
+    assert calls >= len(graph.order) // 2, (calls, len(graph.order))
+    assert text.count("func.func private @graphpar_node") < calls / 2
+    # the partitioner sees the same layouts: the same collectives, attributed to the same nodes and pins
+    assert collectives == plain_collectives and any(c[4] for c in collectives)
+    assert losses == plain_losses
