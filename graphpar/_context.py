@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -404,8 +406,14 @@ def settings() -> tuple:
     """The settings :func:`compile_key` reads, as they are (dicts not frozen): cheaper to build and to compare
     (``==`` compares dicts by value) for a per-step "has anything changed" check against a deep copy taken when a
     program was chosen. Equal settings give equal compile keys."""
-    return (tuple([getattr(_context, name) for name in _compiled_fields(type(_context))])
-            + tuple([getattr(_auto_parallel, name) for name in _compiled_fields(type(_auto_parallel))]))
+    return _fields_getter(type(_context))(_context) + _fields_getter(type(_auto_parallel))(_auto_parallel)
+
+
+@functools.cache
+def _fields_getter(cls: type) -> Callable[[Any], tuple]:
+    """Reads :func:`_compiled_fields` of an instance into a tuple in one C-level call (settings() runs per step)."""
+    get = operator.attrgetter(*_compiled_fields(cls))
+    return get if len(_compiled_fields(cls)) > 1 else lambda obj: (get(obj),)
 
 
 def current_parallel() -> AutoParallelContext:

@@ -1,15 +1,16 @@
 """The compiled train step: forward, loss, gradients and the optax update as one XLA program.
 
-``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. Each call:
+``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. A call that repeats the last one (the
+training loop) is run by the last call's ``compile.bound_step.BoundStep`` in one frame of C-level checks. Any other:
 
 1. ``_dispatch``: finds the compiled program for the network's current structure, the batch signature and the
-   context (a memo of the last call answers a training loop in microseconds; otherwise the compile cache, which
-   builds a missing program through ``compile.orchestrate``: trace → plan → lower → compile), and places the batch;
-2. ``_bound_state``: the parameters, other state and optimizer state where that program wants them (re-placed
-   only when something replaced them since the last step: ``set_data``, a checkpoint load, another program);
-3. the call itself (``jax.stages.Compiled``: the C++ dispatch path, with or without ``save_graphs``);
-4. ``_write_back``: the new values into the network's Variables and the optimizer, so ``param.asnumpy()`` shows
-   trained values; ``_throttle``: at most two steps in flight.
+   context (the compile cache, which builds a missing program through ``compile.orchestrate``: trace → plan →
+   lower → compile), places the batch and binds a step to it;
+2. ``_place_state``: the parameters, other state and optimizer state where that program wants them (the first
+   call of a program, or something replaced them since the last step: ``set_data``, a checkpoint load);
+3. ``BoundStep.run``: the call itself (``jax.stages.Compiled``: the C++ dispatch path, with or without
+   ``save_graphs``), the new values into the network's Variables and the optimizer, so ``param.asnumpy()`` shows
+   trained values, and at most two steps in flight.
 
 The step function is composed in ``compile.step`` from named parts (objective → gradient → transform → update);
 :meth:`TrainProgram.step_parts` is where a feature (gradient accumulation, mixed precision) swaps one part.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
 from graphpar.compile import accumulate
+from graphpar.compile.bound_step import BoundStep, input_signature
 from graphpar.compile.cache import CompileCounts, ProgramKey
 from graphpar.compile.choose import choose_plan
 from graphpar.compile.layout import Layout
@@ -54,17 +55,6 @@ def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
     if isinstance(sharding, NamedSharding):
         return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
     return sharding
-
-
-@dataclass(frozen=True)
-class _Dispatch:
-    """What the last call resolved to, and the inputs it was resolved for (the training loop's fast path)."""
-
-    ns: NetworkState
-    stacked: bool
-    context: tuple  # _context.settings() when the program was chosen (a deep copy)
-    compiled: Compiled
-    inputs: tuple  # (shape, dtype, sharding) of each placed input
 
 
 @dataclass(frozen=True)
@@ -100,9 +90,8 @@ class TrainProgram:
         self.orchestrator = Orchestrator(f"{type(self.network).__name__} train step")
         self._plans: dict[tuple, ExecutionPlan] = {}
         self._ns: NetworkState | None = None
-        self._memo: _Dispatch | None = None
-        self._written: tuple[Compiled, list, list] | None = None
-        self._in_flight: collections.deque = collections.deque()
+        self._bound: BoundStep | None = None  # the last call's program, bound to the state (the fast path)
+        self._in_flight: collections.deque = collections.deque()  # losses of the steps still running
         advise_cpu_scheduler(self.network, self.plan.devices[0].platform, self.opt_config.regather_for_backward)
 
     # --- what it is made of ------------------------------------------------------------------------------------
@@ -246,59 +235,37 @@ class TrainProgram:
         return self._run(stacked_inputs, stacked=True)
 
     def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
+        step = self._bound
+        if step is not None:  # the training loop: a repeat of the last call runs in one frame
+            loss = step.repeat(inputs, stacked)
+            if loss is not None:
+                return loss
         ns = self.state
-        compiled, placed = self._dispatch(ns, inputs, stacked)
-        pvals, rvals, opt_state = self._bound_state(ns, compiled)
-        pvals, rvals, opt_state, loss = compiled(pvals, rvals, opt_state, placed)
-        self._write_back(ns, compiled, pvals, rvals, opt_state)
-        self._throttle(compiled, loss)
-        return loss
+        step, placed = self._dispatch(ns, inputs, stacked)
+        pvals, rvals = self._place_state(ns, step.compiled)
+        return step.run(pvals, rvals, placed)
 
-    def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[Compiled, list]:
-        """The program for this call and the inputs placed for it."""
-        memo, context = self._memo, _context.settings()
-        if (memo is not None and memo.ns is ns and memo.stacked == stacked and memo.context == context
-                and len(inputs) == len(memo.inputs)
-                and all(isinstance(x, jax.Array) and x.shape == s and x.dtype == d and x.sharding == sh
-                        for x, (s, d, sh) in zip(inputs, memo.inputs))):
-            return memo.compiled, list(inputs)
+    def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[BoundStep, list]:
+        """The bound step for this call (the last one if its program is this call's) and the inputs placed."""
+        step, context = self._bound, _context.settings()
+        if step is not None and step.answers(ns, inputs, stacked, context):
+            return step, list(inputs)
         avals = self._step_avals(inputs, stacked)
         compiled = self._compiled(ns, avals, len(inputs[0]) if stacked else None)
         placed = self._place(compiled.layout, inputs, avals, stacked)
-        self._memo = _Dispatch(ns, stacked, copy.deepcopy(context), compiled,
-                               tuple((x.shape, x.dtype, x.sharding) for x in placed))
-        return compiled, placed
+        self._bound = BoundStep(ns, compiled, stacked, copy.deepcopy(context), input_signature(placed),
+                               self.optimizer, self._in_flight, self.MAX_IN_FLIGHT)
+        return self._bound, placed
 
-    def _bound_state(self, ns: NetworkState, compiled: Compiled) -> tuple[list, list, Any]:
-        pvals, rvals = ns.params.values(), ns.rest.values()
-        written = self._written
-        if (written is not None and written[0] is compiled and all(map(operator.is_, pvals, written[1]))
-                and all(map(operator.is_, rvals, written[2]))):
-            return pvals, rvals, self.optimizer._box.state
-        # first call of this program, or a value was replaced since (set_data, a checkpoint load, another
-        # program's layout): put everything where this program expects it
+    def _place_state(self, ns: NetworkState, compiled: Compiled) -> tuple[list, list]:
+        """Parameters, other state and optimizer state where ``compiled`` wants them (the first call of a
+        program, or a value replaced since the last step: ``set_data``, a checkpoint load, another program's
+        layout); values already there are kept as they are."""
         p_sh, r_sh, o_sh, _ = compiled.in_shardings
-        ns.params.write([_ensure(v, s) for v, s in zip(pvals, p_sh)])
-        ns.rest.write([_ensure(v, s) for v, s in zip(rvals, r_sh)])
+        ns.params.write([_ensure(v, s) for v, s in zip(ns.params.values(), p_sh)])
+        ns.rest.write([_ensure(v, s) for v, s in zip(ns.rest.values(), r_sh)])
         self.optimizer.opt_state = jax.tree.map(_ensure, self._opt_state(ns, compiled.layout), o_sh)
-        return ns.params.values(), ns.rest.values(), self.optimizer._box.state
-
-    def _write_back(self, ns: NetworkState, compiled: Compiled, pvals: list, rvals: list, opt_state: Any) -> None:
-        ns.params.write(pvals)
-        ns.rest.write(rvals)
-        self.optimizer._box.state = opt_state
-        self._written = (compiled, pvals, rvals)
-
-    def _throttle(self, compiled: Compiled, loss: Any) -> None:
-        """Let at most ``MAX_IN_FLIGHT`` steps be queued on the devices. Steps are dispatched asynchronously; XLA's
-        CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few
-        cores (seen with 8 simulated devices on 2 cores, in plain JAX too), and a queue of two keeps the devices
-        as busy as a longer one."""
-        if compiled.executable is None or not isinstance(loss, jax.Array):
-            return  # PYNATIVE_MODE: the step ran eagerly
-        self._in_flight.append(loss)
-        while len(self._in_flight) > self.MAX_IN_FLIGHT:
-            self._in_flight.popleft().block_until_ready()
+        return ns.params.values(), ns.rest.values()
 
     # --- inputs ------------------------------------------------------------------------------------------------
     def _step_avals(self, inputs: Sequence[Any], stacked: bool) -> list[jax.ShapeDtypeStruct]:
@@ -357,10 +324,10 @@ class TrainProgram:
     def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
         """Global shapes and dtypes of one step's inputs as last run (None before the first step): what
         ``graphpar.parallel.plan(model)`` asks the compile cache for to show the plan ``Model.train`` runs."""
-        memo = self._memo
-        if memo is None:
+        step = self._bound
+        if step is None:
             return None
-        return [jax.ShapeDtypeStruct(tuple(s)[1:] if memo.stacked else tuple(s), d) for s, d, _ in memo.inputs]
+        return [jax.ShapeDtypeStruct(tuple(s)[1:] if step.stacked else tuple(s), d) for s, d, _ in step.signature]
 
     def stages(self, inputs: Sequence[Any]) -> ProgramStages:
         """Every stage of the train step for ``inputs`` (each with ``as_text()``); compiles if needed."""

@@ -3,11 +3,15 @@
 ``NetworkState`` splits a network with flax NNX into its graph definition, the *trainable* parameters (those the
 optimizer owns) and the *rest* (frozen parameters, BatchNorm statistics, random keys, array constants). Each group is
 kept as the live NNX ``State`` (holding the network's own Variables), so reading the current values is a flatten
-and writing new values back is one assignment per Variable: the per-step cost is a few microseconds per variable.
+and writing new values back is one assignment per Variable (:meth:`StateGroup.store` for an executable's results:
+a C-level loop, no Python frame per Variable).
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,12 +39,30 @@ class StateGroup:
         # which leaves are Variables, decided once (flax's isinstance check is a Python-level metaclass hook, and
         # values()/write() run on every training step)
         self._variables = [isinstance(h, nnx.Variable) for h in self.holders]
+        self._only_variables = all(self._variables)
         self._names: list[str] | None = None
         if len(self.holders) != len(leaves):  # pragma: no cover - NNX invariant
             raise RuntimeError("graphpar: NNX state flattened to an unexpected number of leaves")
 
     def values(self) -> list[Any]:
+        if self._only_variables:  # the training loop's case: a C-level read of each value slot (see store)
+            return list(map(_READ_SLOT, self.holders))
         return [h.get_raw_value() if var else h for h, var in zip(self.holders, self._variables)]
+
+    def store(self, values: Sequence[jax.Array]) -> None:
+        """Write a compiled executable's outputs back (what :meth:`write` does, at a fraction of its per-step cost).
+
+        NNX's setter checks, twice per Variable, that it is not mutated from another trace level (four Python
+        frames and two reads of JAX's trace state each: about half of the ~20 µs graphpar spent per step around a
+        tiny model's executable, and several times that when the devices' threads share the cores). An
+        executable's outputs are concrete arrays written at top level, where that check always passes, so they
+        go into the Variables' value slot directly (``set_raw_value`` without its check); anything else takes
+        :meth:`write`.
+        """
+        if not self._only_variables:
+            self.write(values)
+            return
+        _consume(map(object.__setattr__, self.holders, _SLOT, values))
 
     def write(self, values: Sequence[Any]) -> None:
         """Assign ``values`` to the Variables (and plain attributes) of this group."""
@@ -63,6 +85,14 @@ class StateGroup:
         return self._names
 
 
+# A flax Variable keeps its value in the ``_raw_value`` slot (``get_raw_value`` returns it, ``set_raw_value`` checks
+# the trace level and assigns it). The per-step read and write of every Variable go to the slot directly: no Python
+# frame per Variable. flax is pinned below 0.13 (pyproject); a renamed slot fails loudly (Variables have __slots__).
+_READ_SLOT = operator.attrgetter("_raw_value")
+_SLOT = itertools.repeat("_raw_value")
+_consume = collections.deque(maxlen=0).extend  # runs a map to its end without a Python frame per item
+
+
 def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
     """Set the attribute (or list item) at ``path`` below ``root`` to ``value``."""
     parent = root
@@ -72,6 +102,9 @@ def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
         parent[path[-1]] = value
     else:
         setattr(parent, path[-1], value)
+
+
+_FLAGS = operator.attrgetter("training", "_amp_cast")  # what makes a Cell's traced graph change
 
 
 class NetworkState:
@@ -88,7 +121,7 @@ class NetworkState:
         ids = {id(p) for p in trainable}
         self.network = network
         self.cells = [cell for _, cell in network.cells_and_names()]
-        self.flags = tuple((cell.training, cell._amp_cast) for cell in self.cells)
+        self.flags = list(map(_FLAGS, self.cells))
         graphdef, params, rest = nnx.split(network, lambda path, v: id(v) in ids, ...)
         self.graphdef = graphdef
         self.params = StateGroup(params, network)
@@ -102,7 +135,7 @@ class NetworkState:
 
     def is_current(self) -> bool:
         """True while every Cell's ``training`` flag (and mixed-precision cast) is as it was at the split."""
-        return all((cell.training, cell._amp_cast) == flag for cell, flag in zip(self.cells, self.flags))
+        return list(map(_FLAGS, self.cells)) == self.flags  # C-level: checked on every step
 
     @property
     def structure(self) -> Any:

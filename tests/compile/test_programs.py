@@ -220,3 +220,52 @@ def test_slow_compile_notice_names_the_stages(caplog):
                 pass
     text = caplog.text
     assert "compiling Net train step (test)" in text and "tracing" in text and "XLA compile" in text
+
+
+def test_training_loop_repeat_sees_replaced_values_and_changed_settings():
+    """A repeat of the last call runs through the bound step (``compile/bound_step.py``); a value replaced between
+    steps (``set_data``) and a setting changed between steps each make the next step take the general path, and
+    that step computes with the new value / setting: numbers against fresh networks started from the same point."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(16, 8)).astype(np.float32), rng.normal(size=(16, 4)).astype(np.float32)
+    w0, b0 = rng.normal(size=(4, 8)).astype(np.float32), rng.normal(size=(4,)).astype(np.float32)
+
+    def make(gradients_mean):
+        ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=gradients_mean)
+        net = nn.Dense(8, 4)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()),
+                                    nn.Momentum(net.trainable_params(), 0.1, 0.0))
+        return net, train, train.program.place_inputs([x, y])
+
+    def one_step_from(w, b, gradients_mean):
+        ms.reset_auto_parallel_context()
+        net, train, placed = make(gradients_mean)
+        net.weight.set_data(w)
+        net.bias.set_data(b)
+        train(*placed)
+        return net.weight.asnumpy(), net.bias.asnumpy()
+
+    ref_mean = one_step_from(w0, b0, True)
+
+    ms.reset_auto_parallel_context()
+    net, train, placed = make(True)
+    for _ in range(3):
+        train(*placed)
+    bound = train.program._bound
+    net.weight.set_data(w0)  # replaced between steps: the next step must start from it
+    net.bias.set_data(b0)
+    train(*placed)
+    np.testing.assert_allclose(net.weight.asnumpy(), ref_mean[0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(net.bias.asnumpy(), ref_mean[1], rtol=1e-6, atol=1e-7)
+    assert train.program._bound is bound  # same program, its state re-placed
+
+    train(*placed)  # a repeat
+    w2, b2 = net.weight.asnumpy(), net.bias.asnumpy()
+    ref_sum = one_step_from(w2, b2, False)
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
+    ms.set_auto_parallel_context(gradients_mean=False)  # changed between steps, nothing else: another program
+    train(*placed)
+    np.testing.assert_allclose(net.weight.asnumpy(), ref_sum[0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(net.bias.asnumpy(), ref_sum[1], rtol=1e-6, atol=1e-7)
