@@ -9,7 +9,8 @@ from graphpar.nn.cell import SequentialCell as SequentialCell
 from graphpar.nn.layer import *  # noqa: F401,F403
 from graphpar.nn.learning_rate_schedule import (  # noqa: F401
     CosineDecayLR, ExponentialDecayLR, InverseDecayLR, LearningRateSchedule, NaturalExpDecayLR, PolynomialDecayLR,
-    WarmUpLR, cosine_decay_lr, exponential_decay_lr, piecewise_constant_lr, warmup_lr)
+    WarmUpLR, cosine_decay_lr, exponential_decay_lr, inverse_decay_lr, natural_exp_decay_lr, piecewise_constant_lr,
+    polynomial_decay_lr, warmup_lr)
 from graphpar.nn.loss import (  # noqa: F401
     CrossEntropyLoss, L1Loss, LossBase, MSELoss, SmoothL1Loss, SoftmaxCrossEntropyWithLogits)
 from graphpar.nn.optim import SGD, Adam, AdamWeightDecay, Momentum, Optimizer  # noqa: F401

@@ -49,6 +49,15 @@ class BatchFeeder:
             self.views = [dataset.with_shard(num_shards, start + i) for i in range(self.draws)]
         else:
             self.views = [dataset]
+            if self.draws > 1:
+                from graphpar._logging import notice_once
+
+                shards = f"num_shards={num_shards}" if num_shards is not None else "not sharded"
+                notice_once(f"feeder-same-batch:{self.draws}:{num_shards}",
+                            f"the dataset is {shards} for {world} ranks, so each of the {self.draws} local devices "
+                            "gets the same batch (as each MindSpore process reading the whole dataset would): "
+                            f"{self.draws} identical slices per step. For distinct batches per device, shard it as "
+                            "the tutorials' create_dataset does: num_shards=get_group_size(), shard_id=get_rank()")
 
     def steps_per_epoch(self) -> int:
         return min(int(v.get_dataset_size()) for v in self.views)

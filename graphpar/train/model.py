@@ -154,6 +154,9 @@ class Model:
             start_step = progress["step"]
             initial_epoch = start_step // (per_call if dataset_sink_mode else steps)
         skip = start_step - initial_epoch * (per_call if dataset_sink_mode else steps)  # trained batches of it
+        if self._optimizer is not None:
+            updates = max(epoch - initial_epoch, 0) * (per_call if dataset_sink_mode else steps) - skip
+            self._optimizer.warn_if_lr_runs_out(updates)
         cb = InternalCallbackParam(
             train_network=self._train_network, network=self._network, loss_fn=self._loss_fn,
             optimizer=self._optimizer, epoch_num=epoch, batch_num=steps, cur_epoch_num=initial_epoch,

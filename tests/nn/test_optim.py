@@ -101,6 +101,26 @@ def test_parameter_groups_take_their_own_lr_and_weight_decay():
     np.testing.assert_allclose(got[1], g0 - 0.1 * GRADS[1], rtol=1e-6)
 
 
+def test_grouped_weight_decay_applies_to_every_parameter_of_its_group():
+    """MindSpore's grouped form (the model zoo's ``init_group_params``: decayed weights, the rest, and
+    ``order_params``): a group decays all its Parameters when its weight_decay > 0 (no name filter), the others not."""
+    w, g = _params()
+    w0, g0 = w.asnumpy(), g.asnumpy()
+    opt = nn.Momentum([{"params": [g], "weight_decay": 0.1}, {"params": [w]}, {"order_params": [w, g]}],
+                      learning_rate=0.1, momentum=0.9)
+    assert [p.name for p in opt.parameters] == ["fc.weight", "bn.gamma"]  # order_params sets the order
+    got = _steps(opt, n=1)
+    np.testing.assert_allclose(got[1], g0 - 0.1 * (GRADS[1] + 0.1 * g0), rtol=1e-6)  # gamma decays here
+    np.testing.assert_allclose(got[0], w0 - 0.1 * GRADS[0], rtol=1e-6)
+    w, g = _params()
+    adamw = nn.AdamWeightDecay([{"params": [w]}, {"params": [g], "weight_decay": 0.5}], learning_rate=0.1)
+    got = _steps(adamw, n=1)[1]
+    m, v = 0.1 * GRADS[1], 0.001 * GRADS[1] ** 2
+    np.testing.assert_allclose(got, g0 - 0.1 * (m / (np.sqrt(v) + 1e-6) + 0.5 * g0), rtol=1e-5)
+    with pytest.raises(ValueError, match="order_params must list every grouped Parameter"):
+        nn.Momentum([{"params": [g]}, {"params": [w]}, {"order_params": [w]}], 0.1, 0.9)
+
+
 def test_bad_optimizer_arguments():
     w, _ = _params()
     with pytest.raises(ValueError, match="empty"):

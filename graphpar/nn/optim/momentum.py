@@ -107,7 +107,7 @@ def _scale_by_adam_no_bias_correction(b1: float, b2: float, eps: float) -> optax
 class AdamWeightDecay(Optimizer):
     """``AdamWeightDecay(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0)``:
     MindSpore's rule, ``update = m / (sqrt(v) + eps) + weight_decay * p``; ``p -= lr * update`` (no bias
-    correction; weight decay skips names containing 'beta' or 'gamma')."""
+    correction; ungrouped, weight decay skips names containing 'beta' or 'gamma')."""
 
     decoupled_weight_decay = True
 
@@ -120,8 +120,8 @@ class AdamWeightDecay(Optimizer):
         from graphpar.nn.optim.optimizer import _default_decay_filter_name
 
         parts = [_scale_by_adam_no_bias_correction(self.beta1, self.beta2, self.eps)]
-        if weight_decay:
-            parts.append(optax.add_decayed_weights(
-                weight_decay, mask=lambda p: {k: _default_decay_filter_name(k) for k in p}))
+        if weight_decay:  # grouped parameters: every one of a group with weight_decay > 0 (as MindSpore)
+            mask = None if self._grouped else (lambda p: {k: _default_decay_filter_name(k) for k in p})
+            parts.append(optax.add_decayed_weights(weight_decay, mask=mask))
         parts.append(optax.scale_by_learning_rate(learning_rate))
         return optax.chain(*parts)

@@ -73,7 +73,10 @@ class Optimizer(Cell):
         if not items:
             raise ValueError(f"{type(self).__name__}: the parameter list is empty")
         groups: list[dict] = []
-        if isinstance(items[0], dict):
+        # MindSpore: grouped parameters decay wherever their group's weight_decay is > 0; ungrouped ones skip
+        # the names holding "beta" or "gamma" (BatchNorm/LayerNorm shift and scale)
+        self._grouped = isinstance(items[0], dict)
+        if self._grouped:
             for g in items:
                 unknown = set(g) - {"params", "lr", "weight_decay", "grad_centralization", "order_params"}
                 if unknown:
@@ -95,6 +98,9 @@ class Optimizer(Cell):
                 seen.add(id(p))
                 params.append(p)
             g["params"] = g_params
+        order = [g["order_params"] for g in items if self._grouped and "order_params" in g]
+        if order:  # MindSpore's order_params: the optimizer's parameter (and eager gradient) order
+            params = self._ordered(params, list(order[-1]))
         if loss_scale <= 0:
             raise ValueError(f"loss_scale must be > 0, got {loss_scale}")
         self._groups = [{k: v for k, v in g.items() if k != "params"} | {"names": [p.name for p in g["params"]]}
@@ -104,6 +110,19 @@ class Optimizer(Cell):
         self.weight_decay = float(weight_decay)
         self.loss_scale = float(loss_scale)
         self._box = _StateBox()
+
+    def _ordered(self, params: list[Parameter], order: list[Any]) -> list[Parameter]:
+        ids = {id(p) for p in params}
+        stray = [p.name if isinstance(p, Parameter) else repr(p) for p in order if id(p) not in ids]
+        if stray:
+            raise ValueError(f"{type(self).__name__}: order_params holds {stray[:3]}, which no parameter group "
+                             "holds; order_params must list exactly the grouped Parameters")
+        listed = {id(p) for p in order}
+        missing = [p.name for p in params if id(p) not in listed]
+        if missing or len(order) != len(params):
+            raise ValueError(f"{type(self).__name__}: order_params must list every grouped Parameter once; "
+                             f"missing or repeated: {missing[:3] or 'a repeated entry'}")
+        return list(order)
 
     # --- what subclasses provide -------------------------------------------------------------------------------
     def core_transform(self, learning_rate: Any) -> optax.GradientTransformation:
@@ -116,8 +135,11 @@ class Optimizer(Cell):
         wd = float(group.get("weight_decay", self.weight_decay))
         parts = []
         if wd and not self.decoupled_weight_decay:
-            mask = {name: _default_decay_filter_name(name) for name in group["names"]}
-            parts.append(optax.add_decayed_weights(wd, mask=lambda p, mask=mask: {k: mask[k] for k in p}))
+            if self._grouped:
+                parts.append(optax.add_decayed_weights(wd))
+            else:
+                parts.append(optax.add_decayed_weights(wd, mask=lambda p: {k: _default_decay_filter_name(k)
+                                                                            for k in p}))
         if self.loss_scale != 1.0:
             parts.append(optax.scale(1.0 / self.loss_scale))
         parts.append(self.core_transform(lr, wd) if self.decoupled_weight_decay else self.core_transform(lr))
@@ -150,6 +172,32 @@ class Optimizer(Cell):
             self._box.state = self.transformation().init(params)
         return self._box.state
 
+    def warn_if_lr_runs_out(self, steps: int) -> None:
+        """Say once when the next ``steps`` updates go past the end of a per-step learning-rate list.
+
+        graphpar then keeps the list's last value; MindSpore indexes the list with ``Gather``, which fails (CPU,
+        GPU) or is undefined (Ascend) past its end. A list sized for fewer steps than the run takes (a list built
+        for another batch size, say) would otherwise train most of the run at its last, often near-zero, rate."""
+        given = [g.get("lr", self.learning_rate) for g in self._groups]
+        lists = [np.asarray(lr, np.float32).reshape(-1) for lr in given
+                 if isinstance(lr, (list, tuple, np.ndarray, jax.Array))]
+        lists = [lr for lr in lists if lr.size > 1]
+        if not lists:
+            return
+        counts = [_host_int(c) for _, c in optax.tree_utils.tree_get_all_with_path(self._box.state, "count")] \
+            if self._box.state is not None else []
+        done = max(counts, default=0)
+        shortest = min(lists, key=len)
+        short = len(shortest)
+        if done + steps > short:
+            from graphpar._logging import notice_once
+
+            notice_once(f"lr-list-short:{id(self)}:{short}",
+                        f"{type(self).__name__}: the learning-rate list has {short} values (one per step), but "
+                        f"this run takes updates {done}..{done + steps - 1}; updates from {short} on use its last "
+                        f"value ({float(shortest[-1]):g}). Build it for every step the run takes (total_step = "
+                        "epochs x the dataset's steps per epoch)")
+
     def get_lr(self) -> Any:
         lr = learning_rate_schedule(self.learning_rate)
         if callable(lr):
@@ -175,3 +223,10 @@ class Optimizer(Cell):
 
 def _default_decay_filter_name(name: str) -> bool:
     return "beta" not in name and "gamma" not in name
+
+
+def _host_int(value: Any) -> int:
+    """A replicated scalar as an int, also when the array spans several processes (read this process's copy)."""
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        value = value.addressable_data(0)
+    return int(np.asarray(value))
