@@ -121,6 +121,29 @@ def test_grouped_weight_decay_applies_to_every_parameter_of_its_group():
         nn.Momentum([{"params": [g]}, {"params": [w]}, {"order_params": [w]}], 0.1, 0.9)
 
 
+def test_grad_centralization_centralizes_the_gradients_of_its_group_as_mindspore():
+    """MindSpore's ``grad_centralization`` group key: before the loss scale and the rule, each gradient of two or
+    more dimensions whose second dimension is a multiple of 16 loses its mean over every axis but the first (a
+    convolution's per-output-channel mean); a bias, a 3-channel input convolution and the other groups keep theirs."""
+    rng = np.random.default_rng(0)
+    conv = Parameter(Tensor(rng.normal(size=(8, 16, 3, 3)).astype(np.float32)), "conv.weight")
+    stem = Parameter(Tensor(rng.normal(size=(8, 3, 3, 3)).astype(np.float32)), "stem.weight")
+    bias = Parameter(Tensor(rng.normal(size=(8,)).astype(np.float32)), "conv.bias")
+    other = Parameter(Tensor(rng.normal(size=(4, 16)).astype(np.float32)), "fc.weight")
+    params = [conv, stem, bias, other]
+    before = [p.asnumpy() for p in params]
+    grads = [rng.normal(size=p.shape).astype(np.float32) + 1.0 for p in params]  # means far from 0
+    opt = nn.Momentum([{"params": [conv, stem, bias], "grad_centralization": True}, {"params": [other]}],
+                      learning_rate=0.1, momentum=0.9, loss_scale=2.0)
+    opt(grads)
+    centred = grads[0] - grads[0].mean(axis=(1, 2, 3), keepdims=True)
+    np.testing.assert_allclose(conv.asnumpy(), before[0] - 0.1 * centred / 2.0, rtol=1e-5, atol=1e-6)
+    for p, b, g in zip(params[1:], before[1:], grads[1:]):  # left as they were
+        np.testing.assert_allclose(p.asnumpy(), b - 0.1 * g / 2.0, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="grad_centralization must be a bool"):
+        nn.Momentum([{"params": [conv], "grad_centralization": 1}], 0.1, 0.9)
+
+
 def test_bad_optimizer_arguments():
     w, _ = _params()
     with pytest.raises(ValueError, match="empty"):

@@ -3,8 +3,8 @@
 An optimizer holds the Parameters it updates (a list, or MindSpore's group dicts with per-group ``lr`` and
 ``weight_decay``), a learning rate (a float, a per-step list, a schedule Cell or any callable of the step), and the
 optax state. Subclasses give the core rule in :meth:`core_transform`; this class adds MindSpore's order of
-operations around it: weight decay is added to the gradient, then the gradient is divided by ``loss_scale``, then
-the rule and the learning rate apply.
+operations around it: weight decay is added to the gradient, then a group with ``grad_centralization`` centralizes
+it, then the gradient is divided by ``loss_scale``, then the rule and the learning rate apply.
 
 Calling the optimizer with gradients (``opt(grads)``, as in a hand-written PyNative loop) applies one update to its
 Parameters in place; ``TrainOneStepCell`` uses :meth:`transformation` inside the compiled step instead.
@@ -27,6 +27,20 @@ from graphpar.nn.cell import Cell
 def _default_decay_filter(param: Parameter) -> bool:
     # MindSpore's default: no weight decay on BatchNorm/LayerNorm scale and shift.
     return "beta" not in param.name and "gamma" not in param.name
+
+
+def _centralized(grad: jax.Array) -> jax.Array:
+    """MindSpore's gradient centralization of one gradient: minus its mean over every axis but the first, for a
+    gradient of two or more dimensions whose second is a multiple of 16 (MindSpore's ``_apply_grad_centralization``
+    leaves the others as they are: a bias, a 3-channel first convolution)."""
+    if grad.ndim < 2 or grad.shape[1] % 16:
+        return grad
+    return grad - jnp.mean(grad, axis=tuple(range(1, grad.ndim)), keepdims=True)
+
+
+def centralize_gradients() -> optax.GradientTransformation:
+    """The optax step of a parameter group with ``grad_centralization=True`` (stateless)."""
+    return optax.stateless(lambda updates, params=None: jax.tree.map(_centralized, updates))
 
 
 def learning_rate_schedule(learning_rate: Any) -> Callable[[Any], Any] | float:
@@ -81,7 +95,10 @@ class Optimizer(Cell):
                 unknown = set(g) - {"params", "lr", "weight_decay", "grad_centralization", "order_params"}
                 if unknown:
                     raise ValueError(f"{type(self).__name__}: unknown keys {sorted(unknown)} in a parameter "
-                                     "group; valid: params, lr, weight_decay")
+                                     "group; valid: params, lr, weight_decay, grad_centralization, order_params")
+                if not isinstance(g.get("grad_centralization", False), bool):
+                    raise TypeError(f"{type(self).__name__}: a parameter group's grad_centralization must be a bool, "
+                                    f"got {type(g['grad_centralization']).__name__}")
                 if "params" in g:
                     groups.append(g)
         else:
@@ -140,6 +157,8 @@ class Optimizer(Cell):
             else:
                 parts.append(optax.add_decayed_weights(wd, mask=lambda p: {k: _default_decay_filter_name(k)
                                                                             for k in p}))
+        if group.get("grad_centralization", False):
+            parts.append(centralize_gradients())
         if self.loss_scale != 1.0:
             parts.append(optax.scale(1.0 / self.loss_scale))
         parts.append(self.core_transform(lr, wd) if self.decoupled_weight_decay else self.core_transform(lr))
