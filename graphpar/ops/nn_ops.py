@@ -13,9 +13,18 @@ from graphpar.ops.math_ops import _Unary
 from graphpar.ops.primitive import Primitive
 
 
+def relu(x: jax.Array) -> jax.Array:
+    """``max(x, 0)`` written as a select, so that its derivative is the select's own: 1 above 0 and 0 at and
+    below it (MindSpore's ReluGrad, ``dy * (y > 0)``), NaN propagating as ``max`` does. ``jax.nn.relu`` gets the
+    same values from a ``custom_jvp``, whose rule JAX traces per call and graphpar's lowering must trace to tell
+    two ReLU bodies alike: a third of the lowering of a deep ReLU network, for nothing a select does not give."""
+    x = jnp.asarray(x)
+    zero = lax.full_like(x, 0)
+    return lax.select(x <= zero, zero, x)
+
+
 class ReLU(_Unary):
-    # jax.nn.relu's derivative at 0 is 0, as MindSpore's ReluGrad.
-    fn = staticmethod(jax.nn.relu)
+    fn = staticmethod(relu)
 
 
 class ReLU6(_Unary):
