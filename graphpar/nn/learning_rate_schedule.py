@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from typing import Any
 
 import jax.numpy as jnp
 
@@ -164,12 +165,18 @@ def piecewise_constant_lr(milestone: list[int], learning_rates: list[float]) -> 
     return out
 
 
+def _decay_args(who: str, learning_rate: Any, decay_rate: Any, decay_epoch: Any,
+                is_stair: Any) -> tuple[float, float, int, bool]:
+    """The checked arguments the exponential, natural-exponential and inverse decay lists share."""
+    return (_float(who, "learning_rate", learning_rate), _float(who, "decay_rate", decay_rate),
+            _int(who, "decay_epoch", decay_epoch), _bool(who, "is_stair", is_stair))
+
+
 def exponential_decay_lr(learning_rate: float, decay_rate: float, total_step: int, step_per_epoch: int,
                          decay_epoch: int, is_stair: bool = False) -> list[float]:
     """``learning_rate * decay_rate ** (epoch / decay_epoch)`` (the exponent floored with ``is_stair``)."""
     who = "exponential_decay_lr"
-    lr, rate = _float(who, "learning_rate", learning_rate), _float(who, "decay_rate", decay_rate)
-    decay_epoch, stair = _int(who, "decay_epoch", decay_epoch), _bool(who, "is_stair", is_stair)
+    lr, rate, decay_epoch, stair = _decay_args(who, learning_rate, decay_rate, decay_epoch, is_stair)
     return _per_epoch(who, total_step, step_per_epoch,
                       lambda e: lr * rate ** (math.floor(e / decay_epoch) if stair else e / decay_epoch))
 
@@ -179,8 +186,7 @@ def natural_exp_decay_lr(learning_rate: float, decay_rate: float, total_step: in
     """``learning_rate * exp(-decay_rate * epoch)`` (epoch rounded down to a multiple of ``decay_epoch`` with
     ``is_stair``)."""
     who = "natural_exp_decay_lr"
-    lr, rate = _float(who, "learning_rate", learning_rate), _float(who, "decay_rate", decay_rate)
-    decay_epoch, stair = _int(who, "decay_epoch", decay_epoch), _bool(who, "is_stair", is_stair)
+    lr, rate, decay_epoch, stair = _decay_args(who, learning_rate, decay_rate, decay_epoch, is_stair)
     return _per_epoch(who, total_step, step_per_epoch,
                       lambda e: lr * math.e ** (-rate * (e // decay_epoch * decay_epoch if stair else e)))
 
@@ -189,8 +195,7 @@ def inverse_decay_lr(learning_rate: float, decay_rate: float, total_step: int, s
                      decay_epoch: int, is_stair: bool = False) -> list[float]:
     """``learning_rate / (1 + decay_rate * epoch / decay_epoch)`` (the ratio floored with ``is_stair``)."""
     who = "inverse_decay_lr"
-    lr, rate = _float(who, "learning_rate", learning_rate), _float(who, "decay_rate", decay_rate)
-    decay_epoch, stair = _int(who, "decay_epoch", decay_epoch), _bool(who, "is_stair", is_stair)
+    lr, rate, decay_epoch, stair = _decay_args(who, learning_rate, decay_rate, decay_epoch, is_stair)
     return _per_epoch(who, total_step, step_per_epoch,
                       lambda e: lr / (1 + rate * (math.floor(e / decay_epoch) if stair else e / decay_epoch)))
 
