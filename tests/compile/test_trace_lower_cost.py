@@ -141,12 +141,13 @@ def test_body_keys_equal_exactly_when_the_bodies_compute_the_same_function():
 
 
 def _gpt_run(monkeypatch, share: bool):
-    from graphpar.compile import interpret
+    from graphpar.compile import call_groups, interpret
     from graphpar.dump.hlo import parse_collectives
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
-    if not share:
+    if not share:  # every node inline: no shared node bodies, no shared runs of nodes
         monkeypatch.setattr(interpret, "shared_calls", lambda steps: {})
+        monkeypatch.setattr(call_groups, "plan_units", lambda graph, segments: [list(s) for s in segments])
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
@@ -163,11 +164,12 @@ def _gpt_run(monkeypatch, share: bool):
 def test_repeated_bodies_lower_once_with_the_same_collectives_and_numbers(monkeypatch):
     graph, text, collectives, losses = _gpt_run(monkeypatch, share=True)
     _, plain_text, plain_collectives, plain_losses = _gpt_run(monkeypatch, share=False)
-    # both blocks' ops are the same bodies with the same pins: one shared call each, not one per node
-    assert "@graphpar_node" in text and "@graphpar_node" not in plain_text
-    calls = text.count("call @graphpar_node")
-    assert calls >= len(graph.order) // 2, (calls, len(graph.order))
-    assert text.count("func.func private @graphpar_node") < calls / 2
+    # both blocks' ops are the same bodies with the same pins: one shared call per repeated chain of nodes (a
+    # Linear's matmul and bias add, ...) or repeated node, not one per node
+    assert "@graphpar_group" in text and "@graphpar_node" in text and "@graphpar_" not in plain_text
+    groups, nodes = text.count("call @graphpar_group"), text.count("call @graphpar_node")
+    assert groups >= 2 * 6 and groups + nodes < len(graph.order), (groups, nodes, len(graph.order))
+    assert text.count("func.func private @graphpar_group") <= groups / 2
     # the partitioner sees the same layouts: the same collectives, attributed to the same nodes and pins
     assert collectives == plain_collectives and any(c[4] for c in collectives)
     assert losses == plain_losses
