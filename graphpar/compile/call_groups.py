@@ -9,7 +9,9 @@ call of one function, so the call sites drop to one per repeated run.
 
 Which runs (:func:`plan_units`): a Cell call's nodes are consecutive in the graph and share its scope
 (``Default/.../3-Dense``); every Cell call, outermost first, is a candidate, and where a Cell call cannot be one
-group its direct nodes are cut into maximal candidate runs. A run must be *chain-like*: no value is read twice
+group its nodes are cut into maximal chain-like runs (a transformer block: the query projection and its reshapes, the
+key's, the value's with the attention and the output projection up to the residual add, the feed-forward part),
+and a run that does not repeat either is looked into one Cell level deeper (a deep MLP's layers). A run must be *chain-like*: no value is read twice
 inside it, and no value it computes is read both inside and after it. Then its backward pass sums no cotangents
 inside the call, so every cotangent is summed where and in the order the per-node lowering sums it, and the program
 XLA compiles is the per-node program (same instructions, same numbers). A run that fans out inside (a residual
@@ -164,53 +166,50 @@ def _cell_runs(steps: Sequence[Any], depth: int) -> list[tuple[str | None, list[
 
 def plan_units(graph: Graph, segments: Sequence[Sequence[Any]]) -> list[list[Any]]:
     """Per segment (consecutive steps evaluated plainly), its units in order: a :class:`Group` for every candidate
-    run whose key occurs twice or more in the graph, a single step elsewhere (see the module docstring)."""
+    run whose key occurs twice or more in the graph, a single step elsewhere (see the module docstring).
+
+    Top down through the Cells: a Cell call's run of nodes is one group if it is a repeated candidate; otherwise it
+    is cut into maximal chain-like runs (:meth:`_Keys.chains`), each one group if repeated, and each of the rest is
+    looked into one Cell level deeper. A first pass counts every key the second pass can meet (which runs are
+    looked at does not depend on the counts)."""
     keys = _Keys(graph)
     count: dict[Any, int] = {}
-    keyed: dict[tuple[int, int, str], Any] = {}  # (first node id, length, scope) -> key, inputs, outputs
+    keyed: dict[tuple[int, int, str], Any] = {}  # (first node id, length, scope) -> (key, inputs, outputs) | None
 
-    def candidate(run: Sequence[Any], scope: str) -> Any:
+    def repeated(run: Sequence[Any], scope: str, counting: bool) -> Group | None:
         ident = (run[0].node.id, len(run), scope)
         if ident not in keyed:
             found = keyed[ident] = keys.key(run, scope)
             if found is not None:
                 count[found[0]] = count.get(found[0], 0) + 1
-        return keyed[ident]
+        found = keyed[ident]
+        if counting or found is None or count[found[0]] < 2:
+            return None
+        return Group(tuple(run), found[1], found[2], scope, found[0])
 
-    def units(steps: Sequence[Any], depth: int) -> list[Any]:
+    def units(steps: Sequence[Any], depth: int, counting: bool) -> list[Any]:
         out: list[Any] = []
-        loose: list[Any] = []  # this Cell's own nodes and runs of its sub-Cells that are no group, in order
-
-        def flush() -> None:
-            for chain in keys.chains(loose):
-                found = candidate(chain, _common_scope(chain)) if len(chain) > 1 else None
-                if found is not None and count[found[0]] > 1:
-                    out.append(Group(tuple(chain), found[1], found[2], _common_scope(chain), found[0]))
-                else:
-                    out.extend(chain)
-            loose.clear()
-
         for scope, run in _cell_runs(steps, depth):
             if scope is None or len(run) < 2:
-                loose.extend(run)
+                out.extend(run)
                 continue
-            found = candidate(run, scope)
-            if found is not None and count[found[0]] > 1:
-                flush()
-                out.append(Group(tuple(run), found[1], found[2], scope, found[0]))
+            whole = repeated(run, scope, counting)
+            if whole is not None:
+                out.append(whole)
                 continue
-            inner = units(run, depth + 1)
-            if any(isinstance(u, Group) for u in inner):
-                flush()
-                out.extend(inner)
-            else:
-                loose.extend(run)
-        flush()
+            for chain in keys.chains(run):
+                group = repeated(chain, _common_scope(chain), counting) if len(chain) > 1 else None
+                if group is not None:
+                    out.append(group)
+                elif len(chain) > 1:
+                    out.extend(units(chain, depth + 1, counting))
+                else:
+                    out.extend(chain)
         return out
 
-    for steps in segments:  # first pass: count every candidate's key
-        units(steps, 1)
-    return [units(steps, 1) for steps in segments]
+    for steps in segments:
+        units(steps, 1, True)
+    return [units(steps, 1, False) for steps in segments]
 
 
 def group_function(group: Group, evaluate_step: Callable[[Any, list[Any]], list[Any]]) -> Callable[..., list[Any]]:
