@@ -176,7 +176,13 @@ def plan_units(graph: Graph, segments: Sequence[Sequence[Any]]) -> list[list[Any
     count: dict[Any, int] = {}
     keyed: dict[tuple[int, int, str], Any] = {}  # (first node id, length, scope) -> (key, inputs, outputs) | None
 
-    def repeated(run: Sequence[Any], scope: str, counting: bool) -> Group | None:
+    total = sum(len(steps) for steps in segments)
+
+    def repeated(run: Sequence[Any], scope: str | None, counting: bool) -> Group | None:
+        """``run`` as a group if its key repeats (``scope`` None: the members' common scope)."""
+        if 2 * len(run) > total:  # no room for a second instance: not worth keying
+            return None
+        scope = _common_scope(run) if scope is None else scope
         ident = (run[0].node.id, len(run), scope)
         if ident not in keyed:
             found = keyed[ident] = keys.key(run, scope)
@@ -198,7 +204,7 @@ def plan_units(graph: Graph, segments: Sequence[Sequence[Any]]) -> list[list[Any
                 out.append(whole)
                 continue
             for chain in keys.chains(run):
-                group = repeated(chain, _common_scope(chain), counting) if len(chain) > 1 else None
+                group = repeated(chain, None, counting) if len(chain) > 1 else None
                 if group is not None:
                     out.append(group)
                 elif len(chain) > 1:
