@@ -377,7 +377,9 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
     # runs of nodes repeated as a whole: one shared call each; repeated single nodes: likewise (not when activations
     # are named: each node's outputs are named at its own call site)
     units = call_groups.plan_units(graph, plain) if from_batch is None else plain
-    shared = shared_calls([u for seg in units for u in seg if isinstance(u, Step)]) if from_batch is None else {}
+    # a node outside the groups whose body others compute too is a shared call as it is without groups (counted
+    # over every node: a call and an inline body can get different layouts from XLA)
+    shared = shared_calls([s for seg in plain for s in seg]) if from_batch is None else {}
     group_fns: dict[Any, Callable[..., list[Any]]] = {}
     plain_units = iter(units)
     for config, nodes in segments:
