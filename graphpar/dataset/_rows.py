@@ -51,15 +51,16 @@ def to_row(value: Any, columns: Sequence[str], where: str) -> Row:
 
 def stack_rows(rows: Sequence[Row], columns: Sequence[str]) -> Row:
     """Rows stacked column by column along a new first axis (what ``.batch`` returns)."""
-    out = []
-    for c, name in enumerate(columns):
-        values = [r[c] for r in rows]
-        shapes = {v.shape for v in values}
-        if len(shapes) > 1:
-            raise DatasetError(f"batch: column {name!r} has rows of different shapes {sorted(shapes)}; "
-                               "resize or pad them to one shape before .batch (or batch_size=1)")
-        out.append(np.stack(values))
-    return tuple(out)
+    return tuple(stack_column([r[c] for r in rows], name) for c, name in enumerate(columns))
+
+
+def stack_column(values: Sequence[np.ndarray], name: str) -> np.ndarray:
+    """One column's values stacked, or an error naming the column when their shapes differ."""
+    shapes = {v.shape for v in values}
+    if len(shapes) > 1:
+        raise DatasetError(f"batch: column {name!r} has rows of different shapes {sorted(shapes)}; "
+                           "resize or pad them to one shape before .batch (or batch_size=1)")
+    return np.stack(values)
 
 
 def names(value: str | Sequence[str] | None, what: str) -> list[str] | None:
