@@ -21,6 +21,8 @@ def to_array(value: Any, where: str) -> np.ndarray:
     """One column value as a numpy array (scalars become 0-d arrays)."""
     if isinstance(value, np.ndarray):
         return value
+    if isinstance(value, np.generic):  # a numpy scalar (a label read from an array)
+        return np.asarray(value)
     if isinstance(value, (bytes, bytearray)):
         return np.frombuffer(bytes(value), dtype=np.uint8)
     if isinstance(value, dict):
@@ -37,8 +39,11 @@ def to_row(value: Any, columns: Sequence[str], where: str) -> Row:
     if isinstance(value, dict):
         raise DatasetError(f"{where}: got a dict; yield a tuple of numpy arrays in the order of column_names "
                            f"{list(columns)}")
-    if type(value) is tuple and len(value) == len(columns) and all(type(v) is np.ndarray for v in value):
-        return value  # the common case, already a row
+    if type(value) is tuple and len(value) == len(columns):
+        if all(type(v) is np.ndarray for v in value):
+            return value  # the common case, already a row
+        if all(isinstance(v, (np.ndarray, np.generic)) for v in value):  # arrays and numpy scalars (labels)
+            return tuple(v if type(v) is np.ndarray else np.asarray(v) for v in value)
     if isinstance(value, (tuple, list)):
         items = tuple(value)
     else:

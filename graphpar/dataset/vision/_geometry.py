@@ -89,9 +89,17 @@ class RandomCrop(Transform):
         self.pad_if_needed = bool(pad_if_needed)
         self.fill_value = _fill(fill_value, "RandomCrop")
         self.padding_mode = _border(padding_mode, "RandomCrop")
+        self._padded_sizes: dict[tuple[int, ...], tuple[int, int]] = {}
 
     def _padded(self, shape: tuple[int, ...]) -> tuple[int, int]:
-        """Height and width of the padded image an input of ``shape`` is cropped from."""
+        """Height and width of the padded image an input of ``shape`` is cropped from (checked once per shape:
+        this runs for every sample's draw)."""
+        size = self._padded_sizes.get(shape)
+        if size is None:
+            size = self._padded_sizes[shape] = self._check_padded(shape)
+        return size
+
+    def _check_padded(self, shape: tuple[int, ...]) -> tuple[int, int]:
         if len(shape) not in (2, 3):
             raise DatasetError(f"RandomCrop: expected an HWC (or HW) image, got shape {shape}")
         if len(self.fill_value) == 3 and len(shape) == 3 and shape[2] != 3 and \
@@ -119,15 +127,13 @@ class RandomCrop(Transform):
 
     def _pad_all(self, x: np.ndarray, batch: bool) -> np.ndarray:
         """``x`` (one image, or a stack of them when ``batch``) padded as the crop reads it."""
-        fn = _pad_stack if batch else pad
-        if batch:
-            x = np.moveaxis(x, 0, -1)  # padding works on the leading (H, W) axes; the batch rides along
+        fn, lead = (_pad_stack, 1) if batch else (pad, 0)
         x = fn(x, self.padding, self.fill_value, self.padding_mode)
         h, w = self.size
-        if self.pad_if_needed and (x.shape[0] < h or x.shape[1] < w):
-            dh, dw = max(h - x.shape[0], 0), max(w - x.shape[1], 0)
+        if self.pad_if_needed and (x.shape[lead] < h or x.shape[lead + 1] < w):
+            dh, dw = max(h - x.shape[lead], 0), max(w - x.shape[lead + 1], 0)
             x = fn(x, (dw, dh, dw, dh), self.fill_value, self.padding_mode)
-        return np.moveaxis(x, -1, 0) if batch else x
+        return x
 
     def apply_drawn(self, x: np.ndarray, params: tuple[int, int]) -> np.ndarray:
         self._padded(x.shape)
@@ -156,28 +162,23 @@ class RandomCrop(Transform):
         self._padded(x.shape[1:])
         h, w = self.size
         out = np.empty((len(x), h, w) + x.shape[3:], x.dtype)
-        if self.padding_mode is Border.CONSTANT and not self.pad_if_needed:
-            left_pad, top_pad = self.padding[0], self.padding[1]
-            for k, (top, left) in enumerate(params):
-                out[k] = self._window(x[k], top - top_pad, left - left_pad)
-            return out
-        padded = self._pad_all(x, batch=True)
+        padded = self._pad_all(x, batch=True)  # one padded copy of the stack, then a window copy per row
         for k, (top, left) in enumerate(params):
             out[k] = padded[k, top:top + h, left:left + w]
         return out
 
 
 def _pad_stack(x: np.ndarray, ltrb: tuple[int, int, int, int], fill: tuple[int, ...], mode: Border) -> np.ndarray:
-    """``pad`` of images stacked on a last axis ((H, W, C, N) or (H, W, N)): each padded as ``pad`` pads it."""
+    """``pad`` of every image of the stack ``x`` ((N, H, W, C) or (N, H, W)), as ``pad`` pads each."""
     left, top, right, bottom = ltrb
     if not any(ltrb):
         return x
-    widths = [(top, bottom), (left, right)] + [(0, 0)] * (x.ndim - 2)
+    widths = [(0, 0), (top, bottom), (left, right)] + [(0, 0)] * (x.ndim - 3)
     if mode is not Border.CONSTANT:
         return np.pad(x, widths, mode=mode.value)
-    out = np.empty((x.shape[0] + top + bottom, x.shape[1] + left + right) + x.shape[2:], x.dtype)
-    out[...] = np.asarray(fill, x.dtype)[:, None] if len(fill) == 3 and x.ndim == 4 else np.asarray(fill[0], x.dtype)
-    out[top:top + x.shape[0], left:left + x.shape[1]] = x
+    out = np.empty((x.shape[0], x.shape[1] + top + bottom, x.shape[2] + left + right) + x.shape[3:], x.dtype)
+    out[...] = np.asarray(fill if x.ndim == 4 else fill[:1], dtype=x.dtype)
+    out[:, top:top + x.shape[1], left:left + x.shape[2]] = x
     return out
 
 
