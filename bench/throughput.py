@@ -44,9 +44,11 @@ def _resnet_model(width: float, amp_level: str = "O0", mode: str = "data_paralle
 
 
 # --- 1. feeding ------------------------------------------------------------------------------------------------------
-def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: float = 0.25, rounds: int = 5,
+def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: float = 0.25, rounds: int = 9,
                           workers: int = 1) -> dict[str, Any]:
-    """Seconds per step of ``Model.train`` on the pipeline (prefetch on, prefetch off) and on pre-staged batches."""
+    """Seconds per step of ``Model.train`` on the pipeline (prefetch on, prefetch off) and on pre-staged batches,
+    and the host work of feeding one step alone (``feed_host_ms``: read the pipeline's batch, concatenate the
+    devices' batches, one ``device_put``; what the prefetch thread does per step, timed with the devices idle)."""
     import jax
 
     import graphpar.dataset as ds
@@ -93,6 +95,17 @@ def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: flo
         model.train(1, data, callbacks=[clock])
         return clock.seconds
 
+    from graphpar.train.feeding import BatchFeeder, _placer
+
+    def feed_host() -> float:
+        batches = BatchFeeder(data, devices).epoch(0, read_ahead=False)
+        first = next(batches)
+        put = _placer(program.place_inputs, first, program.place_inputs(list(first)))
+        started = time.perf_counter()
+        for batch in batches:
+            jax.block_until_ready(put(batch))
+        return (time.perf_counter() - started) / (steps - 1)
+
     t_pre, t_fed, t_off, ratios, ratios_off = [], [], [], [], []
     for r in range(rounds):
         sides = [("pre", prestaged), ("fed", lambda: fed(2)), ("off", lambda: fed(0))]
@@ -108,7 +121,8 @@ def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: flo
             "fed_prefetch2_ms": round(statistics.median(t_fed) * 1e3, 1),
             "fed_no_prefetch_ms": round(statistics.median(t_off) * 1e3, 1),
             "fed_vs_prestaged": round(statistics.median(ratios), 3),
-            "no_prefetch_vs_prestaged": round(statistics.median(ratios_off), 3)}
+            "no_prefetch_vs_prestaged": round(statistics.median(ratios_off), 3),
+            "feed_host_ms": round(statistics.median(feed_host() for _ in range(3)) * 1e3, 2)}
 
 
 # --- 2. mixed precision ----------------------------------------------------------------------------------------------

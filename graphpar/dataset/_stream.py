@@ -209,7 +209,7 @@ def open_stream(node: Any, seed: int, epoch: int, start: int, pass_len: int, wor
                              f"in {workers} threads instead of processes because {blocker}.")
         return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=workers,
                                                          prefetch_buffer_size=max(prefetch, workers))))
-    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)))
+    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=1 if prefetch else 0, prefetch_buffer_size=prefetch)))
 
 
 class _OwnedArrays:

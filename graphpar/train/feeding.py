@@ -23,9 +23,14 @@ from typing import Any
 import numpy as np
 
 
-def _epoch_iter(dataset: Any, epoch: int, start: int = 0) -> Iterator[tuple]:
+def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True) -> Iterator[tuple]:
     """Batches of ``epoch`` from batch ``start`` on: graphpar datasets seek (``iter_epoch(epoch, start_batch)``),
-    other iterables are read from the beginning and the first ``start`` batches dropped."""
+    other iterables are read from the beginning and the first ``start`` batches dropped. ``read_ahead=False``: the
+    caller reads ahead itself (a graphpar pipeline then runs on its thread)."""
+    from graphpar.dataset._pipeline import Dataset
+
+    if isinstance(dataset, Dataset):
+        return iter(dataset.iter_epoch(epoch, start_batch=start, read_ahead=read_ahead))
     if hasattr(dataset, "iter_epoch"):
         if start and "start_batch" in inspect.signature(dataset.iter_epoch).parameters:
             return iter(dataset.iter_epoch(epoch, start_batch=start))
@@ -62,10 +67,11 @@ class BatchFeeder:
     def steps_per_epoch(self) -> int:
         return min(int(v.get_dataset_size()) for v in self.views)
 
-    def epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[np.ndarray, ...]]:
-        """The global batches of one epoch, in order, from global batch ``start`` on (a resumed run)."""
+    def epoch(self, epoch: int, start: int = 0, read_ahead: bool = True) -> Iterator[tuple[np.ndarray, ...]]:
+        """The global batches of one epoch, in order, from global batch ``start`` on (a resumed run);
+        ``read_ahead=False`` when the consumer is a read-ahead thread itself (:class:`DevicePrefetch`)."""
         steps = self.steps_per_epoch()
-        iters = [_epoch_iter(v, epoch, start) for v in self.views]
+        iters = [_epoch_iter(v, epoch, start, read_ahead) for v in self.views]
         for _ in range(start, steps):
             if self.per_device_shards:
                 parts = [next(it) for it in iters]

@@ -220,3 +220,19 @@ def test_later_batches_go_straight_to_the_first_batchs_shardings(depth):
         for h, p in zip(host, placed):
             assert isinstance(p, jax.Array) and p.sharding == sharding
             np.testing.assert_array_equal(np.asarray(p), h)
+
+
+def test_without_read_ahead_a_one_worker_pipeline_runs_on_the_iterating_thread():
+    threads: set[str] = set()
+
+    def note(x):
+        threads.add(threading.current_thread().name)
+        return x
+
+    data = ds.GeneratorDataset(_Images(), ["image", "label"]).map([vision.RandomCrop(8), note], "image").batch(4)
+    inline = list(data.iter_epoch(1, read_ahead=False))
+    assert threads == {threading.current_thread().name}
+    ahead = list(data.iter_epoch(1))
+    assert threads - {threading.current_thread().name}  # the read-ahead thread computed these
+    for (a, _), (b, _) in zip(inline, ahead, strict=True):
+        np.testing.assert_array_equal(a, b)
