@@ -43,6 +43,12 @@ def _draws(op: Any) -> bool:
     return isinstance(op, Transform) and op.is_random
 
 
+def _shaped(op: Transform) -> bool:
+    """Whether ``op`` tells its output shape (the batch draws every sample's parameters before any work, so the
+    operations up to the last one that draws must)."""
+    return type(op).out_shape is not Transform.out_shape
+
+
 @dataclass
 class Moved:
     """Operations of one map moved to the batch: ``ops`` on column ``col``; ``node`` is the map when they draw
@@ -85,8 +91,10 @@ def plan(batch_node: Any) -> Deferral | None:
             n = len(fn.ops)
             while n and batchable(fn.ops[n - 1]):
                 n -= 1
-            if any(map(_draws, fn.ops[:n])):  # the moved draws would not start the sample's generator
-                n = max((i + 1 for i in range(n, len(fn.ops)) if _draws(fn.ops[i])), default=n)
+            last_draw = max((i for i in range(n, len(fn.ops)) if _draws(fn.ops[i])), default=None)
+            if last_draw is not None and (any(map(_draws, fn.ops[:n]))  # the moved draws would not start the
+                                          or not all(map(_shaped, fn.ops[n:last_draw + 1]))):  # generator
+                n = last_draw + 1
             if n < len(fn.ops):
                 keep[id(node)] = n
                 tail = list(fn.ops[n:])

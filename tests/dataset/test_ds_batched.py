@@ -12,6 +12,7 @@ import graphpar.dataset.transforms.c_transforms as C
 import graphpar.dataset.vision.c_transforms as vision
 from graphpar import dtype as mstype
 from graphpar.dataset import _batched
+from graphpar.dataset.transforms._base import Transform
 from graphpar.dataset.vision import Inter
 from graphpar.errors import ConfigError, DatasetError
 from graphpar.train.feeding import DevicePrefetch, prefetched
@@ -236,3 +237,22 @@ def test_without_read_ahead_a_one_worker_pipeline_runs_on_the_iterating_thread()
     assert threads - {threading.current_thread().name}  # the read-ahead thread computed these
     for (a, _), (b, _) in zip(inline, ahead, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_draws_stay_per_sample_behind_a_batch_form_that_does_not_tell_its_shape():
+    class Double(C.TypeCast):  # a user's batchable transform without out_shape
+        out_shape = Transform.out_shape
+
+        def apply_batch(self, x):
+            return super().apply_batch(x) * 2
+
+        def apply(self, x, rng):
+            return super().apply(x, rng) * 2
+
+    data = ds.GeneratorDataset(_Images(), ["image", "label"])
+    fast = data.map([Double(np.float32), vision.RandomHorizontalFlip(), vision.Rescale(0.5, 0.0)], "image").batch(4)
+    assert _moved(fast) == ["Rescale"]
+    ref = data.map([Double(np.float32), vision.RandomHorizontalFlip(), vision.Rescale(0.5, 0.0), lambda x: x],
+                   "image").batch(4)
+    for (gx, _), (rx, _) in zip(fast.iter_epoch(0), ref.iter_epoch(0), strict=True):
+        np.testing.assert_array_equal(gx, rx)
