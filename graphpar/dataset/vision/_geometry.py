@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from graphpar.dataset._rng import below
 from graphpar.dataset.transforms._base import Transform
 from graphpar.dataset.vision._enums import Border
 from graphpar.dataset.vision._resize import size_pair
@@ -122,8 +123,8 @@ class RandomCrop(Transform):
         """(top, left) of the window in the padded image."""
         ph, pw = self._padded(shape)
         h, w = self.size
-        top = int(rng.integers(0, ph - h + 1))
-        return top, int(rng.integers(0, pw - w + 1))
+        top = below(rng, ph - h + 1)
+        return top, below(rng, pw - w + 1)
 
     def _pad_all(self, x: np.ndarray, batch: bool) -> np.ndarray:
         """``x`` (one image, or a stack of them when ``batch``) padded as the crop reads it."""
