@@ -256,3 +256,14 @@ def test_draws_stay_per_sample_behind_a_batch_form_that_does_not_tell_its_shape(
                    "image").batch(4)
     for (gx, _), (rx, _) in zip(fast.iter_epoch(0), ref.iter_epoch(0), strict=True):
         np.testing.assert_array_equal(gx, rx)
+
+
+def test_a_three_value_fill_is_refused_only_where_a_one_channel_image_gets_padded():
+    one_channel = _Images(shape=(12, 10, 1))
+    op = vision.RandomCrop(4, fill_value=(1, 2, 3), pad_if_needed=True)  # 12x10 is big enough: nothing padded
+    (x, _), = ds.GeneratorDataset(one_channel, ["image", "label"]).take(4).map(op, "image").batch(4).iter_epoch(0)
+    assert x.shape == (4, 4, 4, 1)
+    grows = ds.GeneratorDataset(one_channel, ["image", "label"]).map(
+        vision.RandomCrop(16, fill_value=(1, 2, 3), pad_if_needed=True), "image").batch(4)
+    with pytest.raises(DatasetError, match=r"RandomCrop.*fill_value \(1, 2, 3\) has 3 values for 1 channels"):
+        next(grows.iter_epoch(0))

@@ -103,13 +103,14 @@ class RandomCrop(Transform):
     def _check_padded(self, shape: tuple[int, ...]) -> tuple[int, int]:
         if len(shape) not in (2, 3):
             raise DatasetError(f"RandomCrop: expected an HWC (or HW) image, got shape {shape}")
-        if len(self.fill_value) == 3 and len(shape) == 3 and shape[2] != 3 and \
-                self.padding_mode is Border.CONSTANT and (any(self.padding) or self.pad_if_needed):
-            raise DatasetError(f"padding: fill_value {self.fill_value} has 3 values for {shape[2]} channels")
         left, top, right, bottom = self.padding
         ph, pw = shape[0] + top + bottom, shape[1] + left + right
         h, w = self.size
-        if self.pad_if_needed:
+        grow = self.pad_if_needed and (ph < h or pw < w)
+        if len(self.fill_value) == 3 and len(shape) == 3 and shape[2] != 3 and \
+                self.padding_mode is Border.CONSTANT and (any(self.padding) or grow):
+            raise DatasetError(f"padding: fill_value {self.fill_value} has 3 values for {shape[2]} channels")
+        if grow:
             ph, pw = ph + 2 * max(h - ph, 0), pw + 2 * max(w - pw, 0)
         if ph < h or pw < w:
             raise DatasetError(f"RandomCrop: crop size {self.size} exceeds the (padded) image {(ph, pw)}; "
