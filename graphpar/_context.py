@@ -325,6 +325,9 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(api, key, value, reason=f"global_rank must be an int >= 0, got {value!r}")
             _auto_parallel.global_rank = value
+            notice_once("parallel:global_rank", "set_auto_parallel_context(global_rank=...) is kept for "
+                        "get_auto_parallel_context but picks nothing: a process's ranks are its devices' places in "
+                        "the job (get_rank())", logging.INFO)
         elif key == "dataset_strategy":
             _auto_parallel.dataset_strategy = _check_dataset_strategy(value)
         elif key == "full_batch":

@@ -57,3 +57,32 @@ def test_loss_repeated_mean_says_what_happens_instead(notices):
     said = [r.getMessage() for r in notices.records if "loss_repeated_mean" in r.getMessage()]
     assert len(said) == 1 and "global batch" in said[0] and "XLA schedules" not in said[0], said
     assert all(r.levelno >= logging.INFO for r in notices.records)
+
+
+class LayerwiseNet(nn.Cell):
+    """Seed 003's DataParallelNet: a weight with ``layerwise_parallel=True``."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = Parameter(ms.Tensor(np.full((16, 16), 0.1, np.float32)), name="fc_weight",
+                                layerwise_parallel=True)
+        self.relu = nn.ReLU()
+        self.fc = ops.MatMul()
+
+    def construct(self, inputs):
+        return self.fc(self.relu(inputs), self.weight)
+
+
+def test_layerwise_parallel_says_what_happens_instead(notices):
+    ms.set_auto_parallel_context(parallel_mode="data_parallel")
+    net = LayerwiseNet()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+    train(np.ones((16, 16), np.float32), np.zeros((16, 16), np.float32))
+    said = [r.getMessage() for r in notices.records if "layerwise_parallel" in r.getMessage()]
+    assert len(said) == 1 and "fc_weight" in said[0] and "reduces their gradients" in said[0], said
+
+
+def test_global_rank_says_it_picks_nothing(notices):
+    ms.set_auto_parallel_context(global_rank=3)
+    assert ms.get_auto_parallel_context("global_rank") == 3
+    assert any("global_rank" in r.getMessage() and "picks nothing" in r.getMessage() for r in notices.records)
