@@ -99,6 +99,14 @@ class AutoParallelContext:
     def full_batch(self) -> bool:
         return self.dataset_strategy == "full_batch"
 
+    @property
+    def loads_full_batch(self) -> bool:
+        """Whether every device loads the whole batch: ``full_batch`` in SEMI_AUTO / AUTO / HYBRID only. MindSpore's
+        ``_need_to_full`` reads the dataset strategy in those modes alone; in DATA_PARALLEL each device's batch is
+        its own slice whatever ``full_batch`` says."""
+        return self.full_batch and self.parallel_mode in (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL,
+                                                          ParallelMode.HYBRID_PARALLEL)
+
 
 # MindSpore's parallel_optimizer_config keys and defaults (threshold in KB; shard size -1: the whole replica group)
 PARALLEL_OPTIMIZER_DEFAULTS = {"parallel_optimizer_threshold": 64, "optimizer_weight_shard_size": -1,

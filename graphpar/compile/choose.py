@@ -68,6 +68,10 @@ def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
 
         return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices), optimizer=optimizer)
     if mode == ParallelMode.DATA_PARALLEL:
+        if pctx.dataset_strategy != "data_parallel":
+            notice_once("dataset-strategy-data-parallel", f"parallel_mode='data_parallel': dataset_strategy="
+                        f"{pctx.dataset_strategy!r} has no effect, as in MindSpore (it applies in SEMI_AUTO_PARALLEL "
+                        "and AUTO_PARALLEL); each device trains on the batch it loads")
         return DataParallelPlan(devices, pctx.gradients_mean)
     from graphpar.parallel.planned import planned_plan
 

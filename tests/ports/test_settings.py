@@ -86,3 +86,28 @@ def test_global_rank_says_it_picks_nothing(notices):
     ms.set_auto_parallel_context(global_rank=3)
     assert ms.get_auto_parallel_context("global_rank") == 3
     assert any("global_rank" in r.getMessage() and "picks nothing" in r.getMessage() for r in notices.records)
+
+
+def _data_parallel_weights(**ctx):
+    import graphpar.dataset as ds
+    from graphpar.train import Model
+
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", **ctx)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 32)).astype(np.float32), rng.normal(size=(8, 16)).astype(np.float32)
+    data = ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(2)  # 2 rows: fewer than the 8 devices
+    np.random.seed(0)
+    net = nn.Dense(32, 16)
+    Model(net, loss_fn=nn.MSELoss(), optimizer=nn.SGD(net.trainable_params(), 0.1)).train(
+        1, data, dataset_sink_mode=False)
+    return np.asarray(net.weight)
+
+
+def test_full_batch_has_no_effect_in_data_parallel(notices):
+    """MindSpore reads the dataset strategy in SEMI/AUTO only (``_need_to_full``): in DATA_PARALLEL each device's
+    batch is the one it loads. graphpar split the loaded batch over the devices instead ("input 0 has global batch
+    shape (2, 32), whose first dimension is not divisible by the data-parallel degree 8")."""
+    np.testing.assert_array_equal(_data_parallel_weights(full_batch=True), _data_parallel_weights())
+    said = [r.getMessage() for r in notices.records if "dataset_strategy='full_batch' has no effect" in r.getMessage()]
+    assert len(said) == 1, said
