@@ -97,8 +97,7 @@ def _data_parallel_weights(**ctx):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(8, 32)).astype(np.float32), rng.normal(size=(8, 16)).astype(np.float32)
     data = ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(2)  # 2 rows: fewer than the 8 devices
-    np.random.seed(0)
-    net = nn.Dense(32, 16)
+    net = nn.Dense(32, 16, weight_init=ms.Tensor(rng.normal(0, 0.1, (16, 32)).astype(np.float32)), bias_init="zeros")
     Model(net, loss_fn=nn.MSELoss(), optimizer=nn.SGD(net.trainable_params(), 0.1)).train(
         1, data, dataset_sink_mode=False)
     return np.asarray(net.weight)
