@@ -5,9 +5,10 @@ next_node ..."), and warns "Inconsistency occurred at edge" only when sharding p
 agrees with its neighbour's. graphpar does the same at those levels, priced: every edge is a DEBUG line (op pair,
 input, scope, tensor, from -> to layout, wire bytes per device, ``graphpar.parallel.cost``), and the edges that share
 a pattern (the same producer and consumer ops, input, tensor shape and layouts: the repeated layers of a deep
-network) are summed up in one line with their count and first and last scopes: a WARNING when propagation chose
-one side of the edge (MindSpore's warning), else INFO (the user's own strategies, defaults or a searched plan, where
-MindSpore says nothing above DEBUG). Free redistributions (a slice whose cotangent needs no gather) are not reported.
+network) are summed up in one line with their count and first and last scopes: a WARNING when propagation found
+no free strategy for an end of the edge (MindSpore's warning), else INFO (a free slice as propagation counts it, the
+user's own strategies, defaults or a searched plan, where MindSpore says nothing above DEBUG). Free
+redistributions (a slice whose cotangent needs no gather) are not reported.
 
 Reads: node strategies and provenance, ``graph.meta["value_specs"]`` (storage layouts of parameters and inputs).
 Adds: ``graph.meta["redistributions"]`` (one record per priced edge, for dumps and tools). Changes no strategy.
@@ -34,7 +35,15 @@ class _Group:
     first_origin: str  # the first edge's producer, by name ('param 'body.0.weight'')
     edges: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     scopes: list[str] = dataclasses.field(default_factory=list)
-    propagated: bool = False  # sharding propagation chose one end of some edge of the pattern
+    inconsistent: bool = False  # propagation found no free strategy for an end of some edge (MindSpore warns)
+
+
+def _propagated_at_a_cost(node: Node | None) -> bool:
+    """Sharding propagation chose ``node``'s strategy and no candidate was free on the edges it priced: MindSpore's
+    "Inconsistency occurred at edge" case (its propagation counts a slice as free, so an edge whose forward is a
+    slice and whose backward gathers is INFO here, as MindSpore says nothing of it)."""
+    prov = None if node is None else node.provenance
+    return prov is not None and prov.kind == "propagated" and prov.cost > 0
 
 
 def _collectives(n: int) -> str:
@@ -103,11 +112,10 @@ def report_redistributions(graph: Graph, ctx: PlanContext) -> Graph:
                 group = groups[key] = _Group(pattern_origin, origin)
             group.edges.append(record)
             group.scopes.append(node.scope)
-            group.propagated |= any(p is not None and p.provenance is not None and p.provenance.kind == "propagated"
-                                    for p in (node, producer))
+            group.inconsistent |= any(_propagated_at_a_cost(p) for p in (node, producer))
     for key, group in groups.items():
         _, node_name, _, k, shape, src, dst, _, _ = key
-        level = logging.WARNING if group.propagated else logging.INFO
+        level = logging.WARNING if group.inconsistent else logging.INFO
         first = graph.nodes[group.edges[0]["node"]]
         notice_once(f"redistribution:{graph.name}:{first.scope}/{node_name}#{first.id}:{k}:{src}:{dst}:"
                     f"{len(group.edges)}", _group_line(group, node_name, k, shape, src, dst), level)
