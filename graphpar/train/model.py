@@ -121,7 +121,7 @@ class Model:
     def _feeder(self, dataset: Any, plan: Any) -> BatchFeeder:
         from graphpar.communication import get_group_size
 
-        draws = 1 if _context.current_parallel().full_batch else plan.draws
+        draws = 1 if _context.current_parallel().loads_full_batch else plan.draws
         return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
 
     def train(self, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
