@@ -191,7 +191,8 @@ class Model:
                 callback_list.on_train_step_end(run_context)
             else:
                 # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
-                batches = prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0), place, depth)
+                batches = prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0,
+                                                  read_ahead=place is None or depth <= 0), place, depth)
                 for batch, placed in batches:
                     cb.train_dataset_element = batch
                     callback_list.on_train_step_begin(run_context)
