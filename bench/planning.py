@@ -16,9 +16,12 @@ the first lowering counts in ``fraction_of_compile``, and later ones, interleave
 JVP trace of each ``custom_jvp`` equation, such as ReLU's, is memoized on the traced equation that graphpar's graph
 and the baseline share, so graphpar's first lowering pays for those).
 
-graphpar lowers each distinct node body (its equations and pins) as one ``jax.jit`` function called by every node
-that computes it (``compile.interpret.shared_calls``), so JAX linearizes, transposes and emits each distinct body
-once; the baseline binds every equation of every layer, as a user's loop of ``jnp`` calls does. Every time is taken
+graphpar lowers each repeated chain-like run of nodes (a Dense layer; a GPT block's projections, attention and
+feed-forward chains) as one call of one ``jax.jit`` function (``compile.call_groups``), and each other distinct node
+body as one function called by every node that computes it (``compile.interpret.shared_calls``), so JAX
+linearizes, transposes and emits each distinct body once and pays per call site for few call sites; the compiled
+program is the per-node one instruction for instruction. The baseline binds every equation of every layer, as a
+user's loop of ``jnp`` calls does. Every time is taken
 twice: wall clock (``*_s``) and the process's CPU time (``*_cpu_s``, steadier when other work loads the machine;
 XLA's compile may use more than one thread, so its CPU time can exceed its wall time). ``jax_lower_fraction`` is
 JAX's own lowering of the program over XLA's compile: the part of the 0.25 goal a lowering as costly as JAX's

@@ -37,7 +37,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jcore
 from jax.sharding import Mesh, NamedSharding
 
-from graphpar.compile import recompute
+from graphpar.compile import call_groups, recompute
 from graphpar.ir.graph import Graph, Node
 from graphpar.parallel.strategy import to_partition_spec
 
@@ -192,6 +192,7 @@ class Step:
     out_pins: tuple[Pin, ...]
     communication: bool
     share: Any = None
+    all_out_pins: tuple[Pin, ...] = ()  # out_pins and the pins of implied outputs (inside a group call)
 
 
 def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = frozenset()) -> dict[int, Step]:
@@ -215,6 +216,7 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
         strategy = node.strategy if mesh is not None else None
         in_pins: list[Pin] = []
         out_pins: list[Pin] = []
+        all_out: list[Pin] = []
         if strategy is not None:
             for i, v in enumerate(node.inputs):
                 spec = strategy.input_spec(i)
@@ -223,21 +225,21 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
             for j, v in enumerate(node.outputs):
                 spec = strategy.output_spec(j)
                 layout[v] = spec
-                if spec is not None and graph.values[v].is_array and v not in implied:
-                    out_pins.append((j, sharding(spec), f"out{j}"))
+                if spec is not None and graph.values[v].is_array:
+                    all_out.append((j, sharding(spec), f"out{j}"))
+                    if v not in implied:
+                        out_pins.append(all_out[-1])
         body_key = keys.node(graph, node)
-        share = None if body_key is None else (body_key, tuple(in_pins), tuple(out_pins))
+        share = None if body_key is None else (body_key, tuple(in_pins), tuple(out_pins), tuple(all_out))
         steps[node.id] = Step(node, _body(node), tuple(in_pins), tuple(out_pins), recompute.is_communication(node),
-                              share)
+                              share, tuple(all_out))
     return steps
 
 
 def _pinned_body(step: Step) -> Callable[..., list[Any]]:
     """The step as one function of its inputs: input pins, body, output pins."""
     def graphpar_node(*xs: Any) -> list[Any]:
-        ys = _pin(list(xs), step.in_pins, False) if step.in_pins else list(xs)
-        outs = step.body(ys)
-        return _pin(list(outs), step.out_pins, False) if step.out_pins else list(outs)
+        return _evaluate_pinned(step, list(xs))
 
     return graphpar_node
 
@@ -334,6 +336,30 @@ def run_step(step: Step, env: dict[int, Any], name_comm: bool = False, from_batc
     env.update(zip(node.outputs, outs))
 
 
+def _evaluate_pinned(step: Step, xs: list[Any], out_pins: tuple[Pin, ...] | None = None) -> list[Any]:
+    """The step's input pins, body and output pins (``out_pins``: default the step's own)."""
+    out_pins = step.out_pins if out_pins is None else out_pins
+    ys = _pin(xs, step.in_pins, False) if step.in_pins else xs
+    outs = step.body(ys)
+    return _pin(list(outs), out_pins, False) if out_pins else list(outs)
+
+
+def _evaluate_member(step: Step, xs: list[Any]) -> list[Any]:
+    """A group member: every output pinned (see ``compile.call_groups``)."""
+    return _evaluate_pinned(step, xs, step.all_out_pins)
+
+
+def run_group(group: call_groups.Group, env: dict[int, Any], functions: dict[Any, Callable[..., list[Any]]]) -> None:
+    """Evaluate a :class:`~graphpar.compile.call_groups.Group` as a call of its key's shared function (made by the
+    first group of that key), under the group's call-site scope."""
+    fn = functions.get(group.share)
+    if fn is None:
+        fn = functions[group.share] = call_groups.group_function(group, _evaluate_member)
+    with jax.named_scope(group.call_scope):
+        outs = fn(*[env[v] for v in group.inputs])
+    env.update(zip(group.outputs, outs))
+
+
 def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
              vmapped_axes: frozenset[str] = frozenset()) -> list[Any]:
     """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned.
@@ -347,12 +373,22 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
     from_batch = ({v for v in graph.inputs if graph.values[v].kind == "input"} if recompute.names_activations()
                   else None)
     segments = recompute.segments(graph)
-    plain = [steps[node.id] for config, nodes in segments if config is None for node in nodes]
-    shared = shared_calls(plain) if from_batch is None else {}
+    plain = [[steps[node.id] for node in nodes] for config, nodes in segments if config is None]
+    # runs of nodes repeated as a whole: one shared call each; repeated single nodes: likewise (not when activations
+    # are named: each node's outputs are named at its own call site)
+    units = call_groups.plan_units(graph, plain) if from_batch is None else plain
+    # a node outside the groups whose body others compute too is a shared call as it is without groups (counted
+    # over every node: a call and an inline body can get different layouts from XLA)
+    shared = shared_calls([s for seg in plain for s in seg]) if from_batch is None else {}
+    group_fns: dict[Any, Callable[..., list[Any]]] = {}
+    plain_units = iter(units)
     for config, nodes in segments:
         if config is None:
-            for node in nodes:
-                run_step(steps[node.id], env, from_batch=from_batch, shared=shared)
+            for unit in next(plain_units):
+                if isinstance(unit, call_groups.Group):
+                    run_group(unit, env, group_fns)
+                else:
+                    run_step(unit, env, from_batch=from_batch, shared=shared)
         else:
             _run_checkpointed(graph, [steps[node.id] for node in nodes], config, env, from_batch)
     return [env[v] for v in graph.outputs]

@@ -148,6 +148,8 @@ class NetworkState:
 
     def split_after(self, model: Cell) -> nnx.State:
         """The rest-group state of a merged model after it ran (its updated statistics and keys)."""
+        if not self.rest.paths:  # nothing but trainable parameters: no second walk of the whole Cell tree
+            return self.rest.state
         paths = self.trainable_paths
         _, _, rest = nnx.split(model, lambda path, v: tuple(path) in paths, ...)
         return rest

@@ -3,7 +3,8 @@
 Every collective instruction (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute, and their
 async ``-start`` forms) is parsed for its kind, result shapes, replica groups and ``op_name`` metadata. The lowering
 runs each node under the named scope ``{scope}/{instance}#{id}``, which XLA keeps in ``op_name``; so ``#{id}``
-names the node that caused the collective, and a ``transpose(...)`` around it says it belongs to the backward pass.
+names the node that caused the collective, and a ``transpose(...)`` around it says it belongs to the backward pass
+(a node inside a shared group call is named by the call's first node id plus its offset, ``compile.call_groups``).
 Replica groups come in the spellings XLA prints (explicit ``{{0,1},{2,3}}``, iota ``[2,4]<=[8]`` /
 ``[4,2]<=[2,4]T(1,0)``, Shardy's mesh ``mesh['a'=2,'b'=4] {'b'}`` with sub-axes ``{'a':(2)2}`` and
 ``device_ids=([2,2,2]T(0,2,1))``, and ``source_target_pairs``); all are expanded to explicit rank lists, and an
@@ -26,6 +27,9 @@ _ARRAY = re.compile(r"(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\]")
 _ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
              "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 _NODE = re.compile(r"([A-Za-z_][\w.\-]*)#(\d+)")
+# a node inside a shared group call (compile.call_groups): the call's first node id, then the member's offset
+_GROUP_MEMBER = re.compile(r"graphpar_group\+(\d+)\)*/jit\(graphpar_group\)/(?:[^():]*?/)?[\w.\-]+\+(\d+)(?=[/:)]|$)")
+_ATTRIBUTION = re.compile(f"{_GROUP_MEMBER.pattern}|{_NODE.pattern}")  # either, in the order they occur
 
 
 def wire_bytes(kind: str, result_bytes: float, group_size: int) -> float:
@@ -215,14 +219,15 @@ def parse_collectives(hlo_text: str, n_devices: int) -> list[Collective]:
             shapes = _result_shapes(shape_text)
         meta = re.search(r'op_name="([^"]*)"', line)
         op_name = meta.group(1) if meta else ""
-        nodes = [int(i) for _, i in _NODE.findall(op_name)]
+        nodes = [int(m.group(1)) + int(m.group(2)) if m.group(1) else int(m.group(4))
+                 for m in _ATTRIBUTION.finditer(op_name)]
         reduce_op = ""
         if op in ("all-reduce", "reduce-scatter"):
             r = re.search(r"to_apply=%?([\w.\-]+)", line)
             name = r.group(1) if r else ""
             reduce_op = ("max" if "max" in name else "min" if "min" in name else
                          "prod" if "mul" in name else "sum")
-        pin = re.search(r"#\d+\)*/(?:jit\(graphpar_node\)/)?(in\d+|out\d+)/", op_name)  # shared body: a call
+        pin = re.search(r"(?:#\d+\)*/(?:jit\(graphpar_node\)/)?|\+\d+/)(in\d+|out\d+)/", op_name)  # shared: a call
         found.append(Collective(m.group("name"), _KINDS[op], shapes, parse_groups(line, n_devices), op_name,
                                 list(dict.fromkeys(nodes)), "transpose(" in op_name, reduce_op,
                                 pin.group(1) if pin else ""))

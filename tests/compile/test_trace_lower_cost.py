@@ -1,8 +1,11 @@
 """Cheap tracing and lowering (issue 11 item 5): op calls traced inline give the graph that staging every call as a
 ``jit`` gives; calls that cannot be delimited inline are staged; lowering binds plain primitives and leaves out the
-pins implied by elementwise neighbours, with the numbers of one device; repeated bodies are lowered as one shared
-``jit`` (keyed by structure, custom derivative rules included) with the collectives and numbers of the inline
-lowering."""
+pins implied by elementwise neighbours, with the numbers of one device; repeated bodies and repeated chain-like runs
+of nodes are lowered as one shared ``jit`` each (keyed by structure, custom derivative rules included) with the
+collectives, attribution and numbers of the inline lowering."""
+
+import collections
+import re
 
 import jax
 import jax.numpy as jnp
@@ -140,12 +143,14 @@ def test_body_keys_equal_exactly_when_the_bodies_compute_the_same_function():
     assert _keys(_scaled_grad(2.0), x) == _keys(_scaled_grad(2.0), x)
 
 
-def _gpt_run(monkeypatch, share: bool):
-    from graphpar.compile import interpret
+def _gpt_run(monkeypatch, share: str):
+    from graphpar.compile import call_groups, interpret
     from graphpar.dump.hlo import parse_collectives
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
-    if not share:
+    if share != "groups":  # "nodes": shared node bodies only; "inline": every node inline
+        monkeypatch.setattr(call_groups, "plan_units", lambda graph, segments: [list(s) for s in segments])
+    if share == "inline":
         monkeypatch.setattr(interpret, "shared_calls", lambda steps: {})
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -153,21 +158,67 @@ def _gpt_run(monkeypatch, share: bool):
     train = gpt_train_cell(GPT(layers=2))
     inputs = list(gpt_data())
     lowered = train.program.lower_step(inputs)
-    collectives = sorted((c.kind, str(c.shapes), str(c.groups), str(c.nodes), c.pin, c.backward)
-                         for c in parse_collectives(lowered.compile().as_text(), 8))
+    compiled_text = lowered.compile().as_text()
+    parsed = parse_collectives(compiled_text, 8)
+    collectives = sorted((c.kind, str(c.shapes), str(c.groups), str(c.nodes), c.pin, c.backward) for c in parsed)
+    in_groups = sum("jit(graphpar_group)" in c.op_name for c in parsed)
     losses = [float(train(*inputs)) for _ in range(2)]
     monkeypatch.undo()
-    return train.program.plan_graph(inputs), lowered.as_text(), collectives, losses
+    return (train.program.plan_graph(inputs), lowered.as_text(), (collectives, in_groups, _instructions(compiled_text)),
+            losses)
+
+
+def _instructions(hlo: str) -> collections.Counter:
+    """The compiled program's instructions without names and metadata (XLA names them after op names)."""
+    hlo = re.sub(r", metadata=\{[^}]*\}|, stack_frame_id=\d+", "", hlo)
+    hlo = re.sub(r"(calls|to_apply|condition|body)=[\w.\-]+", r"\1=X", re.sub(r"%[\w.\-]+", "%X", hlo))
+    hlo = re.sub(r"[\w.\-]+: ", "p: ", re.sub(r"^\s*(ROOT\s+)?[\w.\-]+ = ", r"\1X = ", hlo, flags=re.M))
+    return collections.Counter(line.strip() for line in hlo.splitlines()
+                               if "=" in line and not re.match(r"^\s*\d+ ", line))
 
 
 def test_repeated_bodies_lower_once_with_the_same_collectives_and_numbers(monkeypatch):
-    graph, text, collectives, losses = _gpt_run(monkeypatch, share=True)
-    _, plain_text, plain_collectives, plain_losses = _gpt_run(monkeypatch, share=False)
-    # both blocks' ops are the same bodies with the same pins: one shared call each, not one per node
-    assert "@graphpar_node" in text and "@graphpar_node" not in plain_text
-    calls = text.count("call @graphpar_node")
-    assert calls >= len(graph.order) // 2, (calls, len(graph.order))
-    assert text.count("func.func private @graphpar_node") < calls / 2
-    # the partitioner sees the same layouts: the same collectives, attributed to the same nodes and pins
-    assert collectives == plain_collectives and any(c[4] for c in collectives)
-    assert losses == plain_losses
+    graph, text, (collectives, in_groups, program), losses = _gpt_run(monkeypatch, "groups")
+    _, _, (_, _, node_program), node_losses = _gpt_run(monkeypatch, "nodes")
+    _, plain_text, (plain_collectives, _, _), plain_losses = _gpt_run(monkeypatch, "inline")
+    # both blocks' ops are the same bodies with the same pins: one shared call per repeated chain of nodes (a
+    # Linear's matmul and bias add, ...) or repeated node, not one per node
+    assert "@graphpar_group" in text and "@graphpar_node" in text and "@graphpar_" not in plain_text
+    groups, nodes = text.count("call @graphpar_group"), text.count("call @graphpar_node")
+    assert groups >= 2 * 6 and groups + nodes < len(graph.order), (groups, nodes, len(graph.order))
+    assert text.count("func.func private @graphpar_group") <= groups / 2
+    # the partitioner sees the same layouts: the same collectives, attributed to the same nodes and pins (those
+    # inside a group call by the call's first node id plus the member's offset)
+    assert collectives == plain_collectives and any(c[4] for c in collectives) and in_groups > 0
+    assert losses == plain_losses == node_losses
+    # groups change no instruction of the program XLA compiles (calls and inline bodies may differ in layouts)
+    assert program == node_program
+
+
+def test_groups_are_repeated_chain_like_runs():
+    from graphpar.compile import call_groups, interpret, recompute
+    from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
+
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    graph = gpt_train_cell(GPT(layers=3)).program.plan_graph(list(gpt_data()))
+    steps = interpret.prepare(graph, None)
+    segments = [[steps[n.id] for n in nodes] for config, nodes in recompute.segments(graph) if config is None]
+    units = [u for seg in call_groups.plan_units(graph, segments) for u in seg]
+    groups = [u for u in units if isinstance(u, call_groups.Group)]
+    # every node once, in graph order
+    assert [s.node.id for u in units for s in (u.steps if isinstance(u, call_groups.Group) else [u])] == graph.order
+    by_key: dict = {}
+    for g in groups:
+        by_key.setdefault(g.share, []).append(g)
+        members = {s.node.id for s in g.steps}
+        reads = [v for s in g.steps for v in s.node.inputs]
+        assert len(reads) == len(set(reads)), g.scope  # nothing read twice inside: no cotangent summed inside
+        made = {v for s in g.steps for v in s.node.outputs}
+        for v in made & set(reads):  # read inside: never read after
+            assert v not in graph.outputs and all(n in members for n, _ in graph.values[v].consumers)
+        assert set(g.outputs) <= made and set(g.inputs) == set(reads) - made
+    assert all(len(gs) >= 2 for gs in by_key.values())  # a group's function is shared
+    # each block is a few chains (query, key, value-attention-projection-residual, feed-forward), not ~30 nodes
+    assert len(groups) == 3 * 4 and len(units) < len(graph.order) / 3, (len(groups), len(units), len(graph.order))
