@@ -1,7 +1,8 @@
 """The compiled train step: forward, loss, gradients and the optax update as one XLA program.
 
 ``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. A call that repeats the last one (the
-training loop) is run by the last call's ``compile.bound_step.BoundStep`` in one frame of C-level checks. Any other:
+training loop) is run by the last call's ``compile.bound_step.BoundStep`` after change-triggered checks (revision
+numbers, the batch's and the state's identity). Any other:
 
 1. ``_dispatch``: finds the compiled program for the network's current structure, the batch signature and the
    context (the compile cache, which builds a missing program through ``compile.orchestrate``: trace → plan →
