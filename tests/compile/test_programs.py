@@ -286,8 +286,8 @@ def test_training_loop_repeat_sees_every_change_between_steps(monkeypatch):
     and the state's identity instead of every setting, flag and signature. Every change a user can make between
     two steps must still reach the next step: a setting assigned again (same program: re-confirmed, no compile), a
     ``set_train`` on a sub-Cell (the inference graph runs: BatchNorm statistics stay), a sub-Cell replaced (the new
-    structure runs: its loss is the numpy one), ``Parameter.value`` assigned (the step starts from it), a batch of
-    another shape (another program) and a donated or deleted array (refused by name: XLA's CPU client would crash
+    structure runs: its loss is the numpy one), a Variable assigned (the step starts from it), a batch of
+    another shape or dtype (another program) and a donated or deleted array (refused by name: XLA's CPU client would crash
     the process)."""
     from graphpar.errors import DeletedArrayError
 
@@ -347,6 +347,10 @@ def test_training_loop_repeat_sees_every_change_between_steps(monkeypatch):
     assert general == [1] and program.counts.compiles == compiles + 4
     steps(2)
     assert general == [1] and program.counts.compiles == compiles + 4  # back: found in the cache
+    low = train.program.place_inputs([x.astype(np.float16), y])  # another dtype: another program
+    steps(2, low)
+    assert general == [1] and program.counts.compiles == compiles + 5
+    assert low[0].dtype == np.float16
 
     jax.jit(lambda a: a + 1, donate_argnums=0)(net.fc1.weight.get_value())  # donated away behind the step's back
     with pytest.raises(DeletedArrayError, match="Parameter 'fc1.weight'"):
