@@ -51,8 +51,15 @@ _IGNORED_CONTEXT_KEYS = frozenset({
 _IGNORED_PARALLEL_KEYS = frozenset({
     "gradient_fp32_sync", "all_reduce_fusion_config", "comm_fusion", "enable_alltoall", "loss_repeated_mean",
     "pipeline_result_broadcast", "group_ckpt_save_file", "optimizer_weight_shard_aggregated_save",
-    "sharding_propagation", "auto_pipeline",
+    "auto_pipeline",
 })
+_IGNORED_WHY = {  # keys whose "no effect" has another reason than XLA's own communication scheduling
+    "loss_repeated_mean": "the gradient is that of the global batch's loss, computed once: MindSpore's default "
+                          "loss_repeated_mean=True",
+    "auto_pipeline": "pipeline stages come from pipeline_stages and each Cell's pipeline_stage; none are chosen "
+                     "automatically",
+    "pipeline_result_broadcast": "one process drives every stage and sees the last stage's result",
+}
 
 
 class _Revised:
@@ -114,6 +121,14 @@ class AutoParallelContext(_Revised):
     @property
     def full_batch(self) -> bool:
         return self.dataset_strategy == "full_batch"
+
+    @property
+    def loads_full_batch(self) -> bool:
+        """Whether every device loads the whole batch: ``full_batch`` in SEMI_AUTO / AUTO / HYBRID only. MindSpore's
+        ``_need_to_full`` reads the dataset strategy in those modes alone; in DATA_PARALLEL each device's batch is
+        its own slice whatever ``full_batch`` says."""
+        return self.full_batch and self.parallel_mode in (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL,
+                                                          ParallelMode.HYBRID_PARALLEL)
 
 
 # MindSpore's parallel_optimizer_config keys and defaults (threshold in KB; shard size -1: the whole replica group)
@@ -304,12 +319,15 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
              "strategy_ckpt_load_file", "strategy_ckpt_save_file", "enable_parallel_optimizer", "pipeline_stages",
              "parallel_optimizer_config", "optimizer_weight_shard_size", "grad_accumulation_step", "pipeline_config"}
     for key, value in kwargs.items():
+        if key == "sharding_propagation":  # MindSpore 1.x spelling, applied after the loop: True propagates
+            _bool(api, key, value)         # whatever search_mode says (MindSpore's edge cost: use_sp = either)
+            continue
         if key in _IGNORED_PARALLEL_KEYS:
             notice_once(f"parallel:{key}", f"set_auto_parallel_context({key}=...) has no effect in graphpar "
-                        "(XLA schedules and fuses communication itself)", logging.INFO)
+                        f"({_IGNORED_WHY.get(key, 'XLA schedules and fuses communication itself')})", logging.INFO)
             continue
         if key not in valid:
-            raise UnknownSettingError(api, key, valid | _IGNORED_PARALLEL_KEYS)
+            raise UnknownSettingError(api, key, valid | _IGNORED_PARALLEL_KEYS | {"sharding_propagation"})
         if key == "parallel_mode":
             if value not in ParallelMode.MODE_LIST:
                 raise ConfigError(api, key, value, valid=ParallelMode.MODE_LIST)
@@ -338,6 +356,9 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(api, key, value, reason=f"global_rank must be an int >= 0, got {value!r}")
             _auto_parallel.global_rank = value
+            notice_once("parallel:global_rank", "set_auto_parallel_context(global_rank=...) is kept for "
+                        "get_auto_parallel_context but picks nothing: a process's ranks are its devices' places in "
+                        "the job (get_rank())", logging.INFO)
         elif key == "dataset_strategy":
             _auto_parallel.dataset_strategy = _check_dataset_strategy(value)
         elif key == "full_batch":
@@ -356,6 +377,8 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
         elif key in ("strategy_ckpt_load_file", "strategy_ckpt_save_file"):
             which = key.split("_")[-2] + "_file"
             _auto_parallel.strategy_ckpt_config = {**_auto_parallel.strategy_ckpt_config, which: value}
+    if kwargs.get("sharding_propagation") is True:
+        _auto_parallel.search_mode = "sharding_propagation"
 
 
 _PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",

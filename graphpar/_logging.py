@@ -16,12 +16,15 @@ _said: set[str] = set()
 def _ensure_handler() -> None:
     # A library normally leaves handlers to the application; graphpar's notices are part of its user interface
     # (MindSpore prints its [WARNING] lines the same way), so it adds a plain stderr handler unless the
-    # application configured logging itself.
+    # application configured logging itself. The level is INFO unless someone set the graphpar logger's level
+    # (a user's DEBUG stays DEBUG) — also when a root handler exists: absl's first log call (orbax logs at import)
+    # runs logging.basicConfig(), whose root WARNING level would otherwise drop every INFO notice unseen.
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("[graphpar %(levelname)s] %(message)s"))
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
         logger.propagate = False
 
 
@@ -42,3 +45,9 @@ def info(message: str) -> None:
 def warning(message: str) -> None:
     _ensure_handler()
     logger.warning(message)
+
+
+def is_enabled(level: int) -> bool:
+    """Whether a notice at ``level`` would be emitted (lets a caller skip formatting lines nobody sees)."""
+    _ensure_handler()
+    return logger.isEnabledFor(level)

@@ -25,6 +25,7 @@ def _devices(text: str) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from graphpar import _context
+    from graphpar.errors import GraphparError
     from graphpar.parallel.search.planning import PlanDone
 
     if not os.path.isfile(args.script):
@@ -39,6 +40,11 @@ def _run(args: argparse.Namespace) -> int:
         runpy.run_path(args.script, run_name="__main__")
     except PlanDone:
         return 0
+    except GraphparError as exc:  # the script's strategies do not fit N devices, a bad setting: one line, no trace
+        sys.stdout.flush()
+        print(f"graphpar plan: {args.script} on {args.devices} devices: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 2
     finally:
         sys.argv = argv
         ctx.plan_devices, ctx.plan_overrides = None, ()

@@ -47,6 +47,14 @@ def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
                         f"{len(hinted)} op(s) ({', '.join(p for p, _ in hinted[:4])}"
                         f"{', ...' if len(hinted) > 4 else ''}) are accepted and ignored, as in MindSpore; they apply "
                         "in SEMI_AUTO_PARALLEL and AUTO_PARALLEL")
+    if mode != ParallelMode.STAND_ALONE:
+        layerwise = [p.name for p in network.get_parameters() if p.layerwise_parallel]
+        if layerwise:
+            notice_once(f"layerwise-parallel:{mode}", f"parallel_mode={mode!r}: Parameter(s) "
+                        f"{', '.join(layerwise[:4])}{', ...' if len(layerwise) > 4 else ''} have "
+                        "layerwise_parallel=True: MindSpore leaves their gradients unreduced (each device updates "
+                        "its own copy); graphpar keeps one value per Parameter and reduces their gradients like any "
+                        "other's")
     if mode == ParallelMode.STAND_ALONE:
         return StandAlonePlan(_stand_alone_device(), pynative=ctx.mode == PYNATIVE_MODE)
     devices = job_devices(pctx.device_num)
@@ -60,6 +68,10 @@ def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
 
         return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices), optimizer=optimizer)
     if mode == ParallelMode.DATA_PARALLEL:
+        if pctx.dataset_strategy != "data_parallel":
+            notice_once("dataset-strategy-data-parallel", f"parallel_mode='data_parallel': dataset_strategy="
+                        f"{pctx.dataset_strategy!r} has no effect, as in MindSpore (it applies in SEMI_AUTO_PARALLEL "
+                        "and AUTO_PARALLEL); each device trains on the batch it loads")
         return DataParallelPlan(devices, pctx.gradients_mean)
     from graphpar.parallel.planned import planned_plan
 

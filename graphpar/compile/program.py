@@ -358,7 +358,7 @@ def _global_aval(x: Any, stacked: bool = False) -> jax.ShapeDtypeStruct:
     dtype = x.dtype if isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)) else np.asarray(x).dtype
     dtype = jax.dtypes.canonicalize_dtype(dtype)
     if jax.process_count() > 1 and shape and not isinstance(x, jax.Array):
-        if not _context.current_parallel().full_batch:
+        if not _context.current_parallel().loads_full_batch:
             shape = (shape[0] * jax.process_count(),) + shape[1:]
     return jax.ShapeDtypeStruct(shape, dtype)
 

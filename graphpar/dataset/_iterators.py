@@ -30,12 +30,12 @@ def _check_state(state: Any) -> tuple[int, int]:
 class EpochIterator:
     """The outputs (tuples of numpy arrays) of one epoch, from ``start`` on (graphpar's ``iter_epoch``)."""
 
-    def __init__(self, dataset: Any, epoch: int, start: int = 0):
+    def __init__(self, dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True):
         for name, value in (("epoch", epoch), ("start_batch", start)):
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise DatasetError(f"iter_epoch: {name} must be an int >= 0, got {value!r}")
         self._dataset, self._epoch, self._position = dataset, int(epoch), int(start)
-        self._settings = dataset._run_settings()
+        self._settings = dataset._run_settings(read_ahead)
         self._length = dataset._epoch_length()
         self._stream: Any = None
 

@@ -63,16 +63,6 @@ class ApplyOps:
         return tuple(out) + tuple(row[i] for i in self.keep_pos)
 
 
-class WithoutRng:
-    """A map whose operations draw nothing, run with grain's plain ``map`` (no per-sample generator to seed)."""
-
-    def __init__(self, fn: ApplyOps):
-        self.fn = fn
-
-    def __call__(self, row: Row) -> Row:
-        return self.fn(row, None)
-
-
 class Select:
     """``project``: keep the columns at ``pos``, in that order."""
 
@@ -84,20 +74,19 @@ class Select:
 
 
 class StackRows:
-    """``batch``: stack rows column by column (grain's ``batch_fn``), then run the operations deferred to the
-    batch (``dataset._batched``), if any."""
+    """``batch``: stack rows column by column (grain's ``batch_fn``); with ``batch_ops`` (``dataset._batched``), the
+    stacking and the operations moved to the batch are theirs."""
 
-    def __init__(self, columns: Sequence[str], batch_ops: Callable[[Row], Row] | None = None,
+    def __init__(self, columns: Sequence[str], batch_ops: Callable[[Sequence[Row]], Row] | None = None,
                  describe: str = ""):
         self.columns = list(columns)
         self.batch_ops, self.describe = batch_ops, describe
 
     def __call__(self, rows: Sequence[Row]) -> Row:
-        batch = stack_rows(rows, self.columns)
         if self.batch_ops is None:
-            return batch
+            return stack_rows(rows, self.columns)
         try:
-            return self.batch_ops(batch)
+            return self.batch_ops(rows)
         except DatasetError as exc:
             raise DatasetError(f"{self.describe}: {exc}") from exc
         except Exception as exc:

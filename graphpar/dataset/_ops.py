@@ -11,10 +11,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from graphpar.dataset import _batched, _rng
-from graphpar.dataset._mapfn import ApplyOps, Select, StackRows, WithoutRng
+from graphpar.dataset._mapfn import ApplyOps, Select, StackRows
 from graphpar.dataset._pipeline import Dataset
 from graphpar.dataset._rows import Row, names, positions, stack_rows
-from graphpar.dataset._stream import Build, Passes, Permuted
+from graphpar.dataset._stream import Build, Mapped, Passes, Permuted, Tagged
 from graphpar.dataset.transforms._base import num_inputs
 from graphpar.errors import DatasetError
 
@@ -77,9 +77,11 @@ class MapDataset(Dataset):
         fn = self._fn if keep is None else self._fn.prefix(keep)
         if not fn.ops:
             return parent
-        if not fn.uses_rng():
-            return parent.map(WithoutRng(fn))
-        return parent.random_map(fn, seed=build.op_seed(self._depth))
+        return Mapped(parent, fn, self.streams(build) if fn.uses_rng() else None)
+
+    def streams(self, build: Build) -> _rng.SampleStreams:
+        """The per-sample generators of this map in the pass ``build`` names."""
+        return _rng.SampleStreams(build.op_seed(self._depth))
 
     def _rows(self, build: Build) -> Iterator[Row]:
         seed = build.op_seed(self._depth)
@@ -116,11 +118,18 @@ class BatchDataset(Dataset):
             chain.append(node)
             node = node._child
         ds = node._grain(build)
+        tagged = {id(n) for n in deferral.tagged()}
         for n in reversed(chain):
-            ds = n._grain_on(ds, build, deferral.keep.get(id(n))) if isinstance(n, MapDataset) else \
-                n._grain_on(ds, build)
-        names = ", ".join(type(op).__name__ for _, ops in deferral.ops for op in ops)
-        stack = StackRows(self._columns(), _batched.BatchOps(deferral.ops), f"batch: the batched [{names}]")
+            if isinstance(n, MapDataset):
+                ds = n._grain_on(ds, build, deferral.keep.get(id(n)))
+                if id(n) in tagged:  # its rows carry their index: the moved draws come from that sample's stream
+                    ds = Tagged(ds)
+            else:
+                ds = n._grain_on(ds, build)
+        names = ", ".join(type(op).__name__ for m in deferral.ops for op in m.ops)
+        streams = {id(n): n.streams(build) for n in deferral.tagged()}
+        stack = StackRows(self._columns(), _batched.BatchOps(deferral.ops, streams, self._columns()),
+                          f"batch: the batched [{names}]")
         return ds.batch(self.batch_size, drop_remainder=self.drop_remainder, batch_fn=stack)
 
     def _rows(self, build: Build) -> Iterator[Row]:

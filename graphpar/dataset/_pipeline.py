@@ -186,11 +186,12 @@ class Dataset:
         raise DatasetError(f"{type(self).__name__} cannot be sharded")
 
     # ----- iteration -----
-    def _run_settings(self) -> tuple[int, int, int]:
-        """(seed, workers, read-ahead), read from the config when an iterator is created."""
+    def _run_settings(self, read_ahead: bool = True) -> tuple[int, int, int]:
+        """(seed, workers, read-ahead), read from the config when an iterator is created. Without ``read_ahead``
+        a one-worker pipeline runs on the thread that iterates it (worker processes always read ahead)."""
         default = config.get_num_parallel_workers()
         workers = max((n._workers if n._workers is not None else default) for n in self._chain())
-        return config.get_seed(), workers, config.get_prefetch_size()
+        return config.get_seed(), workers, config.get_prefetch_size() if read_ahead or workers > 1 else 0
 
     def _epoch_length(self) -> int | None:
         return self.get_dataset_size() if self._random_access() else None
@@ -213,13 +214,15 @@ class Dataset:
     def _park(self, settings: tuple[int, int, int], epoch: int, stream: Iterator[Row]) -> None:
         self._pool.park((settings, epoch, 0), stream)
 
-    def iter_epoch(self, epoch: int, start_batch: int = 0) -> EpochIterator:
+    def iter_epoch(self, epoch: int, start_batch: int = 0, read_ahead: bool = True) -> EpochIterator:
         """The outputs (tuples of numpy arrays, column order) of epoch ``epoch`` from output ``start_batch`` on.
 
         They depend only on (seed, epoch, sample), so a later call with the same arguments reproduces them; the
-        iterator's ``get_state``/``set_state`` checkpoint its position.
+        iterator's ``get_state``/``set_state`` checkpoint its position. ``read_ahead=False`` computes a one-worker
+        pipeline on the iterating thread, for a consumer that is itself a read-ahead thread (``Model.train``'s
+        device prefetch): a second thread would only add a hand-over per batch.
         """
-        return EpochIterator(self, epoch, start_batch)
+        return EpochIterator(self, epoch, start_batch, read_ahead)
 
     def create_tuple_iterator(self, columns: str | Sequence[str] | None = None, num_epochs: int = -1,
                               output_numpy: bool = False, do_copy: bool = True) -> TupleIterator:

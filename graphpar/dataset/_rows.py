@@ -21,6 +21,8 @@ def to_array(value: Any, where: str) -> np.ndarray:
     """One column value as a numpy array (scalars become 0-d arrays)."""
     if isinstance(value, np.ndarray):
         return value
+    if isinstance(value, np.generic):  # a numpy scalar (a label read from an array)
+        return np.asarray(value)
     if isinstance(value, (bytes, bytearray)):
         return np.frombuffer(bytes(value), dtype=np.uint8)
     if isinstance(value, dict):
@@ -37,8 +39,11 @@ def to_row(value: Any, columns: Sequence[str], where: str) -> Row:
     if isinstance(value, dict):
         raise DatasetError(f"{where}: got a dict; yield a tuple of numpy arrays in the order of column_names "
                            f"{list(columns)}")
-    if type(value) is tuple and len(value) == len(columns) and all(type(v) is np.ndarray for v in value):
-        return value  # the common case, already a row
+    if type(value) is tuple and len(value) == len(columns):
+        if all(type(v) is np.ndarray for v in value):
+            return value  # the common case, already a row
+        if all(isinstance(v, (np.ndarray, np.generic)) for v in value):  # arrays and numpy scalars (labels)
+            return tuple(v if type(v) is np.ndarray else np.asarray(v) for v in value)
     if isinstance(value, (tuple, list)):
         items = tuple(value)
     else:
@@ -51,15 +56,16 @@ def to_row(value: Any, columns: Sequence[str], where: str) -> Row:
 
 def stack_rows(rows: Sequence[Row], columns: Sequence[str]) -> Row:
     """Rows stacked column by column along a new first axis (what ``.batch`` returns)."""
-    out = []
-    for c, name in enumerate(columns):
-        values = [r[c] for r in rows]
-        shapes = {v.shape for v in values}
-        if len(shapes) > 1:
-            raise DatasetError(f"batch: column {name!r} has rows of different shapes {sorted(shapes)}; "
-                               "resize or pad them to one shape before .batch (or batch_size=1)")
-        out.append(np.stack(values))
-    return tuple(out)
+    return tuple(stack_column([r[c] for r in rows], name) for c, name in enumerate(columns))
+
+
+def stack_column(values: Sequence[np.ndarray], name: str) -> np.ndarray:
+    """One column's values stacked, or an error naming the column when their shapes differ."""
+    shapes = {v.shape for v in values}
+    if len(shapes) > 1:
+        raise DatasetError(f"batch: column {name!r} has rows of different shapes {sorted(shapes)}; "
+                           "resize or pad them to one shape before .batch (or batch_size=1)")
+    return np.stack(values)
 
 
 def names(value: str | Sequence[str] | None, what: str) -> list[str] | None:

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
+from graphpar.errors import GraphparError
 from graphpar.ir.graph import Graph, Node, Value
 from graphpar.ir.recorder import OP_EQN_PREFIX, TraceRecorder, recording
 
@@ -202,6 +203,17 @@ def _custom_name(eqn: Any) -> str:
     return getattr(info, "func_name", "") or "custom"
 
 
+def drop_jax_frames_note(err: BaseException) -> None:
+    """Remove the note JAX appends to an exception that crossed its API boundary ("For simplicity, JAX has removed
+    its internal frames ..."): a graphpar error names the op, scope and fix in one line, and that line should end
+    the traceback the user reads."""
+    notes = vars(err).get("__notes__")
+    if notes:
+        notes[:] = [n for n in notes if "JAX has removed its internal frames" not in n]
+        if not notes:
+            del err.__notes__
+
+
 def trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tuple[str, str]],
           name: str = "graph", axis_env: Sequence[tuple[str, int]] | None = None, staged: bool = False) -> Graph:
     """Trace ``fn(*args)`` into a :class:`Graph`.
@@ -232,7 +244,11 @@ def _trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tupl
                     extra.extend(call.outputs)
             return outs, extra
 
-        closed = jax.make_jaxpr(traced, axis_env=axis_env)(*args)
+        try:
+            closed = jax.make_jaxpr(traced, axis_env=axis_env)(*args)
+        except GraphparError as err:
+            drop_jax_frames_note(err)
+            raise
     jaxpr, n = closed.jaxpr, n_out[0]
     delimiters: dict[int, tuple[list[Any], list[Any]]] = {}
     pos = n

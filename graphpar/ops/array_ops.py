@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from graphpar.errors import StrategyError
 from graphpar.ops.primitive import Primitive
 
 
@@ -166,6 +167,25 @@ class OneHot(Primitive):
     def _tensor_arg_indices(self):
         # indices (arg 0), on_value (arg 2), off_value (arg 3); depth (arg 1) is an int
         return (0, 2, 3)
+
+    def _strategies_for(self, shapes, scope):
+        """MindSpore checks OneHot's first entry against the *output* (``OneHot().shard(((dp, 1), (), ()))`` for
+        1-D indices; ``OneHotInfo::CheckStrategy``); graphpar's rule reads it per input (``((dp,), (), ())``). The
+        output form is translated: the depth split at ``axis`` leaves the input strategy and, when it is not 1,
+        becomes the output strategy (the depth takes the devices the indices' strategy repeats on)."""
+        hint = self.in_strategy
+        if not hint or not shapes or len(hint[0]) != len(shapes[0]) + 1:
+            return hint, self.out_strategy
+        axis = self.attrs["axis"] % len(hint[0])
+        depth = hint[0][axis]
+        translated = (hint[0][:axis] + hint[0][axis + 1:],) + tuple(hint[1:])
+        if depth == 1:
+            return translated, self.out_strategy
+        if self.out_strategy is not None:
+            raise StrategyError(self.instance_name, hint, f"the depth dimension is split {depth} in in_strategy "
+                                f"(MindSpore's output-shaped form) and out_strategy {self.out_strategy} is given too",
+                                scope, "Give the depth split in one of them")
+        return translated, (tuple(hint[0]),)
 
     def compute(self, indices, depth, on_value, off_value):
         hot = jnp.expand_dims(indices, self.attrs["axis"]) == jnp.expand_dims(

@@ -114,6 +114,11 @@ class Primitive:
         """Positions, among the call's arguments, of the declared tensor inputs (``input_names``)."""
         return tuple(range(len(self.input_names or ())))
 
+    def _strategies_for(self, shapes: list[tuple[int, ...]], scope: str) -> tuple[Strategy | None, Strategy | None]:
+        """``(in_strategy, out_strategy)`` in graphpar's form for a call on inputs of ``shapes``: the user's, unless
+        the op's MindSpore strategy is written another way (OneHot's is shaped like its output)."""
+        return self.in_strategy, self.out_strategy
+
     def _tensor_positions(self, args: tuple) -> list[tuple[int, int | None]]:
         """(argument index, element index or None) of every tensor input among ``args``."""
         if self.input_names is None:
@@ -152,11 +157,14 @@ class Primitive:
                 present = [i for i in self._tensor_arg_indices() if i < len(args)]
                 shapes = [tuple(np.shape(args[i])) for i in present]
                 all_names = self.input_names[:len(present)]
-            check_ranks(self.instance_name, scope, self.in_strategy, shapes, all_names)
+            in_strategy, out_strategy = self._strategies_for(shapes, scope)
+            check_ranks(self.instance_name, scope, in_strategy, shapes, all_names)
+        else:
+            in_strategy, out_strategy = None, self.out_strategy
         call_id = recorder.next_id()
         recorder.calls[call_id] = _recorder.OpCall(
             call_id=call_id, kind=self.name, instance_name=self.instance_name, scope=scope,
-            attrs=dict(self.attrs), in_strategy=self.in_strategy, out_strategy=self.out_strategy,
+            attrs=dict(self.attrs), in_strategy=in_strategy, out_strategy=out_strategy,
             input_names=names, op=self,
             static_args={i: a for i, a in enumerate(args) if _is_static(a)})
 

@@ -184,18 +184,13 @@ def _scalar_operands(node, hint: tuple, n_inputs: int) -> tuple:
         if tuple(hint[i]) != ():
             raise StrategyError(node.instance_name, hint, f"entry {i} {tuple(hint[i])} is for the Python scalar "
                                 f"operand {node.static_args[i]!r}, which has no dimensions to split", node.scope,
-                                f"Write () for a scalar operand, e.g. {strategy_text(_with_entry(hint, i, ()))}")
+                                f"Write () for a scalar operand, e.g. {_with_entry(hint, i, ())!r}")
     return tuple(e for i, e in enumerate(hint) if i not in scalars)
 
 
-def _with_entry(hint: tuple, i: int, entry: tuple, d: int | None = None, value: int | None = None) -> tuple:
+def _with_entry(hint: tuple, i: int, entry: tuple) -> tuple:
     rows = [tuple(r) for r in hint]
-    if d is None:
-        rows[i] = tuple(entry)
-    else:
-        row = list(rows[i])
-        row[d] = value
-        rows[i] = tuple(row)
+    rows[i] = tuple(entry)
     return tuple(rows)
 
 
@@ -222,14 +217,13 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
         for d, (label, split, size) in enumerate(zip(row, entry, shape)):
             where = f"{names[i] if i < len(names) else f'input {i}'} dim {d}"
             if size % split:
-                fix = list(entry)
-                fix[d] = _suggest(size, split, mesh.n_devices)
+                prefer = {} if label is None else {label: _suggest(size, split, mesh.n_devices)}
                 raise StrategyError(op, full, f"{where} has size {size}, which the split {split} does not divide "
-                                    f"(shapes {shapes})", scope,
-                                    f"Use a divisor of {size}, e.g. {tuple(fix)} for that input")
+                                    f"(shapes {shapes})", scope, f"Use a divisor of {size}, e.g. "
+                                    f"{_repaired(dims, hint, shapes, mesh.n_devices, prefer)}")
             if split != 1 and (label is None or label in dims.fixed):
                 raise StrategyError(op, full, f"{node.kind} cannot split {where} (shapes {shapes})", scope,
-                                    f"Use 1 for {where}, e.g. {strategy_text(_with_entry(hint, i, (), d, 1))}")
+                                    f"Use 1 for {where}, e.g. {_repaired(dims, hint, shapes, mesh.n_devices)}")
             if label is None:
                 continue
             if label in splits and splits[label][0] != split:
@@ -237,7 +231,7 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
                 raise StrategyError(op, full, f"{where} is split {split} but {prev_where} is split {prev}; "
                                     f"{node.kind} needs these dimensions split alike, a 1 included (shapes "
                                     f"{shapes})", scope, f"Split both by the same factor, e.g. "
-                                    f"{strategy_text(_with_entry(hint, i, (), d, prev))}")
+                                    f"{_repaired(dims, hint, shapes, mesh.n_devices, {label: prev})}")
             splits.setdefault(label, (split, where))
     splits = {l: v for l, v in splits.items() if v[0] != 1}
     total = int(np.prod([s for s, _ in splits.values()])) if splits else 1
@@ -245,7 +239,7 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
         raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {mesh.n_devices} "
                             f"(shapes {[tuple(s) for s in in_shapes]})", scope,
                             f"Use splits whose product divides {mesh.n_devices}, e.g. "
-                            f"{_fitting_hint(dims, hint, {l: s for l, (s, _) in splits.items()}, mesh.n_devices)}")
+                            f"{_repaired(dims, hint, shapes, mesh.n_devices)}")
     # place labels on consecutive mesh axes, in device-matrix order
     remaining = list(zip(mesh.names, mesh.sizes))
     repeat = mesh.n_devices // total
@@ -265,17 +259,27 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
     return strategy
 
 
-def _fitting_hint(dims: DimSpec, hint: tuple, splits: dict[str, int], n_devices: int) -> str:
-    """The hint with its largest splits reduced until their product divides ``n_devices``."""
-    splits = dict(splits)
-    while splits and (int(np.prod(list(splits.values()))) > n_devices
-                      or n_devices % int(np.prod(list(splits.values())))):
+def _repaired(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_devices: int,
+              prefer: dict[str, int] | None = None) -> str:
+    """A valid strategy close to ``hint``, for the "e.g." of an error: dimensions the op cannot split get 1, each
+    label one split (``prefer``'s, else its first in the hint) reduced to a divisor of every dimension it labels, and
+    the largest splits reduced until their product divides ``n_devices``. Repairing every problem at once, not the
+    one reported, means following the suggestion never meets the next error."""
+    want = dict(prefer or {})
+    sizes: dict[str, list[int]] = {}
+    for row, entry, shape in zip(dims.inputs, hint, shapes):
+        for label, split, size in zip(row, entry, shape):
+            if label is not None and label not in dims.fixed:
+                want.setdefault(label, split)
+                sizes.setdefault(label, []).append(size)
+    splits = {label: math.gcd(want[label], *sizes[label]) for label in sizes}
+    while int(np.prod(list(splits.values()) or [1])) > n_devices or n_devices % int(np.prod(list(splits.values())
+                                                                                            or [1])):
         label = max(splits, key=lambda l: splits[l])
         value = splits[label]
-        p = next(f for f in range(2, value + 1) if value % f == 0)
-        splits[label] = value // p
-    fixed = tuple(tuple(splits.get(l, 1) if l is not None else 1 for l in row) for row in dims.inputs)
-    return strategy_text(fixed)
+        splits[label] = value // next(f for f in range(2, value + 1) if value % f == 0)
+    # Python's spelling, not MindSpore's printing: the user pastes it into shard(), where (4) is not a tuple
+    return repr(tuple(tuple(splits.get(l, 1) if l is not None else 1 for l in row) for row in dims.inputs))
 
 
 def _take(remaining, want: int, op, hint, scope):

@@ -121,7 +121,7 @@ class Model:
     def _feeder(self, dataset: Any, plan: Any) -> BatchFeeder:
         from graphpar.communication import get_group_size
 
-        draws = 1 if _context.current_parallel().full_batch else plan.draws
+        draws = 1 if _context.current_parallel().loads_full_batch else plan.draws
         return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
 
     def train(self, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
@@ -191,7 +191,8 @@ class Model:
                 callback_list.on_train_step_end(run_context)
             else:
                 # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
-                batches = prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0), place, depth)
+                batches = prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0,
+                                                  read_ahead=place is None or depth <= 0), place, depth)
                 for batch, placed in batches:
                     cb.train_dataset_element = batch
                     callback_list.on_train_step_begin(run_context)

@@ -28,7 +28,7 @@ def test_random_crop_pads_then_crops_at_a_drawn_position():
     padded[...] = (7, 8, 9)
     padded[2:8, 1:9] = img
     rng = np.random.default_rng(3)
-    top, left = int(rng.integers(0, 12 - 6 + 1)), int(rng.integers(0, 12 - 8 + 1))
+    top, left = int(rng.random() * (12 - 6 + 1)), int(rng.random() * (12 - 8 + 1))  # uniform offsets, one double each
     np.testing.assert_array_equal(out, padded[top:top + 6, left:left + 8])
     assert vision.RandomCrop(4, padding=(1, 2)).padding == (1, 2, 1, 2)  # (left/right, top/bottom)
     edge = vision.RandomCrop((8, 10), 1, padding_mode=vision.Border.EDGE).apply(img, np.random.default_rng(0))

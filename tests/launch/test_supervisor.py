@@ -37,14 +37,13 @@ def test_success_streams_rank_zero_and_writes_every_log(tmp_path):
 
 
 def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
-    started = time.monotonic()
     result = subprocess.run(command(tmp_path, "--nproc", "2", "--devices-per-proc", "2", str(SCRIPTS /
                                     "plain_worker.py"), "fail-1", str(tmp_path)),
                             env=env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "worker 1, process 1 (ranks 2-3), failed: exit status 3" in result.stderr
     assert "boom" in result.stderr and "worker_1.log" in result.stderr
-    assert time.monotonic() - started < 30  # the sleeping worker 0 was stopped, not waited for
+    assert (tmp_path / "signal_0").read_text() == "SIGTERM"  # the sleeping worker 0 was stopped, not waited for
 
 
 def test_restart_increments_the_restart_count(tmp_path):

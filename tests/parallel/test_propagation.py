@@ -217,7 +217,7 @@ def _error_for(hint, x_shape=(16, 32), mode="semi_auto_parallel"):
 def test_split_that_does_not_divide_its_dimension():
     text = _error_for(((4, 2), (2, 1)), x_shape=(6, 32))
     assert "'matmul'" in text and "scope Default/network-QuickstartNet" in text
-    assert "size 6" in text and "((4, 2), (2, 1))" in text and "(6, 32)" in text and "e.g. (2, 2)" in text
+    assert "size 6" in text and "((4, 2), (2, 1))" in text and "(6, 32)" in text and "e.g. ((2, 2), (2, 1))" in text
 
 
 def test_product_above_device_count():

@@ -35,13 +35,34 @@ class Transform:
     is_random: bool = False
     num_inputs: int = 1
     batchable: bool = False  # apply_batch on a stacked batch == stacking apply on each row (see dataset/_batched)
+    batch_drawn: bool = False  # random, with apply(x, rng) == apply_drawn(x, draw(rng, x.shape)): the draws are
+    # made per sample and the work per batch (apply_batch_drawn; see dataset/_batched)
 
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.batch_drawn:
+            return self.apply_drawn(x, self.draw(rng, x.shape))
         raise NotImplementedError(f"{type(self).__name__} must implement apply(x, rng)")
 
     def apply_batch(self, x: np.ndarray) -> np.ndarray:
         """The transform of every row of the stacked batch ``x`` at once (``batchable`` transforms)."""
         raise NotImplementedError(f"{type(self).__name__} has no batched form")
+
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the output for an input of ``shape`` (``batchable`` and ``batch_drawn`` transforms: the
+        batch draws every sample's parameters first, so it needs each operation's input shape up front)."""
+        raise NotImplementedError(f"{type(self).__name__} has no batched form")
+
+    def draw(self, rng: np.random.Generator, shape: tuple[int, ...]) -> Any:
+        """The random parameters for one input of ``shape`` (``batch_drawn`` transforms)."""
+        raise NotImplementedError(f"{type(self).__name__} has no batched form")
+
+    def apply_drawn(self, x: np.ndarray, params: Any) -> np.ndarray:
+        """The transform of one input with parameters from :meth:`draw`."""
+        raise NotImplementedError(f"{type(self).__name__} has no batched form")
+
+    def apply_batch_drawn(self, x: np.ndarray, params: Sequence[Any]) -> np.ndarray:
+        """The transform of every row of the stacked batch ``x``, row ``k`` with ``params[k]``."""
+        return np.stack([self.apply_drawn(row, p) for row, p in zip(x, params)])
 
     def apply_columns(self, cols: Columns, rng: np.random.Generator) -> Columns:
         if len(cols) != 1:

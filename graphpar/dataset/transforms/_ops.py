@@ -35,6 +35,9 @@ class TypeCast(Transform):
     def apply_batch(self, x: np.ndarray) -> np.ndarray:
         return x.astype(self.data_type, copy=False)
 
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape)
+
 
 class OneHot(Transform):
     """Integer labels to one-hot vectors of length ``num_classes`` (label smoothing as MindSpore's)."""

@@ -22,6 +22,9 @@ class Rescale(Transform):
     def apply_batch(self, x: np.ndarray) -> np.ndarray:
         return self.apply(x, None)
 
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape)
+
     def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         out = x.astype(np.float32) * np.float32(self.rescale)
         if self.shift:
@@ -65,6 +68,9 @@ class Normalize(Transform):
             raise DatasetError(f"Normalize: {len(self.mean)} mean values for an image of shape {x.shape} "
                                f"({channels} channels read as {layout}); pass is_hwc={not self.is_hwc} if the "
                                "layout is the other one")
+
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape)
 
     def apply_batch(self, x: np.ndarray) -> np.ndarray:
         if x.ndim < 3:

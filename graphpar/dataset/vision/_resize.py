@@ -89,6 +89,36 @@ def resize(img: np.ndarray, height: int, width: int, mode: Inter = Inter.LINEAR)
     return out.astype(img.dtype, copy=False)
 
 
+_BATCH_ELEMENTS = 1 << 16  # output values per image up to which a batch is resized in one vectorized pass
+
+
+def resize_batch(x: np.ndarray, height: int, width: int, mode: Inter = Inter.LINEAR) -> np.ndarray:
+    """Every image of the stack ``x`` (N, H, W[, C]) resized as :func:`resize` resizes it (the same float32
+    operations, element for element). Small images go in one pass over the stack; large ones one at a time, where
+    a stack's temporaries would leave the cache."""
+    if x.ndim not in (3, 4):
+        raise DatasetError(f"Resize: expected HWC or HW images, got a batch of shape {x.shape}")
+    h, w = x.shape[1:3]
+    if (h, w) == (height, width):
+        return x
+    if mode is Inter.NEAREST:
+        rows, cols = _taps(h, height, mode)[0][:, 0], _taps(w, width, mode)[0][:, 0]
+        return x[:, rows][:, :, cols]
+    if height * width * int(np.prod(x.shape[3:])) > _BATCH_ELEMENTS:
+        out = np.empty((len(x), height, width) + x.shape[3:], x.dtype)
+        for k in range(len(x)):
+            out[k] = resize(x[k], height, width, mode)
+        return out
+    out = np.ascontiguousarray(x, dtype=np.float32)
+    out = _along(out, 2, _taps(w, width, mode))
+    out = _along(out, 1, _taps(h, height, mode))
+    if np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        np.rint(out, out=out)
+        return np.clip(out, info.min, info.max, out=out).astype(x.dtype)
+    return out.astype(x.dtype, copy=False)
+
+
 def size_pair(size: int | Sequence[int], who: str) -> tuple[int, int]:
     """MindSpore's size argument: an int (square) or (height, width), all positive."""
     pair = (size, size) if isinstance(size, int) else tuple(size)
@@ -111,16 +141,24 @@ class Resize(Transform):
         self.size = size if isinstance(size, int) else pair
         self.interpolation = _inter(interpolation, "Resize")
 
-    def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    batchable = True
+
+    def _target(self, shape: tuple[int, ...]) -> tuple[int, int]:
         if isinstance(self.size, int):
-            h, w = x.shape[:2]
+            h, w = shape[:2]
             if h <= w:
-                height, width = self.size, max(1, int(w * self.size / h))
-            else:
-                height, width = max(1, int(h * self.size / w)), self.size
-        else:
-            height, width = self.size
-        return resize(x, height, width, self.interpolation)
+                return self.size, max(1, int(w * self.size / h))
+            return max(1, int(h * self.size / w)), self.size
+        return self.size
+
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return self._target(shape) + tuple(shape[2:])
+
+    def apply(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return resize(x, *self._target(x.shape), self.interpolation)
+
+    def apply_batch(self, x: np.ndarray) -> np.ndarray:
+        return resize_batch(x, *self._target(x.shape[1:]), self.interpolation)
 
 
 class RandomResizedCrop(Transform):

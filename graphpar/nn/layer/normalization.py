@@ -184,3 +184,32 @@ def _process_groups(process_groups: Any) -> tuple[tuple[int, ...], ...] | None:
         raise ValueError(f"SyncBatchNorm: process_groups must be None (all devices) or a list of equal-size, "
                          f"disjoint lists of ranks, e.g. [[0, 1, 2, 3], [4, 5, 6, 7]]; got {process_groups!r}")
     return groups
+
+
+class LayerNorm(Cell):
+    """``nn.LayerNorm(normalized_shape, begin_norm_axis=-1, begin_params_axis=-1, gamma_init='ones',
+    beta_init='zeros', epsilon=1e-7)``: MindSpore's layer, Parameters ``gamma`` and ``beta`` of ``normalized_shape``,
+    the primitive as ``self.layer_norm`` so scripts shard it as MindSpore's (``layer_norm.shard(((dp, 1, 1), (1,),
+    (1,)))``)."""
+
+    def __init__(self, normalized_shape: Any, begin_norm_axis: int = -1, begin_params_axis: int = -1,
+                 gamma_init: Any = "ones", beta_init: Any = "zeros", epsilon: float = 1e-7,
+                 dtype: Any = mstype.float32):
+        super().__init__()
+        if not isinstance(normalized_shape, (tuple, list)) or not normalized_shape or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in normalized_shape):
+            raise TypeError(f"LayerNorm: normalized_shape must be a non-empty tuple or list of positive ints, got "
+                            f"{normalized_shape!r}")
+        for name, axis in (("begin_norm_axis", begin_norm_axis), ("begin_params_axis", begin_params_axis)):
+            if not isinstance(axis, int) or isinstance(axis, bool):
+                raise TypeError(f"LayerNorm: {name} must be an int, got {axis!r}")
+        self.normalized_shape = tuple(normalized_shape)
+        self.begin_norm_axis, self.begin_params_axis = begin_norm_axis, begin_params_axis
+        self.epsilon = _check_number(epsilon, "epsilon", "LayerNorm", 0.0)
+        self.gamma = Parameter(initializer(gamma_init, self.normalized_shape, dtype), name="gamma")
+        self.beta = Parameter(initializer(beta_init, self.normalized_shape, dtype), name="beta")
+        self.layer_norm = nn_ops.LayerNorm(begin_norm_axis, begin_params_axis, self.epsilon)
+
+    def construct(self, input_x):
+        y, _, _ = self.layer_norm(input_x, self.gamma, self.beta)
+        return y

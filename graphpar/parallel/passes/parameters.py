@@ -13,6 +13,7 @@ would be valid. Non-trainable state (BatchNorm statistics, keys, constants) is s
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from graphpar._logging import notice_once
 from graphpar.errors import StrategyError
@@ -25,6 +26,7 @@ from graphpar.parallel.strategy import strategy_text
 def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
     specs: dict[int, tuple] = {}
     conflicts = []
+    costly: dict[str, list[tuple]] = {}  # reader ops -> (Parameter, bytes, layout) of those stored at a cost
     for vid in graph.inputs:
         value = graph.values[vid]
         if value.kind == "input":
@@ -60,10 +62,31 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
         conflicts.append(report)
         if not cost(best):
             continue  # slicing a replicated value costs nothing: recorded for the dump, not worth a warning
-        notice_once(f"param-conflict:{value.name}", f"Parameter '{value.name}' is read by "
-                    f"{', '.join(n.instance_name for n, _, _ in wants)} in different layouts; it is stored as "
-                    f"{best} and redistributed for the others ({cost(best):g} bytes per device per step)")
+        readers = ", ".join(n.instance_name for n, _, _ in wants)
+        notice_once(f"param-conflict-each:{value.name}", f"Parameter '{value.name}' is read by {readers} in "
+                    f"different layouts; it is stored as {best} and redistributed for the others ({cost(best):g} "
+                    "bytes per device per step)", logging.DEBUG)
+        costly.setdefault(readers, []).append((value.name, cost(best), best))
+    _warn_conflicts(costly)
     meta = dict(graph.meta)
     meta["value_specs"] = specs
     meta["param_conflicts"] = conflicts
     return dataclasses.replace(graph, meta=meta)
+
+
+def _warn_conflicts(costly: dict[str, list[tuple]]) -> None:
+    """One warning per set of reader ops (the 27 BatchNorms of a ResNet-50 are one line, not 54); each Parameter's
+    own line is at DEBUG, and every conflict is in the begin dump."""
+    for readers, params in costly.items():
+        if len(params) == 1:
+            name, nbytes, best = params[0]
+            notice_once(f"param-conflict:{name}", f"Parameter '{name}' is read by {readers} in different layouts; "
+                        f"it is stored as {best} and redistributed for the others ({nbytes:g} bytes per device per "
+                        "step)")
+            continue
+        names = [p[0] for p in params]
+        notice_once(f"param-conflict:{readers}:{names[0]}:{names[-1]}:{len(names)}",
+                    f"{len(names)} Parameters ({names[0]} ... {names[-1]}) are each read by {readers} in different "
+                    "layouts; each is stored in the layout that costs least and redistributed for the others "
+                    f"({sum(p[1] for p in params):g} bytes per device per step in all). Each Parameter: the graphpar "
+                    "logger at DEBUG, or the step_parallel_begin dump")

@@ -1,5 +1,5 @@
 """A child for launcher tests that needs no JAX. Behaviour by argv[1]:
-fail-1: process 1 prints 'boom' and exits 3 (others sleep); restart: fails on the first attempt, succeeds after;
+fail-1: process 1 prints 'boom' and exits 3 (others sleep, recording the signal that stops them); restart: fails on the first attempt, succeeds after;
 sleep: records its pid and sleeps, writing 'got SIGINT' on SIGINT; ok: prints its placement and exits 0."""
 
 import os
@@ -13,20 +13,29 @@ restart = int(os.environ["GRAPHPAR_RESTART_COUNT"])
 print(f"process {pid} attempt {restart} devices {os.environ.get('GRAPHPAR_LOCAL_DEVICES')}", flush=True)
 if mode == "ok":
     sys.exit(0)
-if mode == "fail-1":
+
+
+def record_signal_and_exit(signum, frame):
+    with open(os.path.join(out, f"signal_{pid}"), "w") as f:
+        f.write(signal.Signals(signum).name)
+    sys.exit(0)
+
+
+if mode == "fail-1":  # process 1 fails only once process 0 can record the SIGTERM that stops it
+    ready = os.path.join(out, "ready_0")
     if pid == 1:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.05)
         print("boom", flush=True)
         sys.exit(3)
+    signal.signal(signal.SIGTERM, record_signal_and_exit)
+    open(ready, "w").close()
     time.sleep(60)
 if mode == "restart":
     sys.exit(5 if restart == 0 and pid == 0 else 0)
 if mode == "sleep":
-    def on_signal(signum, frame):
-        with open(os.path.join(out, f"signal_{pid}"), "w") as f:
-            f.write(signal.Signals(signum).name)
-        sys.exit(0)
-
-    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGINT, record_signal_and_exit)
     with open(os.path.join(out, f"pid_{pid}"), "w") as f:
         f.write(str(os.getpid()))
     time.sleep(60)
