@@ -27,8 +27,9 @@ def main(argv: list[str]) -> int:
     if not only or "step" in only:
         from bench.step_time import bench_data_parallel, bench_dispatch, bench_megatron
 
-        rows = [bench_data_parallel([32, 16, 16], 16, calls=300), bench_data_parallel([1024] * 5, 256, calls=5),
-                bench_megatron(), bench_dispatch()]
+        rows = [bench_data_parallel([32, 16, 16], 16, calls=50, rounds=90),
+                bench_data_parallel([32, 16, 16], 16, calls=50, rounds=90, control=True),
+                bench_data_parallel([1024] * 5, 256, calls=5), bench_megatron(), bench_dispatch()]
         print("Train step time (issues 2, 3 and 11; goal ratio <= 1.02; the Megatron baseline gives XLA only the "
               "parameter and batch shardings)")
         print(_table(rows, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s"]), "\n",

@@ -62,8 +62,31 @@ _IGNORED_WHY = {  # keys whose "no effect" has another reason than XLA's own com
 }
 
 
+class _Revised:
+    """Settings whose every assignment moves :func:`settings_revision` (``set_context``, the ``graphpar plan``
+    CLI writing ``current()``'s fields, ``reset_*`` building new ones)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        global _settings_revision
+        _settings_revision += 1
+        object.__setattr__(self, name, value)
+
+
+_settings_revision = 0  # see settings_revision()
+
+
+def settings_revision() -> int:
+    """How many settings assignments this process has made: equal between two calls means no setting changed.
+
+    Only a Python-side "has anything changed?" check reads it: the training loop's fast path
+    (``compile/bound_step.py``) compares it instead of every setting on every step, and when it moved goes to the
+    general path, which compares the settings themselves. It never keys or invalidates a compiled program, so
+    setting something unrelated costs one slower step, never a compile."""
+    return _settings_revision
+
+
 @dataclass
-class Context:
+class Context(_Revised):
     mode: int = GRAPH_MODE
     device_target: str = "CPU"
     device_id: int = 0
@@ -78,7 +101,7 @@ class Context:
 
 
 @dataclass
-class AutoParallelContext:
+class AutoParallelContext(_Revised):
     parallel_mode: str = ParallelMode.STAND_ALONE
     search_mode: str = "recursive_programming"
     gradients_mean: bool = False
@@ -377,7 +400,8 @@ def get_auto_parallel_context(key: str) -> Any:
         from graphpar.communication import get_rank
 
         return get_rank()
-    return getattr(_auto_parallel, key)
+    # a copy: changing the returned dict in place must not change a setting behind set_auto_parallel_context
+    return copy.deepcopy(getattr(_auto_parallel, key))
 
 
 def reset_auto_parallel_context() -> None:

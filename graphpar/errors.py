@@ -76,3 +76,14 @@ class EnvVarError(GraphparError, ValueError):
     def __init__(self, variable: str, value: str, reason: str):
         self.variable, self.value = variable, value
         super().__init__(f"environment variable {variable}={value!r}: {reason}")
+
+
+class DeletedArrayError(GraphparError, RuntimeError):
+    """A value a train step would read is a deleted array (donated to another jitted function, or ``.delete()``d):
+    ``what`` names it (a Parameter, other network state, the optimizer state, an input of the batch). XLA's CPU
+    client crashes the process on a donated-away buffer, so it is refused before the call."""
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(f"the train step's {what} is a deleted array (donated to another jitted function or "
+                         "deleted); give it a live value first (Parameter.set_data(...), a fresh batch)")

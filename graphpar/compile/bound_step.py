@@ -3,14 +3,25 @@
 A training loop calls the same program on the same state with batches of one signature, step after step. What
 graphpar does around the executable is then paid on every step, on the cores where the devices' threads are running
 the previous step: measured on the bench's tiny MLP (8 simulated devices on 2 cores), every microsecond of Python
-per step cost several microseconds of step time, and graphpar's ~20 µs per step made its step ~8 % slower than the
-hand-written JAX loop around the same kind of executable.
+per step cost several microseconds of step time.
 
-:class:`BoundStep` is what one binding needs, as plain attributes, so that a repeat of the call is answered in one
-frame of C-level comparisons (:meth:`BoundStep.repeat`) and one step (:meth:`BoundStep.run`) is the executable call,
-a C-level write of its results into the Variables' value slots and the in-flight limit. Anything else (a new batch
-signature, another network structure or setting, a value replaced since the last step) goes back to
-``TrainProgram``, which resolves the program, places the state and binds a step again.
+:class:`BoundStep` is what one binding needs, as plain attributes, so that a repeat of the call is answered by
+:meth:`BoundStep.repeat` with comparisons that do not grow with the settings or the network's size, and one step
+(:meth:`BoundStep.run`) is the executable call, a C-level write of its results into the Variables' value slots and
+the in-flight limit. The checks are change-triggered where a change has one door:
+
+* settings: every assignment to a context field moves ``_context.settings_revision()``; Cells: every assignment
+  of a ``training`` flag, a cast, a Parameter or a sub-Cell moves ``nn.cell.revision()``. The step compares the
+  two numbers it was confirmed under; when either moved, the general path compares the settings, the flags and
+  the split themselves (and re-binds only when they really differ). The revisions only gate this check, never a
+  program.
+* the batch: the same arrays as the last step's have its signature (one identity test per input); other arrays
+  have their ``(shape, dtype, sharding)`` compared.
+* the state: every Variable still holds the very array the last step wrote (``StateGroup.holds``: ``set_data``,
+  an assignment, a checkpoint load all replace it), and no value nor input is a deleted array (donated to
+  another jitted function: XLA's CPU client crashes the process on one, in plain JAX too).
+
+Anything else goes back to ``TrainProgram``, which resolves the program, places the state and binds a step again.
 """
 
 from __future__ import annotations
@@ -25,10 +36,13 @@ import jax
 
 from graphpar import _context
 from graphpar.compile.stages import Compiled
-from graphpar.compile.state import NetworkState
+from graphpar.compile.state import NetworkState, Slots
+from graphpar.errors import DeletedArrayError
+from graphpar.nn import cell
 
 SIGNATURE = operator.attrgetter("shape", "dtype", "sharding")  # of a placed input, as a binding keeps it
 _JAX_ARRAY = itertools.repeat(jax.Array)
+_DELETED = operator.methodcaller("is_deleted")
 
 
 def input_signature(inputs: Sequence[Any]) -> list[tuple] | None:
@@ -38,28 +52,46 @@ def input_signature(inputs: Sequence[Any]) -> list[tuple] | None:
     return list(map(SIGNATURE, inputs))
 
 
+def revision() -> tuple[int, int]:
+    """The settings and Cell revisions now: read before the checks a binding is confirmed by."""
+    return _context.settings_revision(), cell.revision()
+
+
+def check_live(names: Sequence[str], values: Sequence[Any]) -> None:
+    """Refuse a deleted array among ``values`` (named by ``names``) with :class:`DeletedArrayError`."""
+    for name, value in zip(names, values):
+        if isinstance(value, jax.Array) and value.is_deleted():
+            raise DeletedArrayError(name)
+
+
 class BoundStep:
     """``compiled`` run on ``ns``'s Variables and ``optimizer``'s state, for batches of ``signature``.
 
-    ``context``: the settings (``_context.settings()``, a deep copy) the program was chosen under. ``in_flight``:
-    the queue of losses of steps still running, shared by every binding of one train program, kept to at most
-    ``max_in_flight`` (XLA's CPU backend deadlocks in its collective rendezvous when many multi-device programs
-    are queued on few cores, in plain JAX too; a queue of two keeps the devices as busy as a longer one).
+    ``context``: the settings (``_context.settings()``, a deep copy) the program was chosen under; ``revision``:
+    :func:`revision` when they and the network's split were last confirmed. ``in_flight``: the queue of losses of
+    steps still running, shared by every binding of one train program, kept to at most ``max_in_flight`` (XLA's
+    CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few cores, in
+    plain JAX too; a queue of two keeps the devices as busy as a longer one). The last step's batch stays
+    referenced until the next step (its arrays are then recognised by identity).
     """
 
     def __init__(self, ns: NetworkState, compiled: Compiled, stacked: bool, context: tuple, signature: list,
-                 optimizer: Any, in_flight: collections.deque, max_in_flight: int):
+                 optimizer: Any, in_flight: collections.deque, max_in_flight: int, revision: tuple[int, int]):
         self.ns = ns
         self.compiled = compiled
         self.stacked = stacked
         self.context = context
         self.signature = signature
+        self.revision = revision
         self._optimizer = optimizer
         self._in_flight = in_flight
         self._max_in_flight = max_in_flight
         self._compiled_run = compiled.run
         self._executable = compiled.executable is not None  # False in PYNATIVE_MODE: the step runs eagerly
-        self._written: tuple[list, list] | None = None  # the values the last step of this binding wrote
+        self._slots = Slots.of(ns.params, ns.rest)
+        self._last: tuple[list, list, list] | None = None  # what the last step wrote: params, rest, both
+        self._batch: list = []  # the last step's inputs
+        self._is_deleted = _DELETED
 
     def answers(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool, context: tuple) -> bool:
         """Whether this binding's program is the one for a call on ``ns`` with ``inputs`` under ``context``."""
@@ -67,35 +99,49 @@ class BoundStep:
                 and input_signature(inputs) == self.signature)
 
     def repeat(self, inputs: Sequence[Any], stacked: bool) -> jax.Array | None:
-        """Run one step when this call repeats the last one (same structure, settings and batch signature, and
-        every value still the one the last step wrote: nothing replaced it since, no ``set_data``, no checkpoint
-        load) and return its loss; else None."""
-        written, ns = self._written, self.ns
-        if (written is None or stacked != self.stacked or not ns.is_current()
-                or _context.settings() != self.context or not all(map(isinstance, inputs, _JAX_ARRAY))
-                or list(map(SIGNATURE, inputs)) != self.signature):
+        """Run one step when this call repeats the last one (no setting nor Cell flag assigned since, a batch of
+        the same signature, every value still the one the last step wrote and none deleted) and return its loss;
+        else None."""
+        last = self._last
+        if (last is None or stacked != self.stacked or _context.settings_revision() != self.revision[0]
+                or cell.revision() != self.revision[1]):
             return None
-        pvals, rvals = ns.params.values(), ns.rest.values()
-        if not (all(map(operator.is_, pvals, written[0])) and all(map(operator.is_, rvals, written[1]))):
+        pvals, rvals, values = last
+        batch = self._batch
+        if len(inputs) == len(batch) and all(map(operator.is_, inputs, batch)):
+            # arrays that went through the executable: its own type's is_deleted (a C-level call per array)
+            deleted = self._executable and any(map(self._is_deleted, itertools.chain(values, batch)))
+        elif all(map(isinstance, inputs, _JAX_ARRAY)) and list(map(SIGNATURE, inputs)) == self.signature:
+            batch = list(inputs)
+            deleted = self._executable and (any(map(self._is_deleted, values)) or any(map(_DELETED, batch)))
+        else:
             return None
-        return self.run(pvals, rvals, list(inputs))
+        slots = self._slots
+        if deleted or not (slots.holds(values) if slots is not None
+                           else self.ns.params.holds(pvals) and self.ns.rest.holds(rvals)):
+            return None  # the general path re-places a replaced value and names a deleted one
+        return self.run(pvals, rvals, batch)
 
     def run(self, pvals: list, rvals: list, inputs: list) -> jax.Array:
         """One step on values already where the program wants them: the new values go into the Variables (so
         ``param.asnumpy()`` shows trained values) and the optimizer; returns the loss."""
-        optimizer = self._optimizer
-        pvals, rvals, opt_state, loss = self._compiled_run(pvals, rvals, optimizer._box.state, inputs)
-        if self._executable:  # concrete results of XLA's executable: the C-level write
-            self.ns.params.store(pvals)
-            self.ns.rest.store(rvals)
-        else:  # PYNATIVE_MODE: the step ran eagerly (flax's checked write)
-            self.ns.params.write(pvals)
-            self.ns.rest.write(rvals)
-        optimizer._box.state = opt_state
-        self._written = (pvals, rvals)
-        if self._executable and isinstance(loss, jax.Array):
-            in_flight = self._in_flight
-            in_flight.append(loss)
-            while len(in_flight) > self._max_in_flight:
-                in_flight.popleft().block_until_ready()
+        optimizer, ns = self._optimizer, self.ns
+        pvals, rvals, optimizer._box.state, loss = self._compiled_run(pvals, rvals, optimizer._box.state, inputs)
+        values = pvals + rvals
+        self._last, self._batch = (pvals, rvals, values), inputs
+        if not self._executable:  # PYNATIVE_MODE: the step ran eagerly (flax's checked write)
+            ns.params.write(pvals)
+            ns.rest.write(rvals)
+            return loss
+        slots = self._slots  # concrete results of XLA's executable: the C-level write
+        if slots is not None:
+            slots.store(values)
+        else:
+            ns.params.store(pvals)
+            ns.rest.store(rvals)
+        self._is_deleted = type(loss).is_deleted
+        in_flight = self._in_flight
+        in_flight.append(loss)
+        while len(in_flight) > self._max_in_flight:
+            in_flight.popleft().block_until_ready()
         return loss

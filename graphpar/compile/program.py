@@ -1,7 +1,8 @@
 """The compiled train step: forward, loss, gradients and the optax update as one XLA program.
 
 ``TrainProgram`` is built from a ``TrainOneStepCell`` when it first runs. A call that repeats the last one (the
-training loop) is run by the last call's ``compile.bound_step.BoundStep`` in one frame of C-level checks. Any other:
+training loop) is run by the last call's ``compile.bound_step.BoundStep`` after change-triggered checks (revision
+numbers, the batch's and the state's identity). Any other:
 
 1. ``_dispatch``: finds the compiled program for the network's current structure, the batch signature and the
    context (the compile cache, which builds a missing program through ``compile.orchestrate``: trace → plan →
@@ -33,7 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
 from graphpar.compile import accumulate
-from graphpar.compile.bound_step import BoundStep, input_signature
+from graphpar.compile.bound_step import BoundStep, check_live, input_signature, revision
 from graphpar.compile.cache import CompileCounts, ProgramKey
 from graphpar.compile.choose import choose_plan
 from graphpar.compile.layout import Layout
@@ -240,31 +241,41 @@ class TrainProgram:
             loss = step.repeat(inputs, stacked)
             if loss is not None:
                 return loss
+        confirmed = revision()  # read before the checks below: a change after them moves it again
         ns = self.state
-        step, placed = self._dispatch(ns, inputs, stacked)
-        pvals, rvals = self._place_state(ns, step.compiled)
+        step, placed = self._dispatch(ns, inputs, stacked, confirmed)
+        pvals, rvals = self._place_state(ns, step.compiled, placed)
         return step.run(pvals, rvals, placed)
 
-    def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool) -> tuple[BoundStep, list]:
-        """The bound step for this call (the last one if its program is this call's) and the inputs placed."""
+    def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool,
+                  confirmed: tuple[int, int]) -> tuple[BoundStep, list]:
+        """The bound step for this call (the last one if its program is this call's, confirmed under the
+        revisions ``confirmed``) and the inputs placed."""
         step, context = self._bound, _context.settings()
         if step is not None and step.answers(ns, inputs, stacked, context):
+            step.revision = confirmed
             return step, list(inputs)
         avals = self._step_avals(inputs, stacked)
         compiled = self._compiled(ns, avals, len(inputs[0]) if stacked else None)
         placed = self._place(compiled.layout, inputs, avals, stacked)
         self._bound = BoundStep(ns, compiled, stacked, copy.deepcopy(context), input_signature(placed),
-                               self.optimizer, self._in_flight, self.MAX_IN_FLIGHT)
+                               self.optimizer, self._in_flight, self.MAX_IN_FLIGHT, confirmed)
         return self._bound, placed
 
-    def _place_state(self, ns: NetworkState, compiled: Compiled) -> tuple[list, list]:
+    def _place_state(self, ns: NetworkState, compiled: Compiled, placed: Sequence[Any]) -> tuple[list, list]:
         """Parameters, other state and optimizer state where ``compiled`` wants them (the first call of a
         program, or a value replaced since the last step: ``set_data``, a checkpoint load, another program's
-        layout); values already there are kept as they are."""
+        layout); values already there are kept as they are. A deleted array among them or the batch is refused
+        by name (:class:`~graphpar.errors.DeletedArrayError`)."""
         p_sh, r_sh, o_sh, _ = compiled.in_shardings
+        opt_state = self._opt_state(ns, compiled.layout)
+        check_live([f"Parameter '{n}'" for n in ns.params.names()], ns.params.values())
+        check_live([f"network state '{n}'" for n in ns.rest.names()], ns.rest.values())
+        check_live(["optimizer state"] * len(jax.tree.leaves(opt_state)), jax.tree.leaves(opt_state))
+        check_live([f"input {i} of the batch" for i in range(len(placed))], placed)
         ns.params.write([_ensure(v, s) for v, s in zip(ns.params.values(), p_sh)])
         ns.rest.write([_ensure(v, s) for v, s in zip(ns.rest.values(), r_sh)])
-        self.optimizer.opt_state = jax.tree.map(_ensure, self._opt_state(ns, compiled.layout), o_sh)
+        self.optimizer.opt_state = jax.tree.map(_ensure, opt_state, o_sh)
         return ns.params.values(), ns.rest.values()
 
     # --- inputs ------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import jax
 from flax import nnx
 
 from graphpar.common.parameter import Parameter
-from graphpar.nn.cell import Cell
+from graphpar.nn.cell import Cell, structure_revision
 
 class StateGroup:
     """One group of a split network: its live State, flatten definition and Variables in leaf order.
@@ -39,15 +39,22 @@ class StateGroup:
         # which leaves are Variables, decided once (flax's isinstance check is a Python-level metaclass hook, and
         # values()/write() run on every training step)
         self._variables = [isinstance(h, nnx.Variable) for h in self.holders]
-        self._only_variables = all(self._variables)
+        self.only_variables = all(self._variables)
         self._names: list[str] | None = None
         if len(self.holders) != len(leaves):  # pragma: no cover - NNX invariant
             raise RuntimeError("graphpar: NNX state flattened to an unexpected number of leaves")
 
     def values(self) -> list[Any]:
-        if self._only_variables:  # the training loop's case: a C-level read of each value slot (see store)
+        if self.only_variables:  # the training loop's case: a C-level read of each value slot (see store)
             return list(map(_READ_SLOT, self.holders))
         return [h.get_raw_value() if var else h for h, var in zip(self.holders, self._variables)]
+
+    def holds(self, values: Sequence[Any]) -> bool:
+        """Whether every leaf still holds the very object in ``values`` (nothing assigned since they were
+        written): the training loop's per-step check, streamed without building a list."""
+        if self.only_variables:
+            return all(map(operator.is_, map(_READ_SLOT, self.holders), values))
+        return all(map(operator.is_, self.values(), values))
 
     def store(self, values: Sequence[jax.Array]) -> None:
         """Write a compiled executable's outputs back (what :meth:`write` does, at a fraction of its per-step cost).
@@ -59,7 +66,7 @@ class StateGroup:
         go into the Variables' value slot directly (``set_raw_value`` without its check); anything else takes
         :meth:`write`.
         """
-        if not self._only_variables:
+        if not self.only_variables:
             self.write(values)
             return
         _consume(map(object.__setattr__, self.holders, _SLOT, values))
@@ -93,6 +100,29 @@ _SLOT = itertools.repeat("_raw_value")
 _consume = collections.deque(maxlen=0).extend  # runs a map to its end without a Python frame per item
 
 
+class Slots:
+    """The value slots of the Variables of several groups (of Variables alone) as one flat list: the training loop
+    compares and writes a whole step's state in one C-level pass each (:meth:`of` gives None when a group also
+    holds plain attributes: those take :meth:`StateGroup.holds` / :meth:`StateGroup.store`)."""
+
+    def __init__(self, holders: list[Any]):
+        self.holders = holders
+
+    @staticmethod
+    def of(*groups: StateGroup) -> "Slots | None":
+        if not all(g.only_variables for g in groups):
+            return None
+        return Slots([h for g in groups for h in g.holders])
+
+    def holds(self, values: Sequence[Any]) -> bool:
+        """Whether every slot still holds the very object in ``values``."""
+        return all(map(operator.is_, map(_READ_SLOT, self.holders), values))
+
+    def store(self, values: Sequence[jax.Array]) -> None:
+        """:meth:`StateGroup.store` over every group at once."""
+        _consume(map(object.__setattr__, self.holders, _SLOT, values))
+
+
 def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
     """Set the attribute (or list item) at ``path`` below ``root`` to ``value``."""
     parent = root
@@ -112,13 +142,14 @@ class NetworkState:
 
     The graphdef is the network's *structure*: its Cells, their static attributes (every Cell's ``training``
     flag among them) and where each Variable sits. It is hashable, so it keys the compile cache. A split stays
-    valid while no Cell's ``training`` flag (or ``to_float`` cast) changes (:meth:`is_current`, a few microseconds per step); a
-    ``set_train`` anywhere in the tree makes the next call re-split and look its programs up by the new
-    structure.
+    valid while no Cell's ``training`` flag (or ``to_float`` cast) changes and no Parameter or sub-Cell is assigned
+    (:meth:`is_current`; the training loop runs it only after ``nn.cell.revision()`` moved); a ``set_train``
+    anywhere in the tree makes the next call re-split and look its programs up by the new structure.
     """
 
     def __init__(self, network: Cell, trainable: Sequence[Parameter]):
         ids = {id(p) for p in trainable}
+        self.revision = structure_revision()  # read before the split it stands for
         self.network = network
         self.cells = [cell for _, cell in network.cells_and_names()]
         self.flags = list(map(_FLAGS, self.cells))
@@ -134,8 +165,9 @@ class NetworkState:
                              "the network's own parameters (net.trainable_params())")
 
     def is_current(self) -> bool:
-        """True while every Cell's ``training`` flag (and mixed-precision cast) is as it was at the split."""
-        return list(map(_FLAGS, self.cells)) == self.flags  # C-level: checked on every step
+        """True while every Cell's ``training`` flag (and mixed-precision cast) is as it was at the split and no
+        Cell attribute was assigned since (``nn.cell.structure_revision``: a replaced Parameter or sub-Cell)."""
+        return self.revision == structure_revision() and list(map(_FLAGS, self.cells)) == self.flags
 
     @property
     def structure(self) -> Any:

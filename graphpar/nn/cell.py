@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+import jax
 import numpy as _np
 from flax import nnx
 
@@ -28,6 +29,41 @@ from graphpar.ops.primitive import Primitive
 
 _CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
                 "_pipeline_stage")
+_FLAG_FIELDS = ("training", "_amp_cast")  # what compile.state.NetworkState.is_current compares
+_ARRAYS = (_np.ndarray, _np.generic, jax.Array)
+_revision = 0  # see revision()
+_structure_revision = 0  # see structure_revision()
+
+
+def revision() -> int:
+    """Moves on every assignment of a Cell's ``training`` flag or mixed-precision cast (``set_train``,
+    ``to_float``) and on every :func:`structure_revision` move: equal between two calls means no Cell changed in a
+    way that could change a compiled step's program or the Variables it runs on.
+
+    Only a Python-side "has anything changed?" check reads it: the training loop's fast path
+    (``compile/bound_step.py``) compares it instead of every Cell's flags on every step and, when it moved, goes to
+    the general path, which compares the flags and the split themselves. It never keys or invalidates a compiled
+    program, so a ``set_train`` on an unrelated Cell costs one slower step, never a compile."""
+    return _revision
+
+
+def structure_revision() -> int:
+    """Moves on every assignment (or deletion) of a Cell attribute other than graphpar's own bookkeeping, the flags,
+    plain arrays and properties (their setters' own assignments count): a Parameter or Cell replaced (``net.fc.weight = Parameter(...)``), an op, a list of them, a
+    static setting. A network split (``compile.state.NetworkState``) made before it moved is split again; the
+    compile cache then finds the program again if the structure is in fact unchanged. Plain array attributes are
+    leaves the step itself writes back after every step, so they do not move it."""
+    return _structure_revision
+
+
+def _moved(cell: "Cell", name: str, value: Any) -> None:
+    global _revision, _structure_revision
+    if name in _FLAG_FIELDS:
+        _revision += 1
+    elif (name not in _CELL_FIELDS and not isinstance(value, _ARRAYS)
+          and not isinstance(getattr(type(cell), name, None), property)):  # a property's setter assigns its own
+        _revision += 1
+        _structure_revision += 1
 
 
 class Cell(nnx.Module, pytree=False):
@@ -59,6 +95,7 @@ class Cell(nnx.Module, pytree=False):
 
     # --- registration ------------------------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
+        _moved(self, name, value)
         if name in _CELL_FIELDS:
             object.__setattr__(self, name, value)
             return
@@ -83,6 +120,7 @@ class Cell(nnx.Module, pytree=False):
         super().__setattr__(name, value)
 
     def __delattr__(self, name: str) -> None:
+        _moved(self, name, None)
         for order in (self._cell_order, self._param_order):
             if name in order:
                 order.remove(name)

@@ -269,3 +269,94 @@ def test_training_loop_repeat_sees_replaced_values_and_changed_settings():
     train(*placed)
     np.testing.assert_allclose(net.weight.asnumpy(), ref_sum[0], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(net.bias.asnumpy(), ref_sum[1], rtol=1e-6, atol=1e-7)
+
+
+def _mse_inference_numpy(net, x, y, activation):
+    """MSE of ``net`` (a BNNet) in evaluation mode on (x, y), with ``activation`` between the BatchNorm and fc2."""
+    h = x @ net.fc1.weight.asnumpy().T + net.fc1.bias.asnumpy()
+    bn = net.bn
+    h = (h - bn.moving_mean.asnumpy()) / np.sqrt(bn.moving_variance.asnumpy() + bn.eps)
+    h = activation(h * bn.gamma.asnumpy() + bn.beta.asnumpy())
+    out = h @ net.fc2.weight.asnumpy().T + net.fc2.bias.asnumpy()
+    return float(np.mean(np.square(out - y)))
+
+
+def test_training_loop_repeat_sees_every_change_between_steps(monkeypatch):
+    """The training loop's fast path (``compile/bound_step.py``) compares two revision numbers, the batch's identity
+    and the state's identity instead of every setting, flag and signature. Every change a user can make between
+    two steps must still reach the next step: a setting assigned again (same program: re-confirmed, no compile), a
+    ``set_train`` on a sub-Cell (the inference graph runs: BatchNorm statistics stay), a sub-Cell replaced (the new
+    structure runs: its loss is the numpy one), a Variable assigned (the step starts from it), a batch of
+    another shape or dtype (another program) and a donated or deleted array (refused by name: XLA's CPU client would crash
+    the process)."""
+    from graphpar.errors import DeletedArrayError
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
+    rng = np.random.default_rng(11)
+    x = rng.normal(1.0, 2.0, size=(16, 8)).astype(np.float32)
+    y = rng.normal(size=(16, 4)).astype(np.float32)
+    net = BNNet()
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.05, 0.0))
+    program = train.program
+    placed = train.program.place_inputs([x, y])
+    general = []  # calls that left the fast path
+    dispatch = program._dispatch
+    monkeypatch.setattr(program, "_dispatch", lambda *a: general.append(1) or dispatch(*a))
+
+    def steps(n=1, batch=placed):
+        general.clear()
+        for _ in range(n):
+            loss = train(*batch)
+        return float(np.mean(np.asarray(loss)))
+
+    steps(2)
+    compiles, bound = program.counts.compiles, program._bound
+    steps(3)
+    assert general == [] and program.counts.compiles == compiles  # the repeats took the fast path
+
+    ms.set_auto_parallel_context(gradients_mean=True)  # assigned again, unchanged: re-confirmed, not recompiled
+    steps(2)
+    assert general == [1] and program._bound is bound and program.counts.compiles == compiles
+
+    net.bn.set_train(False)  # the inference graph: the moving statistics stay as they are
+    moving = net.bn.moving_mean.asnumpy()
+    loss = steps(2)
+    assert general == [1] and program.counts.compiles == compiles + 1
+    np.testing.assert_array_equal(net.bn.moving_mean.asnumpy(), moving)
+
+    before = _mse_inference_numpy(net, x, y, np.tanh)
+    assert abs(before - _mse_inference_numpy(net, x, y, lambda h: np.maximum(h, 0))) > 1e-3 * before
+    net.relu = nn.Tanh()  # a sub-Cell replaced: the next step runs the new structure
+    loss = steps(1)
+    np.testing.assert_allclose(loss, before, rtol=1e-5)
+    assert program.counts.compiles == compiles + 2
+
+    w = rng.normal(size=net.fc2.weight.shape).astype(np.float32)
+    net.fc2.weight.set_value(jax.numpy.asarray(w))  # a Variable assignment: the step starts from it
+    expected = _mse_inference_numpy(net, x, y, np.tanh)
+    np.testing.assert_allclose(steps(1), expected, rtol=1e-5)
+
+    net.bn.set_train(True)
+    steps(1)
+    assert program.counts.compiles == compiles + 3  # BatchNorm training with tanh: a structure not seen yet
+    assert not np.array_equal(net.bn.moving_mean.asnumpy(), moving)
+
+    half = train.program.place_inputs([x[:8], y[:8]])  # another batch shape: another program
+    steps(2, half)
+    assert general == [1] and program.counts.compiles == compiles + 4
+    steps(2)
+    assert general == [1] and program.counts.compiles == compiles + 4  # back: found in the cache
+    low = train.program.place_inputs([x.astype(np.float16), y])  # another dtype: another program
+    steps(2, low)
+    assert general == [1] and program.counts.compiles == compiles + 5
+    assert low[0].dtype == np.float16
+
+    jax.jit(lambda a: a + 1, donate_argnums=0)(net.fc1.weight.get_value())  # donated away behind the step's back
+    with pytest.raises(DeletedArrayError, match="Parameter 'fc1.weight'"):
+        train(*placed)
+    net.fc1.weight.set_data(rng.normal(size=net.fc1.weight.shape).astype(np.float32))
+    steps(1)
+    placed[1].delete()
+    with pytest.raises(DeletedArrayError, match="input 1 of the batch"):
+        train(*placed)
