@@ -174,10 +174,14 @@ class TrainProgram:
         return key, self.orchestrator.planned(self.plan, ns, avals, "train", key, progress)
 
     def _opt_state(self, ns: NetworkState, layout: Layout) -> Any:
+        """The optimizer state, created on first use as one jitted ``init`` whose outputs land in their shardings:
+        run eagerly, optax's per-leaf ``zeros_like`` compiled a program per leaf shape and then copied every leaf
+        from one device to its sharding (0.66 s for the 8-block GPT bench model, against 0.1 s)."""
         if self.optimizer.opt_state is None:
             params = dict(zip(ns.param_names(), ns.params.values()))
-            state = self._transformation().init(params)
-            self.optimizer.opt_state = jax.device_put(state, self._opt_shardings(ns, layout, state))
+            init = self._transformation().init
+            shardings = self._opt_shardings(ns, layout, jax.eval_shape(init, params))
+            self.optimizer.opt_state = jax.jit(init, out_shardings=shardings)(params)
         return self.optimizer.opt_state
 
     def _opt_shardings(self, ns: NetworkState, layout: Layout, opt_state: Any) -> Any:
