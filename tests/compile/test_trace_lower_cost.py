@@ -222,3 +222,27 @@ def test_groups_are_repeated_chain_like_runs():
     assert all(len(gs) >= 2 for gs in by_key.values())  # a group's function is shared
     # each block is a few chains (query, key, value-attention-projection-residual, feed-forward), not ~30 nodes
     assert len(groups) == 3 * 4 and len(units) < len(graph.order) / 3, (len(groups), len(units), len(graph.order))
+
+
+def test_low_precision_runs_stay_per_node_calls():
+    """Runs touching bfloat16 values are not grouped: XLA's CPU compile of a grouped call rounds bfloat16
+    differently from the per-node program (measured on ResNet-18 at O3), and the per-node program is the one that
+    equals hand-written JAX casts bit for bit. The same network in float32 is grouped."""
+    from graphpar.compile import call_groups, interpret, recompute
+    from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
+
+    def groups(low_precision: bool) -> list:
+        ms.reset_auto_parallel_context()
+        ms.set_context(mode=ms.GRAPH_MODE)
+        ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+        net = GPT(layers=2)
+        if low_precision:
+            net.to_float(ms.bfloat16)
+        graph = gpt_train_cell(net).program.plan_graph(list(gpt_data()))
+        steps = interpret.prepare(graph, None)
+        segments = [[steps[n.id] for n in nodes] for config, nodes in recompute.segments(graph) if config is None]
+        return [u for seg in call_groups.plan_units(graph, segments) for u in seg
+                if isinstance(u, call_groups.Group)]
+
+    assert len(groups(False)) == 2 * 4
+    assert groups(True) == []
