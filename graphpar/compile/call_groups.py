@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import numpy as np
+import jax.numpy as jnp
 
 from graphpar.ir.graph import Graph
 
@@ -92,8 +92,8 @@ class _Keys:
         """A float narrower than 32 bits (amp's O2/O3 values). Runs that touch one stay per-node calls: measured on
         ResNet-18 at O3, XLA's CPU compile of a grouped call rounds bfloat16 differently (the loss moved by one
         bfloat16 ulp), and the per-node program is the one that equals the hand-written JAX casts bit for bit."""
-        dtype = np.dtype(self.graph.values[v].dtype)
-        return dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16"
+        dtype = self.graph.values[v].dtype  # may be an extended dtype (PRNG keys), which np.dtype refuses
+        return bool(jnp.issubdtype(dtype, jnp.floating)) and jnp.finfo(dtype).bits < 32
 
     def read_after(self, v: int, members: set[int]) -> bool:
         return v in self.results or any(n not in members for n, _ in self.graph.values[v].consumers)
