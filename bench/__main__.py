@@ -93,6 +93,17 @@ def main(argv: list[str]) -> int:
         print("2 processes x 4 devices, 3x512 MLP DATA_PARALLEL vs plain JAX over jax.distributed (goal <= 1.05)")
         print(_table([bench_two_processes()], ["model", "processes", "devices", "global_batch", "graphpar_ms",
                                                "jax_distributed_ms", "ratio"]), "\n", flush=True)
+    if "resnet50" in only or (not only and jax.default_backend() != "cpu"):
+        from bench.resnet50_accel import bench_resnet50
+
+        print("ResNet-50, 32x32 images, one train step per call on pre-staged batches (issue 15's accelerator row): "
+              "graphpar / hand-written flax (NHWC, State pytrees and flat leaves); runs by default on an "
+              "accelerator only (full-width ResNet-50 on a CPU takes long)")
+        batch = 256 if jax.default_backend() != "cpu" else 8
+        rows = list(bench_resnet50(batch, levels=("O0", "O2", "O3"), layouts=("NHWC",),
+                                   flax_states=("pytree", "flat")))
+        print(_table(rows, ["graphpar", "precision", "flax_state", "batch", "devices", "graphpar_ms", "flax_ms",
+                            "ratio", "graphpar_img_s", "flax_img_s"]), "\n", flush=True)
     if not only or "checkpoint" in only:
         from bench.checkpoint import bench_save, bench_step_overhead
 

@@ -27,8 +27,8 @@ def compare(a: Callable[[], object], b: Callable[[], object], calls: int = 50, r
     """Median seconds per call of ``a`` and ``b`` over interleaved rounds, and the median of the per-round ratios
     a/b (each round times both back to back, so the ratio cancels slow phases of the machine)."""
     for _ in range(warmup):
-        a()
-        b()
+        a().block_until_ready()  # drained: a backlog of queued warm-up steps would be timed in round 0's first side
+        b().block_until_ready()
     ta, tb, ratios = [], [], []
     for r in range(rounds):
         if r % 2:
