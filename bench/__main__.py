@@ -85,8 +85,9 @@ def main(argv: list[str]) -> int:
 
         print("Feeding ResNet-18 DATA_PARALLEL from the pipeline vs pre-staged batches (issue 15; goal <= 1.03)")
         print(_table([bench_feeding_overlap()], ["model", "global_batch", "prestaged_ms", "fed_prefetch2_ms",
-                                                  "fed_no_prefetch_ms", "fed_vs_prestaged",
-                                                  "no_prefetch_vs_prestaged", "feed_host_ms"]), flush=True)
+                                                  "fed_no_prefetch_ms", "fed_vs_prestaged", "fed_vs_prestaged_mean_95",
+                                                  "no_prefetch_vs_prestaged", "control_prestaged_vs_itself",
+                                                  "control_mean_95", "feed_host_ms"]), flush=True)
         print("ResNet-18 mixed precision (issue 15): step time and 20-step loss vs float32 (bfloat16 on CPU)")
         print(_table(bench_amp(), ["amp_level", "width", "batch", "step_ms", "vs_float32", "max_rel_loss_diff",
                                    "loss_first_last"]), flush=True)

@@ -44,11 +44,19 @@ def _resnet_model(width: float, amp_level: str = "O0", mode: str = "data_paralle
 
 
 # --- 1. feeding ------------------------------------------------------------------------------------------------------
-def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: float = 0.25, rounds: int = 9,
+def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 8, width: float = 0.25, rounds: int = 41,
                           workers: int = 1) -> dict[str, Any]:
-    """Seconds per step of ``Model.train`` on the pipeline (prefetch on, prefetch off) and on pre-staged batches,
-    and the host work of feeding one step alone (``feed_host_ms``: read the pipeline's batch, concatenate the
-    devices' batches, one ``device_put``; what the prefetch thread does per step, timed with the devices idle)."""
+    """Seconds per step of ``Model.train`` on the pipeline (prefetch on, prefetch off) against the same compiled step
+    on pre-staged batches, and the host work of feeding one step alone (``feed_host_ms``: read the pipeline's batch,
+    concatenate the devices' batches, one ``device_put``; what the prefetch thread does per step, timed with the
+    devices idle).
+
+    Each round runs pre-staged, fed (prefetch 2), fed (prefetch off), pre-staged again, each over one epoch of
+    ``steps`` steps, and divides each fed time by the mean of the two pre-staged times around it, so a machine that
+    slows down or speeds up within the round moves numerator and denominator alike. ``control`` is the second
+    pre-staged time over the first: the ratio noise alone gives. Short rounds, many of them: on 2 cores the per-round
+    ratios spread by +-10 % (rounds of 23 steps gave medians from 1.01 to 1.06 for the same code), so the figures are
+    the median and the mean with its 95 % interval over ``rounds`` rounds."""
     import jax
 
     import graphpar.dataset as ds
@@ -76,8 +84,7 @@ def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: flo
         """Steady-state seconds per step inside ``Model.train``, timed as ``prestaged`` is: from the result of the
         first step to the last step's result, over the ``steps - 1`` steps between (the per-call set-up of
         ``train`` itself is not a per-step cost). The clock starts once step 1 is done, not when its call returns:
-        the call returns while the devices still run it (asynchronous dispatch), and starting there counted up to
-        one step more than it divides by (+1/23 at 24 steps)."""
+        the call returns while the devices still run it (asynchronous dispatch)."""
 
         def on_train_step_end(self, run_context):
             args = run_context.original_args()
@@ -106,22 +113,34 @@ def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 24, width: flo
             jax.block_until_ready(put(batch))
         return (time.perf_counter() - started) / (steps - 1)
 
-    t_pre, t_fed, t_off, ratios, ratios_off = [], [], [], [], []
+    times: dict[str, list[float]] = {"pre": [], "fed": [], "off": []}
+    ratios: dict[str, list[float]] = {"fed": [], "off": [], "control": []}
     for r in range(rounds):
-        sides = [("pre", prestaged), ("fed", lambda: fed(2)), ("off", lambda: fed(0))]
-        if r % 2:
-            sides.reverse()
-        got = {name: fn() for name, fn in sides}
-        t_pre.append(got["pre"]), t_fed.append(got["fed"]), t_off.append(got["off"])
-        ratios.append(got["fed"] / got["pre"]), ratios_off.append(got["off"] / got["pre"])
+        before = prestaged()
+        middle = {"fed": lambda: fed(2), "off": lambda: fed(0)}
+        got = {name: middle[name]() for name in (("fed", "off") if r % 2 == 0 else ("off", "fed"))}
+        after = prestaged()
+        times["pre"] += [before, after]
+        for name, seconds in got.items():
+            times[name].append(seconds)
+            ratios[name].append(seconds / ((before + after) / 2))
+        ratios["control"].append(after / before)
     ds.config.set_device_prefetch_size(2)
+
+    def interval(values: list[float]) -> str:
+        half = 1.96 * statistics.stdev(values) / len(values) ** 0.5
+        return f"{statistics.mean(values):.3f} +- {half:.3f}"
+
     return {"model": f"ResNet-18 (width {width}) DP", "devices": devices,
-            "global_batch": per_device_batch * devices, "steps": steps,
-            "prestaged_ms": round(statistics.median(t_pre) * 1e3, 1),
-            "fed_prefetch2_ms": round(statistics.median(t_fed) * 1e3, 1),
-            "fed_no_prefetch_ms": round(statistics.median(t_off) * 1e3, 1),
-            "fed_vs_prestaged": round(statistics.median(ratios), 3),
-            "no_prefetch_vs_prestaged": round(statistics.median(ratios_off), 3),
+            "global_batch": per_device_batch * devices, "steps": steps, "rounds": rounds,
+            "prestaged_ms": round(statistics.median(times["pre"]) * 1e3, 1),
+            "fed_prefetch2_ms": round(statistics.median(times["fed"]) * 1e3, 1),
+            "fed_no_prefetch_ms": round(statistics.median(times["off"]) * 1e3, 1),
+            "fed_vs_prestaged": round(statistics.median(ratios["fed"]), 3),
+            "fed_vs_prestaged_mean_95": interval(ratios["fed"]),
+            "no_prefetch_vs_prestaged": round(statistics.median(ratios["off"]), 3),
+            "control_prestaged_vs_itself": round(statistics.median(ratios["control"]), 3),
+            "control_mean_95": interval(ratios["control"]),
             "feed_host_ms": round(statistics.median(feed_host() for _ in range(3)) * 1e3, 2)}
 
 
