@@ -175,8 +175,9 @@ def flax_step(x: np.ndarray, y: np.ndarray, layout: str, dtype: Any, devices: li
 
 
 # --- the graphpar side -----------------------------------------------------------------------------------------------
-def graphpar_step(x: np.ndarray, y: np.ndarray, level: str, low: Any, devices: int) -> tuple[Any, Any]:
-    """(run closure, lowered step) for the tutorials' ResNet-50 at ``level`` with low type ``low``."""
+def graphpar_train_network(level: str, low: Any, devices: int) -> Any:
+    """The tutorials' ResNet-50 train network at ``level`` with low type ``low``: STAND_ALONE on one device,
+    DATA_PARALLEL on several, on JAX's default backend."""
     import graphpar as ms
     from graphpar import nn
     from graphpar.models import resnet50
@@ -190,7 +191,12 @@ def graphpar_step(x: np.ndarray, y: np.ndarray, level: str, low: Any, devices: i
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), _LR, _MOMENTUM)
     kwargs = {} if level == "O0" else {"cast_model_type": low}
-    train = ms.amp.build_train_network(net, optimizer, loss, level=level, **kwargs)
+    return ms.amp.build_train_network(net, optimizer, loss, level=level, **kwargs)
+
+
+def graphpar_step(x: np.ndarray, y: np.ndarray, level: str, low: Any, devices: int) -> tuple[Any, Any]:
+    """(run closure, lowered step) for the tutorials' ResNet-50 at ``level`` with low type ``low``."""
+    train = graphpar_train_network(level, low, devices)
     placed = train.program.place_inputs([x, y])
     return (lambda: train.program.run_step(placed)), train.program.lower_step([x, y])
 
@@ -252,6 +258,54 @@ def bench_resnet50(batch: int = 256, size: int = 32, calls: int = 20, rounds: in
                    "first_loss": (round(first, 4), round(theirs["first_loss"], 4))}
 
 
+def bench_feeding(batch: int = 256, steps: int = 24, workers: tuple[int, ...] = (1, 4, 8), rounds: int = 3,
+                  level: str = "O3") -> Iterator[dict[str, Any]]:
+    """Can the tutorials' CIFAR pipeline keep the accelerator busy? ``Model.train`` on the pipeline (``workers``
+    workers, device prefetch 2) against the same compiled step on pre-staged batches, images/s, for graphpar's
+    ResNet-50 at ``level`` (bfloat16 named).
+
+    One ``Model.train(1 + rounds, ...)`` call per worker count: its first epoch starts the worker processes and is
+    left out; the ``rounds`` epochs after it run on the same workers (the pipeline's stream continues across
+    epochs), each timed from its first step's result (``bench.throughput.step_clock``). A call per epoch would
+    restart the workers every time and time their start. The pre-staged loop is timed before and after."""
+    import graphpar.dataset as ds
+    from bench.pipeline import SyntheticCifar, _pipeline
+    from bench.throughput import step_clock
+    from graphpar.train import Model
+
+    devices = jax.devices()
+    train = graphpar_train_network(level, jnp.bfloat16, len(devices))
+    model = Model(train)  # a train network as MindSpore's Model takes one: no loss, no optimizer
+    program = train.program
+    source = SyntheticCifar(batch * steps)
+    ds.config.set_device_prefetch_size(2)
+    for w in workers:
+        data = _pipeline(source, 32, w, batch // len(devices))
+        batches = [tuple(b) for b in data.iter_epoch(0)]
+        staged = [program.place_inputs([np.concatenate([b[c]] * len(devices)) for c in range(2)]) for b in batches]
+
+        def prestaged() -> float:
+            jax.block_until_ready(program.run_step(staged[0]))
+            began = time.perf_counter()
+            for placed in staged[1:]:
+                loss = program.run_step(placed)
+            jax.block_until_ready(loss)
+            return (time.perf_counter() - began) / (len(staged) - 1)
+
+        pre = [prestaged() for _ in range(rounds)]
+        clock = step_clock(steps)
+        started = time.perf_counter()
+        model.train(1 + rounds, data, callbacks=[clock])
+        wall = time.perf_counter() - started
+        pre += [prestaged() for _ in range(rounds)]
+        t_pre, t_fed = float(np.median(pre)), float(np.median(clock.per_epoch[1:]))
+        yield {"model": "ResNet-50 32x32", "graphpar": level, "batch": batch,
+               "devices": f"{len(devices)} {devices[0].platform}", "workers": w,
+               "prestaged_img_s": round(batch / t_pre), "fed_img_s": round(batch / t_fed),
+               "fed_vs_prestaged": round(t_fed / t_pre, 3),
+               "first_epoch_img_s": round(batch / clock.per_epoch[0]), "train_call_s": round(wall, 2)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", default="256", help="global batch sizes, comma-separated")
@@ -261,18 +315,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default="O0,O2,O3")
     parser.add_argument("--layouts", default="NHWC,NCHW")
     parser.add_argument("--flax-state", default="pytree", help="pytree and/or flat (see flax_step)")
+    parser.add_argument("--feeding", default="", help="worker counts for the pipeline-feeding rows (e.g. 1,4,8); "
+                        "empty: the step rows only")
     parser.add_argument("--json", help="also write the rows to this file (rewritten after each row)")
     args = parser.parse_args(argv)
     print(f"jax {jax.__version__} on {jax.device_count()} {jax.devices()[0].device_kind}", flush=True)
     rows = []
-    for batch in (int(b) for b in args.batch.split(",")):
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+
+    batches = [int(b) for b in args.batch.split(",")]
+    if args.feeding:
+        for row in bench_feeding(batches[0], workers=tuple(int(w) for w in args.feeding.split(",")),
+                                 level=args.levels.split(",")[-1]):
+            emit(row)
+        return 0
+    for batch in batches:
         for row in bench_resnet50(batch, args.size, args.calls, args.rounds, tuple(args.levels.split(",")),
                                   tuple(args.layouts.split(",")), tuple(args.flax_state.split(","))):
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(rows, f, indent=1)
+            emit(row)
     return 0
 
 

@@ -44,6 +44,38 @@ def _resnet_model(width: float, amp_level: str = "O0", mode: str = "data_paralle
 
 
 # --- 1. feeding ------------------------------------------------------------------------------------------------------
+def step_clock(steps: int) -> Any:
+    """A callback timing the steady-state seconds per step of each ``Model.train`` epoch of ``steps`` steps, as a
+    pre-staged loop is timed: from the result of the epoch's first step to its last step's result, over the
+    ``steps - 1`` steps between (the per-call set-up of ``train`` itself is not a per-step cost). The clock starts
+    once step 1 is done, not when its call returns: the call returns while the devices still run it (asynchronous
+    dispatch), and starting there counted up to one step more than it divides by (+1/23 at 24 steps). Read
+    ``.per_epoch`` (one figure per epoch) or ``.seconds`` (the last epoch's) after."""
+    import jax
+
+    from graphpar.train import Callback
+
+    class StepClock(Callback):
+        def __init__(self):
+            self.per_epoch: list[float] = []
+
+        def on_train_step_end(self, run_context):
+            args = run_context.original_args()
+            if args.cur_step_num % steps == 1:
+                jax.block_until_ready(args.net_outputs)
+                self.first = time.perf_counter()
+
+        def on_train_epoch_end(self, run_context):
+            jax.block_until_ready(run_context.original_args().net_outputs)
+            self.per_epoch.append((time.perf_counter() - self.first) / (steps - 1))
+
+        @property
+        def seconds(self) -> float:
+            return self.per_epoch[-1]
+
+    return StepClock()
+
+
 def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 8, width: float = 0.25, rounds: int = 41,
                           workers: int = 1) -> dict[str, Any]:
     """Seconds per step of ``Model.train`` on the pipeline (prefetch on, prefetch off) against the same compiled step
@@ -78,27 +110,9 @@ def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 8, width: floa
         jax.block_until_ready(loss)
         return (time.perf_counter() - started) / (len(staged) - 1)
 
-    from graphpar.train import Callback
-
-    class StepClock(Callback):
-        """Steady-state seconds per step inside ``Model.train``, timed as ``prestaged`` is: from the result of the
-        first step to the last step's result, over the ``steps - 1`` steps between (the per-call set-up of
-        ``train`` itself is not a per-step cost). The clock starts once step 1 is done, not when its call returns:
-        the call returns while the devices still run it (asynchronous dispatch)."""
-
-        def on_train_step_end(self, run_context):
-            args = run_context.original_args()
-            if args.cur_step_num % steps == 1:
-                jax.block_until_ready(args.net_outputs)
-                self.first = time.perf_counter()
-
-        def on_train_epoch_end(self, run_context):
-            jax.block_until_ready(run_context.original_args().net_outputs)
-            self.seconds = (time.perf_counter() - self.first) / (steps - 1)
-
     def fed(depth: int) -> float:
         ds.config.set_device_prefetch_size(depth)
-        clock = StepClock()
+        clock = step_clock(steps)
         model.train(1, data, callbacks=[clock])
         return clock.seconds
 

@@ -193,6 +193,11 @@ class Dataset:
         workers = max((n._workers if n._workers is not None else default) for n in self._chain())
         return config.get_seed(), workers, config.get_prefetch_size() if read_ahead or workers > 1 else 0
 
+    def worker_count(self) -> int:
+        """The workers an iterator created now would run this pipeline on (the largest ``num_parallel_workers`` of
+        its operations, or the config's default)."""
+        return self._run_settings()[1]
+
     def _epoch_length(self) -> int | None:
         return self.get_dataset_size() if self._random_access() else None
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextvars
 import inspect
 import itertools
+import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -161,6 +163,68 @@ class DevicePrefetch:
             except queue.Empty:
                 break
         self._thread.join()
+
+
+class StallWatch:
+    """The training loop's wait for its batches over one epoch, and a notice (once) when the data was what the
+    devices waited for.
+
+    Wraps the epoch's ``(host_batch, placed_batch)`` iterator and times each ``next`` past the first (the first
+    includes starting the pipeline and planning the placement). With prefetching, a ``next`` returns at once while
+    the pipeline keeps ahead of the devices; when it does not, the loop sits in ``next`` and the devices idle. Over
+    an epoch of at least ``MIN_SECONDS`` (toy runs are not worth a line) in which the loop waited ``THRESHOLD`` of
+    the time or more, :meth:`report` says so once, with the pipeline's worker count and the machine's cores: on an
+    accelerator one in-process worker can feed a few ten thousand 32×32 images a second, less than one GPU
+    consumes (docs/datasets.md)."""
+
+    THRESHOLD = 0.25
+    MIN_SECONDS = 1.0
+
+    def __init__(self, batches: Iterator[tuple]):
+        self._batches = batches
+        self.waited = 0.0
+        self.count = 0
+        self._started: float | None = None
+
+    def __iter__(self) -> StallWatch:
+        return self
+
+    def __next__(self) -> tuple:
+        began = time.perf_counter()
+        item = next(self._batches)
+        now = time.perf_counter()
+        if self._started is None:
+            self._started = now
+        else:
+            self.waited += now - began
+        self.count += 1
+        return item
+
+    def close(self) -> None:
+        closer = getattr(self._batches, "close", None)
+        if closer is not None:
+            closer()
+
+    def share(self) -> tuple[float, float]:
+        """(seconds since the first batch, the share of them spent waiting for the later batches)."""
+        if self._started is None or self.count < 3:
+            return 0.0, 0.0
+        elapsed = time.perf_counter() - self._started
+        return elapsed, (self.waited / elapsed if elapsed > 0 else 0.0)
+
+    def report(self, dataset: Any, epoch: int, depth: int) -> None:
+        elapsed, share = self.share()
+        if depth <= 0 or elapsed < self.MIN_SECONDS or share < self.THRESHOLD:
+            return  # without prefetching the wait is the feeding itself, which the asynchronous dispatch overlaps
+        from graphpar._logging import notice_once
+
+        workers = dataset.worker_count() if hasattr(dataset, "worker_count") else None
+        per_step = self.waited / (self.count - 1) * 1e3
+        how = (f"num_parallel_workers={workers}" if workers is not None else "the dataset")
+        notice_once("feeding-stall", f"Model.train waited for the dataset {share:.0%} of epoch {epoch} "
+                    f"({per_step:.1f} ms a step; {how}, device prefetch {depth}): the devices idle for data. "
+                    f"Raise num_parallel_workers (this machine has {os.cpu_count()} cores) or make the "
+                    "pipeline's map cheaper (docs/datasets.md, 'Parallel workers').")
 
 
 def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callable[[tuple], Any]:

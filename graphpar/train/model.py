@@ -18,7 +18,7 @@ from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
 from graphpar.compile.program import TrainProgram
-from graphpar.train.feeding import BatchFeeder, prefetched, stack_steps
+from graphpar.train.feeding import BatchFeeder, StallWatch, prefetched, stack_steps
 from graphpar.train.metrics import get_metrics
 
 
@@ -191,8 +191,8 @@ class Model:
                 callback_list.on_train_step_end(run_context)
             else:
                 # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
-                batches = prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0,
-                                                  read_ahead=place is None or depth <= 0), place, depth)
+                batches = StallWatch(prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0,
+                                                             read_ahead=place is None or depth <= 0), place, depth))
                 for batch, placed in batches:
                     cb.train_dataset_element = batch
                     callback_list.on_train_step_begin(run_context)
@@ -202,6 +202,7 @@ class Model:
                     if run_context.get_stop_requested():
                         break
                 batches.close()
+                batches.report(train_dataset, ep + 1, depth)
             callback_list.on_train_epoch_end(run_context)
             if run_context.get_stop_requested():
                 break

@@ -32,3 +32,50 @@ def test_sharded_dataset_gives_each_device_its_own_rows(notices):
     assert feeder.steps_per_epoch() == 4 and x.shape == (16, 1)
     assert len(np.unique(x)) == 16  # 16 distinct rows: 2 from each of the 8 shards
     assert "gets the same batch" not in notices.text
+
+
+class _SlowSource:
+    """Rows that take ``delay`` seconds each to read: a pipeline slower than any step of the tiny network."""
+
+    def __init__(self, n, delay):
+        rng = np.random.default_rng(0)
+        self.x = rng.normal(size=(n, 16)).astype(np.float32)
+        self.y = rng.normal(size=(n, 8)).astype(np.float32)
+        self.delay = delay
+
+    def __getitem__(self, i):
+        import time
+
+        time.sleep(self.delay)
+        return self.x[i], self.y[i]
+
+    def __len__(self):
+        return len(self.x)
+
+
+def _train_on(source, notices, batch=4):
+    from graphpar import nn
+    from graphpar.train import Model
+    from tests.train.helpers import MLP
+
+    net = MLP()
+    model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    data = ds.GeneratorDataset(source, ["x", "y"], shuffle=False).batch(batch, drop_remainder=True)
+    model.train(1, data)
+    return notices.text
+
+
+def test_a_pipeline_the_devices_wait_for_is_named_once_with_its_workers_and_the_cores(notices):
+    """20 steps whose batches take 4 x 15 ms to read, against a step of a millisecond or two: the loop waits for
+    the data nearly all the time, and Model.train says so, with what to change."""
+    ms.set_auto_parallel_context(parallel_mode="stand_alone")
+    text = _train_on(_SlowSource(80, 0.015), notices)
+    assert "Model.train waited for the dataset" in text and "of epoch 1" in text
+    assert "num_parallel_workers=1" in text and "cores" in text
+    assert text.count("Model.train waited for the dataset") == 1
+
+
+def test_a_short_epoch_is_not_judged(notices):
+    """Under a second of training says nothing, however slow its data (a toy run is not worth the line)."""
+    ms.set_auto_parallel_context(parallel_mode="stand_alone")
+    assert "waited for the dataset" not in _train_on(_SlowSource(40, 0.002), notices)
