@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
                                                   "control_mean_95", "feed_host_ms"]), flush=True)
         print("ResNet-18 mixed precision (issue 15): step time and 20-step loss vs float32 (bfloat16 on CPU)")
         print(_table(bench_amp(), ["amp_level", "width", "batch", "step_ms", "vs_float32", "max_rel_loss_diff",
-                                   "loss_first_last"]), flush=True)
+                                   "max_diff_over_first_loss", "loss_first_last"]), flush=True)
         print("2 processes x 4 devices, 3x512 MLP DATA_PARALLEL vs plain JAX over jax.distributed (goal <= 1.05)")
         print(_table([bench_two_processes()], ["model", "processes", "devices", "global_batch", "graphpar_ms",
                                                "jax_distributed_ms", "ratio"]), "\n", flush=True)
