@@ -44,6 +44,26 @@ def _resnet_model(width: float, amp_level: str = "O0", mode: str = "data_paralle
 
 
 # --- 1. feeding ------------------------------------------------------------------------------------------------------
+def prestaged_clock(program: Any, data: Any, devices: int) -> Any:
+    """A function timing one epoch of ``data`` run by ``program`` from batches placed beforehand (the feeding
+    benches' baseline): the seconds per step from the first step's result to the last's. Each device gets the
+    pipeline's batch, as ``Model.train`` gives every device the batch of an unsharded dataset."""
+    import jax
+
+    batches = [tuple(b) for b in data.iter_epoch(0)]
+    staged = [program.place_inputs([np.concatenate([b[c]] * devices) for c in range(len(b))]) for b in batches]
+
+    def prestaged() -> float:
+        jax.block_until_ready(program.run_step(staged[0]))
+        started = time.perf_counter()
+        for placed in staged[1:]:
+            loss = program.run_step(placed)
+        jax.block_until_ready(loss)
+        return (time.perf_counter() - started) / (len(staged) - 1)
+
+    return prestaged
+
+
 def step_clock(steps: int) -> Any:
     """A callback timing the steady-state seconds per step of each ``Model.train`` epoch of ``steps`` steps, as a
     pre-staged loop is timed: from the result of the epoch's first step to its last step's result, over the
@@ -98,17 +118,8 @@ def bench_feeding_overlap(per_device_batch: int = 4, steps: int = 8, width: floa
     program = model.train_network.program
     devices = len(jax.devices())
     data = _pipeline(SyntheticCifar(per_device_batch * steps), 32, workers, per_device_batch)
-    batches = [tuple(b) for b in data.iter_epoch(0)]
-    staged = [program.place_inputs([np.concatenate([b[c]] * devices) for c in range(2)]) for b in batches]
+    prestaged = prestaged_clock(program, data, devices)
     model.train(1, data)  # compile, and start the pipeline once
-
-    def prestaged() -> float:
-        jax.block_until_ready(program.run_step(staged[0]))
-        started = time.perf_counter()
-        for placed in staged[1:]:
-            loss = program.run_step(placed)
-        jax.block_until_ready(loss)
-        return (time.perf_counter() - started) / (len(staged) - 1)
 
     def fed(depth: int) -> float:
         ds.config.set_device_prefetch_size(depth)
