@@ -54,8 +54,10 @@ _BLOCKS, _STAGES = (3, 4, 6, 3), (64, 128, 256, 512)
 class ConvNCHW(nnx.Module):
     """``nnx.Conv`` for channels-first data (OIHW weights): the layout MindSpore's Conv2d uses, for the NCHW row."""
 
-    def __init__(self, cin: int, cout: int, kernel: tuple[int, int], strides: int = 1, *, dtype: Any,
-                 rngs: nnx.Rngs, **_: Any):
+    def __init__(self, cin: int, cout: int, kernel: tuple[int, int], strides: int = 1, *, use_bias: bool,
+                 padding: str, dtype: Any, rngs: nnx.Rngs):
+        if use_bias or padding != "SAME":
+            raise ValueError("ConvNCHW computes bias-free 'SAME' convolutions only (what ResNet-50 uses)")
         init = nnx.initializers.lecun_normal(in_axis=1, out_axis=0)
         self.kernel = nnx.Param(init(rngs.params(), (cout, cin, *kernel), jnp.float32))
         self.strides, self.dtype = strides, dtype

@@ -209,7 +209,8 @@ def bench_amp(width: float = 0.25, batch: int = 32, size: int = 32, steps: int =
                      "loss_first_last": (round(losses[0], 4), round(losses[-1], 4))})
     rows.insert(0, {"amp_level": "O0", "width": width, "batch": batch,
                     "step_ms": round(statistics.median(f32_times) * 1e3, 1), "vs_float32": 1.0,
-                    "max_rel_loss_diff": 0.0, "max_diff_over_first_loss": 0.0, "loss_first_last": (round(f32_losses[0], 4), round(f32_losses[-1], 4))})
+                    "max_rel_loss_diff": 0.0, "max_diff_over_first_loss": 0.0,
+                    "loss_first_last": (round(f32_losses[0], 4), round(f32_losses[-1], 4))})
     return rows
 
 

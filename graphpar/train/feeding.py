@@ -19,7 +19,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -180,7 +180,7 @@ class StallWatch:
     THRESHOLD = 0.25
     MIN_SECONDS = 1.0
 
-    def __init__(self, batches: Iterator[tuple]):
+    def __init__(self, batches: Generator[tuple, None, None]):
         self._batches = batches
         self.waited = 0.0
         self.count = 0
@@ -201,26 +201,23 @@ class StallWatch:
         return item
 
     def close(self) -> None:
-        closer = getattr(self._batches, "close", None)
-        if closer is not None:
-            closer()
-
-    def share(self) -> tuple[float, float]:
-        """(seconds since the first batch, the share of them spent waiting for the later batches)."""
-        if self._started is None or self.count < 3:
-            return 0.0, 0.0
-        elapsed = time.perf_counter() - self._started
-        return elapsed, (self.waited / elapsed if elapsed > 0 else 0.0)
+        self._batches.close()
 
     def report(self, dataset: Any, epoch: int, depth: int) -> None:
-        elapsed, share = self.share()
-        if depth <= 0 or elapsed < self.MIN_SECONDS or share < self.THRESHOLD:
-            return  # without prefetching the wait is the feeding itself, which the asynchronous dispatch overlaps
+        """Say once when, with prefetching on, the loop waited ``THRESHOLD`` of an epoch longer than
+        ``MIN_SECONDS``; without prefetching the wait is the feeding itself, which the asynchronous dispatch
+        overlaps."""
+        if depth <= 0 or self._started is None or self.count < 3:
+            return
+        elapsed = time.perf_counter() - self._started
+        share = self.waited / elapsed
+        if elapsed < self.MIN_SECONDS or share < self.THRESHOLD:
+            return
         from graphpar._logging import notice_once
+        from graphpar.dataset._pipeline import Dataset
 
-        workers = dataset.worker_count() if hasattr(dataset, "worker_count") else None
+        how = f"num_parallel_workers={dataset.worker_count()}" if isinstance(dataset, Dataset) else "the dataset"
         per_step = self.waited / (self.count - 1) * 1e3
-        how = (f"num_parallel_workers={workers}" if workers is not None else "the dataset")
         notice_once("feeding-stall", f"Model.train waited for the dataset {share:.0%} of epoch {epoch} "
                     f"({per_step:.1f} ms a step; {how}, device prefetch {depth}): the devices idle for data. "
                     f"Raise num_parallel_workers (this machine has {os.cpu_count()} cores) or make the "
@@ -255,7 +252,8 @@ def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callabl
     return place_like
 
 
-def prefetched(batches: Iterator[tuple], place: Callable[[tuple], Any] | None, depth: int) -> Iterator[tuple]:
+def prefetched(batches: Iterator[tuple], place: Callable[[tuple], Any] | None,
+               depth: int) -> Generator[tuple, None, None]:
     """``(host_batch, placed_batch)`` pairs: placed ``depth`` ahead by a :class:`DevicePrefetch`, or placed on
     demand on the calling thread when ``depth`` is 0 (``placed_batch`` is the host batch when there is nothing to
     place with: an eager program places its own inputs)."""
