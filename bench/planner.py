@@ -48,9 +48,9 @@ class _Value:
 def bench_cost_model(n_axes: int, repeats: int = 2000) -> dict:
     """Seconds per (redistribution + MatMul op) pricing on a mesh of ``2 ** n_axes`` devices."""
     from graphpar.ir.graph import Node, Value
-    from graphpar.parallel.cost import op_cost, redistribution_cost
-    from graphpar.parallel.dims import DimSpec
-    from graphpar.parallel.strategy import MeshInfo, NodeStrategy
+    from graphpar.planner.cost import op_cost, redistribution_cost
+    from graphpar.planner.dims import DimSpec
+    from graphpar.planner.strategy import MeshInfo, NodeStrategy
 
     names = tuple(f"m{i}" for i in range(n_axes))
     mesh = MeshInfo(names, (2,) * n_axes)

@@ -45,8 +45,8 @@ def bench_search_memory() -> list[dict]:
     """Predicted per-device peak memory (the cost model the memory budget uses) against the compiled program's
     ``memory_analysis()`` (argument + output + temp - alias), for the 8-layer 1024-wide MLP under the hand plans
     and the searched plan, at batch 64 and 4,096. Compile only: nothing runs."""
-    from graphpar.parallel.cost import predicted_peak
-    from graphpar.parallel.memory_model import compiled_peak_bytes
+    from graphpar.planner.cost import predicted_peak
+    from graphpar.planner.memory_model import compiled_peak_bytes
     from tests.search.helpers import HAND_PLANS, mlp_data, mlp_train
 
     rows = []

@@ -94,7 +94,7 @@ class Context(_Revised):
     save_graphs_path: str = "ir_dumps"
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
     # graphpar extension, set by `graphpar plan`: the first compiled step plans for this many virtual devices,
-    # prints the plan and ends the script (graphpar.parallel.search.planning)
+    # prints the plan and ends the script (graphpar.compile.dry_run)
     plan_devices: int | None = None
     plan_platform: str = "gpu"
     plan_overrides: tuple = ()  # (key, value) pairs: parallel_mode / search_mode replacing the script's
@@ -242,7 +242,7 @@ def set_context(**kwargs: Any) -> None:
             _check_writable_dir(api, key, value)
             _context.save_graphs_path = value
         elif key == "max_device_memory":
-            from graphpar.parallel.search.settings import parse_memory
+            from graphpar.planner.search.settings import parse_memory
 
             parse_memory(value)  # validated now, read when a plan is made
             _context.max_device_memory = value

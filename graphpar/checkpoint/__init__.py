@@ -18,4 +18,4 @@ from graphpar.checkpoint.serialization import load_checkpoint as load_checkpoint
 from graphpar.checkpoint.serialization import load_param_into_net as load_param_into_net
 from graphpar.checkpoint.serialization import save_checkpoint as save_checkpoint
 from graphpar.checkpoint.store import wait_for_saves as wait_for_saves
-from graphpar.parallel.strategy_file import ParameterLayout as ParameterLayout
+from graphpar.planner.strategy_file import ParameterLayout as ParameterLayout

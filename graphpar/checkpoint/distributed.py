@@ -22,9 +22,9 @@ from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.serialization import SUFFIX, checkpoint_path, load_param_into_net
 from graphpar.checkpoint.slices import merge_rows
 from graphpar.common.parameter import Parameter
-from graphpar.parallel import strategy_file
-from graphpar.parallel.strategy_file import ParameterLayout
-from graphpar.parallel.tensor_layout import slices_to_json
+from graphpar.planner import strategy_file
+from graphpar.planner.strategy_file import ParameterLayout
+from graphpar.planner.tensor_layout import slices_to_json
 
 
 def build_searched_strategy(strategy_filename: str) -> dict[str, ParameterLayout]:

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from graphpar.parallel.tensor_layout import slices_from_json, slices_to_json
+from graphpar.planner.tensor_layout import slices_from_json, slices_to_json
 
 RANK_AXIS = "graphpar_rank"
 

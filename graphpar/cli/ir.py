@@ -235,7 +235,7 @@ def _print_explain(data: dict[str, Any]) -> None:
     _emit_table(["node", "op", "kind", "strategy", "from", "edge cost", "scope"], rows)
     print(f"\nredistribution cost along the chain: {data['total_cost']:g} B per device")
     if data.get("search"):
-        from graphpar.parallel.search.report import print_choices
+        from graphpar.planner.search.report import print_choices
 
         print_choices(data["search"])
 

@@ -190,7 +190,7 @@ def explain_data(dset: DumpSet, op: str) -> dict[str, Any]:
     else:
         why = root["provenance"]["text"] if root["provenance"] else "no provenance recorded"
     text = f" {_ARROW} ".join(c["instance_name"] for c in chain) + f" ({why})"
-    from graphpar.parallel.search.report import search_records
+    from graphpar.planner.search.report import search_records
 
     records, _ = search_records(dset.main)
     return {"source": dset.source, "op": op, "node": chain[0]["node"], "chain": chain,

@@ -51,8 +51,8 @@ from graphpar.compile.replica_split import ReplicaSplit, plan_graph, replica_spl
 from graphpar.compile.state import NetworkState
 from graphpar.compile.step import StepParts
 from graphpar.errors import DatasetError
-from graphpar.parallel.optimizer_parallel import canonical_spec
-from graphpar.parallel.strategy import to_partition_spec
+from graphpar.planner.optimizer_parallel import canonical_spec
+from graphpar.planner.strategy import to_partition_spec
 
 
 def dim0_split(sharding: Any) -> int:

@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from graphpar.compile import call_groups, recompute
 from graphpar.ir.graph import Graph, Node
-from graphpar.parallel.strategy import to_partition_spec
+from graphpar.planner.strategy import to_partition_spec
 
 _CALL_PRIMS = frozenset({"jit", "pjit", "closed_call", "core_call"})
 

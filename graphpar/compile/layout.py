@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import jax
 from jax.sharding import Mesh, NamedSharding
 
-from graphpar.parallel.strategy import Spec, to_partition_spec
+from graphpar.planner.strategy import Spec, to_partition_spec
 
 
 class Layout(ABC):

@@ -26,9 +26,9 @@ from jax.sharding import NamedSharding
 
 from graphpar._logging import notice_once
 from graphpar.compile.recompute import activations_only, naming_activations
-from graphpar.parallel.optimizer_parallel import (
+from graphpar.planner.optimizer_parallel import (
     GATHERED, OptimizerParallelConfig, ParameterShard, canonical_spec, shard_parameter)
-from graphpar.parallel.strategy import to_partition_spec
+from graphpar.planner.strategy import to_partition_spec
 
 
 def _gather_fn(compute: jax.sharding.Sharding, storage: jax.sharding.Sharding) -> Callable[[Any], Any]:

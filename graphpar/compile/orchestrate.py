@@ -30,8 +30,8 @@ from graphpar.ir.graph import Graph
 def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str) -> Graph:
     """The plan's pass pipeline on a traced graph; writes the begin dump and the strategy file (if configured)."""
     from graphpar.dump.writer import maybe_dump_begin
-    from graphpar.parallel import strategy_file
-    from graphpar.parallel.pipeline import run_pipeline
+    from graphpar.planner import strategy_file
+    from graphpar.planner.pipeline import run_pipeline
 
     setup = plan.setup(graph)
     graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": setup.ctx.mesh, "purpose": purpose,

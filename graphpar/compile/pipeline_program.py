@@ -41,11 +41,11 @@ from graphpar.compile.stage_programs import is_float, stage_programs
 from graphpar.compile.state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
-from graphpar.parallel.mesh import make_mesh, mesh_axis_sizes
-from graphpar.parallel.passes.context import PlanContext
-from graphpar.parallel.pipeline import run_pipeline
-from graphpar.parallel.pipeline_stages import PipelineError, StageGraph, StageSplit, assign_stages, split_stages
-from graphpar.parallel.strategy import MeshInfo, to_partition_spec
+from graphpar.planner.mesh import make_mesh, mesh_axis_sizes
+from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.pipeline import run_pipeline
+from graphpar.planner.pipeline_stages import PipelineError, StageGraph, StageSplit, assign_stages, split_stages
+from graphpar.planner.strategy import MeshInfo, to_partition_spec
 
 _PIPELINE_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
 
@@ -184,8 +184,8 @@ class PipelineProgram:
 
     # --- planning and compiling --------------------------------------------------------------------------------
     def _plan(self, ns: NetworkState, avals: list[jax.ShapeDtypeStruct]) -> Graph:
-        from graphpar.parallel import strategy_file
-        from graphpar.parallel.planned import _hint_matrices, dataset_specs
+        from graphpar.planner import strategy_file
+        from graphpar.planner.planned import _hint_matrices, dataset_specs
 
         graph, _ = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
         assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning

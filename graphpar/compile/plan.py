@@ -10,7 +10,7 @@ Every plan answers the same protocol for ``compile.orchestrate`` and the step bu
 ``StandAlonePlan`` runs on one device. ``DataParallelPlan`` gives MindSpore's DATA_PARALLEL semantics exactly: each
 device computes the user's loss on its own slice of the global batch (``jax.vmap`` over the device axis, sharded
 over the mesh), and the gradient is that of the *sum* of the per-device losses, divided by the device count when
-``gradients_mean=True``. The SEMI_AUTO/AUTO plan (``graphpar.parallel.planned``) differentiates the loss of the
+``gradients_mean=True``. The SEMI_AUTO/AUTO plan (``graphpar.planner.planned``) differentiates the loss of the
 global batch through the planned graph. In GRAPH_MODE every plan evaluates its traced graph with
 ``compile.interpret`` (so dumps can attribute collectives); PYNATIVE_MODE runs the Python network eagerly.
 """
@@ -34,9 +34,9 @@ from graphpar.compile.stages import Planned, Traced
 from graphpar.compile.state import NetworkState
 from graphpar.errors import DatasetError
 from graphpar.ir.graph import Graph
-from graphpar.parallel.mesh import make_mesh
-from graphpar.parallel.passes.context import PlanContext
-from graphpar.parallel.strategy import MeshInfo
+from graphpar.planner.mesh import make_mesh
+from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.strategy import MeshInfo
 
 REPLICA_AXIS = "graphpar_replica"
 

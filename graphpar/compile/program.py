@@ -47,7 +47,7 @@ from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
 from graphpar.compile.state import NetworkState, current_state
 from graphpar.compile.step import StepParts, optax_update, sink_loop, train_step
 from graphpar.nn.grad_accumulation import unwrap_accumulation
-from graphpar.parallel.optimizer_parallel import OptimizerParallelConfig
+from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
 from graphpar.nn.loss_scale import loss_scale_of, train_transformation
 
 

@@ -43,7 +43,7 @@ from graphpar.ir.graph import Graph
 def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Planned:
     """The network's train graph for ``avals``, traced and planned by ``plan`` like the step's own (no dumps:
     the step's dumps show the whole batch's graph)."""
-    from graphpar.parallel.pipeline import run_pipeline
+    from graphpar.planner.pipeline import run_pipeline
 
     started = time.perf_counter()
     traced = plan.trace(ns, avals, "train")

@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from graphpar.compile.interpret import evaluate
 from graphpar.ir.graph import Graph
-from graphpar.parallel.pipeline_stages import StageGraph
+from graphpar.planner.pipeline_stages import StageGraph
 
 
 def is_float(value: Any) -> bool:

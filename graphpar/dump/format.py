@@ -8,7 +8,7 @@ import numpy as np
 
 from graphpar.common.dtype import ms_name
 from graphpar.ir.graph import Graph, Value
-from graphpar.parallel.strategy import MeshInfo, strategy_text
+from graphpar.planner.strategy import MeshInfo, strategy_text
 
 FORMAT_VERSION = 1  # the "# format: graphpar-ir N" header; bump when a line's grammar changes (docs/ir_format.md)
 VALUE_PREFIX = {"param": "para", "state": "state", "input": "data", "const": "const"}

@@ -186,7 +186,7 @@ def schedule_for(dump_path: str | None, index: int | None) -> dict[str, Any] | N
 
 def maybe_save_strategy(built: Any, program: Any, trainable: set[str]) -> None:
     """The strategy file of a pipelined plan: MindSpore's JSON with each op's and each parameter's stage."""
-    from graphpar.parallel import strategy_file
+    from graphpar.planner import strategy_file
 
     config = program.pctx.strategy_ckpt_config or {}
     path = config.get("save_file")

@@ -115,7 +115,7 @@ def begin_texts(graph: Graph, plan: Any, ranks: list[int]) -> dict[int, str]:
                     f"wanted by " + ", ".join(f"{name} (node {nid}) as {spec_text(spec)}"
                                               for name, nid, spec in conflict["wanted"])
                     + f"; redistribution {conflict['cost_bytes']:g} B per device")
-    from graphpar.parallel.search.report import search_lines
+    from graphpar.planner.search.report import search_lines
 
     body += search_lines(graph)
     return {rank: "\n".join(_header("step_parallel_begin", graph, plan, rank, "global shapes") + body) + "\n"
@@ -190,8 +190,8 @@ def _fused_gradients(c: Collective, graph: Graph) -> tuple[str, ...]:
 
 
 def _predicted(graph: Graph, plan: Any) -> dict[int, float]:
-    """Per node, the cost model's predicted collective wire bytes (``graphpar.parallel.predict``)."""
-    from graphpar.parallel.predict import predicted_costs
+    """Per node, the cost model's predicted collective wire bytes (``graphpar.planner.predict``)."""
+    from graphpar.planner.predict import predicted_costs
 
     costs = predicted_costs(graph, plan.pctx.parallel_mode, plan.n, graph.meta.get("purpose") == "train")
     return {nid: c.comm_bytes for nid, c in costs.items()}

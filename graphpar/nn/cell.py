@@ -216,7 +216,7 @@ class Cell(nnx.Module, pytree=False):
     @property
     def pipeline_stage(self) -> int | None:
         """The pipeline stage this Cell (and every Cell below it that sets none) runs in; ``None`` when unset, as
-        MindSpore's default. Read by ``graphpar.parallel.pipeline_stages`` when ``pipeline_stages > 1``."""
+        MindSpore's default. Read by ``graphpar.planner.pipeline_stages`` when ``pipeline_stages > 1``."""
         return self.__dict__.get("_pipeline_stage")
 
     @pipeline_stage.setter

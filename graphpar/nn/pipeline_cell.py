@@ -53,7 +53,7 @@ class PipelineCell(Cell):
 
 def check_micro_split(index: int, shape: tuple[int, ...], micro_size: int) -> None:
     """Refuse an input whose batch dimension ``micro_size`` does not divide, naming the input."""
-    from graphpar.parallel.pipeline_stages import PipelineError
+    from graphpar.planner.pipeline_stages import PipelineError
 
     if not shape or shape[0] % micro_size:
         raise PipelineError(f"input {index} of PipelineCell (shape {tuple(shape)})",

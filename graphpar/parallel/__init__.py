@@ -1,23 +1,13 @@
-"""Parallel planning: strategies, rules, the pass pipeline, the cost model and the search; ``plan(...)`` shows a
-plan in memory, ``plan_for_devices(...)`` makes one for a device count this machine does not have.
+"""``graphpar.parallel``: the public parallel API, as ``mindspore.parallel`` is.
 
-Both are loaded on first use, so importing ``graphpar.parallel`` stays cheap.
+``plan(network_or_train_cell, *example_inputs)`` shows a plan in memory; ``plan_for_devices(...)`` makes one for a
+device count this machine does not have; ``graphpar.parallel.nn`` holds MindSpore 2.x's ``Pipeline`` and
+``GradAccumulation``. This package is a facade at the top of the layers (docs/architecture.md): it re-exports from
+the engine (``graphpar.planner`` decides strategies and layouts, ``graphpar.compile`` runs them) and holds no logic.
 """
 
-from __future__ import annotations
-
-from typing import Any
+from graphpar.compile.dry_run import PlanSummary as PlanSummary
+from graphpar.compile.dry_run import plan_for_devices as plan_for_devices
+from graphpar.parallel.plan_api import plan as plan
 
 __all__ = ["plan", "plan_for_devices", "PlanSummary"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "plan":  # graphpar.parallel.plan(network_or_train_cell, *example_inputs)
-        from graphpar.parallel.plan_api import plan
-
-        return plan
-    if name in ("plan_for_devices", "PlanSummary"):
-        from graphpar.parallel.search import planning
-
-        return getattr(planning, name)
-    raise AttributeError(f"module 'graphpar.parallel' has no attribute {name!r}")

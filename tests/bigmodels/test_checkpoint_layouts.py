@@ -9,7 +9,7 @@ import graphpar as ms
 from graphpar import nn
 from graphpar.checkpoint import load_checkpoint, load_param_into_net, save_checkpoint
 from graphpar.checkpoint.store import read_manifest
-from graphpar.parallel import strategy_file
+from graphpar.planner import strategy_file
 from tests.bigmodels.nets import WideMLP, data, params
 
 

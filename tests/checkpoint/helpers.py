@@ -14,7 +14,7 @@ def rand(*shape, seed=0):
 
 
 class QuickstartNet(nn.Cell):
-    """The seed quickstart's network (tests/parallel/test_propagation.py), with the hint scaled to the devices."""
+    """The seed quickstart's network (tests/planner/test_propagation.py), with the hint scaled to the devices."""
 
     def __init__(self, hint=((2, 4), (4, 1))):
         super().__init__()

@@ -8,7 +8,7 @@ import graphpar as ms
 import graphpar.dataset as ds
 from graphpar import nn
 from graphpar.checkpoint import load_checkpoint, load_param_into_net, save_checkpoint
-from graphpar.parallel.strategy import to_partition_spec
+from graphpar.planner.strategy import to_partition_spec
 from graphpar.train import CheckpointConfig, ModelCheckpoint
 
 from .helpers import Arrays, QuickstartNet, Record, StopAt, params, rand

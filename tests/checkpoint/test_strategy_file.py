@@ -140,9 +140,9 @@ def test_tensor_map_slices_match_jax_placement(spec):
     import jax
     from jax.sharding import NamedSharding
 
-    from graphpar.parallel.mesh import make_mesh
-    from graphpar.parallel.strategy import to_partition_spec
-    from graphpar.parallel.tensor_layout import from_mesh_spec, rank_slices
+    from graphpar.planner.mesh import make_mesh
+    from graphpar.planner.strategy import to_partition_spec
+    from graphpar.planner.tensor_layout import from_mesh_spec, rank_slices
 
     mesh = make_mesh(jax.devices(), [(2, 2, 2)])
     dev_matrix, tensor_map = from_mesh_spec(spec, mesh.axis_names, [2, 2, 2])

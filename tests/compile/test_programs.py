@@ -13,7 +13,7 @@ import graphpar as ms
 from graphpar import nn
 from graphpar.compile.forward import program_for
 from graphpar.compile.progress import CompileProgress
-from graphpar.parallel.strategy import to_partition_spec
+from graphpar.planner.strategy import to_partition_spec
 from graphpar.train import Model
 
 from tests.train.helpers import array_dataset

@@ -203,7 +203,7 @@ def _cifar_truncated(tmp: Path):
 
 
 def _strategy_file(tmp: Path, text: str):
-    from graphpar.parallel import strategy_file
+    from graphpar.planner import strategy_file
 
     path = tmp / "strategy.json"
     path.write_text(text)

@@ -289,7 +289,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-5, 10) | st.text(m
 def _strategy_file(body, raw):
     import tempfile
 
-    from graphpar.parallel import strategy_file
+    from graphpar.planner import strategy_file
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "strategy.json"

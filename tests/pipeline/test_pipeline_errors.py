@@ -7,7 +7,7 @@ import graphpar as ms
 from graphpar import nn
 from graphpar.compile.pipeline_schedule import dispatch_order, peak_in_flight, stage_orders
 from graphpar.errors import ConfigError
-from graphpar.parallel.pipeline_stages import PipelineError
+from graphpar.planner.pipeline_stages import PipelineError
 
 from .models import MLP4
 

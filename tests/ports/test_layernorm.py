@@ -5,7 +5,7 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn
-from tests.parallel.helpers import forward, rand, reference
+from tests.planner.helpers import forward, rand, reference
 
 
 class Block(nn.Cell):

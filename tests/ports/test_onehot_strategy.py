@@ -8,7 +8,7 @@ import pytest
 
 from graphpar import nn, ops
 from graphpar.errors import StrategyError
-from tests.parallel.helpers import forward
+from tests.planner.helpers import forward
 
 
 class OneHotCell(nn.Cell):

@@ -66,6 +66,6 @@ def losses(train, inputs, steps=3) -> list[float]:
 
 def compiled_memory(train, inputs) -> int:
     """The compiled step's resident bytes per device, the quantity the memory model predicts."""
-    from graphpar.parallel.memory_model import compiled_peak_bytes
+    from graphpar.planner.memory_model import compiled_peak_bytes
 
     return compiled_peak_bytes(train.program.lower_step(list(inputs)).compile().memory_analysis())

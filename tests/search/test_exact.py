@@ -7,11 +7,11 @@ import pytest
 
 import graphpar as ms
 from graphpar import Parameter, Tensor, nn, ops
-from graphpar.parallel.cost import HARDWARE, grad_values, plan_cost
-from graphpar.parallel.passes.context import PlanContext
-from graphpar.parallel.search.ilp import solve_ilp
-from graphpar.parallel.search.problem import build_problem, combined_gradient_messages
-from graphpar.parallel.search.settings import SEARCH_MODES, objective_hardware
+from graphpar.planner.cost import HARDWARE, grad_values, plan_cost
+from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.search.ilp import solve_ilp
+from graphpar.planner.search.problem import build_problem, combined_gradient_messages
+from graphpar.planner.search.settings import SEARCH_MODES, objective_hardware
 
 from .helpers import MLP, mlp_data
 

@@ -1,13 +1,13 @@
 """The cost model's per-device memory against the compiled program's ``memory_analysis()``: optimizer state read
-from the optimizer the step runs, residuals kept for the backward pass, reduced gradients (parallel/memory_model.py)."""
+from the optimizer the step runs, residuals kept for the backward pass, reduced gradients (planner/memory_model.py)."""
 
 import numpy as np
 import pytest
 
 import graphpar as ms
 from graphpar import nn
-from graphpar.parallel.cost import plan_cost, predicted_peak, sum_costs
-from graphpar.parallel.memory_model import optimizer_slots
+from graphpar.planner.cost import plan_cost, predicted_peak, sum_costs
+from graphpar.planner.memory_model import optimizer_slots
 
 from .helpers import MLP, compiled_memory, mlp_data
 

@@ -13,7 +13,7 @@ import pytest
 import graphpar as ms
 from graphpar import _context, nn
 from graphpar.errors import ConfigError
-from graphpar.parallel.search.settings import MemoryBudgetError
+from graphpar.planner.search.settings import MemoryBudgetError
 
 from .helpers import HAND_PLANS, MLP, compiled_memory, losses, measured_bytes, mlp_data, mlp_train
 
@@ -70,7 +70,7 @@ def _budget_case(layers, width, batch, fraction=0.9):
 
 
 def _check_budget(layers, width, batch):
-    from graphpar.parallel.cost import predicted_peak
+    from graphpar.planner.cost import predicted_peak
 
     dp, budget, train, planned, compiled = _budget_case(layers, width, batch)
     assert planned.meta["search"]["memory_bytes"] <= budget

@@ -1,0 +1,202 @@
+"""Plans for device counts this machine does not have: ``plan_for_devices`` and ``graphpar plan SCRIPT --devices N``.
+
+Planning needs the graph (traced from abstract shapes) and the mesh's axis sizes (:class:`MeshInfo`), never a
+device: the pipeline runs exactly as for a real job of N devices, and the cost model predicts per device memory and
+collective bytes per step. The mesh a compiled program would use is given as a ``jax.sharding.AbstractMesh``.
+Lowering to HLO for N devices is not done.
+
+``graphpar plan`` runs the user's script with ``Context.plan_devices = N``: the first step the script compiles
+(``Model.train``, a ``TrainOneStepCell`` call, a forward) plans for N virtual devices, prints the summary and ends
+the script (:class:`PlanDone`). The batch is MindSpore's per-device batch: the script's global batch divided by its
+own device count, times N (``dataset_strategy="full_batch"`` keeps the batch as it is).
+The plan-only plan hooks the compile stage's protocol: its ``trace_avals`` scales the batch and its ``setup`` (which
+the orchestrator calls with the traced graph) plans, prints and raises :class:`PlanDone`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh
+
+from graphpar import _context
+from graphpar._context import ParallelMode
+from graphpar.compile.graph_trace import trace_network
+from graphpar.compile.plan import ExecutionPlan
+from graphpar.compile.state import NetworkState
+from graphpar.ir.graph import Graph
+from graphpar.planner.mesh import axis_names, mesh_axis_sizes
+from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.pipeline import run_pipeline
+from graphpar.planner.cost import plan_cost, predicted_peak, sum_costs
+from graphpar.planner.memory_model import DEFAULT_OPTIMIZER_SLOTS, graph_optimizer_slots
+from graphpar.planner.search.settings import search_settings
+from graphpar.planner.strategy import MeshInfo
+
+
+@dataclass
+class PlanSummary:
+    """A plan for ``devices`` devices and its predictions (per device, per step)."""
+
+    devices: int
+    parallel_mode: str
+    search_mode: str
+    mesh: AbstractMesh
+    graph: Graph
+    memory_bytes: float
+    comm_bytes: float
+    messages: int
+    seconds: float  # tracing + planning
+    per_node: dict[int, Any] = field(default_factory=dict)  # node id -> Cost
+    memory_terms: str = "parameters + activations"  # what memory_bytes counts (the optimizer whose state it is)
+
+    def text(self, max_rows: int = 60) -> str:
+        g = self.graph
+        lines = [f"plan for {self.devices} devices ({self.parallel_mode}, search_mode={self.search_mode}); mesh "
+                 + " ".join(f"{n}={s}" for n, s in self.mesh.shape.items())]
+        rows = [("node", "op", "kind", "strategy", "provenance", "collective B")]
+        for node in g.node_list():
+            cost = self.per_node.get(node.id)
+            rows.append((str(node.id), node.instance_name, node.kind, node.strategy.in_strategy_text(),
+                         node.provenance.kind if node.provenance else "", f"{cost.comm_bytes:.0f}" if cost else ""))
+        shown = rows if len(rows) <= max_rows + 1 else rows[:max_rows + 1] + [("...", f"{len(rows) - 1 - max_rows} "
+                                                                              "more ops", "", "", "", "")]
+        widths = [max(len(r[i]) for r in shown) for i in range(len(rows[0]))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in shown]
+        search = g.meta.get("search") or {}
+        lines.append(f"predicted per device: peak memory {self.memory_bytes / 1024 ** 2:.2f} MiB ({self.memory_terms}"
+                     f"), collective bytes per step {self.comm_bytes:.0f} in {self.messages} collectives")
+        if search:
+            p = search["problem"]
+            lines.append(f"search: {p['variables']} variables ({p['repeated_groups']} repeated-layer groups), "
+                         f"{p['choices']} choices, {p['edges']} edges; build {search['build_s']:.2f} s, solve "
+                         f"{search['solve_s']:.2f} s, {'optimal' if search['optimal'] else 'gap %.3g' % search['gap']}")
+        lines.append(f"traced and planned in {self.seconds:.2f} s")
+        return "\n".join(lines)
+
+
+class PlanDone(SystemExit):
+    """Raised by the plan-only plan once the plan is printed: ends the user's script (``graphpar plan``)."""
+
+    def __init__(self, summary: PlanSummary):
+        super().__init__(0)
+        self.summary = summary
+
+
+def _modes(pctx: Any) -> tuple[str, str]:
+    mode, search = pctx.parallel_mode, pctx.search_mode
+    if mode == ParallelMode.STAND_ALONE:
+        return ParallelMode.AUTO_PARALLEL, "recursive_programming"  # what the search would do
+    if mode == ParallelMode.DATA_PARALLEL:
+        return ParallelMode.SEMI_AUTO_PARALLEL, search  # data-parallel defaults on every op: DP's plan
+    return mode, search
+
+
+def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", pctx: Any = None,
+                           platform: str = "gpu", optimizer: Any = None) -> PlanSummary:
+    """Plan a traced ``graph`` (global shapes for ``devices`` devices) with the pass pipeline, on a mesh of
+    ``devices`` devices that need not exist. ``optimizer``: the one training would run (its state per parameter
+    counts in the memory predicted; without one, Adam's two moments are assumed)."""
+    from graphpar.planner import strategy_file
+    from graphpar.planner.planned import _hint_matrices, dataset_specs
+
+    pctx = pctx if pctx is not None else _context.current_parallel()
+    mode, search_mode = _modes(pctx)
+    started = time.perf_counter()
+    probe = PlanContext(MeshInfo(("m0",), (devices,)), mode, search_mode)
+    hinted = _hint_matrices(graph, probe.dims, devices)
+    sizes = mesh_axis_sizes(devices, [m for _, m in hinted], [o for o, _ in hinted])
+    info = MeshInfo(axis_names(len(sizes)), sizes)
+    ctx = PlanContext(info, mode, search_mode)
+    ctx.input_specs = dataset_specs(graph, info, pctx.dataset_strategy)
+    ctx.strategy_file = strategy_file.for_plan(pctx)
+    ctx.search = search_settings(mode, search_mode, _context.current().max_device_memory, platform)
+    ctx.optimizer_slots = graph_optimizer_slots(graph, optimizer)
+    graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": info, "purpose": purpose})
+    graph = run_pipeline(graph, ctx)
+    training = purpose == "train"
+    per_node = plan_cost(graph, info, training=training)
+    total = sum_costs(per_node.values())
+    return PlanSummary(devices, mode, search_mode, AbstractMesh(tuple(sizes), info.names), graph,
+                       predicted_peak(graph, info, per_node, training), total.comm_bytes, total.messages,
+                       time.perf_counter() - started, per_node, _optimizer_text(optimizer, training))
+
+
+def _optimizer_text(optimizer: Any, training: bool) -> str:
+    if not training:
+        return "parameters + activations"
+    if optimizer is None:
+        return (f"parameters x{2 + DEFAULT_OPTIMIZER_SLOTS:g} (weight, gradient, an unknown optimizer's state "
+                "assumed Adam's two moments) + activations kept for the backward pass")
+    return (f"parameters with {type(optimizer).__name__}'s state, gradients + activations kept for the backward "
+            "pass")
+
+
+def _aval(x: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(tuple(np.shape(x)), np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype)
+
+
+def plan_for_devices(network: Any, *inputs: Any, devices: int, purpose: str = "train",
+                     platform: str = "gpu", optimizer: Any = None) -> PlanSummary:
+    """Plan ``network`` (the loss network a ``TrainOneStepCell`` wraps, or any Cell for ``purpose="forward"``)
+    for ``devices`` devices on global-batch ``inputs`` (arrays or ``jax.ShapeDtypeStruct``), under the context in
+    force, without those devices. ``platform`` picks the cost model's hardware ("gpu", "tpu", "cpu");
+    ``optimizer`` the optimizer training would use (its state counts in the predicted memory; default: Adam's)."""
+    ns = NetworkState(network, network.trainable_params())
+    started = time.perf_counter()
+    graph, _ = trace_network(ns, [_aval(x) for x in inputs], purpose)
+    summary = plan_graph_for_devices(graph, devices, purpose, platform=platform, optimizer=optimizer)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+class PlanOnlyPlan(ExecutionPlan):
+    """The plan ``graphpar plan`` puts in place of the real one: plans for ``devices`` virtual devices, prints,
+    and ends the script."""
+
+    name = "plan-only"
+
+    def __init__(self, devices: int, script_devices: int, platform: str, optimizer: Any = None):
+        super().__init__()
+        self.devices = jax.local_devices()[:1]
+        self.virtual, self.script_devices, self.platform = devices, script_devices, platform
+        self.optimizer = optimizer
+        self.draws = script_devices  # Model.train stacks this many per-device batches: the script's global batch
+
+    def trace_avals(self, inputs: Sequence[Any], purpose: str) -> list[jax.ShapeDtypeStruct]:
+        """The script's global batch for its own device count, as the global batch of ``virtual`` devices."""
+        scale = not self.pctx.full_batch and self.pctx.dataset_strategy == "data_parallel"
+        avals = []
+        for x in inputs:
+            shape = tuple(x.shape)
+            if scale and shape and shape[0] % self.script_devices == 0:
+                shape = (shape[0] // self.script_devices * self.virtual,) + shape[1:]
+            avals.append(jax.ShapeDtypeStruct(shape, x.dtype))
+        return avals
+
+    def setup(self, graph: Graph) -> Any:
+        """Plan the traced graph for the virtual devices, print the plan, end the script."""
+        purpose = graph.name.rsplit("_", 1)[-1]  # trace_network names it "{network}_{purpose}"
+        summary = plan_graph_for_devices(graph, self.virtual, purpose, self.pctx, self.platform,
+                                         self.optimizer if purpose == "train" else None)
+        print(summary.text(), flush=True)
+        raise PlanDone(summary)
+
+
+def plan_only(network: Any, optimizer: Any = None) -> ExecutionPlan | None:
+    """The plan-only plan when ``graphpar plan`` asked for one (``Context.plan_devices``), else None."""
+    ctx = _context.current()
+    if not ctx.plan_devices:
+        return None
+    pctx = _context.current_parallel()
+    script_devices = pctx.device_num or jax.device_count()
+    plan = PlanOnlyPlan(ctx.plan_devices, script_devices, ctx.plan_platform, optimizer)
+    for key, value in ctx.plan_overrides:
+        setattr(plan.pctx, key, value)
+    return plan

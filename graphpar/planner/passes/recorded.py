@@ -1,0 +1,79 @@
+"""Passes ``apply_strategy_file`` and ``check_strategy_file``: force the plan a strategy file recorded.
+
+``apply_strategy_file`` reads: the strategy file loaded into ``ctx.strategy_file`` (``strategy_ckpt_config
+["load_file"]``), node keys (``parallel.strategy_file.node_keys``), rules, shapes, the mesh. Adds: on every node the
+file names, the recorded strategy (provenance ``user``, detail ``strategy file <path>``), overriding a ``shard()``
+hint that differs (with a warning). Propagation and the defaults then fill in the nodes the file does not name.
+Errors: a recorded strategy that does not fit this job (another device count, another network) is a
+:class:`~graphpar.errors.StrategyError` naming the op, the file and the fix.
+
+``check_strategy_file`` (after ``place_parameters``) warns for every parameter whose storage layout differs from the
+one recorded (the network changed since the file was written). Both passes do nothing without a loaded file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from graphpar._logging import notice_once
+from graphpar.errors import ConfigError, StrategyError
+from graphpar.ir.graph import Graph, Provenance
+from graphpar.planner.dims import shapes_of
+from graphpar.planner.follow import follows_input
+from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.strategy import from_hint, strategy_text
+from graphpar.planner.strategy_file import node_keys
+
+
+def apply_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
+    record = ctx.strategy_file
+    if record is None:
+        return graph
+    if record.device_num and record.device_num != ctx.mesh.n_devices:
+        raise ConfigError("set_auto_parallel_context", "strategy_ckpt_config", {"load_file": record.path},
+                          reason=f"strategy file {record.path} was written for {record.device_num} devices but "
+                                 f"this job plans for {ctx.mesh.n_devices}; write a strategy file on "
+                                 f"{ctx.mesh.n_devices} devices (save_file) or drop load_file")
+    updates = {}
+    keys = node_keys(graph)
+    for node in graph.node_list():
+        recorded = record.strategies.get(keys[node.id])
+        if recorded is None or recorded.in_strategy is None or follows_input(node):
+            continue
+        dims = ctx.dims(node, graph)
+        if dims is None:
+            continue  # no sharding rule: replicated whatever the file says
+        ins, outs = shapes_of(node, graph)
+        probe = dataclasses.replace(node, hint=recorded.in_strategy, out_hint=recorded.out_strategy)
+        try:
+            strategy = from_hint(probe, dims, recorded.in_strategy, ins, outs, ctx.mesh)
+        except StrategyError as exc:
+            raise StrategyError(node.instance_name, recorded.in_strategy, f"recorded in strategy file "
+                                f"{record.path}, but it does not fit this job: {exc.reason}", node.scope,
+                                "Plan with the network and device count the file was written for, or drop "
+                                "strategy_ckpt_config['load_file']") from exc
+        if node.hint is not None and tuple(tuple(r) for r in node.hint) != recorded.in_strategy:
+            notice_once(f"strategy-file:{keys[node.id]}", f"op '{node.instance_name}' (scope {node.scope}): "
+                        f"shard({strategy_text(node.hint)}) is overridden by the strategy file {record.path}, which "
+                        f"records {strategy_text(recorded.in_strategy)}")
+        updates[node.id] = {"strategy": strategy, "provenance": Provenance("user",
+                                                                           detail=f"strategy file {record.path}")}
+    return graph.with_annotations(updates)
+
+
+def check_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
+    record = ctx.strategy_file
+    if record is None:
+        return graph
+    specs = graph.meta.get("value_specs", {})
+    for vid in graph.inputs:
+        value = graph.values[vid]
+        layout = record.layouts.get(value.name)
+        if value.kind != "param" or layout is None or layout.mesh_spec is None or vid not in specs:
+            continue
+        have = [list(axes) for axes in specs[vid]]
+        if have != [list(axes) for axes in layout.mesh_spec]:
+            notice_once(f"strategy-file-layout:{value.name}", f"Parameter '{value.name}' is stored as {have} but "
+                        f"the strategy file {record.path} recorded {layout.mesh_spec}; the network changed since "
+                        "the file was written")
+    return graph

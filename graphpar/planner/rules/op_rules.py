@@ -1,0 +1,218 @@
+"""Sharding rules of graphpar ops, keyed by MindSpore primitive name.
+
+Each rule returns the labelled dimensions of the op's tensor inputs and outputs (``graphpar.planner.dims``); the
+device-matrix order follows MindSpore's ``OperatorInfo`` (MatMul ``[i, k, j]``, elementwise = the output's dims).
+"""
+
+from __future__ import annotations
+
+from graphpar.planner.dims import DimSpec, elementwise, reduction, register, reshape, shapes_of
+
+_UNARY = ("ReLU", "ReLU6", "GeLU", "FastGeLU", "SiLU", "Exp", "Log", "Sqrt", "Rsqrt", "Square", "Neg", "Abs",
+          "Sign", "Floor", "Ceil", "Reciprocal", "Sin", "Cos", "Tanh", "Erf", "Sigmoid", "ZerosLike", "OnesLike",
+          "Identity", "StopGradient", "LogicalNot", "Cast")
+_BINARY = ("Add", "Sub", "Mul", "RealDiv", "Div", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Pow",
+           "SquaredDifference", "Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd",
+           "LogicalOr", "Select", "AddN", "Depend")
+
+
+@register(*_UNARY, *_BINARY)
+def _elementwise(node, graph):
+    ins, outs = shapes_of(node, graph)
+    return elementwise(ins, outs)
+
+
+@register("Dropout")
+def _dropout(node, graph):
+    ins, outs = shapes_of(node, graph)
+    spec = elementwise(ins[:1], outs)
+    return DimSpec(spec.inputs + (tuple(None for _ in ins[1]),), spec.outputs, spec.order)
+
+
+@register("BiasAdd")
+def _bias_add(node, graph):
+    ins, outs = shapes_of(node, graph)
+    x = ins[0]
+    labels = tuple(f"d{i}" for i in range(len(x)))
+    channel = len(x) - 1 if node.attrs.get("data_format") == "NHWC" or len(x) <= 2 else 1
+    return DimSpec((labels, (labels[channel],)), (labels,), labels)
+
+
+@register("MatMul")
+def _matmul(node, graph):
+    ta, tb = node.attrs.get("transpose_a", False), node.attrs.get("transpose_b", False)
+    x = ("k", "i") if ta else ("i", "k")
+    w = ("j", "k") if tb else ("k", "j")
+    return DimSpec((x, w), (("i", "j"),), ("i", "k", "j"))
+
+
+@register("BatchMatMul")
+def _batch_matmul(node, graph):
+    ins, outs = shapes_of(node, graph)
+    out = outs[0]
+    nb = len(out) - 2
+    batch = tuple(f"b{i}" for i in range(nb))
+    ta, tb = node.attrs.get("transpose_a", False), node.attrs.get("transpose_b", False)
+
+    def row(shape, last2):
+        off = nb - (len(shape) - 2)
+        lead = tuple(batch[j + off] if shape[j] == out[j + off] else None for j in range(len(shape) - 2))
+        return lead + last2
+
+    x = row(ins[0], ("k", "i") if ta else ("i", "k"))
+    w = row(ins[1], ("j", "k") if tb else ("k", "j"))
+    return DimSpec((x, w), (batch + ("i", "j"),), batch + ("i", "k", "j"))
+
+
+@register("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceAll", "ReduceAny")
+def _reduce(node, graph):
+    ins, _ = shapes_of(node, graph)
+    axis = node.static_args.get(1, ())
+    rank = len(ins[0])
+    axes = range(rank) if axis in ((), [], None) else ((axis,) if isinstance(axis, int) else tuple(axis))
+    return reduction(ins[0], list(axes), node.attrs.get("keep_dims", False))
+
+
+@register("Softmax", "LogSoftmax", "L2Normalize", "CumSum")
+def _softmax(node, graph):
+    ins, outs = shapes_of(node, graph)
+    axis = node.attrs.get("axis", node.static_args.get(1, -1))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return elementwise(ins[:1], outs, fixed_axes=axes)
+
+
+@register("Argmax", "Argmin")
+def _argmax(node, graph):
+    ins, _ = shapes_of(node, graph)
+    return reduction(ins[0], [node.attrs.get("axis", -1)], False)
+
+
+@register("ArgMaxWithValue")
+def _argmax_with_value(node, graph):
+    ins, _ = shapes_of(node, graph)
+    spec = reduction(ins[0], [node.attrs.get("axis", 0)], node.attrs.get("keep_dims", False))
+    return DimSpec(spec.inputs, spec.outputs * 2, spec.order)
+
+
+@register("Reshape", "Flatten", "ExpandDims", "Squeeze")
+def _reshape(node, graph):
+    ins, outs = shapes_of(node, graph)
+    return reshape(ins[0], outs[0], len(ins))
+
+
+@register("Transpose")
+def _transpose(node, graph):
+    ins, _ = shapes_of(node, graph)
+    perm = node.static_args.get(1)
+    labels = tuple(f"d{i}" for i in range(len(ins[0])))
+    if perm is None:
+        return None
+    return DimSpec((labels,), (tuple(labels[p] for p in perm),), labels)
+
+
+@register("Concat", "Stack")
+def _concat(node, graph):
+    ins, outs = shapes_of(node, graph)
+    rank = len(outs[0])
+    axis = node.attrs.get("axis", 0) % rank
+    labels = tuple(f"d{i}" for i in range(rank))
+    if node.kind == "Stack":
+        in_labels = tuple(l for i, l in enumerate(labels) if i != axis)
+        return DimSpec(tuple(in_labels for _ in ins), (labels,), labels, frozenset({labels[axis]}))
+    return DimSpec(tuple(labels for _ in ins), (labels,), labels, frozenset({labels[axis]}))
+
+
+@register("Split")
+def _split(node, graph):
+    ins, outs = shapes_of(node, graph)
+    rank = len(ins[0])
+    labels = tuple(f"d{i}" for i in range(rank))
+    axis = node.attrs.get("axis", 0) % rank
+    return DimSpec((labels,), tuple(labels for _ in outs), labels, frozenset({labels[axis]}))
+
+
+@register("Slice", "StridedSlice", "Pad", "Tile")
+def _slice_like(node, graph):
+    ins, outs = shapes_of(node, graph)
+    if len(ins[0]) != len(outs[0]):
+        return None
+    labels = tuple(f"d{i}" if a == b else None for i, (a, b) in enumerate(zip(ins[0], outs[0])))
+    return DimSpec((labels,), (labels,), tuple(l for l in labels if l))
+
+
+@register("Gather")
+def _gather(node, graph):
+    ins, outs = shapes_of(node, graph)
+    params, indices = ins[0], ins[1]
+    axis = node.static_args.get(2, 0) % len(params)
+    p_labels = tuple("v" if i == axis else f"p{i}" for i in range(len(params)))
+    i_labels = tuple(f"q{i}" for i in range(len(indices)))
+    out = p_labels[:axis] + i_labels + p_labels[axis + 1:]
+    order = i_labels + p_labels
+    # MindSpore's GatherInfo batch strategy splits the indices' batch dimension, never the table
+    return DimSpec((p_labels, i_labels), (out,), order, batch=i_labels[0] if i_labels else None)
+
+
+@register("OneHot")
+def _one_hot(node, graph):
+    ins, outs = shapes_of(node, graph)
+    idx = tuple(f"d{i}" for i in range(len(ins[0])))
+    axis = node.attrs.get("axis", -1) % len(outs[0])
+    out = list(idx)
+    out.insert(axis, "depth")
+    extra = tuple(tuple(None for _ in s) for s in ins[1:])
+    # MindSpore's OneHot puts the repeated dimension first in its device matrix.
+    return DimSpec((idx,) + extra, (tuple(out),), idx + ("depth",), repeat_first=True)
+
+
+@register("Conv2D")
+def _conv2d(node, graph):
+    group = node.attrs.get("group", 1)
+    c = "c" if group == 1 else None
+    o = "o" if group == 1 else None
+    x = ("n", c, None, None)
+    w = (o, c, None, None)
+    order = ("n", "c", "o") if group == 1 else ("n",)
+    return DimSpec((x, w), (("n", o, None, None),), order)
+
+
+@register("MaxPool", "AvgPool")
+def _pool(node, graph):
+    return DimSpec((("n", "c", None, None),), (("n", "c", None, None),), ("n", "c"))
+
+
+@register("AdaptiveAvgPool2D")
+def _adaptive_pool(node, graph):
+    ins, _ = shapes_of(node, graph)
+    lead = ("n", "c")[-(len(ins[0]) - 2):]
+    return DimSpec((lead + (None, None),), (lead + (None, None),), lead)
+
+
+@register("BatchNorm", "SyncBatchNorm")
+def _batch_norm(node, graph):
+    ins, outs = shapes_of(node, graph)
+    rank = len(ins[0])
+    x = ("n", "c") + tuple(f"s{i}" for i in range(rank - 2))
+    vec = (("c",),) * (len(ins) - 1)
+    return DimSpec((x,) + vec, (x, ("c",), ("c",)), x)
+
+
+@register("LayerNorm")
+def _layer_norm(node, graph):
+    ins, outs = shapes_of(node, graph)
+    rank = len(ins[0])
+    begin = node.attrs.get("begin_norm_axis", 1) % rank
+    x = tuple(f"d{i}" if i < begin else None for i in range(rank))
+    params = tuple(tuple(None for _ in s) for s in ins[1:])
+    stat = tuple(f"d{i}" if i < begin else None for i in range(len(outs[1])))
+    return DimSpec((x,) + params, (x, stat, stat), tuple(l for l in x if l))
+
+
+@register("SoftmaxCrossEntropyWithLogits")
+def _softmax_ce(node, graph):
+    return DimSpec((("n", "c"), ("n", "c")), (("n",), ("n", "c")), ("n", "c"), frozenset({"c"}))
+
+
+@register("SparseSoftmaxCrossEntropyWithLogits")
+def _sparse_softmax_ce(node, graph):
+    return DimSpec((("n", "c"), ("n",)), ((),), ("n", "c"), frozenset({"c"}))

@@ -1,0 +1,244 @@
+"""Strategy files: the plan of a network written as JSON, and read back to force the same plan.
+
+``set_auto_parallel_context(strategy_ckpt_config={"save_file": ..., "load_file": ..., "only_trainable_params":
+...})`` (or the older ``strategy_ckpt_save_file`` / ``strategy_ckpt_load_file``). The file is MindSpore's JSON
+strategy checkpoint, which MindSpore itself reads and writes, plus a ``graphpar`` section::
+
+    {"current_stage": 0,
+     "parallel_strategy_item": {"<scope>/<Kind>-<instance>": {"stage": 0, "parallel_strategy": [[2, 4], [4, 1]]}},
+     "parallel_layout_item": {"<parameter>": {"dev_matrix": [2, 4], "tensor_map": [0, -1], "tensor_shape": [32, 16],
+                                              "field": 0, "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}},
+     "graphpar": {"version": 1, "parallel_mode": ..., "device_num": 8,
+                  "mesh": {"axis_names": ["m0", "m1", "m2"], "axis_sizes": [2, 2, 2]},
+                  "layouts": {"<parameter>": {"mesh_spec": [["m1", "m2"], []], "trainable": true}},
+                  "strategies": {"<key>": {"kind": "MatMul", "instance_name": "matmul", "scope": "...",
+                                           "in_strategy": [[2, 4], [4, 1]], "out_strategy": null,
+                                           "provenance": "user"}}}}
+
+An op's key is its Cell scope, kind and instance name; the k-th repeat of a key in graph order gets ``#k``. Loading
+(the ``apply_strategy_file`` pass) gives every op found in the file its recorded strategy, then propagation and the
+defaults fill in the rest, so the same network on the same devices gets exactly the same plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphpar.errors import ConfigError
+from graphpar.ir.graph import Graph
+from graphpar.planner.tensor_layout import from_mesh_spec, rank_slices
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class ParameterLayout:
+    """How one parameter is split: MindSpore's ``dev_matrix``/``tensor_map`` and graphpar's mesh-axis spec."""
+
+    dev_matrix: list[int]
+    tensor_map: list[Any]
+    tensor_shape: list[int]
+    mesh_spec: list[list[str]] | None = None
+    field: int = 0
+    opt_weight_shard_step: int = 0
+    opt_weight_shard_size: int = 0
+    optimizer_spec: list[list[str]] | None = None  # storage layout under the parallel optimizer (mesh axes)
+
+    def rank_slices(self, shape: Any = None) -> list:
+        """The slice of the parameter each rank holds (ranks fill ``dev_matrix`` row-major)."""
+        return rank_slices(self.dev_matrix, self.tensor_map, shape if shape is not None else self.tensor_shape)
+
+
+@dataclass(frozen=True)
+class RecordedStrategy:
+    key: str
+    kind: str
+    instance_name: str
+    scope: str
+    in_strategy: tuple
+    out_strategy: tuple | None
+
+
+@dataclass(frozen=True)
+class StrategyFile:
+    path: str
+    device_num: int | None
+    strategies: dict[str, RecordedStrategy] = field(default_factory=dict)
+    layouts: dict[str, ParameterLayout] = field(default_factory=dict)
+
+
+def node_keys(graph: Graph) -> dict[int, str]:
+    """A stable name for every op node: ``{scope}/{Kind}-{instance}``, ``#k`` on the k-th repeat."""
+    seen: dict[str, int] = {}
+    out = {}
+    for node in graph.node_list():
+        base = f"{node.scope}/{node.kind}-{node.instance_name}" if node.scope else f"{node.kind}-{node.instance_name}"
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        out[node.id] = base if count == 0 else f"{base}#{count}"
+    return out
+
+
+def _tuples(value: Any) -> tuple | None:
+    return None if value is None else tuple(tuple(int(d) for d in row) for row in value)
+
+
+def _optimizer_shard(value: Any, spec: list | None, mesh: Any, device_num: int, replicated: bool,
+                     optimizer: Any) -> Any:
+    """The parallel optimizer's sharding of a parameter (``parallel.optimizer_parallel``), on the plan's mesh."""
+    from graphpar.planner.mesh import axis_names, mesh_axis_sizes
+    from graphpar.planner.optimizer_parallel import shard_parameter
+
+    if replicated:  # DATA_PARALLEL: the parameter is whole on every device of the job's mesh
+        sizes = mesh_axis_sizes(device_num)
+        names, compute = axis_names(len(sizes)), tuple(() for _ in value.shape)
+    else:
+        names, sizes = mesh.names, mesh.sizes
+        compute = tuple(tuple(a) for a in spec) if spec is not None else tuple(() for _ in value.shape)
+    return shard_parameter(value.name, value.shape, value.itemsize, compute, names, sizes, optimizer), names, sizes
+
+
+def from_graph(graph: Graph, device_num: int, parallel_mode: str, trainable: set[str],
+               only_trainable_params: bool, replicated: bool = False, optimizer: Any = None) -> dict[str, Any]:
+    """The JSON object of a planned graph. ``replicated``: every parameter whole on every device (DATA_PARALLEL).
+    ``optimizer`` (an ``OptimizerParallelConfig``): record each trainable parameter's parallel-optimizer sharding
+    (MindSpore's ``opt_weight_shard_size``/``opt_weight_shard_step``, graphpar's ``optimizer_spec``)."""
+    from graphpar.planner.optimizer_parallel import shard_step
+
+    mesh = graph.meta["mesh"]
+    specs = graph.meta.get("value_specs", {})
+    layouts, ms_layouts, strategies, ms_strategies = {}, {}, {}, {}
+    for vid in graph.inputs:
+        value = graph.values[vid]
+        if value.kind != "param" or (only_trainable_params and value.name not in trainable):
+            continue
+        if replicated or vid not in specs:
+            dev_matrix, tensor_map, spec = [device_num], [-1] * len(value.shape), None
+        else:
+            spec = [list(axes) for axes in specs[vid]]
+            dev_matrix, tensor_map = from_mesh_spec(spec, mesh.names, mesh.sizes)
+        step = size = 0
+        layouts[value.name] = {"mesh_spec": spec, "trainable": value.name in trainable}
+        if optimizer is not None and optimizer.enabled and value.name in trainable and device_num > 1:
+            shard, names, sizes = _optimizer_shard(value, spec, mesh, device_num, replicated, optimizer)
+            if shard.sharded:
+                step, size = shard_step(shard, names, sizes), shard.group_size
+                layouts[value.name]["optimizer_spec"] = [list(axes) for axes in shard.storage_spec]
+            else:
+                layouts[value.name]["optimizer_note"] = shard.reason
+        ms_layouts[value.name] = {"dev_matrix": dev_matrix, "tensor_map": tensor_map,
+                                  "tensor_shape": list(value.shape), "field": 0, "opt_weight_shard_step": step,
+                                  "opt_weight_shard_size": size}
+    if not replicated:
+        for node_id, key in node_keys(graph).items():
+            node = graph.nodes[node_id]
+            if node.strategy is None or not node.is_op:
+                continue
+            out = node.strategy.out_override
+            out_strategy = None
+            if out is not None:
+                out_strategy = [[mesh.size(axes) for axes in spec] for spec in out]
+            in_strategy = [list(row) for row in node.strategy.in_strategy()]
+            ms_strategies[key] = {"stage": 0, "parallel_strategy": in_strategy}
+            strategies[key] = {"kind": node.kind, "instance_name": node.instance_name, "scope": node.scope,
+                               "in_strategy": in_strategy, "out_strategy": out_strategy,
+                               "provenance": node.provenance.kind if node.provenance else None}
+    return {"current_stage": 0, "parallel_strategy_item": ms_strategies, "parallel_layout_item": ms_layouts,
+            "graphpar": {"version": VERSION, "parallel_mode": parallel_mode, "device_num": device_num,
+                         "mesh": None if replicated else {"axis_names": list(mesh.names),
+                                                          "axis_sizes": list(mesh.sizes)},
+                         "layouts": layouts, "strategies": strategies}}
+
+
+def _text(data: Any, depth: int = 0) -> str:
+    """Indented JSON with lists of numbers and strings (strategy rows, shapes, specs) kept on one line."""
+    def flat(value: Any) -> bool:
+        return not isinstance(value, (dict, list)) or (isinstance(value, list) and all(flat(v) for v in value))
+
+    if isinstance(data, dict) and data:
+        pad = " " * (depth + 1)
+        items = [f"{pad}{json.dumps(k)}: {_text(v, depth + 1)}" for k, v in data.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+    if isinstance(data, list) and not flat(data):
+        pad = " " * (depth + 1)
+        return "[\n" + ",\n".join(pad + _text(v, depth + 1) for v in data) + "\n" + " " * depth + "]"
+    return json.dumps(data)
+
+
+def write(path: str, data: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(_text(data))
+    os.replace(tmp, path)
+
+
+def _bad(path: str, reason: str) -> ConfigError:
+    return ConfigError("set_auto_parallel_context", "strategy_ckpt_config", {"load_file": path},
+                       reason=f"strategy file {path}: {reason}")
+
+
+def read(path: str) -> StrategyFile:
+    """Parse a strategy file (graphpar's, or MindSpore's JSON form: layouts only)."""
+    if not os.path.isfile(path):
+        raise _bad(path, "no such file")
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise _bad(path, f"not a JSON strategy file ({exc}); graphpar reads the JSON form MindSpore writes "
+                         "for a .json save_file, not its protobuf form") from exc
+    if not isinstance(data, dict) or "parallel_layout_item" not in data:
+        raise _bad(path, "it has no 'parallel_layout_item' (not a strategy file)")
+    try:
+        return _parse(path, data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field of the wrong kind or missing
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise _bad(path, f"malformed strategy file ({what}); graphpar reads the JSON form MindSpore writes, with "
+                         "parallel_layout_item entries holding dev_matrix and tensor_map lists") from None
+
+
+def _parse(path: str, data: dict) -> StrategyFile:
+    """The strategy file of parsed JSON ``data`` (raises KeyError/TypeError/... on a malformed one)."""
+    extra = data.get("graphpar") or {}
+    layouts = {}
+    for name, item in data["parallel_layout_item"].items():
+        ours = extra.get("layouts", {}).get(name) or {}
+        layouts[name] = ParameterLayout(list(item["dev_matrix"]), list(item["tensor_map"]),
+                                        list(item.get("tensor_shape", [])), ours.get("mesh_spec"),
+                                        int(item.get("field", 0)), int(item.get("opt_weight_shard_step", 0)),
+                                        int(item.get("opt_weight_shard_size", 0)), ours.get("optimizer_spec"))
+    strategies = {}
+    for key, item in (extra.get("strategies") or {}).items():
+        strategies[key] = RecordedStrategy(key, item["kind"], item["instance_name"], item.get("scope", ""),
+                                           _tuples(item["in_strategy"]), _tuples(item.get("out_strategy")))
+    if not extra:  # MindSpore's own file: op strategies by node name, without graphpar's keys
+        for key, item in data.get("parallel_strategy_item", {}).items():
+            strategies[key] = RecordedStrategy(key, "", "", "", _tuples(item["parallel_strategy"]), None)
+    return StrategyFile(path, extra.get("device_num"), strategies, layouts)
+
+
+def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], replicated: bool = False) -> None:
+    """Write the plan to the configured ``save_file`` (process 0; train graphs, or the first graph planned)."""
+    config = pctx.strategy_ckpt_config or {}
+    path = config.get("save_file")
+    if not path:
+        return
+    import jax
+
+    if jax.process_index() != 0 or (graph.meta.get("purpose") != "train" and os.path.exists(path)):
+        return
+    from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
+
+    write(path, from_graph(graph, device_num, pctx.parallel_mode, trainable,
+                           bool(config.get("only_trainable_params", True)), replicated,
+                           OptimizerParallelConfig.from_context(pctx)))
+
+
+def for_plan(pctx: Any) -> StrategyFile | None:
+    """The strategy file to force, when ``load_file`` is set."""
+    path = (pctx.strategy_ckpt_config or {}).get("load_file")
+    return read(path) if path else None
