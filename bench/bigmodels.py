@@ -10,7 +10,7 @@ the arrays' addressable shards) and the compiled step's temporary memory (``memo
   micro-batch alive at a time;
 * parallel optimizer level3: the backward pass gathers the weights again instead of keeping them;
 * recompute (every block of an 8-block FFN): activations recomputed in the backward pass. On CPU XLA's default
-  scheduler hoists recomputation (see ``graphpar.compile.recompute``); ``make bench`` passes no scheduler flag, so
+  scheduler hoists recomputation (see ``graphpar.compile.lowering.recompute``); ``make bench`` passes no scheduler flag, so
   these rows show the default behaviour, and the temp memory with the memory scheduler (recompute, level1 and
   level3) is measured in a subprocess.
 """
@@ -104,7 +104,7 @@ print(json.dumps(out))
 def _temp_with_memory_scheduler() -> dict[str, float]:
     """Temp MB of the step with XLA's memory-minimizing CPU scheduler (a fresh process): plain, every block
     recomputed, and the parallel optimizer at level1 and level3 (weights gathered again for the backward pass)."""
-    from graphpar.compile.recompute import MEMORY_SCHEDULER_FLAG
+    from graphpar.compile.lowering.recompute import MEMORY_SCHEDULER_FLAG
 
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {MEMORY_SCHEDULER_FLAG}",
                PYTHONPATH=os.getcwd())

@@ -10,7 +10,7 @@ hand-written one in its HLO (MindSpore's DATA_PARALLEL semantics: each device's 
 the device axis, so XLA fuses the weight gradients differently) but, called in a bare loop, it ran at 0.97-1.00 of
 the hand-written step. The rest was graphpar's Python around it on every step (it runs on the cores the devices'
 threads use): 20 µs per step, more than half of it flax's trace-level check on each Variable write; 7.0 µs with
-the direct write, 4.0 µs with change-triggered checks (``compile/bound_step.py``). On a loaded machine the ratio
+the direct write, 4.0 µs with change-triggered checks (``compile/runtime/bound_step.py``). On a loaded machine the ratio
 moves by a few percent from run to run: the control row times the hand-written step against an identical one, the
 same way, to show that noise floor. Both sides do the same work per step: run the step with donated state on the placed
 batch and keep the new state (graphpar in the Parameters, as MindSpore does; the hand-written side in a dict).

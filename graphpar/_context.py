@@ -79,7 +79,7 @@ def settings_revision() -> int:
     """How many settings assignments this process has made: equal between two calls means no setting changed.
 
     Only a Python-side "has anything changed?" check reads it: the training loop's fast path
-    (``compile/bound_step.py``) compares it instead of every setting on every step, and when it moved goes to the
+    (``compile/runtime/bound_step.py``) compares it instead of every setting on every step, and when it moved goes to the
     general path, which compares the settings themselves. It never keys or invalidates a compiled program, so
     setting something unrelated costs one slower step, never a compile."""
     return _settings_revision
@@ -94,7 +94,7 @@ class Context(_Revised):
     save_graphs_path: str = "ir_dumps"
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
     # graphpar extension, set by `graphpar plan`: the first compiled step plans for this many virtual devices,
-    # prints the plan and ends the script (graphpar.compile.dry_run)
+    # prints the plan and ends the script (graphpar.compile.plans.dry_run)
     plan_devices: int | None = None
     plan_platform: str = "gpu"
     plan_overrides: tuple = ()  # (key, value) pairs: parallel_mode / search_mode replacing the script's

@@ -54,7 +54,7 @@ def test_device_num_above_available():
     with pytest.raises(ConfigError):
         ms.set_auto_parallel_context(device_num=0)
     ms.set_auto_parallel_context(parallel_mode="data_parallel", device_num=16)
-    from graphpar.compile.devices import job_devices
+    from graphpar.communication.devices import job_devices
 
     with pytest.raises(DeviceError) as err:
         job_devices(16)

@@ -1,7 +1,7 @@
 """``graphpar plan SCRIPT --devices N [-- script args]``: plan a training script for N devices without them.
 
 The script runs as ``python SCRIPT`` would, on this machine's devices, until its first compiled step: that step is
-traced and planned for N virtual devices (``graphpar.compile.dry_run``), the plan summary is printed
+traced and planned for N virtual devices (``graphpar.compile.plans.dry_run``), the plan summary is printed
 (strategies, predicted per-device memory and collective bytes per step), and the script ends there. The parallel
 mode and search mode are the script's own unless ``--parallel-mode`` / ``--search-mode`` override them (a
 STAND_ALONE script is searched as AUTO_PARALLEL would; a DATA_PARALLEL one is shown with data-parallel strategies).
@@ -26,7 +26,7 @@ def _devices(text: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     from graphpar import _context
     from graphpar.errors import GraphparError
-    from graphpar.compile.dry_run import PlanDone
+    from graphpar.compile.plans.dry_run import PlanDone
 
     if not os.path.isfile(args.script):
         raise SystemExit(f"graphpar plan: no such script: {args.script}")

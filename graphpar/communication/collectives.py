@@ -1,6 +1,6 @@
 """The collectives behind ``graphpar.ops.AllReduce`` & co., over the rank axis of a per-rank run.
 
-Each function takes this rank's value, the :class:`~graphpar.compile.replica.RankAxis` and the group's blocks
+Each function takes this rank's value, the :class:`~graphpar.communication.rank_axis.RankAxis` and the group's blocks
 (``partition.blocks``; ``None`` = the world) and returns this rank's result, MindSpore's semantics:
 
 * ``all_gather``: the group's values concatenated along dimension 0, in group-rank order;
@@ -29,7 +29,7 @@ import numpy as np
 
 from graphpar.communication.errors import CommunicationError
 from graphpar.communication.partition import Blocks
-from graphpar.compile.replica import RankAxis
+from graphpar.communication.rank_axis import RankAxis
 
 SUM, MAX, MIN, PROD = "sum", "max", "min", "prod"
 _REDUCE = {SUM: jnp.sum, MAX: jnp.max, MIN: jnp.min, PROD: jnp.prod}

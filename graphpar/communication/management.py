@@ -81,7 +81,7 @@ def _check_joined(api: str) -> None:
 
 
 def _devices() -> list[jax.Device]:
-    from graphpar.compile.devices import all_devices
+    from graphpar.communication.devices import all_devices
 
     return all_devices()
 

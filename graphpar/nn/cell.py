@@ -41,7 +41,7 @@ def revision() -> int:
     way that could change a compiled step's program or the Variables it runs on.
 
     Only a Python-side "has anything changed?" check reads it: the training loop's fast path
-    (``compile/bound_step.py``) compares it instead of every Cell's flags on every step and, when it moved, goes to
+    (``compile/runtime/bound_step.py``) compares it instead of every Cell's flags on every step and, when it moved, goes to
     the general path, which compares the flags and the split themselves. It never keys or invalidates a compiled
     program, so a ``set_train`` on an unrelated Cell costs one slower step, never a compile."""
     return _revision
@@ -216,7 +216,7 @@ class Cell(nnx.Module, pytree=False):
     @property
     def pipeline_stage(self) -> int | None:
         """The pipeline stage this Cell (and every Cell below it that sets none) runs in; ``None`` when unset, as
-        MindSpore's default. Read by ``graphpar.planner.pipeline_stages`` when ``pipeline_stages > 1``."""
+        MindSpore's default. Read by ``graphpar.compile.pipeline.stage_split`` when ``pipeline_stages > 1``."""
         return self.__dict__.get("_pipeline_stage")
 
     @pipeline_stage.setter
@@ -241,8 +241,8 @@ class Cell(nnx.Module, pytree=False):
     def recompute(self, **kwargs: Any) -> "Cell":
         """MindSpore's ``Cell.recompute(mp_comm_recompute=True, parallel_optimizer_comm_recompute=False)``: the
         backward pass recomputes this Cell's activations from its inputs (``jax.checkpoint``, see
-        ``graphpar.compile.recompute``)."""
-        from graphpar.compile.recompute import cell_config
+        ``graphpar.compile.lowering.recompute``)."""
+        from graphpar.compile.lowering.recompute import cell_config
 
         # a static attribute: part of the network's structure, so programs compiled before are not reused
         object.__setattr__(self, "_recompute", cell_config(self, kwargs))
@@ -306,8 +306,8 @@ class Cell(nnx.Module, pytree=False):
 def _top_level_runner(cell: "Cell", args: tuple, kwargs: dict) -> Any:
     """How a top-level call (not inside another Cell's trace) runs, or None to run ``construct`` as written.
 
-    A Cell holding collective ops runs once per rank (``graphpar.compile.spmd_call``); in GRAPH_MODE any other
-    Cell runs its planned, compiled forward (``graphpar.compile.forward``), as MindSpore compiles a Cell call in
+    A Cell holding collective ops runs once per rank (``graphpar.compile.runtime.spmd_call``); in GRAPH_MODE any other
+    Cell runs its planned, compiled forward (``graphpar.compile.runtime.forward``), as MindSpore compiles a Cell call in
     graph mode. PYNATIVE_MODE, and calls made while tracing (arguments are tracers), run inline.
     """
     import jax
@@ -316,7 +316,8 @@ def _top_level_runner(cell: "Cell", args: tuple, kwargs: dict) -> Any:
 
     if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
         return None
-    from graphpar.compile import forward, spmd_call
+    from graphpar.compile.runtime import spmd_call
+    from graphpar.compile.runtime import forward
 
     if spmd_call.needs_spmd(cell):
         return spmd_call.run_spmd

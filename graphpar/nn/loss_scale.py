@@ -114,7 +114,7 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
     @property
     def program(self):
         """The compiled train program; loss scaling is built into the one-program step only."""
-        from graphpar.compile.pipeline_program import wants_pipeline
+        from graphpar.compile.pipeline.program import wants_pipeline
 
         if self._program is None and wants_pipeline():
             raise ValueError("TrainOneStepWithLossScaleCell (amp_level='O2', a loss_scale_manager): loss scaling "

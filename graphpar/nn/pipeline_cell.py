@@ -3,7 +3,7 @@
 The wrapped network (usually a ``WithLossCell``) runs on ``micro_size`` equal slices of the batch (dimension 0 of
 every input) and the result is the **sum** of the micro-batches' outputs, as MindSpore's ``PipelineCell`` adds
 them; gradients are therefore summed over micro-batches too. With ``pipeline_stages > 1`` the train step does not
-call :meth:`construct`: ``graphpar.compile.pipeline_program`` runs each stage's part of ``network`` per micro-batch
+call :meth:`construct`: ``graphpar.compile.pipeline.program`` runs each stage's part of ``network`` per micro-batch
 on its own devices, with exactly these semantics. With ``pipeline_stages == 1`` (or in ``STAND_ALONE``) the Cell
 runs as written, which is the unpipelined reference.
 
@@ -53,7 +53,7 @@ class PipelineCell(Cell):
 
 def check_micro_split(index: int, shape: tuple[int, ...], micro_size: int) -> None:
     """Refuse an input whose batch dimension ``micro_size`` does not divide, naming the input."""
-    from graphpar.planner.pipeline_stages import PipelineError
+    from graphpar.compile.pipeline.stage_split import PipelineError
 
     if not shape or shape[0] % micro_size:
         raise PipelineError(f"input {index} of PipelineCell (shape {tuple(shape)})",

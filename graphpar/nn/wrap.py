@@ -73,10 +73,10 @@ class TrainOneStepCell(Cell):
     def program(self):
         """The compiled train program (built on first use from the current context)."""
         if self._program is None:
-            from graphpar.compile.pipeline_program import PipelineProgram, wants_pipeline
-            from graphpar.compile.program import TrainProgram
+            from graphpar.compile.pipeline.program import PipelineProgram, wants_pipeline
+            from graphpar.compile.runtime.program import TrainProgram
 
-            # pipeline_stages > 1: one program per stage on its own devices (compile/pipeline_program.py)
+            # pipeline_stages > 1: one program per stage on its own devices (compile/pipeline/program.py)
             self._program = PipelineProgram(self) if wants_pipeline() else TrainProgram(self)
         return self._program
 

@@ -1,11 +1,11 @@
 """Collective communication ops: ``AllGather``, ``AllReduce``, ``ReduceScatter``, ``Broadcast``, ``AlltoAll``.
 
 MindSpore runs one process per device, so an op in ``construct`` runs once per rank. graphpar gives them the same
-meaning wherever the code runs once per rank, over the *rank axis* of that run (``graphpar.compile.replica``):
+meaning wherever the code runs once per rank, over the *rank axis* of that run (``graphpar.communication.rank_axis``):
 
-* a top-level GRAPH_MODE call of a Cell holding these ops (``graphpar.compile.spmd_call``);
+* a top-level GRAPH_MODE call of a Cell holding these ops (``graphpar.compile.runtime.spmd_call``);
 * DATA_PARALLEL training (the per-device loss runs under ``jax.vmap`` over the devices);
-* :func:`graphpar.compile.spmd_call.run_per_rank` for plain functions.
+* :func:`graphpar.compile.runtime.spmd_call.run_per_rank` for plain functions.
 
 Anywhere else (a STAND_ALONE train step, eager code) there is only one program for all ranks and the op raises a
 :class:`~graphpar.communication.errors.CommunicationError` saying so. The math and MindSpore's gradients are in
@@ -19,7 +19,7 @@ from typing import Any
 from graphpar.communication import collectives, partition
 from graphpar.communication.backend import WORLD_GROUP_NAMES
 from graphpar.communication.errors import CommunicationError
-from graphpar.compile.replica import RankAxis, current_rank_axis
+from graphpar.communication.rank_axis import RankAxis, current_rank_axis
 from graphpar.ops.primitive import Primitive, _is_tensor
 
 
@@ -59,7 +59,7 @@ class Collective(Primitive):
                 f"ops.{self.name} ('{self.instance_name}') only means something when the code runs once per rank. "
                 "Run it inside a per-rank run: call the Cell at top level in GRAPH_MODE (each argument is this "
                 "process's data, split over its devices), train with parallel_mode=DATA_PARALLEL, or use "
-                "graphpar.compile.spmd_call.run_per_rank(fn, *args)")
+                "graphpar.compile.runtime.spmd_call.run_per_rank(fn, *args)")
         return axis
 
     def _blocks(self, axis: RankAxis):

@@ -203,7 +203,7 @@ class SyncBatchNorm(BatchNorm):
     every rank in the group (MindSpore's inner op behind ``nn.SyncBatchNorm``).
 
     Where the code runs once per rank (DATA_PARALLEL's per-device loss, a per-rank call; see
-    ``graphpar.compile.replica``) the per-rank mean and variance are averaged over the rank axis — over all ranks
+    ``graphpar.communication.rank_axis``) the per-rank mean and variance are averaged over the rank axis — over all ranks
     (``groups=None``), or within each block of ``groups`` (equal-size tuples of ranks). Elsewhere (STAND_ALONE,
     SEMI_AUTO/AUTO) the graph already holds the global batch and this is plain ``BatchNorm``. The per-rank batches
     must have equal sizes (they do: DATA_PARALLEL splits the global batch evenly).
@@ -216,7 +216,7 @@ class SyncBatchNorm(BatchNorm):
 
     def ranks_per_group(self) -> int:
         """How many ranks' batches one statistic covers, in the code being traced now (1 outside a per-rank run)."""
-        from graphpar.compile.replica import current_rank_axis
+        from graphpar.communication.rank_axis import current_rank_axis
 
         axis = current_rank_axis()
         if axis is None:
@@ -225,7 +225,7 @@ class SyncBatchNorm(BatchNorm):
         return jax.lax.axis_size(axis.name) if groups is None else len(groups[0])
 
     def _mean_over_ranks(self, v):
-        from graphpar.compile.replica import current_rank_axis
+        from graphpar.communication.rank_axis import current_rank_axis
 
         axis = current_rank_axis()
         if axis is None:

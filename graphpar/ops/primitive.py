@@ -88,7 +88,7 @@ class Primitive:
 
     def recompute(self, mode: bool = True) -> "Primitive":
         """MindSpore's ``Primitive.recompute(mode=True)``: the backward pass recomputes this op's output instead of
-        keeping it (its node is lowered inside ``jax.checkpoint``, see ``graphpar.compile.recompute``)."""
+        keeping it (its node is lowered inside ``jax.checkpoint``, see ``graphpar.compile.lowering.recompute``)."""
         if not isinstance(mode, bool):
             raise TypeError(f"{self.name}.recompute(mode): mode must be a bool, got {mode!r}")
         self.attrs["recompute"] = mode

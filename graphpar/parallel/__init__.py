@@ -6,8 +6,8 @@ device count this machine does not have; ``graphpar.parallel.nn`` holds MindSpor
 the engine (``graphpar.planner`` decides strategies and layouts, ``graphpar.compile`` runs them) and holds no logic.
 """
 
-from graphpar.compile.dry_run import PlanSummary as PlanSummary
-from graphpar.compile.dry_run import plan_for_devices as plan_for_devices
+from graphpar.compile.plans.dry_run import PlanSummary as PlanSummary
+from graphpar.compile.plans.dry_run import plan_for_devices as plan_for_devices
 from graphpar.parallel.plan_api import plan as plan
 
 __all__ = ["plan", "plan_for_devices", "PlanSummary"]

@@ -28,7 +28,7 @@ def _program_and_inputs(target: Any, inputs: tuple) -> tuple[Any, str, list]:
     """The program that plans ``target``, its purpose (train / forward) and the example inputs to plan for."""
     import numpy as np
 
-    from graphpar.compile.forward import program_for
+    from graphpar.compile.runtime.forward import program_for
     from graphpar.nn.cell import Cell
     from graphpar.nn.wrap import TrainOneStepCell
     from graphpar.train.model import Model

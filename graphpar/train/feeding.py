@@ -235,7 +235,7 @@ def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callabl
     if jax.process_count() > 1:  # each process holds its part of the global batch
         from jax.sharding import NamedSharding
 
-        from graphpar.compile.global_batch import make_global
+        from graphpar.compile.plans.global_batch import make_global
 
         def put(batch: tuple) -> list:
             return [make_global(np.asarray(x), s) if isinstance(s, NamedSharding) else jax.device_put(x, s)

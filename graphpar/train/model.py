@@ -11,13 +11,13 @@ from typing import Any
 
 from graphpar import _context
 from graphpar._logging import notice_once
-from graphpar.compile.forward import ForwardProgram, program_for
-from graphpar.compile.global_batch import to_host
+from graphpar.compile.runtime.forward import ForwardProgram, program_for
+from graphpar.compile.plans.global_batch import to_host
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
-from graphpar.compile.program import TrainProgram
+from graphpar.compile.runtime.program import TrainProgram
 from graphpar.train.feeding import BatchFeeder, StallWatch, prefetched, stack_steps
 from graphpar.train.metrics import get_metrics
 

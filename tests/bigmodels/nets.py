@@ -88,7 +88,7 @@ def run_with_memory_scheduler(script: str) -> dict:
     import subprocess
     import sys
 
-    from graphpar.compile import recompute
+    from graphpar.compile.lowering import recompute
 
     env = dict(os.environ, PYTHONPATH=os.getcwd(),
                XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {recompute.MEMORY_SCHEDULER_FLAG}")

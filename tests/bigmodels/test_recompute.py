@@ -5,7 +5,7 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn, ops
-from graphpar.compile import recompute
+from graphpar.compile.lowering import recompute
 from graphpar.errors import CellError
 from tests.bigmodels.hlo_helpers import step_collectives
 from tests.bigmodels.nets import DeepFFN, data, params, run_with_memory_scheduler

@@ -10,8 +10,8 @@ import graphpar as ms
 from graphpar import nn, ops
 from graphpar.communication import create_group, management
 from graphpar.communication.errors import CommunicationError
-from graphpar.compile import spmd_call
-from graphpar.compile.spmd_call import run_per_rank
+from graphpar.compile.runtime import spmd_call
+from graphpar.compile.runtime.spmd_call import run_per_rank
 
 N = 8
 

@@ -11,8 +11,8 @@ from jax.sharding import NamedSharding
 
 import graphpar as ms
 from graphpar import nn
-from graphpar.compile.forward import program_for
-from graphpar.compile.progress import CompileProgress
+from graphpar.compile.runtime.forward import program_for
+from graphpar.compile.staging.progress import CompileProgress
 from graphpar.planner.strategy import to_partition_spec
 from graphpar.train import Model
 
@@ -223,7 +223,7 @@ def test_slow_compile_notice_names_the_stages(caplog):
 
 
 def test_training_loop_repeat_sees_replaced_values_and_changed_settings():
-    """A repeat of the last call runs through the bound step (``compile/bound_step.py``); a value replaced between
+    """A repeat of the last call runs through the bound step (``compile/runtime/bound_step.py``); a value replaced between
     steps (``set_data``) and a setting changed between steps each make the next step take the general path, and
     that step computes with the new value / setting: numbers against fresh networks started from the same point."""
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -282,7 +282,7 @@ def _mse_inference_numpy(net, x, y, activation):
 
 
 def test_training_loop_repeat_sees_every_change_between_steps(monkeypatch):
-    """The training loop's fast path (``compile/bound_step.py``) compares two revision numbers, the batch's identity
+    """The training loop's fast path (``compile/runtime/bound_step.py``) compares two revision numbers, the batch's identity
     and the state's identity instead of every setting, flag and signature. Every change a user can make between
     two steps must still reach the next step: a setting assigned again (same program: re-confirmed, no compile), a
     ``set_train`` on a sub-Cell (the inference graph runs: BatchNorm statistics stay), a sub-Cell replaced (the new

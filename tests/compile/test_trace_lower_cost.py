@@ -13,9 +13,9 @@ import numpy as np
 
 import graphpar as ms
 from graphpar import nn, ops
-from graphpar.compile.graph_trace import trace_network
-from graphpar.compile.interpret import implied_outputs
-from graphpar.compile.state import current_state
+from graphpar.compile.lowering.graph_trace import trace_network
+from graphpar.compile.lowering.interpret import implied_outputs
+from graphpar.compile.runtime.state import current_state
 
 
 class Mlp(nn.Cell):
@@ -117,7 +117,7 @@ def test_lowering_leaves_out_implied_pins_and_matches_one_device():
 
 
 def _keys(fn, *avals):
-    from graphpar.compile.interpret import BodyKeys
+    from graphpar.compile.lowering.interpret import BodyKeys
 
     jaxpr = jax.make_jaxpr(fn)(*avals).jaxpr
     return BodyKeys().eqns(jaxpr.invars, jaxpr.eqns, jaxpr.outvars)
@@ -144,7 +144,8 @@ def test_body_keys_equal_exactly_when_the_bodies_compute_the_same_function():
 
 
 def _gpt_run(monkeypatch, share: str):
-    from graphpar.compile import call_groups, interpret
+    from graphpar.compile.lowering import call_groups
+    from graphpar.compile.lowering import interpret
     from graphpar.dump.hlo import parse_collectives
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
@@ -196,7 +197,9 @@ def test_repeated_bodies_lower_once_with_the_same_collectives_and_numbers(monkey
 
 
 def test_groups_are_repeated_chain_like_runs():
-    from graphpar.compile import call_groups, interpret, recompute
+    from graphpar.compile.lowering import recompute
+    from graphpar.compile.lowering import call_groups
+    from graphpar.compile.lowering import interpret
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     ms.reset_auto_parallel_context()
@@ -228,7 +231,9 @@ def test_low_precision_runs_stay_per_node_calls():
     """Runs touching bfloat16 values are not grouped: XLA's CPU compile of a grouped call rounds bfloat16
     differently from the per-node program (measured on ResNet-18 at O3), and the per-node program is the one that
     equals hand-written JAX casts bit for bit. The same network in float32 is grouped."""
-    from graphpar.compile import call_groups, interpret, recompute
+    from graphpar.compile.lowering import recompute
+    from graphpar.compile.lowering import call_groups
+    from graphpar.compile.lowering import interpret
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     def groups(low_precision: bool) -> list:

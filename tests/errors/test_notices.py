@@ -7,7 +7,7 @@ import graphpar as ms
 
 
 def test_device_num_below_the_device_count_names_the_devices_used(notices):
-    from graphpar.compile.devices import job_devices
+    from graphpar.communication.devices import job_devices
 
     assert len(job_devices(4)) == 4
     assert "set_auto_parallel_context(device_num=4): training on ranks 0..3 (cpu:0-3) of the 8 devices" in \

@@ -5,9 +5,9 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn
-from graphpar.compile.pipeline_schedule import dispatch_order, peak_in_flight, stage_orders
+from graphpar.compile.pipeline.schedule import dispatch_order, peak_in_flight, stage_orders
 from graphpar.errors import ConfigError
-from graphpar.planner.pipeline_stages import PipelineError
+from graphpar.compile.pipeline.stage_split import PipelineError
 
 from .models import MLP4
 

@@ -6,7 +6,7 @@ import numpy as np
 
 import graphpar as ms
 from graphpar import nn
-from graphpar.compile.forward import ForwardProgram
+from graphpar.compile.runtime.forward import ForwardProgram
 
 COLLECTIVE = re.compile(r"= [^=]*? (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
 

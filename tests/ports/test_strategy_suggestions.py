@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import graphpar as ms
 from graphpar import nn, ops
 from graphpar.common.parameter import Parameter
-from graphpar.compile.forward import ForwardProgram
+from graphpar.compile.runtime.forward import ForwardProgram
 from graphpar.errors import StrategyError
 
 SUGGESTION = re.compile(r"e\.g\. (\(\(.*\)\))$")

@@ -148,7 +148,7 @@ def test_plan_of_a_trained_model_and_of_a_network(tmp_path, capsys):
     forward = graphpar.parallel.plan(net, x)
     assert forward.dumps().main.purpose == "forward"
     assert [n.instance_name for n in forward.dumps().main.nodes] == ["matmul", "relu", "matmul2"]
-    from graphpar.compile.forward import program_for
+    from graphpar.compile.runtime.forward import program_for
 
     graph = program_for(net).planned(x).graph  # a planned Graph shows itself too
     assert graph._repr_html_().count('<tr class="op-row">') == 3

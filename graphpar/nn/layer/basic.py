@@ -187,7 +187,7 @@ class Dropout(Cell):
             return x
         key, sub = jax.random.split(jax.random.wrap_key_data(self.rng.get_value()))
         self.rng.set_value(jax.random.key_data(key))
-        from graphpar.compile.replica import fold_in_replica
+        from graphpar.communication.rank_axis import fold_in_replica
 
         out, _ = self.dropout(x, fold_in_replica(sub))
         return out

@@ -28,7 +28,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.communication.errors import CommunicationError
-from graphpar.compile.replica import replica_axis
+from graphpar.communication.rank_axis import replica_axis
 
 RANK_AXIS = "graphpar_rank"
 _SPLIT, _SCALAR, _STATIC = "split", "scalar", "static"
@@ -56,7 +56,7 @@ def _kind(leaf: Any) -> str:
 
 
 def _mesh() -> Mesh:
-    from graphpar.compile.devices import all_devices
+    from graphpar.communication.devices import all_devices
 
     return Mesh(np.asarray(all_devices(), dtype=object), (RANK_AXIS,))
 
@@ -158,7 +158,7 @@ _programs: "weakref.WeakKeyDictionary[Any, tuple[Any, dict[Any, PerRankProgram]]
 def run_spmd(cell: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``cell(*args, **kwargs)`` once per rank of the job (see the module docstring for the convention).
     Programs are kept per network structure (each Cell's ``training`` flag among it)."""
-    from graphpar.compile.state import current_state
+    from graphpar.compile.runtime.state import current_state
 
     ns, programs = _programs.get(cell, (None, {}))
     ns = current_state(ns, cell, [])

@@ -35,8 +35,8 @@ from typing import Any
 import jax
 
 from graphpar import _context
-from graphpar.compile.stages import Compiled
-from graphpar.compile.state import NetworkState, Slots
+from graphpar.compile.staging.stages import Compiled
+from graphpar.compile.runtime.state import NetworkState, Slots
 from graphpar.errors import DeletedArrayError
 from graphpar.nn import cell
 

@@ -23,15 +23,15 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
-from graphpar.compile.cache import CompileCounts, ProgramKey
-from graphpar.compile.choose import choose_plan
-from graphpar.compile.global_batch import gather_process_rows
-from graphpar.compile.graph_trace import call_network
-from graphpar.compile.orchestrate import Orchestrator, lower
-from graphpar.compile.plan import ExecutionPlan
-from graphpar.compile.progress import CompileProgress
-from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
-from graphpar.compile.state import NetworkState, current_state
+from graphpar.compile.staging.cache import CompileCounts, ProgramKey
+from graphpar.compile.plans.choose import choose_plan
+from graphpar.compile.plans.global_batch import gather_process_rows
+from graphpar.compile.lowering.graph_trace import call_network
+from graphpar.compile.staging.orchestrate import Orchestrator, lower
+from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.staging.progress import CompileProgress
+from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.runtime.state import NetworkState, current_state
 from graphpar.errors import DatasetError
 from graphpar.nn.cell import Cell
 
@@ -117,7 +117,7 @@ class ForwardProgram:
             return [NamedSharding(mesh, PartitionSpec()) for _ in shapes], True
 
     def _compiled(self, call: _Call) -> Compiled:
-        from graphpar.compile.program import _global_aval
+        from graphpar.compile.runtime.program import _global_aval
 
         ns, plan = self.state, self.plan
         avals = [_global_aval(x) for x in call.inputs]
@@ -164,7 +164,7 @@ class ForwardProgram:
         return placed
 
     def _place(self, compiled: Compiled, inputs: Sequence[Any]) -> list:
-        from graphpar.compile.program import _put
+        from graphpar.compile.runtime.program import _put
 
         out = []
         for x, s in zip(inputs, compiled.in_shardings[1]):

@@ -27,9 +27,9 @@ from jax.sharding import AbstractMesh
 
 from graphpar import _context
 from graphpar._context import ParallelMode
-from graphpar.compile.graph_trace import trace_network
-from graphpar.compile.plan import ExecutionPlan
-from graphpar.compile.state import NetworkState
+from graphpar.compile.lowering.graph_trace import trace_network
+from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.runtime.state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.planner.mesh import axis_names, mesh_axis_sizes
 from graphpar.planner.passes.context import PlanContext
@@ -104,7 +104,7 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     ``devices`` devices that need not exist. ``optimizer``: the one training would run (its state per parameter
     counts in the memory predicted; without one, Adam's two moments are assumed)."""
     from graphpar.planner import strategy_file
-    from graphpar.planner.planned import _hint_matrices, dataset_specs
+    from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
 
     pctx = pctx if pctx is not None else _context.current_parallel()
     mode, search_mode = _modes(pctx)

@@ -25,7 +25,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 
 from graphpar._logging import notice_once
-from graphpar.compile.recompute import activations_only, naming_activations
+from graphpar.compile.lowering.recompute import activations_only, naming_activations
 from graphpar.planner.optimizer_parallel import (
     GATHERED, OptimizerParallelConfig, ParameterShard, canonical_spec, shard_parameter)
 from graphpar.planner.strategy import to_partition_spec
@@ -104,7 +104,7 @@ class OptimizerSharding:
     def recompute_policy() -> Callable[..., Any]:
         """Level3: keep only the activations (``compile.recompute``); the gathered weights and whatever the ops
         derive from them are recomputed, so backward gathers the weights again. Trace the differentiated function
-        under :func:`~graphpar.compile.recompute.naming_activations`."""
+        under :func:`~graphpar.compile.lowering.recompute.naming_activations`."""
         return activations_only()
 
     def value_and_grad(self, objective: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:

@@ -33,19 +33,19 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
-from graphpar.compile import accumulate
-from graphpar.compile.bound_step import BoundStep, check_live, input_signature, revision
-from graphpar.compile.cache import CompileCounts, ProgramKey
-from graphpar.compile.choose import choose_plan
-from graphpar.compile.layout import Layout
-from graphpar.compile.opt_shard import OptimizerSharding
-from graphpar.compile.orchestrate import Orchestrator, lower
-from graphpar.compile.plan import ExecutionPlan
-from graphpar.compile.progress import CompileProgress
-from graphpar.compile.recompute import advise_cpu_scheduler
-from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
-from graphpar.compile.state import NetworkState, current_state
-from graphpar.compile.step import StepParts, optax_update, sink_loop, train_step
+from graphpar.compile.lowering import accumulate
+from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_signature, revision
+from graphpar.compile.staging.cache import CompileCounts, ProgramKey
+from graphpar.compile.plans.choose import choose_plan
+from graphpar.compile.plans.layout import Layout
+from graphpar.compile.lowering.opt_shard import OptimizerSharding
+from graphpar.compile.staging.orchestrate import Orchestrator, lower
+from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.staging.progress import CompileProgress
+from graphpar.compile.lowering.recompute import advise_cpu_scheduler
+from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.runtime.state import NetworkState, current_state
+from graphpar.compile.lowering.step import StepParts, optax_update, sink_loop, train_step
 from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
 from graphpar.nn.loss_scale import loss_scale_of, train_transformation
@@ -371,7 +371,7 @@ def _ensure(x: Any, sharding: jax.sharding.Sharding) -> Any:
     if isinstance(x, jax.Array) and x.sharding == sharding:
         return x
     if jax.process_count() > 1 and (not isinstance(x, jax.Array) or x.is_fully_addressable):
-        from graphpar.compile.global_batch import from_process_zero
+        from graphpar.compile.plans.global_batch import from_process_zero
 
         return from_process_zero(np.asarray(x), sharding)
     return jax.device_put(x, sharding)
@@ -379,7 +379,7 @@ def _ensure(x: Any, sharding: jax.sharding.Sharding) -> Any:
 
 def _put(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
     if jax.process_count() > 1 and isinstance(sharding, NamedSharding) and not isinstance(x, jax.Array):
-        from graphpar.compile.global_batch import make_global
+        from graphpar.compile.plans.global_batch import make_global
 
         return make_global(np.asarray(x), sharding)
     if isinstance(sharding, SingleDeviceSharding) or not isinstance(x, jax.Array):

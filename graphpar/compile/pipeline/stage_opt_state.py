@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from graphpar.compile.program import _ensure
+from graphpar.compile.runtime.program import _ensure
 
 
 def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequence[dict[str, Any]],

@@ -20,8 +20,8 @@ from jax.sharding import SingleDeviceSharding
 from graphpar import _context
 from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
-from graphpar.compile.layout import GraphLayout, Layout, UniformLayout
-from graphpar.compile.plan import ExecutionPlan, PlanSetup
+from graphpar.compile.plans.layout import GraphLayout, Layout, UniformLayout
+from graphpar.compile.plans.execution import ExecutionPlan, PlanSetup
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file

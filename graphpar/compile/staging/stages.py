@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from graphpar.compile.layout import Layout
+from graphpar.compile.plans.layout import Layout
 from graphpar.ir.graph import Graph
 
 

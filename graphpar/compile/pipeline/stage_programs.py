@@ -17,9 +17,9 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from graphpar.compile.interpret import evaluate
+from graphpar.compile.lowering.interpret import evaluate
 from graphpar.ir.graph import Graph
-from graphpar.planner.pipeline_stages import StageGraph
+from graphpar.compile.pipeline.stage_split import StageGraph
 
 
 def is_float(value: Any) -> bool:

@@ -32,19 +32,19 @@ from jax.sharding import Mesh, NamedSharding
 
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, ParallelMode
-from graphpar.compile.devices import job_devices
-from graphpar.compile.graph_trace import trace_network
-from graphpar.compile.pipeline_schedule import Action, dispatch_order, stage_orders
-from graphpar.compile.program import _ensure
-from graphpar.compile.stage_opt_state import join_state, split_state
-from graphpar.compile.stage_programs import is_float, stage_programs
-from graphpar.compile.state import NetworkState
+from graphpar.communication.devices import job_devices
+from graphpar.compile.lowering.graph_trace import trace_network
+from graphpar.compile.pipeline.schedule import Action, dispatch_order, stage_orders
+from graphpar.compile.runtime.program import _ensure
+from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
+from graphpar.compile.pipeline.stage_programs import is_float, stage_programs
+from graphpar.compile.runtime.state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
 from graphpar.planner.mesh import make_mesh, mesh_axis_sizes
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.pipeline import run_pipeline
-from graphpar.planner.pipeline_stages import PipelineError, StageGraph, StageSplit, assign_stages, split_stages
+from graphpar.compile.pipeline.stage_split import PipelineError, StageGraph, StageSplit, assign_stages, split_stages
 from graphpar.planner.strategy import MeshInfo, to_partition_spec
 
 _PIPELINE_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
@@ -185,7 +185,7 @@ class PipelineProgram:
     # --- planning and compiling --------------------------------------------------------------------------------
     def _plan(self, ns: NetworkState, avals: list[jax.ShapeDtypeStruct]) -> Graph:
         from graphpar.planner import strategy_file
-        from graphpar.planner.planned import _hint_matrices, dataset_specs
+        from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
 
         graph, _ = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
         assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning

@@ -18,12 +18,12 @@ from typing import Any
 import jax
 
 from graphpar import _context
-from graphpar.compile.cache import ProgramCache, ProgramKey
-from graphpar.compile.frozen_heap import frozen_heap
-from graphpar.compile.plan import ExecutionPlan
-from graphpar.compile.progress import CompileProgress
-from graphpar.compile.stages import Compiled, Lowered, Planned, StepSignature
-from graphpar.compile.state import NetworkState
+from graphpar.compile.staging.cache import ProgramCache, ProgramKey
+from graphpar.compile.staging.frozen_heap import frozen_heap
+from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.staging.progress import CompileProgress
+from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.runtime.state import NetworkState
 from graphpar.ir.graph import Graph
 
 

@@ -37,7 +37,8 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jcore
 from jax.sharding import Mesh, NamedSharding
 
-from graphpar.compile import call_groups, recompute
+from graphpar.compile.lowering import recompute
+from graphpar.compile.lowering import call_groups
 from graphpar.ir.graph import Graph, Node
 from graphpar.planner.strategy import to_partition_spec
 
@@ -350,7 +351,7 @@ def _evaluate_member(step: Step, xs: list[Any]) -> list[Any]:
 
 
 def run_group(group: call_groups.Group, env: dict[int, Any], functions: dict[Any, Callable[..., list[Any]]]) -> None:
-    """Evaluate a :class:`~graphpar.compile.call_groups.Group` as a call of its key's shared function (made by the
+    """Evaluate a :class:`~graphpar.compile.lowering.call_groups.Group` as a call of its key's shared function (made by the
     first group of that key), under the group's call-site scope."""
     fn = functions.get(group.share)
     if fn is None:

@@ -2,7 +2,7 @@
 
 Code runs once per rank in three places: DATA_PARALLEL's per-device loss (``jax.vmap`` over the device axis, see
 ``compile.plan``), a top-level GRAPH_MODE call of a Cell holding collective ops (``jax.shard_map`` over the job's
-devices, see ``compile.spmd_call``), and :func:`graphpar.compile.spmd_call.run_per_rank`. Each sets the axis with
+devices, see ``compile.spmd_call``), and :func:`graphpar.compile.runtime.spmd_call.run_per_rank`. Each sets the axis with
 :func:`replica_axis`; ``jax.lax.axis_index(name)`` is then the rank. Collective ops
 (``graphpar.ops.AllReduce`` ...) reduce over it, and stochastic Cells (Dropout) fold the index into their key so each
 device draws its own mask, as each MindSpore device does with its own seed.

@@ -4,13 +4,13 @@ Every plan answers the same protocol for ``compile.orchestrate`` and the step bu
 
 * ``trace``: the network's step or forward traced into the graph IR (``compile.graph_trace``);
 * ``setup``: what the pass pipeline needs for that graph (the mesh, the dataset layouts, the dump note);
-* ``layout``: the planned graph's :class:`~graphpar.compile.layout.Layout` (parameter, state and input shardings);
+* ``layout``: the planned graph's :class:`~graphpar.compile.plans.layout.Layout` (parameter, state and input shardings);
 * ``objective`` / ``forward``: the function of a *planned* graph that is differentiated / evaluated.
 
 ``StandAlonePlan`` runs on one device. ``DataParallelPlan`` gives MindSpore's DATA_PARALLEL semantics exactly: each
 device computes the user's loss on its own slice of the global batch (``jax.vmap`` over the device axis, sharded
 over the mesh), and the gradient is that of the *sum* of the per-device losses, divided by the device count when
-``gradients_mean=True``. The SEMI_AUTO/AUTO plan (``graphpar.planner.planned``) differentiates the loss of the
+``gradients_mean=True``. The SEMI_AUTO/AUTO plan (``graphpar.compile.plans.semi_auto``) differentiates the loss of the
 global batch through the planned graph. In GRAPH_MODE every plan evaluates its traced graph with
 ``compile.interpret`` (so dumps can attribute collectives); PYNATIVE_MODE runs the Python network eagerly.
 """
@@ -26,12 +26,12 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
-from graphpar.compile.graph_trace import call_network, trace_network
-from graphpar.compile.interpret import evaluate
-from graphpar.compile.layout import Layout, UniformLayout
-from graphpar.compile.replica import replica_axis
-from graphpar.compile.stages import Planned, Traced
-from graphpar.compile.state import NetworkState
+from graphpar.compile.lowering.graph_trace import call_network, trace_network
+from graphpar.compile.lowering.interpret import evaluate
+from graphpar.compile.plans.layout import Layout, UniformLayout
+from graphpar.communication.rank_axis import replica_axis
+from graphpar.compile.staging.stages import Planned, Traced
+from graphpar.compile.runtime.state import NetworkState
 from graphpar.errors import DatasetError
 from graphpar.ir.graph import Graph
 from graphpar.planner.mesh import make_mesh
@@ -146,7 +146,7 @@ class StandAlonePlan(ExecutionPlan):
         self.pynative = pynative
         sharding = SingleDeviceSharding(device)
         self._layout = UniformLayout(sharding, sharding)
-        from graphpar.compile.devices import all_devices
+        from graphpar.communication.devices import all_devices
 
         self.first_rank = all_devices().index(device) if device in all_devices() else 0
 
