@@ -1,4 +1,6 @@
-"""Test configuration: 8 simulated CPU devices, a fresh graphpar context for every test."""
+"""Test configuration: 8 simulated CPU devices, the plan's invariants checked after every planning pass
+(``GRAPHPAR_CHECK_PASSES``, read by ``graphpar._env``; subprocesses the tests start inherit it), a fresh graphpar
+context for every test."""
 
 import os
 
@@ -6,6 +8,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 if "--xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("GRAPHPAR_CHECK_PASSES", "1")
 
 import pytest  # noqa: E402
 

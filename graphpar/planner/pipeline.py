@@ -2,14 +2,20 @@
 
 Names drive the timers (``graph.meta["pass_seconds"]``) and the dumps. Each pass is ``(Graph, PlanContext) ->
 Graph`` and never mutates its input.
+
+With ``GRAPHPAR_CHECK_PASSES=1`` (the test suite sets it) every pass's result is checked before the next pass runs
+(``passes.verify.check_pass``): the layouts decided so far are valid, the pass left its input and the graph's
+structure alone and undecided no node; a violation is a :class:`PlanInvariantError` naming the pass. Off, nothing
+is checked or copied, and the timers time the passes alone either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from graphpar import _env
 from graphpar._context import ParallelMode
 from graphpar.ir.graph import Graph
 from graphpar.planner.passes.context import PlanContext
@@ -19,7 +25,7 @@ from graphpar.planner.passes.parameters import place_parameters
 from graphpar.planner.passes.propagate import propagate
 from graphpar.planner.passes.recorded import apply_strategy_file, check_strategy_file
 from graphpar.planner.passes.redistributions import report_redistributions
-from graphpar.planner.passes.verify import verify
+from graphpar.planner.passes.verify import PassInput, check_pass, verify
 from graphpar.planner.search.search_pass import search
 from graphpar.planner.search.settings import SEARCH_MODES
 
@@ -73,12 +79,18 @@ def passes_for(ctx: PlanContext) -> tuple[tuple[str, Pass], ...]:
     return DATA_PARALLEL
 
 
-def run_pipeline(graph: Graph, ctx: PlanContext) -> Graph:
+def run_pipeline(graph: Graph, ctx: PlanContext, passes: Sequence[tuple[str, Pass]] | None = None) -> Graph:
+    """``graph`` through ``passes`` (default: the mode's, :func:`passes_for`), each pass timed by name."""
     timings = {}
+    checked = _env.pass_checks_enabled()
     if ctx.optimizer_slots is not None:  # what the cost model's memory terms read (parallel.memory_model)
         graph = dataclasses.replace(graph, meta={**graph.meta, "optimizer_slots": ctx.optimizer_slots})
-    for name, fn in passes_for(ctx):
+    for name, fn in passes_for(ctx) if passes is None else passes:
+        given = PassInput.of(graph) if checked else None
         started = time.perf_counter()
-        graph = fn(graph, ctx)
+        result = fn(graph, ctx)
         timings[name] = time.perf_counter() - started
+        if given is not None:
+            check_pass(name, given, result, ctx)
+        graph = result
     return dataclasses.replace(graph, meta={**graph.meta, "pass_seconds": timings})
