@@ -36,7 +36,11 @@ from graphpar.train.serialization import (  # noqa: F401
     build_searched_strategy, load_checkpoint, load_distributed_checkpoint, load_param_into_net,
     merge_sliced_parameter, save_checkpoint, transform_checkpoints)
 
-__version__ = "0.1.0"
+from graphpar._version import __version__ as __version__
+
+# notebooks: a Graph, Dump or DumpSet draws itself with graphpar.viz, a layer above its own (graphpar.ir.notebook)
+from graphpar.viz.notebook import register as _register_notebook_views
+_register_notebook_views()
 
 _LAZY = {"dataset", "communication", "train", "parallel", "models", "checkpoint", "amp"}
 

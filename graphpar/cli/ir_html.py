@@ -6,11 +6,10 @@ import argparse
 from pathlib import Path
 
 from graphpar.dump.model import DumpError
+from graphpar.viz.page import diff_page, dump_page
 
 
 def _html(args: argparse.Namespace) -> None:
-    from graphpar.viz.page import diff_page, dump_page
-
     text = (diff_page(args.dir, args.diff, args.index, args.rank) if args.diff
             else dump_page(args.dir, args.index, args.rank))
     out = Path(args.output)

@@ -9,6 +9,8 @@ import argparse
 import importlib
 import sys
 
+from graphpar._version import __version__
+
 _SUBCOMMANDS = ("graphpar.cli.ir", "graphpar.launch.cli", "graphpar.cli.plan")
 
 
@@ -16,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphpar", description="graphpar: MindSpore-style parallel training on "
                                      "JAX. Subcommands: ir (inspect IR dumps), launch (start a multi-process job), plan (plan a script for N devices).")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.set_defaults(func=None)  # a subcommand sets its own
     sub = parser.add_subparsers(dest="command")
     for name in _SUBCOMMANDS:
         try:
@@ -32,11 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from graphpar import __version__
-
         print(f"graphpar {__version__}")
         return 0
-    if not getattr(args, "func", None):
+    if args.func is None:
         parser.print_help()
         return 2
     return int(args.func(args) or 0)

@@ -14,6 +14,9 @@ import os
 import runpy
 import sys
 
+from graphpar import _context
+from graphpar.compile.plans.dry_run import PlanDone
+from graphpar.errors import GraphparError
 
 
 def _devices(text: str) -> int:
@@ -24,10 +27,6 @@ def _devices(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from graphpar import _context
-    from graphpar.errors import GraphparError
-    from graphpar.compile.plans.dry_run import PlanDone
-
     if not os.path.isfile(args.script):
         raise SystemExit(f"graphpar plan: no such script: {args.script}")
     ctx = _context.current()

@@ -1,1 +1,1 @@
-"""IR dumps: writers of ``step_parallel_begin_*.ir`` / ``*_execute_*.ir`` and their reader."""
+"""IR dumps: writers of ``step_parallel_begin_*.ir`` / ``*_execute_*.ir``, their reader, and their JSON views."""

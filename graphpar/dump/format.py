@@ -9,6 +9,7 @@ import numpy as np
 from graphpar.common.dtype import ms_name
 from graphpar.ir.graph import Graph, Value
 from graphpar.planner.strategy import MeshInfo, strategy_text
+from graphpar.planner.strategy import spec_text as spec_text  # re-exported: the writers print layouts with it
 
 FORMAT_VERSION = 1  # the "# format: graphpar-ir N" header; bump when a line's grammar changes (docs/ir_format.md)
 VALUE_PREFIX = {"param": "para", "state": "state", "input": "data", "const": "const"}
@@ -48,11 +49,6 @@ def attrs_text(attrs: dict[str, Any]) -> str:
 
 def tensor_type(dtype: Any, shape: tuple[int, ...]) -> str:
     return f"<Tensor[{ms_name(dtype)}], {tuple(shape)}>"
-
-
-def spec_text(spec: tuple) -> str:
-    """A canonical layout as ``(m0, m1.m2)`` (``-`` for an unsplit dimension)."""
-    return "(" + ", ".join(".".join(axes) if axes else "-" for axes in spec) + ("," if len(spec) == 1 else "") + ")"
 
 
 def split_text(spec: tuple, mesh: MeshInfo) -> str:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphpar.planner.wire import wire_bytes as wire_bytes  # re-exported: the unit the dumps count in
+
 _KINDS = {"all-reduce": "AllReduce", "all-gather": "AllGather", "reduce-scatter": "ReduceScatter",
           "all-to-all": "AlltoAll", "collective-permute": "CollectivePermute",
           "collective-broadcast": "Broadcast"}
@@ -30,28 +32,6 @@ _NODE = re.compile(r"([A-Za-z_][\w.\-]*)#(\d+)")
 # a node inside a shared group call (compile.call_groups): the call's first node id, then the member's offset
 _GROUP_MEMBER = re.compile(r"graphpar_group\+(\d+)\)*/jit\(graphpar_group\)/(?:[^():]*?/)?[\w.\-]+\+(\d+)(?=[/:)]|$)")
 _ATTRIBUTION = re.compile(f"{_GROUP_MEMBER.pattern}|{_NODE.pattern}")  # either, in the order they occur
-
-
-def wire_bytes(kind: str, result_bytes: float, group_size: int) -> float:
-    """Bytes one device sends for a collective under ring algorithms: the project's unit of "collective bytes".
-
-    ``kind`` is the MindSpore spelling (AllReduce, AllGather, ReduceScatter, AlltoAll, CollectivePermute,
-    Broadcast), ``result_bytes`` the per-device result size R, ``group_size`` g: AllReduce 2(g-1)/g R, AllGather
-    (g-1)/g R, ReduceScatter (g-1) R (its input is g R), AlltoAll (g-1)/g R, CollectivePermute and Broadcast R;
-    a group of one moves nothing.
-    """
-    g = int(group_size)
-    if g <= 1:
-        return 0.0
-    if kind == "AllReduce":
-        return 2.0 * (g - 1) / g * result_bytes
-    if kind in ("AllGather", "AlltoAll"):
-        return (g - 1) / g * result_bytes
-    if kind == "ReduceScatter":
-        return float(g - 1) * result_bytes
-    if kind in ("CollectivePermute", "Broadcast"):
-        return float(result_bytes)
-    raise ValueError(f"wire_bytes: unknown collective kind {kind!r} (expected one of {sorted(set(_KINDS.values()))})")
 
 
 @dataclass

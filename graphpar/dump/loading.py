@@ -8,6 +8,7 @@ from pathlib import Path
 
 from graphpar.dump.model import Dump, DumpError, Node, TensorType
 from graphpar.dump.reader import read_dump
+from graphpar.ir.notebook import html_of
 
 _BEGIN_FILE = re.compile(r"^step_parallel_begin_(\d+)\.ir$")
 _EXEC_FILE = re.compile(r"^(\d+)_execute_(\d+)\.ir$")
@@ -33,11 +34,10 @@ class DumpSet:
     def rank(self) -> int | None:
         return self.main.rank
 
-    def _repr_html_(self) -> str:
-        """Notebooks: the views of this graph's begin and execute dumps (graphpar.viz)."""
-        from graphpar.viz.html import dump_views, wrap
-
-        return wrap(dump_views(self.begin, self.execute))
+    def _repr_html_(self) -> str | None:
+        """Notebooks: the views of this graph's begin and execute dumps (graphpar.viz, through the registry of
+        graphpar.ir.notebook)."""
+        return html_of(self)
 
     def global_types(self, node: Node) -> tuple[list[TensorType], list[TensorType]] | None:
         """Input and output types of ``node`` with global shapes (from the begin dump)."""

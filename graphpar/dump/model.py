@@ -1,6 +1,6 @@
 """The parsed form of an IR dump: dataclasses the reader fills and ``graphpar ir`` reads.
 
-Standard library only, so ``graphpar ir`` reads dumps without starting JAX.
+Standard library only (besides graphpar's errors and the notebook registry of ``graphpar.ir.notebook``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from graphpar.errors import GraphparError
+from graphpar.ir.notebook import html_of
 
 
 def strategy_text(strategy: tuple) -> str:
@@ -177,11 +178,10 @@ class Dump:
     def node(self, node_id: int) -> Node | None:
         return next((n for n in self.nodes if n.id == node_id), None)
 
-    def _repr_html_(self) -> str:
-        """Notebooks: the per-op table, charts, device grids and graph picture of this dump (graphpar.viz)."""
-        from graphpar.viz.html import dump_html
-
-        return dump_html(self)
+    def _repr_html_(self) -> str | None:
+        """Notebooks: the per-op table, charts, device grids and graph picture of this dump (graphpar.viz, through
+        the registry of graphpar.ir.notebook)."""
+        return html_of(self)
 
 
 # --- values ---------------------------------------------------------------------------------------------------------

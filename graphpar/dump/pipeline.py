@@ -11,7 +11,7 @@ With ``save_graphs``, for every stage ``s`` and every rank ``r`` of its device g
   ``sr_tag``/``src_rank``/``dest_rank`` style attributes. :func:`read_schedule` parses it back (``graphpar ir summary`` shows it).
 
 Each transfer carries its raw sizes (``bytes``: the whole tensor, ``device_bytes``: one destination device's
-shard) and ``wire_bytes``, the project's unit of collective bytes (``dump.hlo.wire_bytes``): a transfer between two
+shard) and ``wire_bytes``, the project's unit of collective bytes (``planner.wire.wire_bytes``): a transfer between two
 equal-sized device groups is a point-to-point permutation in which every device sends one destination shard, so it
 counts as a ``CollectivePermute`` of ``device_bytes``. The dump ends with this rank's totals per step, raw and wire.
 """
@@ -25,18 +25,15 @@ from typing import Any
 
 from graphpar import _context
 from graphpar.dump.format import FORMAT_VERSION, mesh_text
-from graphpar.dump.hlo import wire_bytes
 from graphpar.dump.model import DumpError
-from graphpar.dump.writer import EXECUTE_STAGE, dump_index, write_begin, write_execute
+from graphpar.dump.writer import EXECUTE_STAGE, PlanDescription, dump_index, write_begin, write_execute
+from graphpar.planner import strategy_file
+from graphpar.planner.wire import wire_bytes
 
 
-class _StageView:
-    """What the generic writers read about a plan, for one stage: the job's settings, rank count and a note."""
-
-    def __init__(self, program: Any, stage: Any):
-        self.pctx, self.n = program.pctx, len(program.devices)
-        self.devices = program.devices
-        self.pynative = False
+def _stage_plan(program: Any) -> PlanDescription:
+    """What the generic writers read about the plan of a stage: the job's settings, its rank count and devices."""
+    return PlanDescription(program.pctx, len(program.devices), program.devices)
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -53,7 +50,7 @@ def maybe_dump_begin(built: Any, program: Any) -> None:
         return
     for st in built.stages:
         st.sg.graph.meta["note"] = _note(program, st)
-        write_begin(st.sg.graph, _StageView(program, st), _context.current().save_graphs_path, st.ranks)
+        write_begin(st.sg.graph, _stage_plan(program), _context.current().save_graphs_path, st.ranks)
 
 
 def maybe_dump_execute(built: Any, program: Any) -> None:
@@ -62,7 +59,7 @@ def maybe_dump_execute(built: Any, program: Any) -> None:
     directory = _context.current().save_graphs_path
     for st in built.stages:
         hlo = "\n".join(st.hlo.get(kind, "") for kind in ("forward", "backward", "update"))
-        write_execute(st.sg.graph, _StageView(program, st), hlo, directory, st.ranks, rank_offset=st.ranks[0],
+        write_execute(st.sg.graph, _stage_plan(program), hlo, directory, st.ranks, rank_offset=st.ranks[0],
                       program_devices=len(st.ranks))
         text = schedule_text(built, program, st)
         for rank in st.ranks:
@@ -186,8 +183,6 @@ def schedule_for(dump_path: str | None, index: int | None) -> dict[str, Any] | N
 
 def maybe_save_strategy(built: Any, program: Any, trainable: set[str]) -> None:
     """The strategy file of a pipelined plan: MindSpore's JSON with each op's and each parameter's stage."""
-    from graphpar.planner import strategy_file
-
     config = program.pctx.strategy_ckpt_config or {}
     path = config.get("save_file")
     if not path:

@@ -13,14 +13,50 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from graphpar import _context
+from graphpar._context import AutoParallelContext
 from graphpar.dump.format import (
     FORMAT_VERSION, attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
-from graphpar.dump.hlo import Collective, parse_collectives, wire_bytes
+from graphpar.dump.hlo import Collective, parse_collectives
 from graphpar.ir.graph import Graph, Node
+from graphpar.planner.predict import predicted_costs
+from graphpar.planner.search.report import search_lines
+from graphpar.planner.wire import wire_bytes
+
+class DumpedPlan(Protocol):
+    """What the writers read of the plan a graph runs under: the job's parallel settings (the header's
+    ``parallel_mode`` and ``search_mode``), its rank count ``n``, its ``devices`` (rank ``r`` runs on
+    ``devices[r]``; this process writes the ranks whose devices it drives) and whether it runs eagerly (PYNATIVE:
+    nothing to dump). ``graphpar.compile``'s execution plans are such plans; :class:`PlanDescription` describes
+    any other (a pipeline stage, a graph shown in a notebook)."""
+
+    @property
+    def pctx(self) -> AutoParallelContext: ...
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def devices(self) -> Sequence[Any]: ...
+
+    @property
+    def pynative(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class PlanDescription:
+    """A :class:`DumpedPlan` spelled out: for a graph the writers describe without an execution plan of its own."""
+
+    pctx: AutoParallelContext
+    n: int
+    devices: Sequence[Any] = ()
+    pynative: bool = False
+
 
 _counter = itertools.count()
 EXECUTE_STAGE = 18  # graphpar's pipeline: trace, passes, lower, compile ... the executable is stage 18 as in MindSpore
@@ -37,15 +73,15 @@ def _enabled() -> bool:
     return _context.current().save_graphs > 0
 
 
-def _ranks(plan: Any) -> list[int]:
+def _ranks(plan: DumpedPlan) -> list[int]:
     import jax
 
-    if getattr(plan, "pynative", False):
+    if plan.pynative:
         return []
     return [i for i, d in enumerate(plan.devices) if d.process_index == jax.process_index()]
 
 
-def _header(kind: str, graph: Graph, plan: Any, rank: int, note: str) -> list[str]:
+def _header(kind: str, graph: Graph, plan: DumpedPlan, rank: int, note: str) -> list[str]:
     pctx = plan.pctx
     mesh = graph.meta["mesh"]
     passes = " ".join(f"{k}={v * 1000:.1f}ms" for k, v in graph.meta.get("pass_seconds", {}).items())
@@ -104,7 +140,7 @@ def dump_path(directory: str | os.PathLike, rank: int, kind: str, index: int) ->
     return Path(directory) / f"rank_{rank}" / name
 
 
-def begin_texts(graph: Graph, plan: Any, ranks: list[int]) -> dict[int, str]:
+def begin_texts(graph: Graph, plan: DumpedPlan, ranks: list[int]) -> dict[int, str]:
     """The text of the begin dump of ``graph`` for each rank (what :func:`write_begin` writes, what the reader
     parses; ``graphpar.parallel.plan`` parses it in memory)."""
     body = _input_lines(graph, per_device=False)
@@ -115,14 +151,12 @@ def begin_texts(graph: Graph, plan: Any, ranks: list[int]) -> dict[int, str]:
                     f"wanted by " + ", ".join(f"{name} (node {nid}) as {spec_text(spec)}"
                                               for name, nid, spec in conflict["wanted"])
                     + f"; redistribution {conflict['cost_bytes']:g} B per device")
-    from graphpar.planner.search.report import search_lines
-
     body += search_lines(graph)
     return {rank: "\n".join(_header("step_parallel_begin", graph, plan, rank, "global shapes") + body) + "\n"
             for rank in ranks}
 
 
-def write_begin(graph: Graph, plan: Any, directory: str | os.PathLike, ranks: list[int]) -> list[Path]:
+def write_begin(graph: Graph, plan: DumpedPlan, directory: str | os.PathLike, ranks: list[int]) -> list[Path]:
     index = dump_index(graph)
     written = []
     for rank, text in begin_texts(graph, plan, ranks).items():
@@ -189,15 +223,13 @@ def _fused_gradients(c: Collective, graph: Graph) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _predicted(graph: Graph, plan: Any) -> dict[int, float]:
+def _predicted(graph: Graph, plan: DumpedPlan) -> dict[int, float]:
     """Per node, the cost model's predicted collective wire bytes (``graphpar.planner.predict``)."""
-    from graphpar.planner.predict import predicted_costs
-
     costs = predicted_costs(graph, plan.pctx.parallel_mode, plan.n, graph.meta.get("purpose") == "train")
     return {nid: c.comm_bytes for nid, c in costs.items()}
 
 
-def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int], rank_offset: int = 0,
+def execute_texts(graph: Graph, plan: DumpedPlan, hlo_text: str, ranks: list[int], rank_offset: int = 0,
                   program_devices: int | None = None) -> dict[int, str]:
     """The text of the execute dump of ``graph`` compiled to ``hlo_text``, for each rank.
 
@@ -247,7 +279,7 @@ def execute_texts(graph: Graph, plan: Any, hlo_text: str, ranks: list[int], rank
     return texts
 
 
-def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.PathLike,
+def write_execute(graph: Graph, plan: DumpedPlan, hlo_text: str, directory: str | os.PathLike,
                   ranks: list[int], rank_offset: int = 0, program_devices: int | None = None) -> list[Path]:
     index = dump_index(graph)
     written = []
@@ -259,13 +291,13 @@ def write_execute(graph: Graph, plan: Any, hlo_text: str, directory: str | os.Pa
     return written
 
 
-def maybe_dump_begin(graph: Graph, plan: Any) -> list[Path]:
+def maybe_dump_begin(graph: Graph, plan: DumpedPlan) -> list[Path]:
     if not _enabled():
         return []
     return write_begin(graph, plan, _context.current().save_graphs_path, _ranks(plan))
 
 
-def maybe_dump_execute(graph: Graph | None, plan: Any, hlo_text: str) -> list[Path]:
+def maybe_dump_execute(graph: Graph | None, plan: DumpedPlan, hlo_text: str) -> list[Path]:
     if graph is None or not _enabled():
         return []
     return write_execute(graph, plan, hlo_text, _context.current().save_graphs_path, _ranks(plan))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from graphpar.common.dtype import ms_name
+from graphpar.ir.notebook import html_of
 
 
 @dataclass(eq=False)
@@ -152,10 +153,9 @@ class Graph:
         return dataclasses.replace(self, nodes=nodes)
 
     def _repr_html_(self) -> str | None:
-        """Notebooks: a planned graph's per-op table, device grids and picture (graphpar.viz)."""
-        from graphpar.parallel.plan_api import graph_html
-
-        return graph_html(self)
+        """Notebooks: a planned graph's per-op table, device grids and picture (graphpar.viz, through the registry of
+        graphpar.ir.notebook); None for a graph not planned yet."""
+        return html_of(self)
 
     def as_text(self) -> str:
         """A readable listing: one line per node with kind, instance, shapes, strategy and scope."""

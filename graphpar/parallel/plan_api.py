@@ -5,15 +5,26 @@ program, the one ``Model.train`` runs), ``ForwardProgram.planned`` / ``lower`` f
 program, as ``net(x)`` and ``Model.eval`` use). The planned graph and the compiled HLO are turned into dump *text*
 by the dump writer's own functions and parsed by the dump reader, so a Plan, the files ``save_graphs`` writes and
 ``graphpar ir`` agree by construction (one source of truth). With ``save_graphs`` on, the dumps are written as
-well. Imports are lazy: ``graphpar.parallel`` imports this module on first use of ``plan``.
+well.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+import numpy as np
+
+from graphpar import _context
+from graphpar._context import PYNATIVE_MODE
+from graphpar.compile.runtime.forward import program_for
+from graphpar.dump.loading import DumpSet
+from graphpar.dump.reader import parse_text
+from graphpar.dump.writer import begin_texts, dump_index, dump_path, execute_texts, maybe_dump_execute
 from graphpar.errors import GraphparError
+from graphpar.nn.cell import Cell
+from graphpar.nn.wrap import TrainOneStepCell
+from graphpar.train.model import Model
+from graphpar.viz.plan import Plan
 
 
 class PlanError(GraphparError, ValueError):
@@ -26,13 +37,6 @@ class PlanError(GraphparError, ValueError):
 
 def _program_and_inputs(target: Any, inputs: tuple) -> tuple[Any, str, list]:
     """The program that plans ``target``, its purpose (train / forward) and the example inputs to plan for."""
-    import numpy as np
-
-    from graphpar.compile.runtime.forward import program_for
-    from graphpar.nn.cell import Cell
-    from graphpar.nn.wrap import TrainOneStepCell
-    from graphpar.train.model import Model
-
     if isinstance(target, Model):
         train = target.train_network
         if not isinstance(train, TrainOneStepCell):
@@ -67,7 +71,7 @@ def _xla_memory(compiled: Any) -> dict[str, int] | None:
             "generated code bytes": int(analysis.generated_code_size_in_bytes)}
 
 
-def plan(target: Any, *example_inputs: Any) -> Any:
+def plan(target: Any, *example_inputs: Any) -> Plan:
     """The plan of ``target`` for ``example_inputs`` (a :class:`graphpar.viz.plan.Plan`).
 
     * a ``Model``: its train step, the very program ``Model.train`` runs; without inputs, for the batch shape of
@@ -78,13 +82,6 @@ def plan(target: Any, *example_inputs: Any) -> Any:
     The step is planned with the context in force (parallel mode, hints, strategy files) and compiled (not run),
     so the plan has per-device shapes and the collectives XLA inserted, on every rank.
     """
-    from graphpar import _context
-    from graphpar._context import PYNATIVE_MODE
-    from graphpar.dump.loading import DumpSet
-    from graphpar.dump.reader import parse_text
-    from graphpar.dump.writer import begin_texts, dump_index, dump_path, execute_texts, maybe_dump_execute
-    from graphpar.viz.plan import Plan
-
     if _context.current().mode == PYNATIVE_MODE:
         raise PlanError(target, "PYNATIVE_MODE runs the network eagerly and plans nothing; "
                                 "set_context(mode=GRAPH_MODE) to plan it")
@@ -112,21 +109,3 @@ def plan(target: Any, *example_inputs: Any) -> Any:
         sets[r] = DumpSet(str(where), index, begin, execute, indexes=[index], ranks=ranks)
     return Plan(sets, str(where), _xla_memory(compiled))
 
-
-def graph_html(graph: Any) -> str | None:
-    """``Graph._repr_html_``: a planned graph's begin-dump views (None for a graph not planned yet)."""
-    from graphpar import _context
-    from graphpar.dump.reader import parse_text
-    from graphpar.dump.writer import begin_texts
-    from graphpar.viz.html import dump_views, wrap
-
-    mesh = graph.meta.get("mesh")
-    if mesh is None or any(n.strategy is None for n in graph.node_list()):
-        return None
-
-    class _Described:  # what the dump header needs from a plan
-        pctx = _context.current_parallel()
-        n = math.prod(mesh.sizes)
-
-    begin = parse_text(begin_texts(graph, _Described, [0])[0], f"<graph {graph.name}>")
-    return wrap(dump_views(begin, None))

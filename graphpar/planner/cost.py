@@ -5,7 +5,7 @@ canonical spec (per tensor dimension, the mesh axes splitting it, major first), 
 the sets of axes added, removed or moved per dimension — never by visiting device coordinates — so pricing on a
 4,096-device mesh costs what it costs on 8.
 
-Communication is counted in *wire bytes* (``graphpar.dump.hlo.wire_bytes``: the bytes one device sends under ring
+Communication is counted in *wire bytes* (``graphpar.planner.wire.wire_bytes``: the bytes one device sends under ring
 algorithms), the unit the execute dumps measure, so a prediction and a measurement compare directly.
 
 * :func:`op_cost` — an op's own collectives and work: a split contracted label leaves the output partial, resolved
@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from graphpar.dump.hlo import wire_bytes
 from graphpar.planner.memory_model import (
-    internal_residuals, keeps_input, param_slots, sole_keeper, transient_buffers, value_kept)
+    internal_residuals, keeps_input, param_slots, peak_bytes, sole_keeper, transient_buffers, value_kept)
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec
+from graphpar.planner.wire import wire_bytes
 
 __all__ = ["Cost", "Hardware", "HARDWARE", "DEFAULT_HW", "op_cost", "redistribution_cost", "grad_values",
            "redistribution_bytes", "replicated_spec", "block_bytes", "copy_memory", "input_bytes", "predicted_peak"]
@@ -71,7 +71,7 @@ DEFAULT_HW = HARDWARE["gpu"]
 class Cost:
     """Everything per device, per training step (forward + backward)."""
 
-    comm_bytes: float = 0.0  # wire bytes, graphpar.dump.hlo.wire_bytes's unit
+    comm_bytes: float = 0.0  # wire bytes, graphpar.planner.wire.wire_bytes's unit
     messages: int = 0  # number of collectives
     flops: float = 0.0  # compute
     memory_bytes: float = 0.0  # bytes this choice keeps resident (params + optimizer state + activations)
@@ -365,8 +365,6 @@ def predicted_peak(graph: Any, mesh: MeshInfo, per_node: Mapping[int, Cost] | No
                    training: bool = True) -> float:
     """The plan's predicted per-device peak memory (``memory_model.peak_bytes``): ``plan_cost`` summed, plus the
     dataset inputs."""
-    from graphpar.planner.memory_model import peak_bytes
-
     per_node = plan_cost(graph, mesh, training) if per_node is None else per_node
     return peak_bytes(sum_costs(per_node.values()), input_bytes(graph, mesh))
 

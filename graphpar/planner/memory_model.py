@@ -168,7 +168,7 @@ def optimizer_slots(optimizer: Any, params: Mapping[str, Any]) -> dict[str, floa
     out = {n: 0.0 for n in avals}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
         for entry in path:
-            name = getattr(entry, "key", None)
+            name = entry.key if isinstance(entry, jax.tree_util.DictKey) else None
             if name in avals and tuple(leaf.shape) == tuple(avals[name].shape):
                 size = float(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
                 out[name] += size / max(float(np.prod(avals[name].shape)) * np.dtype(avals[name].dtype).itemsize,

@@ -9,10 +9,12 @@ AllReduce of every statistic computed over the batch (SyncBatchNorm's global sta
 from __future__ import annotations
 
 from graphpar._context import ParallelMode
-from graphpar.dump.hlo import wire_bytes
 from graphpar.ir.graph import Graph
 from graphpar.planner.cost import Cost, grad_values, op_cost, plan_cost
+from graphpar.planner.dims import rule_for
+from graphpar.planner.passes.defaults import batch_label
 from graphpar.planner.strategy import MeshInfo, NodeStrategy
+from graphpar.planner.wire import wire_bytes
 
 
 def data_parallel_costs(graph: Graph, n_devices: int, training: bool = True) -> dict[int, Cost]:
@@ -20,9 +22,6 @@ def data_parallel_costs(graph: Graph, n_devices: int, training: bool = True) -> 
     shapes): every op is given its batch split over one mesh axis of ``n_devices`` as it stands, so each
     Parameter's gradient is AllReduced over all devices and SyncBatchNorm's statistics too; a plain BatchNorm keeps
     per-device statistics (MindSpore's DATA_PARALLEL), whose reduction is left out."""
-    from graphpar.planner.dims import rule_for
-    from graphpar.planner.passes.defaults import batch_label
-
     mesh = MeshInfo(("m0",), (n_devices,))
     grads = grad_values(graph) if training else frozenset()
     out: dict[int, Cost] = {}

@@ -52,6 +52,11 @@ def strategy_text(strategy: Sequence[Sequence[int]]) -> str:
     return "(" + ", ".join("(" + ", ".join(str(d) for d in row) + ")" for row in strategy) + ")"
 
 
+def spec_text(spec: Spec) -> str:
+    """A canonical layout as ``(m0, m1.m2)`` (``-`` for an unsplit dimension): how dumps and logs print it."""
+    return "(" + ", ".join(".".join(axes) if axes else "-" for axes in spec) + ("," if len(spec) == 1 else "") + ")"
+
+
 def to_partition_spec(spec: Spec) -> PartitionSpec:
     return PartitionSpec(*[(None if not axes else axes[0] if len(axes) == 1 else tuple(axes)) for axes in spec])
 

@@ -29,6 +29,8 @@ from typing import Any
 
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
+from graphpar.planner.mesh import axis_names, mesh_axis_sizes
+from graphpar.planner.optimizer_parallel import OptimizerParallelConfig, shard_parameter, shard_step
 from graphpar.planner.tensor_layout import from_mesh_spec, rank_slices
 
 VERSION = 1
@@ -89,9 +91,6 @@ def _tuples(value: Any) -> tuple | None:
 def _optimizer_shard(value: Any, spec: list | None, mesh: Any, device_num: int, replicated: bool,
                      optimizer: Any) -> Any:
     """The parallel optimizer's sharding of a parameter (``parallel.optimizer_parallel``), on the plan's mesh."""
-    from graphpar.planner.mesh import axis_names, mesh_axis_sizes
-    from graphpar.planner.optimizer_parallel import shard_parameter
-
     if replicated:  # DATA_PARALLEL: the parameter is whole on every device of the job's mesh
         sizes = mesh_axis_sizes(device_num)
         names, compute = axis_names(len(sizes)), tuple(() for _ in value.shape)
@@ -106,8 +105,6 @@ def from_graph(graph: Graph, device_num: int, parallel_mode: str, trainable: set
     """The JSON object of a planned graph. ``replicated``: every parameter whole on every device (DATA_PARALLEL).
     ``optimizer`` (an ``OptimizerParallelConfig``): record each trainable parameter's parallel-optimizer sharding
     (MindSpore's ``opt_weight_shard_size``/``opt_weight_shard_step``, graphpar's ``optimizer_spec``)."""
-    from graphpar.planner.optimizer_parallel import shard_step
-
     mesh = graph.meta["mesh"]
     specs = graph.meta.get("value_specs", {})
     layouts, ms_layouts, strategies, ms_strategies = {}, {}, {}, {}
@@ -231,8 +228,6 @@ def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], re
 
     if jax.process_index() != 0 or (graph.meta.get("purpose") != "train" and os.path.exists(path)):
         return
-    from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
-
     write(path, from_graph(graph, device_num, pctx.parallel_mode, trainable,
                            bool(config.get("only_trainable_params", True)), replicated,
                            OptimizerParallelConfig.from_context(pctx)))

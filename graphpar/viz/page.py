@@ -9,8 +9,8 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from graphpar.cli.ir_views import diff_data
 from graphpar.dump.loading import DumpSet, load
+from graphpar.dump.views import diff_data
 from graphpar.viz import html as views
 from graphpar.viz.plan import diff_views
 from graphpar.viz.svg import graph_picture

@@ -2,8 +2,9 @@
 
 A Plan holds :class:`graphpar.dump.loading.DumpSet` s (begin + execute dump of one graph, per rank): built in
 memory by ``graphpar.parallel.plan`` (from the same text the dump writer writes) or read from a dump directory by
-:meth:`Plan.from_dumps`. Its text views are exactly what ``graphpar ir summary|explain|diff`` print (the CLI's own
-renderers), its ``_repr_html_`` draws the tables, grids, charts and graph of :mod:`graphpar.viz.html`.
+:meth:`Plan.from_dumps`. Its text views are exactly what ``graphpar ir summary|explain|diff`` print (the same
+renderers, :mod:`graphpar.viz.text`), its ``_repr_html_`` draws the tables, grids, charts and graph of
+:mod:`graphpar.viz.html`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from graphpar.cli import ir as cli
-from graphpar.cli.ir_views import diff_data, explain_data, find_op, show_data, summary_data
 from graphpar.dump.loading import DumpSet, load
 from graphpar.dump.model import DumpError
+from graphpar.dump.views import diff_data, explain_data, find_op, show_data, summary_data
 from graphpar.viz import html as views
+from graphpar.viz.svg import bar_chart
+from graphpar.viz.text import emit_table, fmt_strategy, print_diff, print_explain, print_summary
 
 
 def _captured(render: Callable[..., None], *args: Any) -> str:
@@ -54,7 +56,7 @@ class Rows(list):
         self.columns, self.title = columns, title
 
     def __str__(self) -> str:
-        return _captured(cli._emit_table, self.columns, [[views.cell_text(r.get(c)) for c in self.columns]
+        return _captured(emit_table, self.columns, [[views.cell_text(r.get(c)) for c in self.columns]
                                                          for r in self], self.title or None)
 
     def _repr_html_(self) -> str:
@@ -104,7 +106,7 @@ class Plan:
         """One row per op (strategy, provenance, per-device shapes, collectives, bytes): ``graphpar ir summary``."""
         dset = self.dumps(rank)
         data = summary_data(dset)
-        return Report(_captured(cli._print_summary, data), data,
+        return Report(_captured(print_summary, data), data,
                       lambda: views.wrap(views.header(dset.main) + views.op_table(dset.begin, dset.execute)))
 
     def explain(self, op: str, rank: int | None = None) -> Report:
@@ -116,7 +118,7 @@ class Plan:
         def html() -> str:
             node = find_op(dset, op)
             rows = [[str(c["node"]), views.escape(c["instance_name"]), views.escape(c["kind"]),
-                     views.code_cell(cli._fmt_strategy(c["strategy"])),
+                     views.code_cell(fmt_strategy(c["strategy"])),
                      views.escape(c["provenance"]["text"] if c["provenance"] else "-"),
                      "" if c["edge_cost"] is None else f"{c['edge_cost']:g} B"] for c in data["chain"]]
             grids = views.op_input_grids(node, dset.begin) if dset.begin is not None else ""
@@ -128,14 +130,14 @@ class Plan:
                                  if colls else "")
                               + f"<h4>where its inputs live</h4>{grids}")
 
-        return Report(_captured(cli._print_explain, data), data, html)
+        return Report(_captured(print_explain, data), data, html)
 
     def diff(self, other: "Plan", show_all: bool = False, rank: int | None = None) -> Report:
         """Ops whose strategy or collective bytes differ between this plan (A) and ``other`` (B):
         ``graphpar ir diff``."""
         a, b = self.dumps(rank), other.dumps(rank)
         data = diff_data(a, b)
-        return Report(_captured(cli._print_diff, data, show_all), data, lambda: views.wrap(diff_views(a, b, data)))
+        return Report(_captured(print_diff, data, show_all), data, lambda: views.wrap(diff_views(a, b, data)))
 
     def collectives(self, rank: int | None = None) -> Rows:
         """Every collective of the compiled step on ``rank``: the op it belongs to, kind, pass, cause, group,
@@ -213,15 +215,13 @@ def _collective_row(c, op: str) -> dict[str, Any]:
 
 def diff_views(a: DumpSet, b: DumpSet, data: Mapping[str, Any]) -> str:
     """The diff table (ops whose strategy or bytes changed, then the others), a bytes chart A vs B per op."""
-    from graphpar.viz.svg import bar_chart
-
     rows, classes, chart = [], [], []
     for o in data["ops"]:
         ba, bb = o["collective_bytes_a"], o["collective_bytes_b"]
         delta = o["collective_bytes_delta"]
         rows.append([views.escape(o["instance_name"]), views.escape(o["kind"]), views.escape(o["status"]),
-                     views.code_cell(cli._fmt_strategy(o["strategy_a"])),
-                     views.code_cell(cli._fmt_strategy(o["strategy_b"])),
+                     views.code_cell(fmt_strategy(o["strategy_a"])),
+                     views.code_cell(fmt_strategy(o["strategy_b"])),
                      "-" if ba is None else str(ba), "-" if bb is None else str(bb),
                      "-" if delta is None else f"{delta:+d}", views.escape(o["scope"])])
         classes.append("diff-row " + ("gp-user" if o["status"] != "same" or delta else ""))
@@ -240,10 +240,10 @@ def diff_views(a: DumpSet, b: DumpSet, data: Mapping[str, Any]) -> str:
                           rows, css_class="gp-table diff-table", row_classes=classes)
             + f"<p>total collective bytes per step: A {ta if ta is not None else '-'}, "
               f"B {tb if tb is not None else '-'}</p>"
-            + _grouped_chart(chart, bar_chart))
+            + _grouped_chart(chart))
 
 
-def _grouped_chart(rows: list, bar_chart) -> str:
+def _grouped_chart(rows: list) -> str:
     if not rows:
         return "<p>no collectives in either plan</p>"
     split = [(f"{label} A", {"A": v["A"]}) for label, v in rows]

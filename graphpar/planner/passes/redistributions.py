@@ -21,10 +21,10 @@ import logging
 from typing import Any
 
 from graphpar._logging import is_enabled, notice_once
-from graphpar.dump.format import spec_text
 from graphpar.ir.graph import Graph, Node
 from graphpar.planner.cost import grad_values, redistribution_cost
 from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.strategy import spec_text
 
 
 @dataclasses.dataclass

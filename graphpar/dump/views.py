@@ -1,7 +1,8 @@
-"""What ``graphpar ir`` shows, as JSON-able dicts with stable keys (rendering lives in ir.py).
+"""What ``graphpar ir`` and a ``Plan`` show of dumps, as JSON-able dicts with stable keys.
 
-``show_data``, ``summary_data``, ``diff_data`` and ``explain_data`` each turn dumps into one dict: ``--json``
-prints it as is, the text commands render it as tables.
+``show_data``, ``summary_data``, ``diff_data`` and ``explain_data`` each turn dumps into one dict: ``graphpar ir
+--json`` prints it as is; ``graphpar.viz.text`` renders it as tables (the text commands, ``Plan.summary()``) and
+``graphpar.viz`` draws it in HTML.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, DumpError, Node, TensorType
 from graphpar.dump.model import strategy_text
 from graphpar.dump.pipeline import schedule_for
+from graphpar.planner.search.report import search_records
 
 _ARROW = "\u2190"  # ←
 
@@ -190,14 +192,9 @@ def explain_data(dset: DumpSet, op: str) -> dict[str, Any]:
     else:
         why = root["provenance"]["text"] if root["provenance"] else "no provenance recorded"
     text = f" {_ARROW} ".join(c["instance_name"] for c in chain) + f" ({why})"
-    from graphpar.planner.search.report import search_records
-
     records, _ = search_records(dset.main)
     return {"source": dset.source, "op": op, "node": chain[0]["node"], "chain": chain,
             "root": {"node": root["node"], "instance_name": root["instance_name"], "reason": reason,
                      "hint": _strategy(last.hint)},
             "total_cost": sum(c["edge_cost"] or 0.0 for c in chain), "summary": text,
             "search": records.get(chain[0]["node"])}
-
-
-
