@@ -20,7 +20,7 @@ def data_parallel_costs(graph: Graph, n_devices: int, training: bool = True) -> 
     shapes): every op is given its batch split over one mesh axis of ``n_devices`` as it stands, so each
     Parameter's gradient is AllReduced over all devices and SyncBatchNorm's statistics too; a plain BatchNorm keeps
     per-device statistics (MindSpore's DATA_PARALLEL), whose reduction is left out."""
-    from graphpar.planner.dims import rule_for
+    from graphpar.planner.rules import rule_for
     from graphpar.planner.passes.defaults import batch_label
 
     mesh = MeshInfo(("m0",), (n_devices,))
