@@ -9,17 +9,14 @@ from graphpar._context import reset_auto_parallel_context as reset_auto_parallel
 from graphpar._context import reset_context as reset_context
 from graphpar._context import set_auto_parallel_context as set_auto_parallel_context
 from graphpar._context import set_context as set_context
+from graphpar.communication import tls_config
 
 
 def set_ps_context(**kwargs) -> None:
     """MindSpore's ``set_ps_context``: TLS of the control plane (``enable_ssl``, ``config_file_path``,
     ``client_password``, ``server_password``); see ``graphpar.communication.tls_config``."""
-    from graphpar.communication import tls_config
-
     tls_config.set_ps_context(**kwargs)
 
 
 def get_ps_context(key: str):
-    from graphpar.communication import tls_config
-
     return tls_config.get_ps_context(key)

@@ -16,17 +16,16 @@ import numpy as np
 from flax import nnx
 
 from graphpar.common import dtype as mstype
+from graphpar.common._convert import to_array
 
 DEFAULT_NAME = "Parameter"
 
 
 def _to_array(value: Any, what: str) -> jax.Array:
-    from graphpar.common.tensor import Tensor
-
     if isinstance(value, Parameter):
         return value.value
     if isinstance(value, (jax.Array, np.ndarray, list, tuple, int, float, bool, np.generic)):
-        return Tensor(value)
+        return to_array(value)
     raise TypeError(f"{what}: expected an array, Tensor, number or initializer result, got {type(value).__name__}")
 
 

@@ -14,11 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graphpar.common._convert import to_array
+from graphpar.common.initializer import initializer
+from graphpar.common.parameter import Parameter
+
 
 class _TensorMeta(type):
     def __instancecheck__(cls, obj: Any) -> bool:
-        from graphpar.common.parameter import Parameter
-
         return isinstance(obj, (jax.Array, Parameter))
 
 
@@ -32,37 +34,18 @@ class Tensor(metaclass=_TensorMeta):
 
     def __new__(cls, input_data: Any = None, dtype: Any = None, shape: Any = None, init: Any = None) -> jax.Array:
         if init is not None:
-            from graphpar.common.initializer import initializer
-
             return initializer(init, shape, dtype or np.float32)
         if input_data is None:
             if shape is None:
                 raise TypeError("Tensor(): give input_data, or shape and dtype with init")
             return jnp.zeros(shape, dtype or np.float32)
-        if isinstance(input_data, bool):
-            data = np.asarray(input_data)
-        elif isinstance(input_data, float):
-            data = np.asarray(input_data, np.float32)
-        elif isinstance(input_data, int):
-            data = np.asarray(input_data, np.int64)
-        elif isinstance(input_data, jax.Array):
-            data = input_data
-        else:
-            from graphpar.common.parameter import Parameter
-
-            if isinstance(input_data, Parameter):
-                data = input_data.value
-            else:
-                data = np.asarray(input_data)
-                if data.dtype == np.float64 and dtype is None and not jax.config.jax_enable_x64:
-                    data = data.astype(np.float32)
-        return jnp.asarray(data, dtype=dtype)
+        if isinstance(input_data, Parameter):
+            return jnp.asarray(input_data.value, dtype=dtype)
+        return to_array(input_data, dtype)
 
 
 def asnumpy(x: Any) -> np.ndarray:
     """MindSpore's ``Tensor.asnumpy()`` for any array or Parameter."""
-    from graphpar.common.parameter import Parameter
-
     if isinstance(x, Parameter):
         return x.asnumpy()
     return np.asarray(x)

@@ -1,6 +1,6 @@
 """Joining a multi-process job inside ``init()``: read the launcher's environment, call ``jax.distributed``.
 
-Conventions, in order of precedence (the first one present wins; see ``process_plan.convention``):
+Conventions, in order of precedence (the first one present wins; see ``graphpar._cluster.convention``):
 
 1. ``graphpar launch`` — GRAPHPAR_COORDINATOR, GRAPHPAR_NUM_PROCESSES, GRAPHPAR_PROCESS_ID, GRAPHPAR_LOCAL_*;
 2. MindSpore Dynamic Cluster — MS_ROLE, MS_SCHED_HOST, MS_SCHED_PORT, MS_WORKER_NUM, MS_NODE_ID (the
@@ -21,49 +21,19 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from dataclasses import dataclass
 
 import jax
 
-from graphpar import _env
-from graphpar.communication import process_plan
+from graphpar import _cluster, _env
+from graphpar._logging import notice_once
+from graphpar.communication import addresses, dynamic_cluster, process_plan, rendezvous_file, tls_config, tls_tunnel
 from graphpar.communication.errors import ClusterError
 from graphpar.communication.process_plan import ProcessPlan
 
 _COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
-@dataclass(frozen=True)
-class HostPlacement:
-    """This process's place among the processes of its host (for ``get_local_rank``)."""
-
-    local_process_id: int = 0
-    local_process_count: int = 1
-
-
-_placement = HostPlacement()
-_joined: ProcessPlan | None = None
 _tunnels: list = []  # the TLS proxy or forwarder of this process, alive as long as the process
-
-
-def placement() -> HostPlacement:
-    return _placement
-
-
-def joined_plan() -> ProcessPlan | None:
-    """The plan this process joined its job with (``None`` for a single process)."""
-    return _joined
-
-
-def cluster_pending() -> bool:
-    """True when the environment describes a multi-process job that this process has not joined yet.
-
-    Until it has, no JAX backend may start (``jax.distributed.initialize`` refuses to run afterwards), so code that
-    would touch devices early (``set_context(device_target=...)`` checking the platform) defers to ``init()``.
-    """
-    if _joined is not None or jax.distributed.is_initialized():
-        return False
-    return process_plan.convention(_env.cluster_env()) is not None
 
 
 def initialize(platform: str) -> None:
@@ -72,11 +42,10 @@ def initialize(platform: str) -> None:
     ``platform`` is the JAX platform of the job ("cpu", "gpu", "tpu"): it decides gloo on CPU and whether the
     launcher's per-process device count becomes ``local_device_ids`` (accelerators) or a CPU device count.
     """
-    global _joined, _placement
-    if _joined is not None or jax.distributed.is_initialized():
+    if _cluster.joined() or jax.distributed.is_initialized():
         return
     env = _env.cluster_env()
-    kind = process_plan.convention(env)
+    kind = _cluster.convention(env)
     if kind is None:
         return
     _check_variables(env, kind)
@@ -92,8 +61,7 @@ def initialize(platform: str) -> None:
     else:
         plan = process_plan.from_slurm(env)
     _join(plan, platform, cluster_timeout, heartbeat)
-    _joined = plan
-    _placement = HostPlacement(plan.local_process_id, plan.local_process_count)
+    _cluster.record_join(_cluster.HostPlacement(plan.local_process_id, plan.local_process_count))
 
 
 def _check_variables(env: _env.ClusterEnv, kind: str) -> None:
@@ -102,16 +70,12 @@ def _check_variables(env: _env.ClusterEnv, kind: str) -> None:
     env.check(*used)
     for name, value in sorted(env.invalid.items()):
         if name not in used:
-            from graphpar._logging import notice_once
-
             notice_once(f"env-ignored:{name}", f"environment variable {name}={value!r} is not an integer; ignored: "
                         f"this process joins its job by the {kind.replace('_', ' ')} convention, which does not read "
                         "it")
 
 
 def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
-    from graphpar.communication import dynamic_cluster, tls_config
-
     if tls_config.active() is not None:
         raise ClusterError("set_ps_context(enable_ssl=True) with the Dynamic Cluster variables (MS_ROLE): the "
                            "scheduler's rank assignment is not tunnelled through TLS; start the job with msrun/"
@@ -129,7 +93,7 @@ def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
         raise ClusterError(f"MS_WORKER_NUM={env.ms_worker_num} must be >= 1", "MS_WORKER_NUM")
     host = env.ms_sched_host or "127.0.0.1"
     if role == "MS_SCHED":
-        scheduler = dynamic_cluster.Scheduler(process_plan.numeric_host(host), env.ms_sched_port,
+        scheduler = dynamic_cluster.Scheduler(addresses.numeric_host(host), env.ms_sched_port,
                                               env.ms_worker_num, timeout, recovery=env.ms_enable_recovery)
         try:
             status = scheduler.serve()
@@ -189,29 +153,23 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
             f"coordinator {plan.coordinator} within {timeout} s: {exc}") from exc
     finally:
         watchdog.cancel()
-        from graphpar.communication import rendezvous_file
-
         rendezvous_file.withdraw()
 
 
 def _through_tls(plan: ProcessPlan, timeout: int) -> tuple[str, str]:
     """(coordinator address, bind address) to give JAX: the plan's own, or, with ``set_ps_context(enable_ssl=
     True)``, the loopback ends of the TLS tunnel (see ``tls_tunnel``)."""
-    from graphpar.communication import tls_config
-
     settings = tls_config.active()
     if settings is None:
         return plan.coordinator, plan.bind_address
-    from graphpar.communication import tls_tunnel
-
-    host, port = process_plan.split_address(plan.bind_address, plan.source)
+    host, port = addresses.split_address(plan.bind_address, plan.source)
     if plan.process_id == 0:
-        internal = f"127.0.0.1:{process_plan.free_port('127.0.0.1')}"
-        proxy = tls_tunnel.TlsProxy(settings, (host, port), process_plan.split_address(internal, plan.source))
+        internal = f"127.0.0.1:{addresses.free_port('127.0.0.1')}"
+        proxy = tls_tunnel.TlsProxy(settings, (host, port), addresses.split_address(internal, plan.source))
         _tunnels.append(proxy.start())
         return internal, internal
-    remote = process_plan.split_address(plan.coordinator, plan.source)
-    forwarder = tls_tunnel.TlsForwarder(settings, (process_plan.numeric_host(remote[0]), remote[1]))
+    remote = addresses.split_address(plan.coordinator, plan.source)
+    forwarder = tls_tunnel.TlsForwarder(settings, (addresses.numeric_host(remote[0]), remote[1]))
     forwarder.probe(timeout)  # a refused certificate is an error now, naming it, before JAX starts
     _tunnels.append(forwarder.start())
     local = f"127.0.0.1:{forwarder.port}"

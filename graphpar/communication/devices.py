@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 
 from graphpar import _context
+from graphpar._logging import notice_once
 from graphpar.errors import DeviceError
 
 
@@ -33,8 +34,6 @@ def job_devices(device_num: int | None) -> list[jax.Device]:
             f"{devices[0].platform.upper()} device(s); valid: 1..{len(devices)} (on CPU, simulate more with "
             f"XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts)")
     if device_num < len(devices):
-        from graphpar._logging import notice_once
-
         notice_once(f"device_num:{device_num}:{len(devices)}",
                     f"set_auto_parallel_context(device_num={device_num}): training on ranks 0..{device_num - 1} "
                     f"({_names(devices[:device_num])}) of the {len(devices)} devices this job has; the other "
@@ -56,6 +55,6 @@ def rank_of(device: jax.Device) -> int:
 
 
 def local_ranks(devices: list[jax.Device]) -> list[int]:
-    """Ranks among ``devices`` that this process drives."""
+    """Ranks among ``devices`` that this process drives (in order)."""
     me = jax.process_index()
     return [i for i, d in enumerate(devices) if d.process_index == me]

@@ -24,7 +24,7 @@ by a participating process through its public API, and the scheduler must not ow
 
 from __future__ import annotations
 
-import json
+import atexit
 import os
 import re
 import selectors
@@ -35,75 +35,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from graphpar.communication.addresses import free_port
+from graphpar.communication.channel import Channel
 from graphpar.communication.errors import ClusterError
-from graphpar.communication.process_plan import ProcessPlan, free_port
-
-
-class Channel:
-    """A socket carrying one JSON object per line."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self._buffer = b""
-        self.closed = False
-
-    def send(self, message: dict[str, Any]) -> bool:
-        try:
-            self.sock.sendall((json.dumps(message) + "\n").encode())
-            return True
-        except OSError:
-            return False
-
-    def pending(self) -> dict[str, Any] | None:
-        """A complete message already buffered, if any."""
-        if b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            return json.loads(line.decode())
-        return None
-
-    def recv(self, timeout: float | None) -> dict[str, Any] | None:
-        """The next message; ``None`` when the peer closed the connection. Raises ``TimeoutError``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            message = self.pending()
-            if message is not None:
-                return message
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                self.sock.settimeout(left)
-            else:
-                self.sock.settimeout(None)
-            try:
-                chunk = self.sock.recv(65536)
-            except socket.timeout as exc:
-                raise TimeoutError from exc
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.closed = True
-                return None
-            self._buffer += chunk
-
-    def feed(self) -> bool:
-        """Read what is available (after a selector said so); False on end of stream."""
-        try:
-            chunk = self.sock.recv(65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.closed = True
-            return False
-        self._buffer += chunk
-        return True
-
-    def close(self) -> None:
-        self.closed = True
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+from graphpar.communication.process_plan import ProcessPlan
+from graphpar.communication.rejoin import reexec, wait_for_restart
 
 
 @dataclass
@@ -370,8 +306,6 @@ def join(host: str, port: int, worker_num: int, node_id: str | None, timeout: fl
 
 def _watch(channel: Channel, recovery: bool = False) -> None:
     """Keep the scheduler connection for the process's life: report the exit, obey ``abort``."""
-    import atexit
-
     _session["channel"] = channel
     _session["failed"] = False
     previous_hook = sys.excepthook
@@ -384,8 +318,6 @@ def _watch(channel: Channel, recovery: bool = False) -> None:
 
     def report_exit() -> None:
         if _session["failed"] and recovery:
-            from graphpar.communication.rejoin import wait_for_restart
-
             wait_for_restart(10.0)  # a peer's death broke our collective: the scheduler's restart is on its way
         channel.send({"op": "exit", "failed": _session["failed"]})
         channel.close()
@@ -405,8 +337,6 @@ def _watch(channel: Channel, recovery: bool = False) -> None:
                 sys.stderr.flush()
                 os._exit(1)
             if message.get("op") == "restart":
-                from graphpar.communication.rejoin import reexec
-
                 reexec(str(message.get("reason")))
 
     threading.Thread(target=listen, name="graphpar-dynamic-cluster", daemon=True).start()

@@ -17,8 +17,11 @@ from collections.abc import Sequence
 
 import jax
 
+from graphpar import _cluster, _context
+from graphpar.communication import backend, bootstrap
 from graphpar.communication.backend import (HCCL_WORLD_COMM_GROUP, MCCL_WORLD_COMM_GROUP, NCCL_WORLD_COMM_GROUP,
                                             WORLD_GROUP_NAMES)
+from graphpar.communication.devices import all_devices, local_ranks
 from graphpar.communication.errors import CommunicationError
 
 __all__ = ["GlobalComm", "HCCL_WORLD_COMM_GROUP", "MCCL_WORLD_COMM_GROUP", "NCCL_WORLD_COMM_GROUP", "init",
@@ -48,17 +51,14 @@ def init(backend_name: str | None = None) -> None:
     ``graphpar.communication.bootstrap``); a process with ``MS_ROLE=MS_SCHED`` serves as the scheduler and exits
     here. In a single process it only records the backend.
     """
-    from graphpar import _context
-    from graphpar.communication import backend, bootstrap
-
     target = _context.current().device_target
     chosen = backend.resolve(backend_name, target)
     if GlobalComm.INITED and GlobalComm.BACKEND != chosen.name:
         raise CommunicationError(f"init({backend_name!r}): communication is already initialized with backend "
                                  f"{GlobalComm.BACKEND!r}; call release() first or use init({GlobalComm.BACKEND!r})")
     bootstrap.initialize(chosen.platform)
-    _context._check_platform(target)  # deferred while the job was forming; the backends may start now
-    _context._check_device_id(_context.current().device_id)
+    _context.check_platform(target)  # deferred while the job was forming; the backends may start now
+    _context.check_device_id(_context.current().device_id)
     GlobalComm.BACKEND = chosen.name
     GlobalComm.WORLD_COMM_GROUP = chosen.world_group
     GlobalComm.INITED = True
@@ -73,16 +73,12 @@ def release() -> None:
 
 def _check_joined(api: str) -> None:
     """Refuse device queries in a multi-process job before ``init()``: they would start the backends too early."""
-    from graphpar.communication import bootstrap
-
-    if bootstrap.cluster_pending():
+    if _cluster.cluster_pending():
         raise CommunicationError(f"{api}: this process belongs to a multi-process job that it has not joined yet; "
                                  "call graphpar.communication.init() first (as MindSpore requires)")
 
 
 def _devices() -> list[jax.Device]:
-    from graphpar.communication.devices import all_devices
-
     return all_devices()
 
 
@@ -113,8 +109,7 @@ def get_group_size(group: str | None = None) -> int:
 
 
 def _first_local_rank() -> int:
-    me = jax.process_index()
-    return next(i for i, d in enumerate(_devices()) if d.process_index == me)
+    return local_ranks(_devices())[0]
 
 
 def get_rank(group: str | None = None) -> int:
@@ -140,8 +135,6 @@ def get_rank(group: str | None = None) -> int:
 def get_local_rank(group: str | None = None) -> int:
     """Index of this process's first device among the devices of its host (MindSpore: the rank on this server)."""
     _check_joined("get_local_rank()")
-    from graphpar.communication.bootstrap import placement
-
     if not _is_world(group):
         ranks = _group(group)
         host = _host_ranks()
@@ -152,26 +145,22 @@ def get_local_rank(group: str | None = None) -> int:
             raise CommunicationError(f"get_local_rank({group!r}): this process drives none of the group's ranks "
                                      f"{list(ranks)}")
         return on_host.index(mine[0])
-    return placement().local_process_id * jax.local_device_count()
+    return _cluster.placement().local_process_id * jax.local_device_count()
 
 
 def _host_ranks() -> set[int]:
     """Ranks on this host, assuming every process of the host drives as many devices as this one."""
-    from graphpar.communication.bootstrap import placement
-
     k = jax.local_device_count()
-    first = _first_local_rank() - placement().local_process_id * k
-    return set(range(first, first + placement().local_process_count * k))
+    first = _first_local_rank() - _cluster.placement().local_process_id * k
+    return set(range(first, first + _cluster.placement().local_process_count * k))
 
 
 def get_local_rank_size(group: str | None = None) -> int:
     """Number of ranks (devices) on this host, or of ``group``'s ranks on this host."""
     _check_joined("get_local_rank_size()")
-    from graphpar.communication.bootstrap import placement
-
     if not _is_world(group):
         return len([r for r in _group(group) if r in _host_ranks()])
-    return placement().local_process_count * jax.local_device_count()
+    return _cluster.placement().local_process_count * jax.local_device_count()
 
 
 def get_process_index() -> int:

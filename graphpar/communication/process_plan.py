@@ -10,13 +10,16 @@ interfaces: ``bind_address`` is the numeric form of the coordinator's host.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
-import socket
 from dataclasses import dataclass
 
+from graphpar._cluster import convention as convention  # the convention is read below the settings (see _cluster)
 from graphpar._env import ClusterEnv
+from graphpar.communication import rendezvous_file
+from graphpar.communication.addresses import free_port as free_port
+from graphpar.communication.addresses import numeric_host as numeric_host
+from graphpar.communication.addresses import split_address as split_address
 from graphpar.communication.errors import ClusterError
 
 DEFAULT_CLUSTER_TIMEOUT = 600  # seconds, msrun's --cluster_time_out default
@@ -39,26 +42,6 @@ class ProcessPlan:
     def bind_address(self) -> str:
         host, port = split_address(self.coordinator, self.source)
         return f"{numeric_host(host)}:{port}"
-
-
-def split_address(address: str, source: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ClusterError(f"{source}: coordinator address {address!r} is not HOST:PORT (e.g. 127.0.0.1:8118)")
-    return host.strip("[]"), int(port)
-
-
-def numeric_host(host: str) -> str:
-    """``host`` as an IP literal (a name is resolved once), so that the coordinator binds that one interface."""
-    try:
-        ipaddress.ip_address(host)
-        return host
-    except ValueError:
-        pass
-    try:
-        return socket.gethostbyname(host)
-    except OSError as exc:
-        raise ClusterError(f"cannot resolve the coordinator host {host!r}: {exc}") from exc
 
 
 def _check_index(source: str, name: str, index: int, count: int, count_name: str) -> None:
@@ -99,8 +82,6 @@ def _ompi_coordinator(env: ClusterEnv, timeout: float) -> str:
     if env.coordinator:
         return env.coordinator
     if env.ompi_local_size == env.ompi_world_size:
-        from graphpar.communication import rendezvous_file
-
         if not env.ompi_job_id:
             raise ClusterError("OpenMPI environment: OMPI_MCA_ess_base_jobid/PMIX_NAMESPACE is not set, so the "
                                "ranks cannot agree on a coordinator port; pass one with "
@@ -212,8 +193,6 @@ def from_rank_table(env: ClusterEnv, timeout: float) -> ProcessPlan:
     if env.coordinator:
         coordinator = env.coordinator
     else:
-        from graphpar.communication import rendezvous_file
-
         coordinator = rendezvous_file.coordinator_for(key, env.rank_id == 0, timeout, source="RANK_ID 0")
     return ProcessPlan(source, coordinator, env.rank_size, env.rank_id, env.rank_id, env.rank_size,
                        env.local_devices)
@@ -232,22 +211,6 @@ VARIABLES = {
 TIMEOUT_VARIABLES = ("GRAPHPAR_CLUSTER_TIMEOUT", "MS_TOPO_TIMEOUT", "GRAPHPAR_HEARTBEAT_TIMEOUT")
 
 
-def convention(env: ClusterEnv) -> str | None:
-    """Which launcher convention the environment speaks, in graphpar's order of precedence, or None (one
-    process)."""
-    if env.present("GRAPHPAR_NUM_PROCESSES") or env.present("GRAPHPAR_PROCESS_ID"):
-        return "launch"
-    if env.ms_role is not None:
-        return "dynamic_cluster"
-    if env.present("OMPI_COMM_WORLD_SIZE"):
-        return "openmpi"
-    if (env.slurm_ntasks is not None and env.slurm_ntasks > 1) or "SLURM_NTASKS" in env.invalid:
-        return "slurm"
-    if (env.rank_size is not None and env.rank_size > 1) or "RANK_SIZE" in env.invalid:
-        return "rank_table"
-    return None
-
-
 def timeouts(env: ClusterEnv) -> tuple[int, int]:
     """(cluster timeout, heartbeat timeout) in seconds. A negative cluster timeout (msrun: wait forever) becomes a
     day, JAX needing a finite number."""
@@ -255,10 +218,3 @@ def timeouts(env: ClusterEnv) -> tuple[int, int]:
     if cluster < 0:
         cluster = 24 * 3600
     return max(cluster, 1), env.heartbeat_timeout or DEFAULT_HEARTBEAT_TIMEOUT
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` now (the OS picks it; a later bind may still race, rarely)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]

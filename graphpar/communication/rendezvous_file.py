@@ -13,8 +13,8 @@ import re
 import tempfile
 import time
 
+from graphpar.communication.addresses import free_port
 from graphpar.communication.errors import ClusterError
-from graphpar.communication.process_plan import free_port
 
 _published: list[str] = []
 

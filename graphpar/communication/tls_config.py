@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from graphpar.errors import ConfigError, GraphparError
+from graphpar._logging import notice_once
+from graphpar.errors import ConfigError, GraphparError, UnknownSettingError
 
 DEFAULT_WARNING_DAYS = 90  # MindSpore's cert_expire_warning_time_in_day default
 _KEYS = ("server_cert_path", "client_cert_path", "ca_cert_path", "crl_path", "cipher_list",
@@ -157,8 +158,6 @@ def set_ps_context(**kwargs: Any) -> None:
     valid = set(_state)
     for key in kwargs:
         if key not in valid:
-            from graphpar.errors import UnknownSettingError
-
             raise UnknownSettingError(api, key, valid)
     if kwargs.get("enable_ps"):
         raise ConfigError(api, "enable_ps", kwargs["enable_ps"], valid=[False],
@@ -182,8 +181,6 @@ def set_ps_context(**kwargs: Any) -> None:
         _settings.clear()
         unused = [k for k in ("config_file_path", "client_password", "server_password") if kwargs.get(k)]
         if unused:
-            from graphpar._logging import notice_once
-
             notice_once(f"ps-unused:{','.join(unused)}", f"set_ps_context({', '.join(unused)}): not used while "
                         "enable_ssl is False (graphpar reads them only for TLS on the control plane); pass "
                         "enable_ssl=True to use them")
@@ -192,8 +189,6 @@ def set_ps_context(**kwargs: Any) -> None:
 
 def get_ps_context(key: str) -> Any:
     if key not in _state:
-        from graphpar.errors import UnknownSettingError
-
         raise UnknownSettingError("get_ps_context", key, set(_state))
     return "***" if key.endswith("password") and _state[key] else _state[key]
 

@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from graphpar._logging import notice_once
 from graphpar.communication.tls_config import Identity, TlsError, TlsSettings
 
 GREETING = b"graphpar-tls-ok\n"
@@ -107,8 +108,6 @@ def warn_if_expiring(identity: Identity, days: int, what: str) -> None:
     """A warning when ``identity`` expires within ``days`` (MindSpore's cert_expire_warning_time_in_day)."""
     left = identity.not_after - datetime.datetime.now(datetime.timezone.utc)
     if left < datetime.timedelta(days=days):
-        from graphpar._logging import notice_once
-
         state = "EXPIRED on" if left.total_seconds() < 0 else f"expires in {left.days} day(s), on"
         notice_once(f"tls-expiry:{identity.path}", f"TLS: {what} {identity.path} ({identity.subject}) {state} "
                     f"{identity.not_after:%Y-%m-%d %H:%M} UTC (cert_expire_warning_time_in_day={days})",

@@ -17,8 +17,8 @@ large ones, and stacks the smaller input type (uint8 pixels rather than float32)
 written straight into the output layout. A batch whose rows differ in shape before the moved operations (images of
 different sizes cropped or resized to one) runs them row by row with the same draws, then stacks.
 
-:func:`plan` decides, walking down from a ``batch`` node through ``map`` and ``shuffle`` nodes, which operations
-move: a map's batchable suffix moves when no per-sample work above it (nearer to ``batch``) reads the same column.
+:func:`plan` decides, given the ``map`` and ``shuffle`` nodes right below a ``batch`` node (``BatchDataset.deferral``
+walks down to them), which operations move: a map's batchable suffix moves when no per-sample work above it (nearer to ``batch``) reads the same column.
 Values are unchanged, and so are the random draws of the operations that stay per sample (they keep their sample
 index and seed).
 """
@@ -31,8 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from graphpar.dataset._mapfn import ApplyOps
 from graphpar.dataset._rows import stack_column
 from graphpar.dataset.transforms._base import Transform
+from graphpar.dataset.vision._geometry import HWC2CHW
+from graphpar.dataset.vision._pixels import Normalize, Rescale
 
 
 def batchable(op: Any) -> bool:
@@ -72,17 +75,22 @@ class Deferral:
         return [m.node for m in self.ops if m.node is not None]
 
 
-def plan(batch_node: Any) -> Deferral | None:
-    """The deferral for the chain below ``batch_node`` (None when nothing moves)."""
-    from graphpar.dataset._ops import MapDataset, ShuffleDataset
+@dataclass(frozen=True)
+class Stage:
+    """One per-sample node right below a ``batch``: a map (``fn``: its operations) or a shuffle (``fn`` None)."""
 
+    node: Any
+    fn: ApplyOps | None
+
+
+def plan(stages: Sequence[Stage]) -> Deferral | None:
+    """The deferral for the ``stages`` below a batch, nearest first (None when nothing moves)."""
     keep: dict[int, int] = {}
     moved: list[Moved] = []
     blocked: set[int] = set()  # columns that per-sample work above reads or writes
-    node = batch_node._child
-    while isinstance(node, (MapDataset, ShuffleDataset)):
-        if isinstance(node, MapDataset):
-            fn = node._fn
+    for stage in stages:
+        node, fn = stage.node, stage.fn
+        if fn is not None:
             if not fn.replace or len(fn.in_pos) != 1:
                 break  # column layout changes: stop here, everything below stays per sample
             col = fn.in_pos[0]
@@ -101,7 +109,6 @@ def plan(batch_node: Any) -> Deferral | None:
                 moved.insert(0, Moved(col, tail, node if any(map(_draws, tail)) else None))
             if n:
                 blocked.add(col)
-        node = node._child
     return Deferral(keep, moved) if moved else None
 
 
@@ -185,9 +192,6 @@ class BatchOps:
 
 def _fuse(ops: list[Transform]) -> list[Any]:
     """Batch callables for ``ops``: runs of Rescale/Normalize(HWC) [+ HWC2CHW] become one :class:`_Affine`."""
-    from graphpar.dataset.vision._geometry import HWC2CHW
-    from graphpar.dataset.vision._pixels import Normalize, Rescale
-
     steps: list[Any] = []
     i = 0
     while i < len(ops):
@@ -218,8 +222,6 @@ class _Affine:
         self.checks: list[Transform] = []
 
     def then(self, op: Transform) -> _Affine:
-        from graphpar.dataset.vision._pixels import Rescale
-
         if isinstance(op, Rescale):
             a, b = np.float32(op.rescale), np.float32(op.shift)
         else:

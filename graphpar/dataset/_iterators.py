@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from graphpar.dataset import _stream
 from graphpar.dataset._rows import Row, names, positions
 from graphpar.errors import DatasetError
 
@@ -77,9 +78,7 @@ class EpochIterator:
     def close(self) -> None:
         """Stop the read-ahead (and worker processes) of this iterator now rather than when it is collected."""
         if self._stream is not None:
-            from graphpar.dataset._stream import close
-
-            close(self._stream)
+            _stream.close(self._stream)
             self._stream = None
 
     def __del__(self) -> None:

@@ -11,7 +11,10 @@ import threading
 
 import numpy as np
 
+from graphpar.dataset import config
+
 _eager: np.random.Generator | None = None
+_eager_version = -1  # config.seed_version() when _eager was made
 
 
 def derive_seed(*parts: int) -> int:
@@ -32,11 +35,10 @@ def below(rng: np.random.Generator, n: int) -> int:
 
 def eager_rng() -> np.random.Generator:
     """The generator random transforms use when called directly (``RandomCrop(...)(image)``)."""
-    global _eager
-    if _eager is None:
-        from graphpar.dataset import config
-
+    global _eager, _eager_version
+    if _eager is None or _eager_version != config.seed_version():
         _eager = generator(config.get_seed(), 0xEA6E)
+        _eager_version = config.seed_version()
     return _eager
 
 

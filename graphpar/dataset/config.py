@@ -10,12 +10,14 @@ default seed).
 
 from __future__ import annotations
 
+from graphpar.common.seed import get_seed as global_seed
 from graphpar.errors import ConfigError
 
 DEFAULT_SEED = 5489
 _MAX_SEED = 2**32 - 1
 
 _seed: int | None = None
+_seed_version = 0  # moves at every set_seed (see seed_version)
 _num_parallel_workers: int = 1
 _prefetch_size: int = 2
 _device_prefetch: int | None = None
@@ -30,21 +32,23 @@ def _positive_int(api: str, name: str, value: object, lowest: int = 1) -> int:
 
 def set_seed(seed: int) -> None:
     """Seed every shuffle and random transform of the pipelines iterated from now on."""
-    global _seed
+    global _seed, _seed_version
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= _MAX_SEED:
         raise ConfigError("set_seed", "seed", seed, reason=f"seed must be an int in [0, {_MAX_SEED}], got {seed!r}")
     _seed = seed
-    from graphpar.dataset import _rng
+    _seed_version += 1
 
-    _rng.reset_eager_rng()
+
+def seed_version() -> int:
+    """How many times :func:`set_seed` was called: the eager generator (``_rng.eager_rng``) starts afresh when it
+    moved."""
+    return _seed_version
 
 
 def get_seed() -> int:
     """The seed pipelines use now (see the module docstring for where it comes from)."""
     if _seed is not None:
         return _seed
-    from graphpar.common.seed import get_seed as global_seed
-
     seed = global_seed()
     return int(seed) % (_MAX_SEED + 1) if seed is not None else DEFAULT_SEED
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from graphpar.launch.config import LaunchError, resolve
+from graphpar.launch.hostfile import HostfileError
+from graphpar.launch.supervisor import Supervisor
+
 _EPILOG = """examples:
   graphpar launch --nproc 2 --devices-per-proc 4 python train.py          one node, 2 processes x 4 devices
   graphpar launch --worker_num 16 --local_worker_num 8 --master_addr 10.0.0.1 --master_port 8118 \\
@@ -60,10 +64,6 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from graphpar.launch.config import LaunchError, resolve
-    from graphpar.launch.hostfile import HostfileError
-    from graphpar.launch.supervisor import Supervisor
-
     try:
         config = resolve(args)
     except (LaunchError, HostfileError) as exc:

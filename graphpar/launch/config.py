@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 
 from graphpar import _env
+from graphpar.communication.addresses import free_port
 from graphpar.launch import hostfile
 
 DEFAULT_MASTER_PORT = 8118  # msrun's default
@@ -122,8 +123,6 @@ def resolve(args) -> LaunchConfig:
     master_addr = master_addr or "127.0.0.1"
     port = args.master_port
     if port is None:
-        from graphpar.communication.process_plan import free_port
-
         port = free_port(master_addr) if single_node and not args.dynamic_cluster else DEFAULT_MASTER_PORT
     return LaunchConfig(
         command=_command(list(args.command)), local_procs=local, total_procs=total,

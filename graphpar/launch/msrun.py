@@ -25,6 +25,9 @@ import subprocess
 import sys
 
 from graphpar.launch.cli import _bool
+from graphpar.launch.config import LaunchError, resolve
+from graphpar.launch.hostfile import HostfileError
+from graphpar.launch.supervisor import Supervisor
 
 DEFAULTS = {"worker_num": 8, "local_worker_num": 8, "master_addr": "127.0.0.1", "master_port": 8118,
             "node_rank": -1, "log_dir": ".", "join": False, "cluster_time_out": 600}
@@ -53,8 +56,6 @@ def parser() -> argparse.ArgumentParser:
 def launch_arguments(args: argparse.Namespace) -> argparse.Namespace:
     """The ``graphpar launch`` arguments that ``args`` (msrun's) mean."""
     if not 1024 <= args.master_port <= 65535:
-        from graphpar.launch.config import LaunchError
-
         raise LaunchError(f"msrun: --master_port {args.master_port} is out of range; valid: 1024..65535")
     single_node = args.local_worker_num == args.worker_num
     return argparse.Namespace(
@@ -83,10 +84,6 @@ def _detach(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graphpar.launch.config import LaunchError, resolve
-    from graphpar.launch.hostfile import HostfileError
-    from graphpar.launch.supervisor import Supervisor
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     try:

@@ -6,10 +6,10 @@
 
 from __future__ import annotations
 
+from graphpar.communication import init
+
 
 def main() -> None:
-    from graphpar.communication import init
-
     init()  # serves the workers and exits the process
     raise SystemExit("graphpar scheduler: MS_ROLE=MS_SCHED is not set; nothing to serve")
 

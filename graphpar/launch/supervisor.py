@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from graphpar.checkpoint.recovery import recorded_checkpoint
 from graphpar.launch import environment
 from graphpar.launch.config import LaunchConfig
 from graphpar.launch.logs import LogStream, last_lines
@@ -32,8 +33,6 @@ _POLL_SECONDS = 0.1
 
 def _recorded_checkpoint() -> str:
     """``: <path>`` of the checkpoint MS_RECOVERY_PATH's record names (see graphpar.checkpoint.recovery), if any."""
-    from graphpar.checkpoint.recovery import recorded_checkpoint
-
     path = recorded_checkpoint()
     return f" ({path})" if path else ""
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphpar import Parameter, Tensor, nn, ops
+from graphpar import nn, ops
+from graphpar.common.parameter import Parameter
+from graphpar.common.tensor import Tensor
 
 ALL = frozenset({"embed", "ln", "qkv", "qkv_bias", "heads", "attn", "proj", "proj_bias", "residual", "ffn1",
                  "ffn1_bias", "gelu", "ffn2", "ffn2_bias", "logits"})

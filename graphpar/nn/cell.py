@@ -24,7 +24,7 @@ from flax import nnx
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
 from graphpar.errors import CellError
 from graphpar.ir import recorder as _recorder
-from graphpar.nn import _mixed_precision
+from graphpar.ops import _mixed_precision
 from graphpar.ops.primitive import Primitive
 
 _CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",

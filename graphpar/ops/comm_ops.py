@@ -19,6 +19,7 @@ from typing import Any
 from graphpar.communication import collectives, partition
 from graphpar.communication.backend import WORLD_GROUP_NAMES
 from graphpar.communication.errors import CommunicationError
+from graphpar.communication.management import GlobalComm
 from graphpar.communication.rank_axis import RankAxis, current_rank_axis
 from graphpar.ops.primitive import Primitive, _is_tensor
 
@@ -36,8 +37,6 @@ _OPS = (ReduceOp.SUM, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.PROD)
 
 
 def _world_name() -> str:
-    from graphpar.communication.management import GlobalComm
-
     return GlobalComm.WORLD_COMM_GROUP
 
 

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graphpar.ops.nn_ops import relu as _relu
+
 
 def shape(x: Any) -> tuple[int, ...]:
     """The static shape of ``x`` as a tuple of ints (MindSpore's ``ops.shape``/``F.shape``)."""
@@ -53,8 +55,6 @@ def matmul(x, y):
 
 
 def relu(x):
-    from graphpar.ops.nn_ops import relu as _relu
-
     return _relu(x)
 
 

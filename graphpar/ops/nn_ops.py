@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from graphpar.communication import collectives
+from graphpar.communication.rank_axis import current_rank_axis
 from graphpar.ops.math_ops import _Unary
 from graphpar.ops.primitive import Primitive
 
@@ -216,8 +218,6 @@ class SyncBatchNorm(BatchNorm):
 
     def ranks_per_group(self) -> int:
         """How many ranks' batches one statistic covers, in the code being traced now (1 outside a per-rank run)."""
-        from graphpar.communication.rank_axis import current_rank_axis
-
         axis = current_rank_axis()
         if axis is None:
             return 1
@@ -225,16 +225,12 @@ class SyncBatchNorm(BatchNorm):
         return jax.lax.axis_size(axis.name) if groups is None else len(groups[0])
 
     def _mean_over_ranks(self, v):
-        from graphpar.communication.rank_axis import current_rank_axis
-
         axis = current_rank_axis()
         if axis is None:
             return v
         groups = self.attrs["groups"]
         if groups is None:
             return jax.lax.pmean(v, axis.name)
-        from graphpar.communication import collectives
-
         world = jax.lax.axis_size(axis.name)
         if sorted(r for g in groups for r in g) != list(range(world)):
             raise ValueError(f"SyncBatchNorm ('{self.instance_name}'): process_groups {list(map(list, groups))} "

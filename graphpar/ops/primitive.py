@@ -20,7 +20,9 @@ import jax
 import numpy as np
 from flax import nnx
 
+from graphpar.ir import construct_errors
 from graphpar.ir import recorder as _recorder
+from graphpar.ops._mixed_precision import cast_tree
 from graphpar.ops.strategy import Strategy, check_ranks, check_structure
 
 
@@ -60,7 +62,7 @@ class Primitive:
     argument is a tuple of tensors) and implement :meth:`compute`."""
 
     input_names: ClassVar[tuple[str, ...] | None] = ("x",)
-    _amp_cast: Any = None  # amp_level="O1" on a white-listed op: nn._mixed_precision.CellCast
+    _amp_cast: Any = None  # amp_level="O1" on a white-listed op: ops._mixed_precision.CellCast
 
     def __init__(self, **attrs: Any) -> None:
         self.attrs: dict[str, Any] = dict(attrs)
@@ -129,8 +131,6 @@ class Primitive:
         args = tuple(_unwrap(a) for a in args)
         spec = self._amp_cast
         if spec is not None:  # amp O1: inputs in the low type, the output back in float32
-            from graphpar.nn._mixed_precision import cast_tree
-
             return cast_tree(self._dispatch(cast_tree(args, spec.compute)), spec.output)
         return self._dispatch(args)
 
@@ -195,8 +195,6 @@ class Primitive:
         try:
             yield
         except Exception as exc:
-            from graphpar.ir import construct_errors
-
             translated = construct_errors.for_op(exc, self.instance_name, self.name, scope, names, tensors)
             if translated is exc:
                 raise

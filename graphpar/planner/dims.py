@@ -12,7 +12,8 @@ derives everything MindSpore's per-op ``OperatorInfo`` classes hand-code:
 * which dimensions may not be split (label ``None``, or a label in ``fixed``: a softmax axis, a concat axis).
 
 ``register(kind, ...)`` files a rule under a graphpar op kind (``"MatMul"``) or a jax primitive name
-(``"dot_general"``). A kind without a rule is planned replicated, and the fallback is reported.
+(``"dot_general"``); the rules themselves live in ``graphpar.planner.rules``, whose import registers them all. A
+kind without a rule is planned replicated, and the fallback is reported.
 """
 
 from __future__ import annotations
@@ -59,18 +60,12 @@ def register(*kinds: str) -> Callable[[RuleFn], RuleFn]:
 
 
 def rule_for(kind: str) -> RuleFn | None:
-    _load()
+    """The rule registered for ``kind``, or None (planned replicated). The rule modules register themselves when
+    ``graphpar.planner.rules`` is imported (this module is below them); import ``rule_for`` from there."""
+    if not _RULES:
+        raise RuntimeError(f"no sharding rule is registered (looking up {kind!r}): import graphpar.planner.rules, "
+                           "whose modules register the rules, before planning")
     return _RULES.get(kind)
-
-
-def registered_kinds() -> list[str]:
-    _load()
-    return sorted(_RULES)
-
-
-def _load() -> None:
-    # The rule modules register themselves on import; importing them here keeps graphpar's import cheap.
-    from graphpar.planner.rules import lax_rules, op_rules, structured_rules  # noqa: F401
 
 
 # --- builders shared by rules -------------------------------------------------------------------------------------

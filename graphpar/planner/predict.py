@@ -11,7 +11,7 @@ from __future__ import annotations
 from graphpar._context import ParallelMode
 from graphpar.ir.graph import Graph
 from graphpar.planner.cost import Cost, grad_values, op_cost, plan_cost
-from graphpar.planner.dims import rule_for
+from graphpar.planner.rules import rule_for
 from graphpar.planner.passes.defaults import batch_label
 from graphpar.planner.strategy import MeshInfo, NodeStrategy
 from graphpar.planner.wire import wire_bytes

@@ -4,6 +4,7 @@ import jax
 import pytest
 
 import graphpar as ms
+from graphpar import _cluster
 from graphpar import communication as comm
 from graphpar.communication import management
 from graphpar.communication.errors import CommunicationError
@@ -105,12 +106,10 @@ def test_device_queries_before_init_in_a_cluster_are_refused(monkeypatch):
 
 def test_set_context_defers_the_platform_check_while_a_job_forms(monkeypatch):
     """set_context(device_target=...) before init() must not start a backend in a multi-process job."""
-    from graphpar.communication import bootstrap
-
     def no_backend_yet(*args, **kwargs):
         raise AssertionError("a JAX backend was started before init()")
 
     monkeypatch.setenv("GRAPHPAR_NUM_PROCESSES", "2")
-    assert bootstrap.cluster_pending()
+    assert _cluster.cluster_pending()
     monkeypatch.setattr(jax, "devices", no_backend_yet)
     ms.set_context(device_target="GPU")  # checked by init() once the job has formed

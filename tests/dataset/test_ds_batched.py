@@ -11,7 +11,6 @@ import graphpar.dataset as ds
 import graphpar.dataset.transforms.c_transforms as C
 import graphpar.dataset.vision.c_transforms as vision
 from graphpar import dtype as mstype
-from graphpar.dataset import _batched
 from graphpar.dataset.transforms._base import Transform
 from graphpar.dataset.vision import Inter
 from graphpar.errors import ConfigError, DatasetError
@@ -39,17 +38,17 @@ def cifar(tmp_path):
 
 
 def _moved(data):
-    return [type(op).__name__ for m in _batched.plan(data).ops for op in m.ops]
+    return [type(op).__name__ for m in data.deferral().ops for op in m.ops]
 
 
 @pytest.mark.parametrize("size", [32, 40])
 def test_batched_tail_gives_the_per_sample_values_and_draws(cifar, size):
     fast = _seeds_pipeline(cifar, size)
-    plan = _batched.plan(fast)
+    plan = fast.deferral()
     assert _moved(fast) == ["TypeCast", "RandomCrop", "RandomHorizontalFlip", "Resize", "Rescale", "Normalize",
                             "HWC2CHW"]
     assert sorted(plan.keep.values()) == [0, 0]  # both maps move whole: nothing per sample but the reads
-    slow = _batched.plan(_seeds_pipeline(cifar, size, keep_per_sample=True))
+    slow = _seeds_pipeline(cifar, size, keep_per_sample=True).deferral()
     assert [type(op).__name__ for m in slow.ops for op in m.ops] == ["TypeCast"]  # the image map stays whole
     ref = list(_seeds_pipeline(cifar, size, keep_per_sample=True).iter_epoch(1))
     got = list(fast.iter_epoch(1))
@@ -102,7 +101,7 @@ def test_random_ops_moved_to_the_batch_are_bitwise_the_per_sample_path(case):
 
     fast = pipeline(False)
     assert _moved(fast) == [type(op).__name__ for op in ops]
-    assert _batched.plan(pipeline(True)) is None
+    assert pipeline(True).deferral() is None
     for epoch in (0, 1):
         got, ref = list(fast.iter_epoch(epoch)), list(pipeline(True).iter_epoch(epoch))
         assert len(got) == len(ref) == 4
@@ -131,7 +130,7 @@ def test_moved_draws_only_when_the_ops_left_per_sample_draw_nothing():
     data = ds.GeneratorDataset(_Images(), ["image", "label"])
     choice = C.RandomApply([vision.RandomVerticalFlip(1.0)], 0.5)  # random, no batch form: stays per sample
     drawn_first = data.map([choice, vision.RandomCrop(8), vision.Rescale(0.5, 0.0)], "image").batch(4)
-    plan = _batched.plan(drawn_first)
+    plan = drawn_first.deferral()
     assert _moved(drawn_first) == ["Rescale"] and list(plan.keep.values()) == [2]
     plain_first = data.map([lambda x: x + 1, vision.RandomCrop(8), vision.Rescale(0.5, 0.0)], "image").batch(4)
     assert _moved(plain_first) == ["RandomCrop", "Rescale"]
@@ -144,7 +143,7 @@ def test_a_map_below_per_sample_work_on_its_column_is_not_moved(cifar):
     data = ds.Cifar10Dataset(cifar, usage="train")
     data = data.map(vision.Rescale(1.0 / 255.0, 0.0), input_columns="image")
     data = data.map([C.RandomApply([vision.RandomHorizontalFlip()])], input_columns="image").batch(4)
-    assert _batched.plan(data) is None  # RandomApply has no batch form, so the Rescale below it stays too
+    assert data.deferral() is None  # RandomApply has no batch form, so the Rescale below it stays too
 
 
 def test_a_batched_error_names_the_operation(cifar):

@@ -7,8 +7,8 @@ follows ``ToTensor`` there.
 
 from collections.abc import Sequence
 
-from graphpar.dataset.vision import *  # noqa: F401,F403
-from graphpar.dataset.vision import __all__ as __all__
+from graphpar.dataset.vision._transforms import *  # noqa: F401,F403
+from graphpar.dataset.vision._transforms import __all__ as __all__
 from graphpar.dataset.vision._pixels import Normalize as _Normalize
 
 

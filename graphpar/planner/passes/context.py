@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphpar.ir.graph import Graph, Node
-from graphpar.planner.dims import DimSpec, rule_for, shapes_of
+from graphpar.planner.dims import DimSpec, shapes_of
+from graphpar.planner.rules import rule_for
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, enumerate_strategies
 
 

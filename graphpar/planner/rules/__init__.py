@@ -1,1 +1,10 @@
-"""Per-kind sharding rules (see ``graphpar.planner.dims``): graphpar ops and raw jax primitives."""
+"""Per-kind sharding rules (see ``graphpar.planner.dims``): graphpar ops and raw jax primitives.
+
+Importing this package registers every rule (each module files its rules with ``dims.register`` as it is
+imported); look rules up through :func:`rule_for` from here, which is then sure to find them.
+"""
+
+from graphpar.planner.dims import rule_for as rule_for
+from graphpar.planner.rules import lax_rules as lax_rules
+from graphpar.planner.rules import op_rules as op_rules
+from graphpar.planner.rules import structured_rules as structured_rules

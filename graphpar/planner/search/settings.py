@@ -10,25 +10,14 @@ could bound, which is said once when it is set there.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 
+from graphpar._context import parse_memory  # the format is the setting's (see _context.values)
 from graphpar._logging import notice_once
-from graphpar.errors import ConfigError, GraphparError
+from graphpar.errors import GraphparError
 from graphpar.planner.search.costs import DEFAULT_HW, HARDWARE, Hardware
 
 SEARCH_MODES = ("recursive_programming", "dynamic_programming")
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GB\s*$")
-
-
-def parse_memory(text: str) -> float:
-    """Bytes of a MindSpore memory size such as ``"30GB"`` or ``"0.5GB"`` (1 GB = 1024**3 bytes)."""
-    m = _MEMORY.match(text) if isinstance(text, str) else None
-    if m is None or float(m.group(1)) <= 0:
-        raise ConfigError("set_context", "max_device_memory", text,
-                          reason=f"max_device_memory must be a positive size in the format 'xxGB' (e.g. '30GB', "
-                                 f"'0.5GB'), got {text!r}")
-    return float(m.group(1)) * 1024 ** 3
 
 
 class MemoryBudgetError(GraphparError, ValueError):

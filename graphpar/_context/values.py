@@ -1,0 +1,147 @@
+"""What each setting of ``set_context`` / ``set_auto_parallel_context`` accepts: MindSpore's names, choices and
+defaults, the MindSpore settings that mean nothing on XLA, and the checks of one value (pure functions: the
+settings themselves live in ``graphpar._context.state``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from graphpar.errors import ConfigError
+
+GRAPH_MODE = 0
+PYNATIVE_MODE = 1
+
+
+class ParallelMode:
+    """Parallel modes, spelled as MindSpore spells them (``ParallelMode.DATA_PARALLEL == "data_parallel"``)."""
+
+    STAND_ALONE = "stand_alone"
+    DATA_PARALLEL = "data_parallel"
+    SEMI_AUTO_PARALLEL = "semi_auto_parallel"
+    AUTO_PARALLEL = "auto_parallel"
+    HYBRID_PARALLEL = "hybrid_parallel"
+    MODE_LIST = [STAND_ALONE, DATA_PARALLEL, SEMI_AUTO_PARALLEL, AUTO_PARALLEL, HYBRID_PARALLEL]
+
+
+SEARCH_MODES = ("sharding_propagation", "dynamic_programming", "recursive_programming")
+DEVICE_TARGETS = ("CPU", "GPU", "TPU")
+
+# MindSpore settings that have no meaning on XLA. They are accepted so that ported scripts run, and each is named
+# once in a log line the first time it is set.
+IGNORED_CONTEXT_KEYS = frozenset({
+    "max_call_depth", "enable_graph_kernel", "graph_kernel_flags", "variable_memory_max_size",
+    "enable_reduce_precision", "pynative_synchronize", "jit_level", "jit_config", "memory_optimize_level",
+    "deterministic", "precompile_only", "enable_compile_cache", "compile_cache_path", "runtime_num_threads",
+    "inter_op_parallel_num", "print_file_path", "env_config_path", "save_dump_path", "enable_dump",
+    "ascend_config", "gpu_config", "mempool_block_size", "op_timeout", "enable_profiling", "profiling_options",
+    "check_bprop", "enable_sparse", "reserve_class_name_in_scope", "auto_tune_mode", "disable_format_transform",
+    "support_binary", "aoe_tune_mode", "aoe_config",
+})
+IGNORED_PARALLEL_KEYS = frozenset({
+    "gradient_fp32_sync", "all_reduce_fusion_config", "comm_fusion", "enable_alltoall", "loss_repeated_mean",
+    "pipeline_result_broadcast", "group_ckpt_save_file", "optimizer_weight_shard_aggregated_save",
+    "auto_pipeline",
+})
+IGNORED_WHY = {  # keys whose "no effect" has another reason than XLA's own communication scheduling
+    "loss_repeated_mean": "the gradient is that of the global batch's loss, computed once: MindSpore's default "
+                          "loss_repeated_mean=True",
+    "auto_pipeline": "pipeline stages come from pipeline_stages and each Cell's pipeline_stage; none are chosen "
+                     "automatically",
+    "pipeline_result_broadcast": "one process drives every stage and sees the last stage's result",
+}
+
+# MindSpore's parallel_optimizer_config keys and defaults (threshold in KB; shard size -1: the whole replica group)
+PARALLEL_OPTIMIZER_DEFAULTS = {"parallel_optimizer_threshold": 64, "optimizer_weight_shard_size": -1,
+                               "gradient_accumulation_shard": False, "optimizer_level": "level1"}
+OPTIMIZER_LEVELS = ("level1", "level2", "level3")
+PIPELINE_SCHEDULERS = ("1f1b", "gpipe")
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GB\s*$")
+
+
+def parse_memory(text: str) -> float:
+    """Bytes of a MindSpore memory size such as ``"30GB"`` or ``"0.5GB"`` (1 GB = 1024**3 bytes)."""
+    m = _MEMORY.match(text) if isinstance(text, str) else None
+    if m is None or float(m.group(1)) <= 0:
+        raise ConfigError("set_context", "max_device_memory", text,
+                          reason=f"max_device_memory must be a positive size in the format 'xxGB' (e.g. '30GB', "
+                                 f"'0.5GB'), got {text!r}")
+    return float(m.group(1)) * 1024 ** 3
+
+
+def check_bool(api: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(api, key, value, valid=[True, False], reason=f"{key} must be a bool, got {value!r}")
+    return value
+
+
+def check_writable_dir(api: str, key: str, path: str) -> None:
+    """Refuse now a directory the dumps could not be written to (not at the first step, deep in the writer): it
+    must be a writable directory, or not exist yet under a writable one (it is created when the first dump is
+    written)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ConfigError(api, key, path, reason=f"{key}={path!r}: {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(api, key, path, reason=f"{key}={path!r}: the directory {probe} is not writable by this "
+                          "process; give a directory you can write to")
+
+
+def check_dataset_strategy(value: Any) -> Any:
+    api = "set_auto_parallel_context"
+    if value in ("data_parallel", "full_batch"):
+        return value
+    ok = isinstance(value, tuple) and all(
+        isinstance(s, tuple) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in s)
+        for s in value)
+    if not ok:
+        raise ConfigError(api, "dataset_strategy", value,
+                          valid=["'data_parallel'", "'full_batch'", "a tuple of tuples of positive ints, one per "
+                                 "input, e.g. ((8, 1), (8,))"])
+    return value
+
+
+def check_parallel_optimizer_config(value: Any, current: dict) -> dict:
+    """``value`` merged over the ``current`` config, checked."""
+    api, key = "set_auto_parallel_context", "parallel_optimizer_config"
+    if not isinstance(value, dict) or not set(value) <= set(PARALLEL_OPTIMIZER_DEFAULTS):
+        raise ConfigError(api, key, value, valid=[f"a dict with keys {', '.join(PARALLEL_OPTIMIZER_DEFAULTS)}"])
+    out = {**current, **value}
+    threshold, size = out["parallel_optimizer_threshold"], out["optimizer_weight_shard_size"]
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
+        raise ConfigError(api, key, value, reason=f"parallel_optimizer_threshold must be an int >= 0 (KB), got "
+                                                  f"{threshold!r}")
+    if not isinstance(size, int) or isinstance(size, bool) or not (size == -1 or size >= 1):
+        raise ConfigError(api, key, value, reason=f"optimizer_weight_shard_size must be -1 (the whole "
+                                                  f"data-parallel group) or an int >= 1, got {size!r}")
+    check_bool(api, "gradient_accumulation_shard", out["gradient_accumulation_shard"])
+    if out["optimizer_level"] not in OPTIMIZER_LEVELS:
+        raise ConfigError(api, key, value, valid=OPTIMIZER_LEVELS,
+                          reason=f"optimizer_level {out['optimizer_level']!r} is not a level")
+    return out
+
+
+def check_pipeline_config(value: Any) -> dict:
+    """MindSpore's ``pipeline_config={"pipeline_interleave": bool, "pipeline_scheduler": "1f1b" | "gpipe"}``."""
+    api, key = "set_auto_parallel_context", "pipeline_config"
+    if not isinstance(value, dict) or not set(value) <= {"pipeline_interleave", "pipeline_scheduler"}:
+        raise ConfigError(api, key, value, valid=["a dict with keys pipeline_interleave, pipeline_scheduler"])
+    interleave = value.get("pipeline_interleave", False)
+    if not isinstance(interleave, bool):
+        raise ConfigError(api, key, value, reason=f"pipeline_interleave must be a bool, got {interleave!r}")
+    if interleave:
+        raise ConfigError(api, key, value, valid=["pipeline_interleave=False"],
+                          reason="the interleaved (virtual-stage) pipeline scheduler is not built in graphpar; "
+                                 "use pipeline_interleave=False with pipeline_scheduler '1f1b' or 'gpipe'")
+    scheduler = value.get("pipeline_scheduler", "1f1b")
+    if scheduler not in PIPELINE_SCHEDULERS:
+        raise ConfigError(api, key, value, valid=[f"pipeline_scheduler={s!r}" for s in PIPELINE_SCHEDULERS],
+                          reason=f"pipeline_scheduler {scheduler!r} is not built in graphpar (MindSpore's "
+                                 "seqpipe/seqvpp/seqsmartvpp/zero_bubble_v need interleaving)")
+    return {"pipeline_interleave": interleave, "pipeline_scheduler": scheduler}
+
+
