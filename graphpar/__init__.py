@@ -1,7 +1,10 @@
 """graphpar: MindSpore's parallel-training surface, run by JAX/XLA on a device mesh.
 
 ``import graphpar as ms`` and a MindSpore script's calls work: ``ms.set_context``, ``ms.set_auto_parallel_context``,
-``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time.
+``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time but one registration:
+``graphpar.nn`` (the user surface, below the engine in graphpar's layers) runs compiled Cell calls and train steps
+through the runner that ``graphpar.compile`` implements, registered here (``nn.runner``). Importing any module of
+graphpar runs this file first, so the runner is in place before any Cell runs.
 """
 
 from graphpar import context as context
@@ -25,8 +28,10 @@ from graphpar.common.parameter import ParameterTuple as ParameterTuple
 from graphpar.common.seed import get_seed as get_seed
 from graphpar.common.seed import set_seed as set_seed
 from graphpar.common.tensor import Tensor as Tensor
+from graphpar.compile.cell_runner import CompiledCellRunner as _CompiledCellRunner
 from graphpar.context import get_ps_context as get_ps_context
 from graphpar.context import set_ps_context as set_ps_context
+from graphpar.nn.runner import register_runner as _register_runner
 from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad
 from graphpar.train import (  # noqa: F401
@@ -41,6 +46,8 @@ from graphpar._version import __version__ as __version__
 # notebooks: a Graph, Dump or DumpSet draws itself with graphpar.viz, a layer above its own (graphpar.ir.notebook)
 from graphpar.viz.notebook import register as _register_notebook_views
 _register_notebook_views()
+
+_register_runner(_CompiledCellRunner())
 
 _LAZY = {"dataset", "communication", "train", "parallel", "models", "checkpoint", "amp"}
 

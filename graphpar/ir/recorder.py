@@ -19,9 +19,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import jax
+
+from graphpar.ir import construct_errors
 
 OP_EQN_PREFIX = "graphpar_op_"
 
@@ -82,21 +86,18 @@ def recording(inline: bool = True) -> Iterator[TraceRecorder]:
 
 
 @contextlib.contextmanager
-def cell_scope(label: str, cell: Any = None) -> Iterator[None]:
-    """Push a Cell's scope label while it runs (no-op when not tracing)."""
+def cell_scope(label: str, cell: Any = None, recompute: Hashable | None = None) -> Iterator[None]:
+    """Push a Cell's scope label while it runs (no-op when not tracing). ``recompute``: the Cell's
+    ``recompute_config`` (an ``nn._recompute.RecomputeConfig``, None when the Cell is not recomputed), passed by the
+    Cell itself since ir sits below nn and does not know the Cell type."""
     recorder = _active.get()
     if recorder is None:
         yield
         return
-    import jax
-
-    from graphpar.ir import construct_errors
-
     recorder.scope_stack.append(label)
     recorder.cell_stack.append(cell)
-    config = getattr(cell, "_recompute", None)
-    if config is not None:  # Cell.recompute(): the lowering evaluates this scope's nodes under jax.checkpoint
-        recorder.recompute_scopes.setdefault(recorder.scope, config)
+    if recompute is not None:  # Cell.recompute(): the lowering evaluates this scope's nodes under jax.checkpoint
+        recorder.recompute_scopes.setdefault(recorder.scope, recompute)
     try:
         with jax.named_scope(label):
             yield

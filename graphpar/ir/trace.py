@@ -97,8 +97,7 @@ class _Builder:
 
     def read(self, env: dict, atom: Any) -> int:
         if isinstance(atom, jcore.Literal):
-            return self.new_value(jax.typeof(atom.val) if hasattr(atom, "val") else atom.aval, "const",
-                                  const=atom.val)
+            return self.new_value(jax.typeof(atom.val), "const", const=atom.val)
         return env[atom]
 
     def add_node(self, eqn: Any, kind: str, instance: str, scope: str, attrs: dict, hint: Any, out_hint: Any,
@@ -178,9 +177,10 @@ class _Builder:
                                      call.static_args)
             else:
                 inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
-                inner_jaxpr = inner.jaxpr if hasattr(inner, "jaxpr") else inner
+                inner_jaxpr = inner.jaxpr if isinstance(inner, jcore.ClosedJaxpr) else inner
+                consts = inner.consts if isinstance(inner, jcore.ClosedJaxpr) else ()
                 inner_env: dict = {}
-                for var, c in zip(inner_jaxpr.constvars, getattr(inner, "consts", ())):
+                for var, c in zip(inner_jaxpr.constvars, consts):
                     inner_env[var] = self.new_value(jax.typeof(c), "const", const=c)
                 for var, vid in zip(inner_jaxpr.invars, in_ids):
                     inner_env[var] = vid
@@ -199,8 +199,10 @@ class _Builder:
 
 def _custom_name(eqn: Any) -> str:
     inner = eqn.params.get("call_jaxpr")
-    info = getattr(getattr(inner, "jaxpr", inner), "debug_info", None)
-    return getattr(info, "func_name", "") or "custom"
+    if inner is None:
+        return "custom"
+    info = (inner.jaxpr if isinstance(inner, jcore.ClosedJaxpr) else inner).debug_info
+    return (info.func_name if info is not None else "") or "custom"
 
 
 def drop_jax_frames_note(err: BaseException) -> None:

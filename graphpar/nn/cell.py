@@ -21,10 +21,13 @@ import jax
 import numpy as _np
 from flax import nnx
 
+from graphpar.common import dtype as mstype
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
 from graphpar.errors import CellError
 from graphpar.ir import recorder as _recorder
 from graphpar.ops import _mixed_precision
+from graphpar.nn._recompute import RecomputeConfig, cell_config
+from graphpar.nn.runner import top_level_call
 from graphpar.ops.primitive import Primitive
 
 _CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
@@ -71,6 +74,7 @@ class Cell(nnx.Module, pytree=False):
     ``construct``."""
 
     _amp_cast: Any = None  # a nn._mixed_precision.CellCast once to_float (or amp) set one
+    _recompute: RecomputeConfig | None = None  # set by recompute(); read through recompute_config
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Cells are NNX graph nodes, not JAX pytrees: attributes may hold lists of Parameters, arrays and ops
@@ -203,8 +207,6 @@ class Cell(nnx.Module, pytree=False):
     def to_float(self, dst_type: Any) -> "Cell":
         """Compute this Cell and every Cell below it in ``dst_type`` (MindSpore's ``to_float``): floating inputs,
         the Cells' own Parameters and constants are cast when they run; the Parameters stay in their own dtype."""
-        from graphpar.common import dtype as mstype
-
         dtype = _np.dtype(dst_type)
         if dtype not in (mstype.float16, mstype.bfloat16, mstype.float32):
             raise TypeError(f"{type(self).__name__}.to_float(dst_type): expected float16, bfloat16 or float32, "
@@ -242,11 +244,15 @@ class Cell(nnx.Module, pytree=False):
         """MindSpore's ``Cell.recompute(mp_comm_recompute=True, parallel_optimizer_comm_recompute=False)``: the
         backward pass recomputes this Cell's activations from its inputs (``jax.checkpoint``, see
         ``graphpar.compile.lowering.recompute``)."""
-        from graphpar.compile.lowering.recompute import cell_config
-
         # a static attribute: part of the network's structure, so programs compiled before are not reused
         object.__setattr__(self, "_recompute", cell_config(self, kwargs))
         return self
+
+    @property
+    def recompute_config(self) -> RecomputeConfig | None:
+        """How this Cell is recomputed (set by :meth:`recompute`), or None when it is not; the trace records it
+        per Cell scope and the lowering reads it."""
+        return self._recompute
 
     def set_grad(self, requires_grad: bool = True) -> "Cell":
         return self
@@ -281,11 +287,11 @@ class Cell(nnx.Module, pytree=False):
                             f"`def construct(self, *inputs)` computing its output")
         recorder = _recorder.active()
         if recorder is None:
-            runner = _top_level_runner(self, args, kwargs)
+            runner = top_level_call(self, args, kwargs)
             if runner is not None:
                 return runner(self, args, kwargs)
             return self.construct(*args, **kwargs)
-        with _recorder.cell_scope(self._scope_label(recorder), self):
+        with _recorder.cell_scope(self._scope_label(recorder), self, self.recompute_config):
             return self.construct(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -301,29 +307,6 @@ class Cell(nnx.Module, pytree=False):
 
     def extend_repr(self) -> str:
         return ""
-
-
-def _top_level_runner(cell: "Cell", args: tuple, kwargs: dict) -> Any:
-    """How a top-level call (not inside another Cell's trace) runs, or None to run ``construct`` as written.
-
-    A Cell holding collective ops runs once per rank (``graphpar.compile.runtime.spmd_call``); in GRAPH_MODE any other
-    Cell runs its planned, compiled forward (``graphpar.compile.runtime.forward``), as MindSpore compiles a Cell call in
-    graph mode. PYNATIVE_MODE, and calls made while tracing (arguments are tracers), run inline.
-    """
-    import jax
-
-    from graphpar import _context
-
-    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
-        return None
-    from graphpar.compile.runtime import spmd_call
-    from graphpar.compile.runtime import forward
-
-    if spmd_call.needs_spmd(cell):
-        return spmd_call.run_spmd
-    if _context.current().mode == _context.GRAPH_MODE:
-        return forward.run_compiled
-    return None
 
 
 class SequentialCell(Cell):

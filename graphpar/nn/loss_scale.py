@@ -24,6 +24,8 @@ import numpy as np
 import optax
 
 from graphpar.nn.cell import Cell
+from graphpar.nn.pipeline_cell import wants_pipeline
+from graphpar.nn.runner import TrainStep
 from graphpar.nn.wrap import TrainOneStepCell
 
 
@@ -112,11 +114,9 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
                             f"FixedLossScaleUpdateCell or a scalar Tensor, got {type(scale_sense).__name__}")
 
     @property
-    def program(self):
+    def program(self) -> TrainStep:
         """The compiled train program; loss scaling is built into the one-program step only."""
-        from graphpar.compile.pipeline.program import wants_pipeline
-
-        if self._program is None and wants_pipeline():
+        if wants_pipeline():
             raise ValueError("TrainOneStepWithLossScaleCell (amp_level='O2', a loss_scale_manager): loss scaling "
                              "with pipeline_stages > 1 is not built; use amp_level='O3' or loss_scale_manager=None, "
                              "or pipeline_stages=1")

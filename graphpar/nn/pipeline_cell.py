@@ -9,6 +9,9 @@ runs as written, which is the unpipelined reference.
 
 ``stage_config`` (MindSpore 2.x) maps Cell names, as ``network.cells_and_names()`` gives them
 (``_backbone.layer1``), to stages; it sets those Cells' ``pipeline_stage``.
+
+:class:`PipelineError` and :func:`wants_pipeline` live here, with the Cell, so that the surface refuses a bad
+micro-batch split and picks the pipelined train step without importing the engine (``compile.pipeline`` uses both).
 """
 
 from __future__ import annotations
@@ -17,7 +20,24 @@ from typing import Any
 
 import jax
 
+from graphpar import _context
+from graphpar.errors import GraphparError
 from graphpar.nn.cell import Cell
+
+
+class PipelineError(GraphparError, ValueError):
+    """A pipeline configuration that cannot run: ``culprit`` (a Cell path, op, Parameter, stage or setting),
+    ``reason`` and ``fix``."""
+
+    def __init__(self, culprit: str, reason: str, fix: str = ""):
+        self.culprit, self.reason, self.fix = culprit, reason, fix
+        super().__init__(f"pipeline parallel: {culprit}: {reason}" + (f"; {fix}" if fix else ""))
+
+
+def wants_pipeline() -> bool:
+    """True when the context asks for pipeline stages (the train step is then a pipelined program, one per
+    stage)."""
+    return _context.get_auto_parallel_context("pipeline_stages") > 1
 
 
 class PipelineCell(Cell):
@@ -53,8 +73,6 @@ class PipelineCell(Cell):
 
 def check_micro_split(index: int, shape: tuple[int, ...], micro_size: int) -> None:
     """Refuse an input whose batch dimension ``micro_size`` does not divide, naming the input."""
-    from graphpar.compile.pipeline.stage_split import PipelineError
-
     if not shape or shape[0] % micro_size:
         raise PipelineError(f"input {index} of PipelineCell (shape {tuple(shape)})",
                             f"its batch dimension is not divisible by micro_size={micro_size}",

@@ -1,8 +1,9 @@
 """Wrapper Cells: ``WithLossCell``, ``WithEvalCell``, ``TrainOneStepCell`` (MindSpore's ``nn.wrap``).
 
 ``TrainOneStepCell`` is graphpar's unit of training: calling it runs one optimizer step. In GRAPH_MODE the whole
-step (forward, loss, gradients, update) is one compiled program, built by ``graphpar.compile`` for the parallel
-mode in force and reused every step; in PYNATIVE_MODE the same step runs eagerly.
+step (forward, loss, gradients, update) is one compiled program, built by ``graphpar.compile`` (through the runner
+it registers, ``nn.runner``) for the parallel mode in force and reused every step; in PYNATIVE_MODE the same step
+runs eagerly.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from graphpar import _context
+from graphpar.nn._mixed_precision import cast_tree
 from graphpar.nn.cell import Cell
+from graphpar.nn.pipeline_cell import wants_pipeline
+from graphpar.nn.runner import TrainStep, runner
 
 
 class WithLossCell(Cell):
@@ -46,8 +51,6 @@ class WithEvalCell(Cell):
         outputs = self._network(*inputs[:-1])
         label = inputs[-1]
         if self.add_cast_fp32:  # a low-precision network (amp O2/O3): outputs and label as float32
-            from graphpar.nn._mixed_precision import cast_tree
-
             outputs, label = cast_tree(outputs, np.float32), cast_tree(label, np.float32)
         loss = self._loss_fn(outputs, label) if self._loss_fn is not None else None
         return loss, outputs, label
@@ -67,21 +70,33 @@ class TrainOneStepCell(Cell):
         self.network = network
         self.optimizer = optimizer
         self.sens = 1.0 if sens is None else float(sens)
-        self._program = None
+        self._programs = _TrainPrograms()
 
     @property
-    def program(self):
-        """The compiled train program (built on first use from the current context)."""
-        if self._program is None:
-            from graphpar.compile.pipeline.program import PipelineProgram, wants_pipeline
-            from graphpar.compile.runtime.program import TrainProgram
+    def program(self) -> TrainStep:
+        """The compiled train program for the settings in force, chosen on every call and built on first use.
 
-            # pipeline_stages > 1: one program per stage on its own devices (compile/pipeline/program.py)
-            self._program = PipelineProgram(self) if wants_pipeline() else TrainProgram(self)
-        return self._program
+        With ``pipeline_stages > 1``: a pipelined program (one program per stage on its own devices,
+        ``compile/pipeline/program.py``), which reads the settings when it is built, so one per settings
+        (``_context.compile_key()``). Otherwise the one-program step (``compile/runtime/program.py``), which itself
+        plans once per settings."""
+        key = _context.compile_key() if wants_pipeline() else None
+        program = self._programs.by_key.get(key)
+        if program is None:
+            program = runner().pipeline_program(self) if key is not None else runner().train_program(self)
+            self._programs.by_key[key] = program
+        return program
 
     def construct(self, *inputs: Any) -> Any:
         return self.program.run_step(inputs)
 
     def __call__(self, *inputs: Any) -> Any:
         return self.construct(*inputs)
+
+
+class _TrainPrograms:
+    """A ``TrainOneStepCell``'s train programs by settings key (``None``: the one-program step). A plain object, so
+    NNX keeps it as static data of the Cell rather than a dict it would walk (its keys do not sort)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple | None, TrainStep] = {}

@@ -25,6 +25,9 @@ transposes instead: the same bytes, and XLA then has no second gather to make.)
 ``parallel_optimizer_comm_recompute``: the parallel optimizer gathers parameters once per step outside any Cell
 (``compile.opt_shard``), so the gathered weights are inputs of the run and are kept (``False``, MindSpore's
 default); ``True`` is refused by name (use ``optimizer_level="level3"``, which re-gathers every weight).
+
+The Cell's setting itself (:class:`RecomputeConfig`, validated from the keywords, and the name :data:`COMM`) lives
+with the Cell in ``graphpar.nn._recompute``; this module lowers it.
 """
 
 from __future__ import annotations
@@ -32,15 +35,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 
+from graphpar._env import xla_flags
 from graphpar._logging import notice_once
-from graphpar.errors import CellError
+from graphpar.nn._recompute import COMM as COMM
+from graphpar.nn._recompute import RecomputeConfig as RecomputeConfig
+from graphpar.nn.cell import Cell
+from graphpar.ops.primitive import Primitive
 
-COMM = "graphpar_mp_comm"  # checkpoint name of model-parallel communication outputs
 ACTIVATION = "graphpar_activation"  # checkpoint name of node outputs computed from the batch (level3 keeps these)
 _naming: contextvars.ContextVar[bool] = contextvars.ContextVar("graphpar_naming_activations", default=False)
 
@@ -63,44 +68,11 @@ def names_activations() -> bool:
 def activations_only() -> Callable[..., Any]:
     """The checkpoint policy that saves the named activations and recomputes everything else."""
     return jax.checkpoint_policies.save_only_these_names(ACTIVATION)
+
+
 _COLLECTIVE_KINDS = frozenset({"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AlltoAll", "NeighborExchange",
                                "psum", "all_gather", "reduce_scatter", "all_to_all", "ppermute", "pmax", "pmin"})
-
-
-@dataclass(frozen=True)
-class RecomputeConfig:
-    """How a Cell (or primitive) is recomputed. Hashable: it lives in the Cell as static data."""
-
-    mp_comm_recompute: bool = True
-    parallel_optimizer_comm_recompute: bool = False
-
-    def policy(self) -> Callable[..., Any]:
-        if self.mp_comm_recompute:
-            return jax.checkpoint_policies.nothing_saveable
-        return jax.checkpoint_policies.save_only_these_names(COMM)
-
-
-PRIMITIVE = RecomputeConfig()
-
-
-def cell_config(cell: Any, kwargs: dict[str, Any]) -> RecomputeConfig:
-    """Validate ``Cell.recompute(**kwargs)`` (MindSpore's keywords) into a :class:`RecomputeConfig`."""
-    name = type(cell).__name__
-    valid = {"mp_comm_recompute", "parallel_optimizer_comm_recompute", "recompute_slice_activation"}
-    unknown = set(kwargs) - valid
-    if unknown:
-        raise CellError(f"{name}.recompute(): unknown option(s) {sorted(unknown)}; valid: {sorted(valid)}")
-    for key, value in kwargs.items():
-        if not isinstance(value, bool):
-            raise CellError(f"{name}.recompute(): {key} must be a bool, got {value!r}")
-    if kwargs.get("parallel_optimizer_comm_recompute", False):
-        raise CellError(f"{name}.recompute(parallel_optimizer_comm_recompute=True) is not built: graphpar gathers "
-                        "sharded parameters once per step outside the Cell; use parallel_optimizer_config="
-                        "{'optimizer_level': 'level3'} to re-gather every weight in the backward pass")
-    if kwargs.get("recompute_slice_activation", False):
-        raise CellError(f"{name}.recompute(recompute_slice_activation=True) is not built (XLA keeps saved "
-                        "activations in the layout the plan gives them)")
-    return RecomputeConfig(bool(kwargs.get("mp_comm_recompute", True)), False)
+PRIMITIVE = RecomputeConfig()  # the config of a primitive marked recompute()
 
 
 def _scope_config(scope: str, scopes: dict[str, RecomputeConfig]) -> tuple[str, RecomputeConfig] | None:
@@ -140,12 +112,10 @@ def is_communication(node: Any) -> bool:
     return strategy is not None and bool(strategy.partial_axes)
 
 
-def uses_recompute(network: Any) -> bool:
+def uses_recompute(network: Cell) -> bool:
     """Whether any Cell of ``network`` is marked ``recompute()`` or holds a primitive marked so."""
-    from graphpar.ops.primitive import Primitive
-
     for _, cell in network.cells_and_names():
-        if getattr(cell, "_recompute", None) is not None:
+        if cell.recompute_config is not None:
             return True
         if any(isinstance(v, Primitive) and v.attrs.get("recompute") is True for v in vars(cell).values()):
             return True
@@ -155,7 +125,7 @@ def uses_recompute(network: Any) -> bool:
 MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
-def advise_cpu_scheduler(network: Any, platform: str, regather: bool = False) -> None:
+def advise_cpu_scheduler(network: Cell, platform: str, regather: bool = False) -> None:
     """Say once how to make recomputation (``Cell.recompute()``, or the parallel optimizer's level3 when
     ``regather``) pay off on CPU.
 
@@ -165,8 +135,6 @@ def advise_cpu_scheduler(network: Any, platform: str, regather: bool = False) ->
     from ``XLA_FLAGS`` when the backend starts (a per-compilation option is accepted and ignored), so graphpar can
     only advise it. GPU and TPU schedulers are memory-aware already.
     """
-    from graphpar._env import xla_flags
-
     if platform != "cpu" or MEMORY_SCHEDULER_FLAG in xla_flags():
         return
     if uses_recompute(network):

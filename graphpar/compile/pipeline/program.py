@@ -32,27 +32,27 @@ from jax.sharding import Mesh, NamedSharding
 
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, ParallelMode
+from graphpar.common.parameter import Parameter
 from graphpar.communication.devices import job_devices
 from graphpar.compile.lowering.graph_trace import trace_network
-from graphpar.compile.pipeline.schedule import Action, dispatch_order, stage_orders
-from graphpar.compile.runtime.program import _ensure
+from graphpar.compile.pipeline.build import Built, Stage, build_stages
+from graphpar.compile.pipeline.schedule import dispatch_order, stage_orders
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
-from graphpar.compile.pipeline.stage_programs import is_float, stage_programs
+from graphpar.compile.pipeline.stage_programs import is_float
+from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
+from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
+from graphpar.compile.runtime.program import _ensure
 from graphpar.compile.runtime.state import NetworkState
+from graphpar.dump.pipeline import maybe_dump_begin, maybe_dump_execute, maybe_save_strategy
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
-from graphpar.planner.mesh import make_mesh, mesh_axis_sizes
+from graphpar.planner import strategy_file
+from graphpar.planner.mesh import mesh_axis_sizes
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.pipeline import run_pipeline
-from graphpar.compile.pipeline.stage_split import PipelineError, StageGraph, StageSplit, assign_stages, split_stages
-from graphpar.planner.strategy import MeshInfo, to_partition_spec
+from graphpar.planner.strategy import MeshInfo
 
 _PIPELINE_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
-
-
-def wants_pipeline() -> bool:
-    """True when the context asks for pipeline stages (the train step is then a :class:`PipelineProgram`)."""
-    return _context.current_parallel().pipeline_stages > 1
 
 
 @dataclass
@@ -80,40 +80,6 @@ class PipelinePlanView:
         self.devices, self.pctx = devices, pctx
         self.n = len(devices)
         self.draws = len(devices) // n_stages  # one stage's devices read the global batch, as its data-parallel split
-
-
-@dataclass
-class _Stage:
-    """One stage's compiled programs and where its arrays live."""
-
-    sg: StageGraph
-    mesh: Mesh
-    ranks: list[int]
-    param_sh: dict[int, NamedSharding]  # param index -> sharding
-    rest_sh: dict[int, NamedSharding]
-    data_sh: list[NamedSharding]
-    value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
-    fwd: Any
-    bwd: Any
-    update: Any
-    zeros: Any
-    compiled: dict[str, Any] = field(default_factory=dict)
-    hlo: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Built:
-    graph: Graph
-    split: StageSplit
-    stages: list[_Stage]
-    ticks: list[list[Action]]
-    orders: list[list[Action]]
-    dumped: bool = False
-    opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
-
-
-def _spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
-    return NamedSharding(mesh, to_partition_spec(spec if spec is not None else tuple(() for _ in range(ndim))))
 
 
 class PipelineProgram:
@@ -167,7 +133,7 @@ class PipelineProgram:
         self.compile_seconds = 0.0
         self._ns: NetworkState | None = None
         self._flags: tuple[bool, ...] = ()
-        self._built: dict[tuple, _Built] = {}
+        self._built: dict[tuple, Built] = {}
         self._opt_written: Any = None
         self._stage_opt: list[Any] | None = None
         self._queue: collections.deque = collections.deque()
@@ -184,9 +150,6 @@ class PipelineProgram:
 
     # --- planning and compiling --------------------------------------------------------------------------------
     def _plan(self, ns: NetworkState, avals: list[jax.ShapeDtypeStruct]) -> Graph:
-        from graphpar.planner import strategy_file
-        from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
-
         graph, _ = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
         assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning
         k, pctx = self.per_stage, self.pctx
@@ -201,41 +164,16 @@ class PipelineProgram:
         graph.meta.update(mesh=info, purpose="train")
         return graph
 
-    def _build(self, ns: NetworkState, inputs: list[np.ndarray]) -> _Built:
+    def _build(self, ns: NetworkState, inputs: list[np.ndarray]) -> Built:
         m = self.micro_size
         avals = [jax.ShapeDtypeStruct((x.shape[0] // m,) + tuple(x.shape[1:]), jax.dtypes.canonicalize_dtype(x.dtype))
                  for x in inputs]
         graph = self._plan(ns, avals)
         split = split_stages(graph, self.network, self.n_stages, len(ns.params.values()), len(ns.rest.values()))
-        sizes = graph.meta["mesh"].sizes
-        k = self.per_stage
-        specs = graph.meta.get("value_specs", {})
-        n_params = len(ns.params.values())
-        stages = []
-        for sg in split.stages:
-            mesh = make_mesh(self.devices[sg.stage * k:(sg.stage + 1) * k], [sizes])
-            g = sg.graph
-            ins = graph.inputs
-            param_sh = {i: _spec_sharding(mesh, specs.get(ins[i]), len(graph.values[ins[i]].shape)) for i in sg.params}
-            rest_sh = {i: _spec_sharding(mesh, specs.get(ins[n_params + i]),
-                                         len(graph.values[ins[n_params + i]].shape)) for i in sg.rest}
-            data_vids = graph.inputs[n_params + len(ns.rest.values()):]
-            data_sh = [_spec_sharding(mesh, specs.get(data_vids[i]), len(graph.values[data_vids[i]].shape))
-                       for i in sg.data]
-            value_sh = {}
-            for vid in list(sg.received) + list(sg.sent):
-                producer = graph.nodes[graph.values[vid].producer]
-                spec = producer.strategy.output_spec(producer.outputs.index(vid)) if producer.strategy else None
-                value_sh[vid] = _spec_sharding(mesh, spec, len(graph.values[vid].shape))
-            fwd, bwd, update, zeros = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
-                                                     self.optimizer.transformation(), self.sens)
-            stages.append(_Stage(sg, mesh, list(range(sg.stage * k, (sg.stage + 1) * k)), param_sh, rest_sh, data_sh,
-                                 value_sh, fwd, bwd, update, zeros))
+        stages = build_stages(graph, split, ns, self.devices, self.per_stage, self.optimizer, self.sens)
         orders = stage_orders(self.scheduler, self.n_stages, m)
-        built = _Built(graph, split, stages, dispatch_order(orders), orders)
+        built = Built(graph, split, stages, dispatch_order(orders), orders)
         self._record_stages(ns, split)
-        from graphpar.dump.pipeline import maybe_dump_begin, maybe_save_strategy
-
         maybe_dump_begin(built, self)
         maybe_save_strategy(built, self, set(ns.param_names()))
         return built
@@ -243,11 +181,10 @@ class PipelineProgram:
     def _record_stages(self, ns: NetworkState, split: StageSplit) -> None:
         """Each Parameter carries its stage (checkpoints and strategy files record it)."""
         for holder in ns.params.holders + ns.rest.holders:
-            name = getattr(holder, "name", None)
-            if name in split.param_stage and hasattr(holder, "set_metadata"):
-                holder.set_metadata(pipeline_stage=split.param_stage[name])
+            if isinstance(holder, Parameter) and holder.name in split.param_stage:
+                holder.set_metadata(pipeline_stage=split.param_stage[holder.name])
 
-    def _get_built(self, ns: NetworkState, inputs: list[np.ndarray]) -> _Built:
+    def _get_built(self, ns: NetworkState, inputs: list[np.ndarray]) -> Built:
         key = tuple((x.shape, str(x.dtype)) for x in inputs)
         built = self._built.get(key)
         if built is None:
@@ -255,7 +192,7 @@ class PipelineProgram:
         return built
 
     # --- running -----------------------------------------------------------------------------------------------
-    def _call(self, st: _Stage, kind: str, fn: Any, *args: Any) -> Any:
+    def _call(self, st: Stage, kind: str, fn: Any, *args: Any) -> Any:
         """Run one stage program; with ``save_graphs`` compile it ahead of time first, keeping its HLO."""
         if _context.current().save_graphs and kind not in st.compiled:
             compiled = fn.lower(*args).compile()
@@ -268,7 +205,7 @@ class PipelineProgram:
                                    if isinstance(x, jax.Array) and not x.is_deleted()])
         return out
 
-    def _opt_states(self, ns: NetworkState, built: _Built, pvals: list[Any]) -> list[Any]:
+    def _opt_states(self, ns: NetworkState, built: Built, pvals: list[Any]) -> list[Any]:
         """Per-stage optimizer states, cut from the optimizer's one state (set by a checkpoint load, or by the
         previous step, whose states are reused as they are)."""
         if self._stage_opt is not None and self.optimizer.opt_state is self._opt_written:
@@ -283,7 +220,7 @@ class PipelineProgram:
                                       [st.mesh for st in built.stages])
         return self._stage_opt
 
-    def _write_opt(self, ns: NetworkState, built: _Built, states: list[Any]) -> None:
+    def _write_opt(self, ns: NetworkState, built: Built, states: list[Any]) -> None:
         """Put the stages' optimizer states back together as the optimizer's one state (for checkpoints)."""
         names = ns.param_names()
         if built.opt_template is None:
@@ -378,8 +315,6 @@ class PipelineProgram:
             self.stats.transfer_log = log
         if not built.dumped:
             built.dumped = True
-            from graphpar.dump.pipeline import maybe_dump_execute
-
             maybe_dump_execute(built, self)
         # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled)
         total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
@@ -407,7 +342,7 @@ class PipelineProgram:
         return jnp.stack([jax.device_put(x, self.devices[-1]) for x in losses])
 
 
-def _log_entry(direction: str, micro: int, src: int, dst: int, vid: int, built: _Built, x: Any) -> dict[str, Any]:
+def _log_entry(direction: str, micro: int, src: int, dst: int, vid: int, built: Built, x: Any) -> dict[str, Any]:
     value = built.graph.values[vid]
     producer = built.graph.nodes[value.producer]
     return {"pass": direction, "micro": micro, "src_stage": src, "dst_stage": dst, "value": vid,

@@ -35,7 +35,7 @@ def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequ
             if value is None:  # a leaf the whole state lacks: its initial value
                 value = np.zeros(leaf.shape, leaf.dtype)
             for entry in path:
-                name = getattr(entry, "key", None)
+                name = entry.key if isinstance(entry, jax.tree_util.DictKey) else None
                 if name in params and np.shape(value) == np.shape(params[name]):
                     return _ensure(value, shardings[name])
             return _ensure(value, replicated)
@@ -51,7 +51,7 @@ def join_state(template: Any, states: Sequence[Any], owner: dict[str, int]) -> A
 
     def pick(path: Any, leaf: Any) -> Any:
         for entry in path:
-            stage = owner.get(getattr(entry, "key", None))
+            stage = owner.get(entry.key) if isinstance(entry, jax.tree_util.DictKey) else None
             if stage is not None and path in by_stage[stage]:
                 return by_stage[stage][path]
         return by_stage[0].get(path, leaf)

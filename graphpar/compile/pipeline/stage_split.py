@@ -21,18 +21,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphpar.errors import GraphparError
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
-
-
-class PipelineError(GraphparError, ValueError):
-    """A pipeline configuration that cannot run: ``culprit`` (a Cell path, op, Parameter, stage or setting),
-    ``reason`` and ``fix``."""
-
-    def __init__(self, culprit: str, reason: str, fix: str = ""):
-        self.culprit, self.reason, self.fix = culprit, reason, fix
-        super().__init__(f"pipeline parallel: {culprit}: {reason}" + (f"; {fix}" if fix else ""))
+from graphpar.nn.pipeline_cell import PipelineError as PipelineError  # defined with the Cell it checks
 
 
 @dataclass(frozen=True)

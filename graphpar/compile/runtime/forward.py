@@ -31,9 +31,12 @@ from graphpar.compile.staging.orchestrate import Orchestrator, lower
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.runtime.program import _global_aval, _put
 from graphpar.compile.runtime.state import NetworkState, current_state
 from graphpar.errors import DatasetError
+from graphpar.ir.recorder import cell_scope
 from graphpar.nn.cell import Cell
+from graphpar.nn.optim.optimizer import Optimizer
 
 
 def _is_input(leaf: Any) -> bool:
@@ -68,8 +71,6 @@ class _Call:
 
 
 def _call_with_kwargs(model: Any, args: tuple, kwargs: dict) -> Any:
-    from graphpar.ir.recorder import cell_scope
-
     with cell_scope("Default"):
         return model(*args, **kwargs)
 
@@ -117,8 +118,6 @@ class ForwardProgram:
             return [NamedSharding(mesh, PartitionSpec()) for _ in shapes], True
 
     def _compiled(self, call: _Call) -> Compiled:
-        from graphpar.compile.runtime.program import _global_aval
-
         ns, plan = self.state, self.plan
         avals = [_global_aval(x) for x in call.inputs]
         key = ProgramKey.of("forward", ns.structure, avals, (call.treedef, call.statics))
@@ -164,8 +163,6 @@ class ForwardProgram:
         return placed
 
     def _place(self, compiled: Compiled, inputs: Sequence[Any]) -> list:
-        from graphpar.compile.runtime.program import _put
-
         out = []
         for x, s in zip(inputs, compiled.in_shardings[1]):
             if isinstance(x, jax.Array) and x.sharding == s:
@@ -241,8 +238,6 @@ def program_for(cell: Cell) -> ForwardProgram:
 
 def _runs_inline(cell: Cell) -> bool:
     """A Cell holding an optimizer (a custom training Cell), or one whose parameters are being traced."""
-    from graphpar.nn.optim.optimizer import Optimizer
-
     if any(isinstance(sub, Optimizer) for _, sub in cell.cells_and_names()):
         return True
     return any(isinstance(p.get_raw_value(), jax.core.Tracer) for p in cell.get_parameters())

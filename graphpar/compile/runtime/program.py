@@ -37,6 +37,7 @@ from graphpar.compile.lowering import accumulate
 from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_signature, revision
 from graphpar.compile.staging.cache import CompileCounts, ProgramKey
 from graphpar.compile.plans.choose import choose_plan
+from graphpar.compile.plans.global_batch import from_process_zero, make_global
 from graphpar.compile.plans.layout import Layout
 from graphpar.compile.lowering.opt_shard import OptimizerSharding
 from graphpar.compile.staging.orchestrate import Orchestrator, lower
@@ -191,7 +192,7 @@ class TrainProgram:
 
         def sharding(path, leaf):
             for entry in path:
-                found = by_name.get(getattr(entry, "key", None))
+                found = by_name.get(entry.key) if isinstance(entry, jax.tree_util.DictKey) else None
                 if found is not None and np.shape(leaf) == found[0]:
                     return found[1]
             return layout.state_sharding(tuple(np.shape(leaf)))
@@ -371,16 +372,12 @@ def _ensure(x: Any, sharding: jax.sharding.Sharding) -> Any:
     if isinstance(x, jax.Array) and x.sharding == sharding:
         return x
     if jax.process_count() > 1 and (not isinstance(x, jax.Array) or x.is_fully_addressable):
-        from graphpar.compile.plans.global_batch import from_process_zero
-
         return from_process_zero(np.asarray(x), sharding)
     return jax.device_put(x, sharding)
 
 
 def _put(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
     if jax.process_count() > 1 and isinstance(sharding, NamedSharding) and not isinstance(x, jax.Array):
-        from graphpar.compile.plans.global_batch import make_global
-
         return make_global(np.asarray(x), sharding)
     if isinstance(sharding, SingleDeviceSharding) or not isinstance(x, jax.Array):
         return jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, sharding)

@@ -3,7 +3,8 @@
 MindSpore runs a script once per device, so ``net(x)`` with ``ops.AllGather`` inside gathers every device's ``x``.
 graphpar drives several devices per process; :func:`run_spmd` gives the call the same meaning by running
 ``construct`` once per rank with ``jax.shard_map`` over a 1-D mesh of every device of the job (rank order), jitted
-and cached per input signature.
+and cached per input signature. Which Cell calls run here is decided with the Cell, in ``nn.runner``
+(``needs_spmd``: the Cell's tree holds a collective op).
 
 Convention for the arguments (the data-parallel batch convention): each array argument with at least one dimension
 is *this process's* data, its leading dimension split evenly over the process's local devices, so a process driving
@@ -27,24 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from graphpar.communication.devices import all_devices
 from graphpar.communication.errors import CommunicationError
 from graphpar.communication.rank_axis import replica_axis
+from graphpar.communication.varying import varying_outputs
+from graphpar.compile.runtime.state import current_state
+from graphpar.nn.runner import needs_spmd as needs_spmd  # decided with the Cell; kept here for callers
 
 RANK_AXIS = "graphpar_rank"
 _SPLIT, _SCALAR, _STATIC = "split", "scalar", "static"
-
-
-def needs_spmd(cell: Any) -> bool:
-    """True when ``cell``'s tree holds a collective op (then a top-level call runs once per rank)."""
-    from graphpar.ops.comm_ops import Collective
-
-    for _, sub in cell.cells_and_names():
-        for value in vars(sub).values():
-            if isinstance(value, Collective):
-                return True
-            if isinstance(value, (list, tuple)) and any(isinstance(v, Collective) for v in value):
-                return True
-    return False
 
 
 def _kind(leaf: Any) -> str:
@@ -56,8 +48,6 @@ def _kind(leaf: Any) -> str:
 
 
 def _mesh() -> Mesh:
-    from graphpar.communication.devices import all_devices
-
     return Mesh(np.asarray(all_devices(), dtype=object), (RANK_AXIS,))
 
 
@@ -86,7 +76,7 @@ class PerRankProgram:
         leaves, treedef = jax.tree.flatten((args, kwargs))
         kinds = [_kind(leaf) for leaf in leaves]
         key = (treedef, tuple(k if k != _STATIC else ("static", repr(v)) for k, v in zip(kinds, leaves)),
-               tuple((np.shape(v), str(getattr(v, "dtype", ""))) for v, k in zip(leaves, kinds) if k != _STATIC),
+               tuple((np.shape(v), str(v.dtype)) for v, k in zip(leaves, kinds) if k != _STATIC),
                tuple((np.shape(s), str(s.dtype)) for s in state), mesh.devices.size)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -95,8 +85,6 @@ class PerRankProgram:
         return compiled(state, [v for v, k in zip(leaves, kinds) if k != _STATIC])
 
     def _build(self, mesh: Mesh, state: Sequence[Any], leaves: list, kinds: list[str], treedef) -> Callable:
-        from graphpar.communication.varying import varying_outputs
-
         n, local = mesh.devices.size, _local_count(mesh)
         per_rank_avals = []
         for i, (leaf, kind) in enumerate(zip(leaves, kinds)):
@@ -158,8 +146,6 @@ _programs: "weakref.WeakKeyDictionary[Any, tuple[Any, dict[Any, PerRankProgram]]
 def run_spmd(cell: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``cell(*args, **kwargs)`` once per rank of the job (see the module docstring for the convention).
     Programs are kept per network structure (each Cell's ``training`` flag among it)."""
-    from graphpar.compile.runtime.state import current_state
-
     ns, programs = _programs.get(cell, (None, {}))
     ns = current_state(ns, cell, [])
     program = programs.get(ns.structure)

@@ -7,13 +7,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-
+import numpy as np
 from flax import nnx
 
 from graphpar.common import dtype as mstype
 from graphpar.common.initializer import HeUniform, Uniform, initializer
 from graphpar.common.parameter import Parameter
 from graphpar.common.seed import host_generator
+from graphpar.communication.rank_axis import fold_in_replica
 from graphpar.nn.cell import Cell
 from graphpar.ops import array_ops, math_ops, nn_ops
 
@@ -161,7 +162,7 @@ class RngKey(nnx.Variable):
 
 def _new_key() -> jax.Array:
     gen = host_generator()  # a numpy Generator after set_seed, numpy's global RandomState before
-    draw = gen.integers if hasattr(gen, "integers") else gen.randint
+    draw = gen.integers if isinstance(gen, np.random.Generator) else gen.randint
     return jax.random.key_data(jax.random.PRNGKey(int(draw(0, 2**31 - 1))))
 
 
@@ -187,8 +188,6 @@ class Dropout(Cell):
             return x
         key, sub = jax.random.split(jax.random.wrap_key_data(self.rng.get_value()))
         self.rng.set_value(jax.random.key_data(key))
-        from graphpar.communication.rank_axis import fold_in_replica
-
         out, _ = self.dropout(x, fold_in_replica(sub))
         return out
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from graphpar.nn.optim.optimizer import Optimizer
+from graphpar.nn.optim.optimizer import Optimizer, _default_decay_filter_name
 
 
 class Momentum(Optimizer):
@@ -117,8 +117,6 @@ class AdamWeightDecay(Optimizer):
         self.beta1, self.beta2, self.eps = float(beta1), float(beta2), float(eps)
 
     def core_transform(self, learning_rate, weight_decay=0.0):
-        from graphpar.nn.optim.optimizer import _default_decay_filter_name
-
         parts = [_scale_by_adam_no_bias_correction(self.beta1, self.beta2, self.eps)]
         if weight_decay:  # grouped parameters: every one of a group with weight_decay > 0 (as MindSpore)
             mask = None if self._grouped else (lambda p: {k: _default_decay_filter_name(k) for k in p})

@@ -20,8 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from graphpar._logging import notice_once
 from graphpar.common.parameter import Parameter
 from graphpar.nn.cell import Cell
+from graphpar.nn.learning_rate_schedule import LearningRateSchedule
 
 
 def _default_decay_filter(param: Parameter) -> bool:
@@ -45,8 +47,6 @@ def centralize_gradients() -> optax.GradientTransformation:
 
 def learning_rate_schedule(learning_rate: Any) -> Callable[[Any], Any] | float:
     """MindSpore learning-rate forms to an optax schedule (a float stays a float)."""
-    from graphpar.nn.learning_rate_schedule import LearningRateSchedule
-
     if isinstance(learning_rate, bool):
         raise TypeError("learning_rate must be a float, a list, a schedule or a callable, got a bool")
     if isinstance(learning_rate, (int, float)):
@@ -209,8 +209,6 @@ class Optimizer(Cell):
         shortest = min(lists, key=len)
         short = len(shortest)
         if done + steps > short:
-            from graphpar._logging import notice_once
-
             notice_once(f"lr-list-short:{id(self)}:{short}",
                         f"{type(self).__name__}: the learning-rate list has {short} values (one per step), but "
                         f"this run takes updates {done}..{done + steps - 1}; updates from {short} on use its last "

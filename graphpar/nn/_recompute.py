@@ -1,0 +1,52 @@
+"""``Cell.recompute(**kwargs)``'s settings: MindSpore's keywords validated into a :class:`RecomputeConfig`.
+
+A Cell keeps its config as static data (``Cell.recompute_config``); the trace records it per Cell scope and
+``graphpar.compile.lowering.recompute`` evaluates those scopes under ``jax.checkpoint`` with :meth:`policy`. The
+config lives here, with the Cell, because it is the Cell's own setting: nn does not reach into the engine to store
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from graphpar.errors import CellError
+
+COMM = "graphpar_mp_comm"  # checkpoint name of model-parallel communication outputs
+
+
+@dataclass(frozen=True)
+class RecomputeConfig:
+    """How a Cell (or primitive) is recomputed. Hashable: it lives in the Cell as static data."""
+
+    mp_comm_recompute: bool = True
+    parallel_optimizer_comm_recompute: bool = False
+
+    def policy(self) -> Callable[..., Any]:
+        if self.mp_comm_recompute:
+            return jax.checkpoint_policies.nothing_saveable
+        return jax.checkpoint_policies.save_only_these_names(COMM)
+
+
+def cell_config(cell: Any, kwargs: dict[str, Any]) -> RecomputeConfig:
+    """Validate ``Cell.recompute(**kwargs)`` (MindSpore's keywords) into a :class:`RecomputeConfig`."""
+    name = type(cell).__name__
+    valid = {"mp_comm_recompute", "parallel_optimizer_comm_recompute", "recompute_slice_activation"}
+    unknown = set(kwargs) - valid
+    if unknown:
+        raise CellError(f"{name}.recompute(): unknown option(s) {sorted(unknown)}; valid: {sorted(valid)}")
+    for key, value in kwargs.items():
+        if not isinstance(value, bool):
+            raise CellError(f"{name}.recompute(): {key} must be a bool, got {value!r}")
+    if kwargs.get("parallel_optimizer_comm_recompute", False):
+        raise CellError(f"{name}.recompute(parallel_optimizer_comm_recompute=True) is not built: graphpar gathers "
+                        "sharded parameters once per step outside the Cell; use parallel_optimizer_config="
+                        "{'optimizer_level': 'level3'} to re-gather every weight in the backward pass")
+    if kwargs.get("recompute_slice_activation", False):
+        raise CellError(f"{name}.recompute(recompute_slice_activation=True) is not built (XLA keeps saved "
+                        "activations in the layout the plan gives them)")
+    return RecomputeConfig(bool(kwargs.get("mp_comm_recompute", True)), False)
