@@ -15,7 +15,7 @@ import graphpar as ms
 from graphpar import nn, ops
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.interpret import implied_outputs
-from graphpar.compile.runtime.state import current_state
+from graphpar.compile.lowering.network_state import current_state
 
 
 class Mlp(nn.Cell):

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from graphpar.common.parameter import Parameter
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.ir.trace import trace
 

@@ -38,7 +38,7 @@ from graphpar.compile.pipeline.schedule import Action, dispatch_order, stage_ord
 from graphpar.compile.runtime.program import _ensure
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
 from graphpar.compile.pipeline.stage_programs import is_float, stage_programs
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
 from graphpar.planner.mesh import make_mesh, mesh_axis_sizes

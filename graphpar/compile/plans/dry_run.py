@@ -29,7 +29,7 @@ from graphpar import _context
 from graphpar._context import ParallelMode
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.plans.execution import ExecutionPlan
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.planner.mesh import axis_names, mesh_axis_sizes
 from graphpar.planner.passes.context import PlanContext

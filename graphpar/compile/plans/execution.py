@@ -30,8 +30,8 @@ from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.interpret import evaluate
 from graphpar.compile.plans.layout import Layout, UniformLayout
 from graphpar.communication.rank_axis import replica_axis
-from graphpar.compile.staging.stages import Planned, Traced
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.plans.planned import Planned, Traced
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.errors import DatasetError
 from graphpar.ir.graph import Graph
 from graphpar.planner.mesh import make_mesh

@@ -37,7 +37,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from graphpar._logging import notice_once
-from graphpar.compile.staging.stages import Planned
+from graphpar.compile.plans.planned import Planned
 from graphpar.ir.graph import Graph
 
 def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Planned:

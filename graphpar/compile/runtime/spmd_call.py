@@ -158,7 +158,7 @@ _programs: "weakref.WeakKeyDictionary[Any, tuple[Any, dict[Any, PerRankProgram]]
 def run_spmd(cell: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``cell(*args, **kwargs)`` once per rank of the job (see the module docstring for the convention).
     Programs are kept per network structure (each Cell's ``training`` flag among it)."""
-    from graphpar.compile.runtime.state import current_state
+    from graphpar.compile.lowering.network_state import current_state
 
     ns, programs = _programs.get(cell, (None, {}))
     ns = current_state(ns, cell, [])

@@ -22,8 +22,9 @@ from graphpar.compile.staging.cache import ProgramCache, ProgramKey
 from graphpar.compile.staging.frozen_heap import frozen_heap
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.staging.progress import CompileProgress
-from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.plans.planned import Planned
+from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
 
 

@@ -48,7 +48,7 @@ from graphpar.compile.plans.execution import REPLICA_AXIS, DataParallelPlan, Exe
 from graphpar.compile.lowering.recompute import naming_activations
 from graphpar.communication.rank_axis import replica_axis
 from graphpar.compile.plans.replica_split import ReplicaSplit, plan_graph, replica_split
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.lowering.step import StepParts
 from graphpar.errors import DatasetError
 from graphpar.planner.optimizer_parallel import canonical_spec
