@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from graphpar._logging import notice_once
 from graphpar.checkpoint import manifest
 from graphpar.checkpoint.entries import Entry
 from graphpar.checkpoint.errors import CheckpointError
@@ -121,8 +122,6 @@ def agree_on_path(path: str, what: str) -> str:
     every rank its own (``./ckpt_of_rank_/{rank}``), so a differing path is noted once and process 0's is used."""
     if jax.process_count() == 1:
         return path
-    from graphpar._logging import notice_once
-
     chosen = broadcast_text(os.path.abspath(path))
     if chosen != os.path.abspath(path):
         notice_once(f"ckpt-path:{path}", f"{what}: this process was given {path} but process 0 {chosen}; a graphpar "
