@@ -10,6 +10,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from graphpar._logging import notice_once
+
 
 def make_global(local: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
     return jax.make_array_from_process_local_data(sharding, np.asarray(local))
@@ -60,8 +62,6 @@ def from_process_zero(value: np.ndarray, sharding: jax.sharding.Sharding) -> jax
     are authoritative). A process whose own value differs is told once, since unseeded initialization is the
     usual cause."""
     from jax.experimental import multihost_utils
-
-    from graphpar._logging import notice_once
 
     chosen = np.asarray(multihost_utils.broadcast_one_to_all(value))
     if not np.array_equal(chosen, value, equal_nan=True):
