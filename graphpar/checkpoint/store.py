@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 
 from graphpar._logging import notice_once
 from graphpar.checkpoint import manifest
@@ -131,10 +132,10 @@ def agree_on_path(path: str, what: str) -> str:
 
 
 def _sharding_text(value: Any) -> dict | None:
-    sharding = getattr(value, "sharding", None)
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or not hasattr(sharding, "spec"):
-        return None
+    if not isinstance(value, jax.Array) or not isinstance(value.sharding, NamedSharding):
+        return None  # a host value, or an array not laid out on a mesh
+    sharding = value.sharding
+    mesh = sharding.mesh
     spec = [None if p is None else (list(p) if isinstance(p, tuple) else [p]) for p in sharding.spec]
     return {"mesh": {"axis_names": list(mesh.axis_names), "axis_sizes": [int(s) for s in mesh.devices.shape]},
             "spec": spec}
