@@ -1,13 +1,12 @@
 """graphpar.checkpoint: MindSpore's checkpoint API on orbax (see docs/checkpoints.md).
 
-``save_checkpoint`` / ``load_checkpoint`` / ``load_param_into_net``, the ``ModelCheckpoint`` callback and its
-``CheckpointConfig``, strategy files and distributed checkpoints (``merge_sliced_parameter``,
-``build_searched_strategy``, ``transform_checkpoints``, ``load_distributed_checkpoint``), and resuming training.
-MindSpore's names are re-exported from ``graphpar`` and ``graphpar.train``.
+``save_checkpoint`` / ``load_checkpoint`` / ``load_param_into_net``, strategy files and distributed checkpoints
+(``merge_sliced_parameter``, ``build_searched_strategy``, ``transform_checkpoints``, ``load_distributed_checkpoint``),
+and resuming training. MindSpore's names are re-exported from ``graphpar`` and ``graphpar.train``. The
+``ModelCheckpoint`` callback and its ``CheckpointConfig`` are training callbacks: ``graphpar.train`` (a layer above
+this one) defines them, on the saving and retention functions here.
 """
 
-from graphpar.checkpoint.callback import CheckpointConfig as CheckpointConfig
-from graphpar.checkpoint.callback import ModelCheckpoint as ModelCheckpoint
 from graphpar.checkpoint.directory import latest_checkpoint as latest_checkpoint
 from graphpar.checkpoint.distributed import build_searched_strategy as build_searched_strategy
 from graphpar.checkpoint.distributed import load_distributed_checkpoint as load_distributed_checkpoint

@@ -21,6 +21,8 @@ from flax import nnx
 
 from graphpar.common.parameter import Parameter
 from graphpar.nn.cell import Cell
+from graphpar.nn.loss_scale import train_transformation
+from graphpar.nn.optim.optimizer import Optimizer
 
 OPTIMIZER_PREFIX = "optimizer."
 
@@ -76,8 +78,6 @@ def network_variables(cell: Cell) -> list[tuple[str, nnx.Variable]]:
 
 def optimizer_of(cell: Any) -> Any:
     """The optimizer a Cell trains with (a ``TrainOneStepCell``'s, or one held anywhere in it), else None."""
-    from graphpar.nn.optim.optimizer import Optimizer
-
     if isinstance(cell, Optimizer):
         return cell
     if not isinstance(cell, Cell):
@@ -101,8 +101,6 @@ def optimizer_entries(optimizer: Any) -> list[Entry]:
 
 def cell_entries(cell: Cell) -> list[Entry]:
     """Every variable of ``cell`` plus its optimizer's state (when the optimizer has run)."""
-    from graphpar.nn.optim.optimizer import Optimizer
-
     entries = []
     for name, holder in network_variables(cell):
         trainable = isinstance(holder, Parameter) and holder.requires_grad
@@ -178,8 +176,6 @@ def load_optimizer(optimizer: Any, values: dict[str, Any], where: str, cell: Any
     from the optimizer's state if it has run, else from the transformation the train step of ``cell`` (the Cell
     being loaded) applies with it, initialized from its Parameters: with loss scaling (``amp_level="O2"``, a
     ``loss_scale_manager``) that state wraps the optimizer's own with the scale and its counters."""
-    from graphpar.nn.loss_scale import train_transformation
-
     if optimizer.opt_state is None:
         params = {p.name: p.get_raw_value() for p in optimizer.parameters}
         optimizer.opt_state = train_transformation(cell, optimizer).init(params)

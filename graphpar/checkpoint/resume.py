@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import jax
 
 from graphpar._logging import notice_once
 from graphpar.checkpoint import directory as ckpt_dir
@@ -25,11 +28,15 @@ from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.serialization import checkpoint_path, whole_arrays
 
 
-def _checkpoint_callbacks(callbacks: Any) -> list:
-    from graphpar.checkpoint.callback import ModelCheckpoint
+class SavesCheckpoints(Protocol):
+    """Where a ``ModelCheckpoint`` callback writes (``graphpar.train`` defines the callback, a layer above this one:
+    resuming reads only its directory and prefix)."""
 
-    items = callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
-    return [cb for cb in items if isinstance(cb, ModelCheckpoint)]
+    @property
+    def directory(self) -> str: ...
+
+    @property
+    def prefix(self) -> str: ...
 
 
 def _newest(candidates: list[str]) -> str | None:
@@ -45,7 +52,7 @@ def _newest(candidates: list[str]) -> str | None:
     return best[1] if best else None
 
 
-def _say_what_was_lost(cbs: list, chosen: str) -> None:
+def _say_what_was_lost(cbs: Sequence[SavesCheckpoints], chosen: str) -> None:
     """One line when a rollback cannot use the newest save: none complete (training starts over), or a newer save
     was still being written when the job stopped (its steps are trained again). Names the directory and the save."""
     directories = sorted({cb.directory for cb in cbs})
@@ -63,23 +70,21 @@ def _say_what_was_lost(cbs: list, chosen: str) -> None:
         notice_once(f"resume-lost:{chosen}", f"resume: rolling back to {chosen}{lost}", logging.WARNING)
 
 
-def choose(resume: Any, callbacks: Any) -> str | None:
+def choose(resume: Any, cbs: Sequence[SavesCheckpoints]) -> str | None:
     """The checkpoint to resume from (process 0 decides, every process gets its answer), or None for a fresh
-    start. ``resume``: False (only automatic recovery), True (newest of the ModelCheckpoint callbacks'), or a path."""
+    start. ``resume``: False (only automatic recovery), True (newest of the ModelCheckpoint callbacks'), or a path;
+    ``cbs``: the ModelCheckpoint callbacks of the ``Model.train`` call."""
     if resume not in (False, None, True) and not isinstance(resume, (str, os.PathLike)):
         raise TypeError(f"Model.train(resume={resume!r}): expected False, True or a checkpoint path")
     if isinstance(resume, (str, os.PathLike)):
         chosen = os.path.abspath(checkpoint_path(os.fspath(resume), must_exist=True))
         store.read_manifest(chosen, verify=False)  # a clear error now if it is missing or incomplete
         return chosen
-    cbs = _checkpoint_callbacks(callbacks)
     if resume is True and not cbs:
         raise ValueError("Model.train(resume=True): resume from what? Pass a ModelCheckpoint callback (its "
                          "directory holds the checkpoints) or resume='path/to/CKP-1_4.ckpt'")
     if resume is not True and not recovery.may_roll_back():
         return None  # (decided alike on every process: it depends on the environment only)
-    import jax
-
     chosen = ""
     if jax.process_index() == 0 and (resume is True or recovery.should_roll_back()):
         # checkpoints are written into process 0's directory, and process 0 decides for the job
@@ -123,8 +128,6 @@ def restore(train_network: Any, path: str) -> dict:
 
 def training_finished() -> None:
     """``Model.train`` ended normally: a later start of this job is a fresh one (see ``recovery``)."""
-    import jax
-
     store.wait_for_saves()
     if jax.process_index() == 0:
         recovery.finished()

@@ -18,9 +18,11 @@ import numpy as np
 
 from graphpar._logging import notice_once
 from graphpar.checkpoint import store
+from graphpar.checkpoint.directory import latest_checkpoint
 from graphpar.checkpoint.entries import (
     OPTIMIZER_PREFIX, Entry, assign, collect, load_optimizer, network_variables, optimizer_of)
 from graphpar.checkpoint.errors import CheckpointError
+from graphpar.checkpoint.manifest import MANIFEST
 from graphpar.checkpoint.slices import merge_rows
 from graphpar.common.parameter import Parameter
 from graphpar.nn.cell import Cell
@@ -118,9 +120,6 @@ def whole_arrays(path: str, body: dict, groups: Sequence[str]) -> dict[str, dict
 
 def _newest_if_folder(path: str) -> str:
     """A folder of checkpoints (seed 003 loads its ModelCheckpoint ``directory``): its newest complete one."""
-    from graphpar.checkpoint.directory import latest_checkpoint
-    from graphpar.checkpoint.manifest import MANIFEST
-
     if os.path.isdir(path) and not path.rstrip("/").endswith(SUFFIX) and not os.path.exists(
             os.path.join(path, MANIFEST)):
         newest = latest_checkpoint(path)

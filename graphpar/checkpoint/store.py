@@ -28,7 +28,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 
+from graphpar._logging import notice_once
 from graphpar.checkpoint import manifest
 from graphpar.checkpoint.entries import Entry
 from graphpar.checkpoint.errors import CheckpointError
@@ -121,8 +123,6 @@ def agree_on_path(path: str, what: str) -> str:
     every rank its own (``./ckpt_of_rank_/{rank}``), so a differing path is noted once and process 0's is used."""
     if jax.process_count() == 1:
         return path
-    from graphpar._logging import notice_once
-
     chosen = broadcast_text(os.path.abspath(path))
     if chosen != os.path.abspath(path):
         notice_once(f"ckpt-path:{path}", f"{what}: this process was given {path} but process 0 {chosen}; a graphpar "
@@ -132,10 +132,10 @@ def agree_on_path(path: str, what: str) -> str:
 
 
 def _sharding_text(value: Any) -> dict | None:
-    sharding = getattr(value, "sharding", None)
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or not hasattr(sharding, "spec"):
-        return None
+    if not isinstance(value, jax.Array) or not isinstance(value.sharding, NamedSharding):
+        return None  # a host value, or an array not laid out on a mesh
+    sharding = value.sharding
+    mesh = sharding.mesh
     spec = [None if p is None else (list(p) if isinstance(p, tuple) else [p]) for p in sharding.spec]
     return {"mesh": {"axis_names": list(mesh.axis_names), "axis_sizes": [int(s) for s in mesh.devices.shape]},
             "spec": spec}

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import runpy
 import sys
 
-from graphpar import _context
-from graphpar.compile.plans.dry_run import PlanDone
+from graphpar.compile.plans.dry_run import ScriptPlan, plan_script
 from graphpar.errors import GraphparError
 
 
@@ -29,24 +27,16 @@ def _devices(text: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.script):
         raise SystemExit(f"graphpar plan: no such script: {args.script}")
-    ctx = _context.current()
-    ctx.plan_devices, ctx.plan_platform = args.devices, args.platform
-    ctx.plan_overrides = tuple((k, v) for k, v in (("parallel_mode", args.parallel_mode),
-                                                   ("search_mode", args.search_mode)) if v)
-    argv = sys.argv
-    sys.argv = [args.script] + list(args.args)
+    request = ScriptPlan(args.devices, args.platform, args.parallel_mode, args.search_mode)
     try:
-        runpy.run_path(args.script, run_name="__main__")
-    except PlanDone:
-        return 0
+        summary = plan_script(args.script, args.args, request)
     except GraphparError as exc:  # the script's strategies do not fit N devices, a bad setting: one line, no trace
         sys.stdout.flush()
         print(f"graphpar plan: {args.script} on {args.devices} devices: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return 2
-    finally:
-        sys.argv = argv
-        ctx.plan_devices, ctx.plan_overrides = None, ()
+    if summary is not None:
+        return 0
     raise SystemExit(f"graphpar plan: {args.script} finished without compiling a step; plan what it trains with "
                      "graphpar.parallel.plan_for_devices(net_with_loss, *inputs, devices=N) instead")
 

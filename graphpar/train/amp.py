@@ -29,6 +29,7 @@ from graphpar.nn.layer.basic import Dense
 from graphpar.nn.layer.conv import Conv2d
 from graphpar.nn.layer.normalization import _BatchNorm
 from graphpar.nn.loss_scale import TrainOneStepWithLossScaleCell
+from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithLossCell
 from graphpar.ops import math_ops, nn_ops
 from graphpar.train.loss_scale_manager import DynamicLossScaleManager, LossScaleManager
@@ -147,8 +148,6 @@ def build_train_network(network: Cell, optimizer: Any, loss_fn: Cell | None = No
                         boost_level: str = "O0", **kwargs: Any) -> TrainOneStepCell:
     """MindSpore's ``amp.build_train_network``: cast ``network`` for ``level`` (in place), add ``loss_fn`` and
     build the train cell, with loss scaling when the level or ``loss_scale_manager`` asks for it."""
-    from graphpar.nn.optim.optimizer import Optimizer
-
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"build_train_network(optimizer): expected a graphpar optimizer, got "
                         f"{type(optimizer).__name__}")

@@ -24,13 +24,15 @@ from typing import Any
 
 import numpy as np
 
+from graphpar._logging import notice_once
+from graphpar.compile.plans.global_batch import make_global
+from graphpar.dataset._pipeline import Dataset
+
 
 def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True) -> Iterator[tuple]:
     """Batches of ``epoch`` from batch ``start`` on: graphpar datasets seek (``iter_epoch(epoch, start_batch)``),
     other iterables are read from the beginning and the first ``start`` batches dropped. ``read_ahead=False``: the
     caller reads ahead itself (a graphpar pipeline then runs on its thread)."""
-    from graphpar.dataset._pipeline import Dataset
-
     if isinstance(dataset, Dataset):
         return iter(dataset.iter_epoch(epoch, start_batch=start, read_ahead=read_ahead))
     if hasattr(dataset, "iter_epoch"):
@@ -57,8 +59,6 @@ class BatchFeeder:
         else:
             self.views = [dataset]
             if self.draws > 1:
-                from graphpar._logging import notice_once
-
                 shards = f"num_shards={num_shards}" if num_shards is not None else "not sharded"
                 notice_once(f"feeder-same-batch:{self.draws}:{num_shards}",
                             f"the dataset is {shards} for {world} ranks, so each of the {self.draws} local devices "
@@ -213,9 +213,6 @@ class StallWatch:
         share = self.waited / elapsed
         if elapsed < self.MIN_SECONDS or share < self.THRESHOLD:
             return
-        from graphpar._logging import notice_once
-        from graphpar.dataset._pipeline import Dataset
-
         how = f"num_parallel_workers={dataset.worker_count()}" if isinstance(dataset, Dataset) else "the dataset"
         per_step = self.waited / (self.count - 1) * 1e3
         notice_once("feeding-stall", f"Model.train waited for the dataset {share:.0%} of epoch {epoch} "
@@ -234,8 +231,6 @@ def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callabl
     shardings = [p.sharding for p in placed]
     if jax.process_count() > 1:  # each process holds its part of the global batch
         from jax.sharding import NamedSharding
-
-        from graphpar.compile.plans.global_batch import make_global
 
         def put(batch: tuple) -> list:
             return [make_global(np.asarray(x), s) if isinstance(s, NamedSharding) else jax.device_put(x, s)

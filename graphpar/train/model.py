@@ -11,13 +11,19 @@ from typing import Any
 
 from graphpar import _context
 from graphpar._logging import notice_once
-from graphpar.compile.runtime.forward import ForwardProgram, program_for
+from graphpar.checkpoint import resume as resuming
+from graphpar.communication import get_group_size
 from graphpar.compile.plans.global_batch import to_host
+from graphpar.compile.runtime.forward import ForwardProgram, program_for
+from graphpar.compile.runtime.program import TrainProgram
+from graphpar.dataset.config import get_device_prefetch_size
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
+from graphpar.train.amp import build_train_network, check_level
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
-from graphpar.compile.runtime.program import TrainProgram
+from graphpar.train.callback._checkpoint import checkpoint_callbacks
+from graphpar.train.callback._progress import with_progress_bar
 from graphpar.train.feeding import BatchFeeder, StallWatch, prefetched, stack_steps
 from graphpar.train.metrics import get_metrics
 
@@ -63,8 +69,6 @@ class Model:
             raise TypeError(f"Model(network): expected a Cell, got {type(network).__name__}")
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise TypeError(f"Model(optimizer): expected a graphpar optimizer, got {type(optimizer).__name__}")
-        from graphpar.train.amp import check_level
-
         amp_level = check_level(amp_level, "Model(amp_level)")
         if optimizer is None and amp_level != "O0":
             raise ValueError(f"Model(amp_level={amp_level!r}): mixed precision needs an optimizer (it builds the "
@@ -100,8 +104,6 @@ class Model:
     def _build_train_network(self) -> TrainOneStepCell:
         if isinstance(self._network, TrainOneStepCell):
             return self._network
-        from graphpar.train.amp import build_train_network
-
         return build_train_network(self._network, self._optimizer, self._loss_fn, level=self._amp_level,
                                    **self._amp_config)
 
@@ -119,8 +121,6 @@ class Model:
 
     # --- training ----------------------------------------------------------------------------------------------
     def _feeder(self, dataset: Any, plan: Any) -> BatchFeeder:
-        from graphpar.communication import get_group_size
-
         draws = 1 if _context.current_parallel().loads_full_batch else plan.draws
         return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
 
@@ -164,13 +164,9 @@ class Model:
             dataset_sink_mode=dataset_sink_mode, sink_size=per_call, train_dataset=train_dataset,
             parallel_mode=_context.current_parallel().parallel_mode, device_number=len(program.plan.devices),
             mode="train", list_callback=callbacks)
-        from graphpar.train.callback._progress import with_progress_bar
-
         callback_list = CallbackList(with_progress_bar(callbacks))  # a live bar when stdout is a terminal
         run_context = RunContext(cb)
         callback_list.on_train_begin(run_context)
-        from graphpar.dataset.config import get_device_prefetch_size
-
         place = program.place_inputs if isinstance(program, TrainProgram) else None
         depth = get_device_prefetch_size()
         stream = None
@@ -208,15 +204,11 @@ class Model:
                 break
         callback_list.on_train_end(run_context)
         if not run_context.get_stop_requested():
-            from graphpar.checkpoint.resume import training_finished
-
-            training_finished()
+            resuming.training_finished()
 
     def _resume(self, resume: Any, callbacks: Any, steps: int) -> dict | None:
         """Restore the train network from the checkpoint to resume from (if any); its training progress."""
-        from graphpar.checkpoint import resume as resuming
-
-        path = resuming.choose(resume, callbacks)
+        path = resuming.choose(resume, checkpoint_callbacks(callbacks))
         if path is None:
             return None
         progress = resuming.restore(self._train_network, path)

@@ -172,7 +172,7 @@ def test_gpt_semi_auto_dp2_mp4_four_micro_batches_equal_the_whole_batch_reduced_
 
 
 def test_inputs_split_over_different_device_counts_are_cut_by_the_same_blocks():
-    from graphpar.compile.lowering.accumulate import check_batch, cut_blocks
+    from graphpar.compile.runtime.accumulate import check_batch, cut_blocks
 
     # (batch, seq) ids over 4 devices and (batch * seq,) labels over 8: cut in 4 blocks, so micro-batch i of both
     # holds the same samples

@@ -14,8 +14,8 @@ import numpy as np
 import graphpar as ms
 from graphpar import nn, ops
 from graphpar.compile.lowering.graph_trace import trace_network
-from graphpar.compile.lowering.interpret import implied_outputs
-from graphpar.compile.runtime.state import current_state
+from graphpar.compile.lowering.pins import implied_outputs
+from graphpar.compile.lowering.network_state import current_state
 
 
 class Mlp(nn.Cell):
@@ -117,7 +117,7 @@ def test_lowering_leaves_out_implied_pins_and_matches_one_device():
 
 
 def _keys(fn, *avals):
-    from graphpar.compile.lowering.interpret import BodyKeys
+    from graphpar.compile.lowering.bodies import BodyKeys
 
     jaxpr = jax.make_jaxpr(fn)(*avals).jaxpr
     return BodyKeys().eqns(jaxpr.invars, jaxpr.eqns, jaxpr.outvars)
@@ -199,14 +199,14 @@ def test_repeated_bodies_lower_once_with_the_same_collectives_and_numbers(monkey
 def test_groups_are_repeated_chain_like_runs():
     from graphpar.compile.lowering import recompute
     from graphpar.compile.lowering import call_groups
-    from graphpar.compile.lowering import interpret
+    from graphpar.compile.lowering import pins
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
     graph = gpt_train_cell(GPT(layers=3)).program.plan_graph(list(gpt_data()))
-    steps = interpret.prepare(graph, None)
+    steps = pins.prepare(graph, None)
     segments = [[steps[n.id] for n in nodes] for config, nodes in recompute.segments(graph) if config is None]
     units = [u for seg in call_groups.plan_units(graph, segments) for u in seg]
     groups = [u for u in units if isinstance(u, call_groups.Group)]
@@ -233,7 +233,7 @@ def test_low_precision_runs_stay_per_node_calls():
     equals hand-written JAX casts bit for bit. The same network in float32 is grouped."""
     from graphpar.compile.lowering import recompute
     from graphpar.compile.lowering import call_groups
-    from graphpar.compile.lowering import interpret
+    from graphpar.compile.lowering import pins
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     def groups(low_precision: bool) -> list:
@@ -244,7 +244,7 @@ def test_low_precision_runs_stay_per_node_calls():
         if low_precision:
             net.to_float(ms.bfloat16)
         graph = gpt_train_cell(net).program.plan_graph(list(gpt_data()))
-        steps = interpret.prepare(graph, None)
+        steps = pins.prepare(graph, None)
         segments = [[steps[n.id] for n in nodes] for config, nodes in recompute.segments(graph) if config is None]
         return [u for seg in call_groups.plan_units(graph, segments) for u in seg
                 if isinstance(u, call_groups.Group)]

@@ -9,7 +9,7 @@ import numpy as np
 import graphpar as ms
 from graphpar import Parameter, Tensor, nn, ops
 from graphpar.compile.plans.choose import choose_plan
-from graphpar.compile.runtime.state import current_state
+from graphpar.compile.lowering.network_state import current_state
 from graphpar.ir.graph import Graph, Node
 from graphpar.planner.passes.context import PlanContext
 

@@ -18,7 +18,7 @@ XLA compiles is the per-node program (same instructions, same numbers). A run th
 block) is left to its parts: summing a cotangent inside a call changes the order of the additions, and with it the
 numbers and XLA's fusion decisions. A candidate becomes a :class:`Group` when its structural key (:func:`group_key`)
 occurs at least twice; each member is pinned in full inside the call, the outputs the per-node lowering leaves to
-XLA's propagation (``interpret.implied_outputs``) included, since inside a call the partitioner would otherwise
+XLA's propagation (``pins.implied_outputs``) included, since inside a call the partitioner would otherwise
 place them differently.
 
 Names: a node's collectives are attributed by the named scope it runs under (``dump.hlo``). Inside a shared call the

@@ -14,15 +14,14 @@ from typing import Any
 import jax
 
 from graphpar.common.parameter import Parameter
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
+from graphpar.ir.recorder import cell_scope
 from graphpar.ir.trace import trace
 
 
 def call_network(model: Any, inputs: Sequence[Any]) -> Any:
     """Run the network as the root of the program (scope ``Default``, as MindSpore's TrainOneStepCell)."""
-    from graphpar.ir.recorder import cell_scope
-
     with cell_scope("Default"):
         return model(*inputs)
 

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import optax
 
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 
 
 def _identity_params(params: Any) -> Any:

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 from graphpar.compile.pipeline.schedule import Action
 from graphpar.compile.pipeline.stage_programs import stage_programs
 from graphpar.compile.pipeline.stage_split import StageGraph, StageSplit
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.planner.mesh import make_mesh

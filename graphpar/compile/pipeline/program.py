@@ -42,7 +42,7 @@ from graphpar.compile.pipeline.stage_programs import is_float
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
 from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
 from graphpar.compile.runtime.program import _ensure
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.dump.pipeline import maybe_dump_begin, maybe_dump_execute, maybe_save_strategy
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split

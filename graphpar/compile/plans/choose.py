@@ -10,7 +10,9 @@ from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, ParallelMode
 from graphpar._logging import notice_once
 from graphpar.communication.devices import job_devices
+from graphpar.compile.plans.dry_run import plan_only
 from graphpar.compile.plans.execution import DataParallelPlan, ExecutionPlan, StandAlonePlan
+from graphpar.compile.plans.semi_auto import planned_plan
 from graphpar.nn.cell import Cell
 from graphpar.ops.primitive import Primitive
 
@@ -33,8 +35,6 @@ def _stand_alone_device() -> jax.Device:
 
 def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
     """``optimizer``: the one a train step runs (its state is part of the per-device memory a plan predicts)."""
-    from graphpar.compile.plans.dry_run import plan_only
-
     only = plan_only(network, optimizer)  # `graphpar plan SCRIPT --devices N`
     if only is not None:
         return only
@@ -64,8 +64,6 @@ def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
         if mode == ParallelMode.DATA_PARALLEL:
             return DataParallelPlan([_stand_alone_device()], pctx.gradients_mean, replicas=len(devices),
                                     pynative=True)
-        from graphpar.compile.plans.semi_auto import planned_plan
-
         return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices), optimizer=optimizer)
     if mode == ParallelMode.DATA_PARALLEL:
         if pctx.dataset_strategy != "data_parallel":
@@ -73,6 +71,4 @@ def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
                         f"{pctx.dataset_strategy!r} has no effect, as in MindSpore (it applies in SEMI_AUTO_PARALLEL "
                         "and AUTO_PARALLEL); each device trains on the batch it loads")
         return DataParallelPlan(devices, pctx.gradients_mean)
-    from graphpar.compile.plans.semi_auto import planned_plan
-
     return planned_plan(network, devices, pctx, optimizer=optimizer)

@@ -5,17 +5,20 @@ device: the pipeline runs exactly as for a real job of N devices, and the cost m
 collective bytes per step. The mesh a compiled program would use is given as a ``jax.sharding.AbstractMesh``.
 Lowering to HLO for N devices is not done.
 
-``graphpar plan`` runs the user's script with ``Context.plan_devices = N``: the first step the script compiles
+``graphpar plan`` calls :func:`plan_script`: it runs the user's script, and the first step the script compiles
 (``Model.train``, a ``TrainOneStepCell`` call, a forward) plans for N virtual devices, prints the summary and ends
-the script (:class:`PlanDone`). The batch is MindSpore's per-device batch: the script's global batch divided by its
-own device count, times N (``dataset_strategy="full_batch"`` keeps the batch as it is).
+the script; :func:`plan_script` returns that summary. The batch is MindSpore's per-device batch: the script's
+global batch divided by its own device count, times N (``dataset_strategy="full_batch"`` keeps the batch as it is).
 The plan-only plan hooks the compile stage's protocol: its ``trace_avals`` scales the batch and its ``setup`` (which
-the orchestrator calls with the traced graph) plans, prints and raises :class:`PlanDone`.
+the orchestrator calls with the traced graph) plans, prints and raises :class:`PlanDone`, which unwinds the script
+back to :func:`plan_script`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import runpy
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,9 +31,11 @@ from jax.sharding import AbstractMesh
 from graphpar import _context
 from graphpar._context import ParallelMode
 from graphpar.compile.lowering.graph_trace import trace_network
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
 from graphpar.ir.graph import Graph
+from graphpar.planner import strategy_file
 from graphpar.planner.mesh import axis_names, mesh_axis_sizes
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.pipeline import run_pipeline
@@ -82,7 +87,8 @@ class PlanSummary:
 
 
 class PlanDone(SystemExit):
-    """Raised by the plan-only plan once the plan is printed: ends the user's script (``graphpar plan``)."""
+    """Raised by the plan-only plan once the plan is printed: ends the user's script, back to :func:`plan_script`
+    (a ``SystemExit``, so that the script's own ``except Exception`` does not swallow it)."""
 
     def __init__(self, summary: PlanSummary):
         super().__init__(0)
@@ -103,9 +109,6 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     """Plan a traced ``graph`` (global shapes for ``devices`` devices) with the pass pipeline, on a mesh of
     ``devices`` devices that need not exist. ``optimizer``: the one training would run (its state per parameter
     counts in the memory predicted; without one, Adam's two moments are assumed)."""
-    from graphpar.planner import strategy_file
-    from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
-
     pctx = pctx if pctx is not None else _context.current_parallel()
     mode, search_mode = _modes(pctx)
     started = time.perf_counter()
@@ -189,14 +192,49 @@ class PlanOnlyPlan(ExecutionPlan):
         raise PlanDone(summary)
 
 
+@dataclass(frozen=True)
+class ScriptPlan:
+    """What ``graphpar plan SCRIPT --devices N`` asks for: N virtual devices, the hardware the cost model prices,
+    and the parallel and search modes replacing the script's own (None: the script's)."""
+
+    devices: int
+    platform: str = "gpu"
+    parallel_mode: str | None = None
+    search_mode: str | None = None
+
+
+# The request of the plan_script call under way (None outside one). The script runs as written, so its first
+# compile can learn of the request only from here; plan_script sets it and puts the previous value back.
+_requested: ScriptPlan | None = None
+
+
+def plan_script(script: str, args: Sequence[str], request: ScriptPlan) -> PlanSummary | None:
+    """Run ``script`` as ``python script *args`` would, until its first compiled step; that step is planned for
+    ``request.devices`` virtual devices, its summary printed, and the script ended there. Returns the summary, or
+    None when the script finished without compiling a step. The script's exceptions (a ``GraphparError`` when its
+    strategies do not fit the devices) propagate."""
+    global _requested
+    previous, argv = _requested, sys.argv
+    _requested, sys.argv = request, [script] + list(args)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except PlanDone as done:
+        return done.summary
+    finally:
+        _requested, sys.argv = previous, argv
+    return None
+
+
 def plan_only(network: Any, optimizer: Any = None) -> ExecutionPlan | None:
-    """The plan-only plan when ``graphpar plan`` asked for one (``Context.plan_devices``), else None."""
-    ctx = _context.current()
-    if not ctx.plan_devices:
+    """The plan-only plan while :func:`plan_script` runs a script, else None."""
+    request = _requested
+    if request is None:
         return None
     pctx = _context.current_parallel()
     script_devices = pctx.device_num or jax.device_count()
-    plan = PlanOnlyPlan(ctx.plan_devices, script_devices, ctx.plan_platform, optimizer)
-    for key, value in ctx.plan_overrides:
-        setattr(plan.pctx, key, value)
+    plan = PlanOnlyPlan(request.devices, script_devices, request.platform, optimizer)
+    if request.parallel_mode:
+        plan.pctx.parallel_mode = request.parallel_mode
+    if request.search_mode:
+        plan.pctx.search_mode = request.search_mode
     return plan

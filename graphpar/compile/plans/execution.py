@@ -26,12 +26,13 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
+from graphpar.communication.devices import all_devices
+from graphpar.communication.rank_axis import replica_axis
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.interpret import evaluate
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.layout import Layout, UniformLayout
-from graphpar.communication.rank_axis import replica_axis
-from graphpar.compile.staging.stages import Planned, Traced
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.plans.planned import Planned, Traced
 from graphpar.errors import DatasetError
 from graphpar.ir.graph import Graph
 from graphpar.planner.mesh import make_mesh
@@ -146,8 +147,6 @@ class StandAlonePlan(ExecutionPlan):
         self.pynative = pynative
         sharding = SingleDeviceSharding(device)
         self._layout = UniformLayout(sharding, sharding)
-        from graphpar.communication.devices import all_devices
-
         self.first_rank = all_devices().index(device) if device in all_devices() else 0
 
     def layout(self, graph):

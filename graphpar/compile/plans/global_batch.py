@@ -10,31 +10,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from graphpar._logging import notice_once
+
 
 def make_global(local: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
     return jax.make_array_from_process_local_data(sharding, np.asarray(local))
-
-
-def global_shape(local_shape: tuple[int, ...], sharding: jax.sharding.Sharding) -> tuple[int, ...]:
-    """The global shape of process-local data of ``local_shape`` under ``sharding`` (split dims scale up)."""
-    if jax.process_count() == 1 or not local_shape:
-        return tuple(local_shape)
-    spec = getattr(sharding, "spec", None)
-    if spec is None or not len(spec):
-        return tuple(local_shape)
-    out = list(local_shape)
-    mesh = sharding.mesh
-    for dim, axes in enumerate(spec):
-        if axes is None or dim >= len(out):
-            continue
-        axes = axes if isinstance(axes, tuple) else (axes,)
-        total = int(np.prod([mesh.shape[a] for a in axes]))
-        # devices of this process along these axes
-        local_devs = {d for d in mesh.devices.flat if d.process_index == jax.process_index()}
-        idx = [mesh.axis_names.index(a) for a in axes]
-        coords = {tuple(np.argwhere(mesh.devices == d)[0][i] for i in idx) for d in local_devs}
-        out[dim] = local_shape[dim] * total // max(len(coords), 1)
-    return tuple(out)
 
 
 def gather_process_rows(local: np.ndarray) -> np.ndarray:
@@ -60,8 +40,6 @@ def from_process_zero(value: np.ndarray, sharding: jax.sharding.Sharding) -> jax
     are authoritative). A process whose own value differs is told once, since unseeded initialization is the
     usual cause."""
     from jax.experimental import multihost_utils
-
-    from graphpar._logging import notice_once
 
     chosen = np.asarray(multihost_utils.broadcast_one_to_all(value))
     if not np.array_equal(chosen, value, equal_nan=True):

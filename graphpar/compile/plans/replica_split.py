@@ -37,14 +37,14 @@ import numpy as np
 from jax.sharding import Mesh
 
 from graphpar._logging import notice_once
-from graphpar.compile.staging.stages import Planned
+from graphpar.compile.plans.planned import Planned
 from graphpar.ir.graph import Graph
+from graphpar.planner.pipeline import run_pipeline
+
 
 def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Planned:
     """The network's train graph for ``avals``, traced and planned by ``plan`` like the step's own (no dumps:
     the step's dumps show the whole batch's graph)."""
-    from graphpar.planner.pipeline import run_pipeline
-
     started = time.perf_counter()
     traced = plan.trace(ns, avals, "train")
     setup = plan.setup(traced.graph)

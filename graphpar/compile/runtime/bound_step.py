@@ -36,7 +36,7 @@ import jax
 
 from graphpar import _context
 from graphpar.compile.staging.stages import Compiled
-from graphpar.compile.runtime.state import NetworkState, Slots
+from graphpar.compile.lowering.network_state import NetworkState, Slots
 from graphpar.errors import DeletedArrayError
 from graphpar.nn import cell
 

@@ -30,9 +30,10 @@ from graphpar.compile.lowering.graph_trace import call_network
 from graphpar.compile.staging.orchestrate import Orchestrator, lower
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.staging.progress import CompileProgress
-from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
+from graphpar.compile.plans.planned import Planned
+from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
 from graphpar.compile.runtime.program import _global_aval, _put
-from graphpar.compile.runtime.state import NetworkState, current_state
+from graphpar.compile.lowering.network_state import NetworkState, current_state
 from graphpar.errors import DatasetError
 from graphpar.ir.recorder import cell_scope
 from graphpar.nn.cell import Cell

@@ -33,7 +33,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
-from graphpar.compile.lowering import accumulate
+from graphpar.compile.runtime import accumulate
 from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_signature, revision
 from graphpar.compile.staging.cache import CompileCounts, ProgramKey
 from graphpar.compile.plans.choose import choose_plan
@@ -44,8 +44,9 @@ from graphpar.compile.staging.orchestrate import Orchestrator, lower
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.lowering.recompute import advise_cpu_scheduler
-from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
-from graphpar.compile.runtime.state import NetworkState, current_state
+from graphpar.compile.plans.planned import Planned
+from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.compile.lowering.network_state import NetworkState, current_state
 from graphpar.compile.lowering.step import StepParts, optax_update, sink_loop, train_step
 from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig

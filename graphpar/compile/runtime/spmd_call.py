@@ -32,7 +32,7 @@ from graphpar.communication.devices import all_devices
 from graphpar.communication.errors import CommunicationError
 from graphpar.communication.rank_axis import replica_axis
 from graphpar.communication.varying import varying_outputs
-from graphpar.compile.runtime.state import current_state
+from graphpar.compile.lowering.network_state import current_state
 from graphpar.nn.runner import needs_spmd as needs_spmd  # decided with the Cell; kept here for callers
 
 RANK_AXIS = "graphpar_rank"

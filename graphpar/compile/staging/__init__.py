@@ -1,1 +1,1 @@
-"""graphpar.compile.staging."""
+"""From a planned graph to a program: the Lowered/Compiled stages, the orchestrator, the compile cache."""

@@ -18,21 +18,21 @@ from typing import Any
 import jax
 
 from graphpar import _context
+from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.plans.planned import Planned
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
 from graphpar.compile.staging.frozen_heap import frozen_heap
-from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.staging.progress import CompileProgress
-from graphpar.compile.staging.stages import Compiled, Lowered, Planned, StepSignature
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.dump.writer import maybe_dump_begin, maybe_dump_execute
 from graphpar.ir.graph import Graph
+from graphpar.planner import strategy_file
+from graphpar.planner.pipeline import run_pipeline
 
 
 def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str) -> Graph:
     """The plan's pass pipeline on a traced graph; writes the begin dump and the strategy file (if configured)."""
-    from graphpar.dump.writer import maybe_dump_begin
-    from graphpar.planner import strategy_file
-    from graphpar.planner.pipeline import run_pipeline
-
     setup = plan.setup(graph)
     graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": setup.ctx.mesh, "purpose": purpose,
                                              "note": setup.note})
@@ -66,8 +66,6 @@ class Orchestrator:
 
         planned, built = self.cache.planned.get_or_build(key, build)
         if not built and not plan.pynative and _dumps_on() and ("begin", key) not in self.cache.dumped:
-            from graphpar.dump.writer import maybe_dump_begin
-
             maybe_dump_begin(planned.graph, plan)
         if _dumps_on():
             self.cache.dumped.add(("begin", key))
@@ -91,8 +89,6 @@ class Orchestrator:
 
         compiled, built = self.cache.compiled.get_or_build((key, variant), build)
         if not plan.pynative and _dumps_on() and ("execute", key, variant) not in self.cache.dumped:
-            from graphpar.dump.writer import maybe_dump_execute
-
             self.cache.dumped.add(("execute", key, variant))
             maybe_dump_execute(planned.graph, plan, compiled.as_text())
         return compiled

@@ -9,5 +9,5 @@ from graphpar.train.callback._history import HistoryPlot as HistoryPlot
 from graphpar.train.callback._loss_monitor import LossMonitor as LossMonitor
 from graphpar.train.callback._progress import ProgressBar as ProgressBar
 from graphpar.train.callback._time_monitor import TimeMonitor as TimeMonitor
-from graphpar.checkpoint.callback import CheckpointConfig as CheckpointConfig  # noqa: E402 (after Callback)
-from graphpar.checkpoint.callback import ModelCheckpoint as ModelCheckpoint  # noqa: E402
+from graphpar.train.callback._checkpoint import CheckpointConfig as CheckpointConfig
+from graphpar.train.callback._checkpoint import ModelCheckpoint as ModelCheckpoint

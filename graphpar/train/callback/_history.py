@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from graphpar.train.callback._callback import Callback, RunContext, loss_value
+from graphpar.train.callback._progress import in_jupyter
 
 
 class History(Callback):
@@ -120,8 +121,6 @@ class HistoryPlot(Callback):
         return out.getvalue()
 
     def _show(self, cb: Any, png: bytes) -> None:
-        from graphpar.train.callback._progress import in_jupyter
-
         if in_jupyter():
             from IPython.display import Image, display
 

@@ -41,15 +41,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from graphpar.compile.staging.cache import ProgramKey
-from graphpar.compile.lowering.interpret import evaluate
-from graphpar.compile.lowering.opt_shard import OptimizerSharding
-from graphpar.compile.plans.execution import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
-from graphpar.compile.lowering.recompute import naming_activations
 from graphpar.communication.rank_axis import replica_axis
-from graphpar.compile.plans.replica_split import ReplicaSplit, plan_graph, replica_split
-from graphpar.compile.runtime.state import NetworkState
+from graphpar.compile.lowering.interpret import evaluate
+from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.lowering.opt_shard import OptimizerSharding
+from graphpar.compile.lowering.recompute import naming_activations
 from graphpar.compile.lowering.step import StepParts
+from graphpar.compile.plans.execution import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
+from graphpar.compile.plans.replica_split import ReplicaSplit, plan_graph, replica_split
+from graphpar.compile.staging.cache import ProgramKey
 from graphpar.errors import DatasetError
 from graphpar.planner.optimizer_parallel import canonical_spec
 from graphpar.planner.strategy import to_partition_spec

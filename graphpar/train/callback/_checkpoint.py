@@ -4,7 +4,8 @@ The policy is MindSpore's: save every ``save_checkpoint_steps`` steps (else ever
 the ``keep_checkpoint_max`` newest (else one per ``keep_checkpoint_per_n_minutes``), and save the last step when
 training ends. Each checkpoint is the directory ``{directory}/{prefix}-{epoch}_{step}.ckpt`` (``step`` within the
 epoch) holding the train network's Parameters and state, the optimizer's state, and the training progress, so that
-``Model.train(..., resume=True)`` continues from it.
+``Model.train(..., resume=True)`` continues from it (``checkpoint.resume`` reads the directories of the
+:func:`checkpoint_callbacks` of a ``Model.train`` call).
 
 Two deliberate differences: old checkpoints are deleted only *after* the new one is committed (MindSpore deletes
 first, which is why its recovery guide asks for ``keep_checkpoint_max >= 2``), and the prefix is not renamed to
@@ -20,6 +21,7 @@ from typing import Any
 from graphpar.checkpoint import directory as ckpt_dir
 from graphpar.checkpoint import recovery, store
 from graphpar.checkpoint.serialization import SUFFIX, save_state
+from graphpar.nn.cell import Cell
 from graphpar.train.callback._callback import Callback, RunContext
 
 
@@ -41,8 +43,6 @@ class CheckpointConfig:
                  async_save: bool = False, saved_network: Any = None, append_info: Any = None,
                  enc_key: Any = None, enc_mode: str = "AES-GCM", exception_save: bool = False,
                  crc_check: bool = False, remove_redundancy: bool = False, format: str = "ckpt", **kwargs: Any):
-        from graphpar.nn.cell import Cell
-
         steps = _non_negative("save_checkpoint_steps", save_checkpoint_steps)
         seconds = _non_negative("save_checkpoint_seconds", save_checkpoint_seconds)
         keep_max = _non_negative("keep_checkpoint_max", keep_checkpoint_max)
@@ -202,3 +202,9 @@ class ModelCheckpoint(Callback):
                    append_dict=self._append_dict(cb_params), extra={"train": progress, "prefix": prefix},
                    on_commit=on_commit, agree=False)
         self._latest_ckpt_file_name = path
+
+
+def checkpoint_callbacks(callbacks: Any) -> list[ModelCheckpoint]:
+    """The ``ModelCheckpoint`` callbacks among ``Model.train``'s ``callbacks`` (None, one callback or a list)."""
+    items = callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
+    return [cb for cb in items if isinstance(cb, ModelCheckpoint)]
