@@ -59,11 +59,6 @@ class Context(_Revised):
     save_graphs: int = 0
     save_graphs_path: str = "ir_dumps"
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
-    # graphpar extension, set by `graphpar plan`: the first compiled step plans for this many virtual devices,
-    # prints the plan and ends the script (graphpar.compile.plans.dry_run)
-    plan_devices: int | None = None
-    plan_platform: str = "gpu"
-    plan_overrides: tuple = ()  # (key, value) pairs: parallel_mode / search_mode replacing the script's
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from graphpar import _context
 from graphpar._context import AutoParallelContext
+from graphpar.communication.devices import local_ranks
 from graphpar.dump.format import (
     FORMAT_VERSION, attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
 from graphpar.dump.hlo import Collective, parse_collectives
@@ -74,11 +75,9 @@ def _enabled() -> bool:
 
 
 def _ranks(plan: DumpedPlan) -> list[int]:
-    import jax
-
     if plan.pynative:
         return []
-    return [i for i, d in enumerate(plan.devices) if d.process_index == jax.process_index()]
+    return local_ranks(list(plan.devices))
 
 
 def _header(kind: str, graph: Graph, plan: DumpedPlan, rank: int, note: str) -> list[str]:

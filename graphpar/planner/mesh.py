@@ -76,21 +76,3 @@ def make_mesh(devices: Sequence[jax.Device], matrices: Sequence[Sequence[int]] =
                 axis_types=(AxisType.Auto,) * len(sizes))
 
 
-def dim_axes(mesh: Mesh, matrix: Sequence[int]) -> list[tuple[str, ...]]:
-    """The mesh axes that make up each device-matrix dimension (row-major, left to right)."""
-    sizes = [mesh.shape[name] for name in mesh.axis_names]
-    out: list[tuple[str, ...]] = []
-    i = 0
-    for d in matrix:
-        group: list[str] = []
-        acc = 1
-        while acc < d:
-            if i >= len(sizes):
-                raise DeviceError(f"device matrix {list(matrix)} does not fit mesh {dict(mesh.shape)}")
-            acc *= sizes[i]
-            group.append(mesh.axis_names[i])
-            i += 1
-        if acc != d:
-            raise DeviceError(f"device matrix {list(matrix)} does not fit mesh {dict(mesh.shape)}")
-        out.append(tuple(group))
-    return out

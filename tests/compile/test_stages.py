@@ -8,7 +8,8 @@ import numpy as np
 import graphpar as ms
 from graphpar import nn
 from graphpar.compile.staging.orchestrate import run_passes
-from graphpar.compile.staging.stages import Compiled, Lowered, Planned, Traced
+from graphpar.compile.plans.planned import Planned, Traced
+from graphpar.compile.staging.stages import Compiled, Lowered
 
 from tests.planner.helpers import collectives, rand
 from tests.planner.passes_helpers import PROPAGATION, QuickstartNet, in_strategies

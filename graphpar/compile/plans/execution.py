@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar import _context
-from graphpar.communication.devices import all_devices
+from graphpar.communication.devices import all_devices, local_ranks
 from graphpar.communication.rank_axis import replica_axis
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.interpret import evaluate
@@ -167,7 +167,7 @@ class DataParallelPlan(ExecutionPlan):
         self.replicas = replicas or len(self.devices)
         self.pynative = pynative
         self.gradients_mean = gradients_mean
-        local = [i for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
+        local = local_ranks(self.devices)
         self.draws = self.replicas if len(self.devices) == 1 else len(local)
         self.first_rank = local[0] if local and len(self.devices) > 1 else 0
         if len(self.devices) > 1:

@@ -21,6 +21,7 @@ from graphpar import _context
 from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
 from graphpar.compile.plans.layout import GraphLayout, Layout, UniformLayout
+from graphpar.communication.devices import local_ranks
 from graphpar.compile.plans.execution import ExecutionPlan, PlanSetup
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
@@ -105,7 +106,7 @@ class PlannedPlan(ExecutionPlan):
         self.pctx = pctx
         self._n = n_virtual or len(self.devices)
         self.pynative = n_virtual is not None
-        local = [i for i, d in enumerate(self.devices) if d.process_index == jax.process_index()]
+        local = local_ranks(self.devices)
         self.draws = self._n if self.pynative else len(local)
         self.first_rank = 0 if self.pynative else local[0]
         self.info: MeshInfo | None = None  # the plan's one mesh, fixed by the first graph planned

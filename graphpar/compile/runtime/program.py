@@ -384,6 +384,3 @@ def _put(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
         return jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, sharding)
     return jax.device_put(x, sharding)
 
-
-def as_loss_value(loss: Any) -> float:
-    return float(jnp.mean(loss))

@@ -26,11 +26,6 @@ from graphpar.nn.cell import Cell
 from graphpar.nn.learning_rate_schedule import LearningRateSchedule
 
 
-def _default_decay_filter(param: Parameter) -> bool:
-    # MindSpore's default: no weight decay on BatchNorm/LayerNorm scale and shift.
-    return "beta" not in param.name and "gamma" not in param.name
-
-
 def _centralized(grad: jax.Array) -> jax.Array:
     """MindSpore's gradient centralization of one gradient: minus its mean over every axis but the first, for a
     gradient of two or more dimensions whose second is a multiple of 16 (MindSpore's ``_apply_grad_centralization``
