@@ -19,6 +19,7 @@ def main(calls: int, rounds: int) -> None:
     import graphpar as ms
     from graphpar import nn
     from graphpar.communication import init
+    from graphpar.models.mlp import DenseStack
 
     sys.path.insert(0, ".")
     from bench.timing import compare
@@ -32,17 +33,7 @@ def main(calls: int, rounds: int) -> None:
     init_rng = np.random.default_rng(0)
     weights = [init_rng.normal(0, width ** -0.5, (width, width)).astype(np.float32) for _ in range(3)]
 
-    class MLP(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.layers = nn.SequentialCell(*[nn.Dense(width, width, weight_init=ms.Tensor(w.T.copy()),
-                                                       bias_init="zeros", activation="relu" if i < 2 else None)
-                                              for i, w in enumerate(weights)])
-
-        def construct(self, v):
-            return self.layers(v)
-
-    net = MLP()
+    net = DenseStack([w.T.copy() for w in weights])
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.01))
     placed = train.program.place_inputs([x, y])
     ours = lambda: train.program.run_step(placed)  # noqa: E731

@@ -27,35 +27,8 @@ import numpy as np
 
 import graphpar as ms
 from graphpar import nn
+from graphpar.models.mlp import DeepFFN
 from bench.timing import compare
-
-
-class FFN(nn.Cell):
-    def __init__(self, d: int, seed: int):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        self.fc = nn.Dense(d, 4 * d, weight_init=ms.Tensor(rng.normal(0, d ** -0.5, (4 * d, d)).astype(np.float32)),
-                           bias_init="zeros")
-        self.act = nn.GELU()
-        self.proj = nn.Dense(4 * d, d, weight_init=ms.Tensor(
-            rng.normal(0, (4 * d) ** -0.5, (d, 4 * d)).astype(np.float32)), bias_init="zeros")
-
-    def construct(self, x):
-        return self.proj(self.act(self.fc(x))) + x
-
-
-class Deep(nn.Cell):
-    def __init__(self, d: int, layers: int, recompute: bool = False):
-        super().__init__()
-        self.blocks = nn.CellList([FFN(d, i) for i in range(layers)])
-        if recompute:
-            for block in self.blocks:
-                block.recompute()
-
-    def construct(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
 
 
 def _state_bytes(train) -> int:
@@ -68,7 +41,7 @@ def _build(d: int, layers: int, batch: int, micro: int = 1, recompute: bool = Fa
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)
     ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True, **ctx)
-    net = Deep(d, layers, recompute)
+    net = DeepFFN(d, layers, recompute)
     loss = nn.WithLossCell(net, nn.MSELoss())
     if micro > 1:
         loss = nn.GradAccumulation(loss, micro)

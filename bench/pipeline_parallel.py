@@ -20,26 +20,12 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import graphpar as ms
-from graphpar import Tensor, nn
+from graphpar import nn
+from graphpar.models.mlp import DenseStack
 
 from bench.timing import compare
 
 LR, MOMENTUM = 0.01, 0.9
-
-
-class MLP(nn.Cell):
-    def __init__(self, weights: list[np.ndarray], stages: int):
-        super().__init__()
-        n = len(weights)
-        self.layers = nn.CellList([nn.Dense(w.shape[1], w.shape[0], weight_init=Tensor(w), bias_init="zeros",
-                                            activation="relu" if i < n - 1 else None) for i, w in enumerate(weights)])
-        for i, layer in enumerate(self.layers):
-            layer.pipeline_stage = i * stages // n
-
-    def construct(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
 
 
 def _per_device_bytes(arrays: list) -> int:
@@ -56,7 +42,7 @@ def _graphpar(weights, x, y, stages: int, micro: int, scheduler: str):
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=stages,
                                  pipeline_config={"pipeline_scheduler": scheduler})
-    net = MLP(weights, stages)
+    net = DenseStack(weights, stages=stages)
     train = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), micro),
                                 nn.Momentum(net.trainable_params(), LR, MOMENTUM))
     xs, ys = np.asarray(x), np.asarray(y)

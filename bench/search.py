@@ -45,16 +45,21 @@ def bench_search_memory() -> list[dict]:
     """Predicted per-device peak memory (the cost model the memory budget uses) against the compiled program's
     ``memory_analysis()`` (argument + output + temp - alias), for the 8-layer 1024-wide MLP under the hand plans
     and the searched plan, at batch 64 and 4,096. Compile only: nothing runs."""
+    import graphpar as ms
+    from graphpar.models.mlp import HAND_PLANS, mlp_data, mlp_train_cell, search_mlp
     from graphpar.planner.cost import predicted_peak
     from graphpar.planner.memory_model import compiled_peak_bytes
-    from tests.search.helpers import HAND_PLANS, mlp_data, mlp_train
 
     rows = []
     for batch in (64, 4096):
         x, y = mlp_data(batch, 1024)
         for plan in [*HAND_PLANS, None]:
-            train = (mlp_train(plan, 8, 1024) if plan else
-                     mlp_train(None, 8, 1024, search_mode="dynamic_programming"))
+            ms.reset_auto_parallel_context()
+            if plan:
+                ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+            else:
+                ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="dynamic_programming")
+            train = mlp_train_cell(search_mlp(8, 1024, plan))
             graph = train.program.plan_graph([x, y])
             compiled = compiled_peak_bytes(train.program.lower_step([x, y]).compile().memory_analysis())
             predicted = predicted_peak(graph, graph.meta["mesh"])

@@ -25,19 +25,10 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import graphpar as ms
-from graphpar import Parameter, Tensor, nn, ops
+from graphpar.models.megatron import Megatron, MegatronMLP
+from graphpar.models.mlp import DenseStack, mlp_train_cell
 
 from bench.timing import compare
-
-
-class MLP(nn.Cell):
-    def __init__(self, sizes: list[int]):
-        super().__init__()
-        self.layers = nn.SequentialCell([nn.Dense(a, b, activation="relu" if i < len(sizes) - 2 else None)
-                                         for i, (a, b) in enumerate(zip(sizes, sizes[1:]))])
-
-    def construct(self, x):
-        return self.layers(x)
 
 
 def _handwritten_dp(params: list[tuple[np.ndarray, np.ndarray]], x, y, lr, momentum, mesh):
@@ -86,12 +77,11 @@ def bench_data_parallel(sizes: list[int], batch: int, calls: int = 30, rounds: i
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, sizes[0])).astype(np.float32)
     y = rng.normal(size=(batch, sizes[-1])).astype(np.float32)
-    net = MLP(sizes)
-    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    net = DenseStack([rng.normal(0, a ** -0.5, (b, a)).astype(np.float32) for a, b in zip(sizes, sizes[1:])])
+    train = mlp_train_cell(net)
     placed = train.program.place_inputs([x, y])
     train(*placed)
-    dense = [c for c in net.cells() for c in c.cells()]
-    params = [(np.asarray(d.weight.asnumpy()), np.asarray(d.bias.asnumpy())) for d in dense]
+    params = [(np.asarray(d.weight.asnumpy()), np.asarray(d.bias.asnumpy())) for d in net.layers]
     hand = _handwritten_dp(params, x, y, 0.01, 0.9, train.program.plan.mesh)
     if control:
         twin = _handwritten_dp(params, x, y, 0.01, 0.9, train.program.plan.mesh)
@@ -103,29 +93,9 @@ def bench_data_parallel(sizes: list[int], batch: int, calls: int = 30, rounds: i
             "handwritten_ms": theirs * 1e3, "ratio": ratio, "compile_s": train.program.compile_seconds}
 
 
-class Megatron(nn.Cell):
-    def __init__(self, d: int, h: int, blocks: int):
-        super().__init__()
-        self.blocks = nn.CellList([MegatronBlock(d, h, i) for i in range(blocks)])
-
-    def construct(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
-
-
-class MegatronBlock(nn.Cell):
-    def __init__(self, d: int, h: int, seed: int):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        self.w1 = Parameter(Tensor((rng.normal(size=(d, h)) * 0.02).astype(np.float32)), "w1")
-        self.w2 = Parameter(Tensor((rng.normal(size=(h, d)) * 0.02).astype(np.float32)), "w2")
-        self.matmul1 = ops.MatMul().shard(((1, 1), (1, 8)))
-        self.gelu = ops.GeLU()
-        self.matmul2 = ops.MatMul().shard(((1, 8), (8, 1)))
-
-    def construct(self, x):
-        return self.matmul2(self.gelu(self.matmul1(x, self.w1)), self.w2)
+def _megatron_weights(d: int, h: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return ((rng.normal(size=(d, h)) * 0.02).astype(np.float32), (rng.normal(size=(h, d)) * 0.02).astype(np.float32))
 
 
 def bench_megatron(d: int = 512, h: int = 2048, blocks: int = 2, batch: int = 64, calls: int = 20,
@@ -140,8 +110,8 @@ def bench_megatron(d: int = 512, h: int = 2048, blocks: int = 2, batch: int = 64
     rng = np.random.default_rng(1)
     x = rng.normal(size=(batch, d)).astype(np.float32)
     y = rng.normal(size=(batch, d)).astype(np.float32)
-    net = Megatron(d, h, blocks)
-    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    net = Megatron([MegatronMLP(*_megatron_weights(d, h, seed)) for seed in range(blocks)])
+    train = mlp_train_cell(net)
     placed = train.program.place_inputs([x, y])
     train(*placed)
     mesh = train.program.plan.mesh  # the same devices; the layouts below are the textbook Megatron ones

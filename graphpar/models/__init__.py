@@ -1,5 +1,9 @@
 """graphpar.models: networks the MindSpore tutorials use, ready-made (``from graphpar.models import resnet50``), and a
-GPT-style transformer written as MindSpore's parallel transformer writes one (``graphpar.models.gpt``)."""
+GPT-style transformer written as MindSpore's parallel transformer writes one (``graphpar.models.gpt``).
+
+The small networks the tests and benchmarks share live here too, so that both import one copy:
+``graphpar.models.mlp`` (Dense MLPs, residual FFN stacks, the search problem's hand-planned MLP) and
+``graphpar.models.megatron`` (Megatron's MLP block with its strategies, the quickstart network)."""
 
 from graphpar.models.gpt import GPT as GPT
 from graphpar.models.losses import SoftmaxCrossEntropyExpand as SoftmaxCrossEntropyExpand

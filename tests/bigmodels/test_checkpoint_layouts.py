@@ -10,13 +10,13 @@ from graphpar import nn
 from graphpar.checkpoint import load_checkpoint, load_param_into_net, save_checkpoint
 from graphpar.checkpoint.store import read_manifest
 from graphpar.planner import strategy_file
-from tests.bigmodels.nets import WideMLP, data, params
+from tests.bigmodels.nets import data, params, wide_mlp
 
 
 def _train(mode, steps, **ctx):
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, **ctx)
-    net = WideMLP(16, 256, 8)
+    net = wide_mlp(16, 256, 8)
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.05, 0.9))
     x, y = data(32, 16, 8)
     losses = [float(train(x, y)) for _ in range(steps)]
@@ -47,7 +47,7 @@ def test_parallel_optimizer_checkpoint_and_strategy_file_load_into_1_device_and_
     for mode in ("stand_alone", "data_parallel"):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
-        fresh = WideMLP(16, 256, 8, seed=5)
+        fresh = wide_mlp(16, 256, 8, seed=5)
         not_loaded, _ = load_param_into_net(fresh, loaded)
         assert not not_loaded
         for name, value in params(fresh).items():

@@ -8,7 +8,7 @@ from graphpar import nn, ops
 from graphpar.errors import DatasetError
 from graphpar.models.gpt import GPT, gpt_data
 from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
-from tests.bigmodels.nets import MegatronMLP, WideMLP, data, params
+from tests.bigmodels.nets import data, megatron_mlp, params, wide_mlp
 
 
 def _train(mode, micro, steps=2, context_steps=None, **ctx):
@@ -16,7 +16,7 @@ def _train(mode, micro, steps=2, context_steps=None, **ctx):
     ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, **ctx)
     if context_steps:
         ms.set_auto_parallel_context(grad_accumulation_step=context_steps)
-    net = WideMLP(16, 32, 8)
+    net = wide_mlp(16, 32, 8)
     loss = nn.WithLossCell(net, nn.MSELoss(reduction="sum"))
     if micro > 1:
         loss = nn.GradAccumulation(loss, micro)
@@ -65,7 +65,7 @@ def test_context_grad_accumulation_step_and_sharded_accumulation():
 
 
 def test_eager_call_sums_micro_batch_losses_and_bad_batches_are_named():
-    net = WideMLP(16, 32, 8)
+    net = wide_mlp(16, 32, 8)
     loss = nn.WithLossCell(net, nn.MSELoss(reduction="sum"))
     x, y = data(32, 16, 8)
     total = nn.GradAccumulation(loss, 4)(x, y)
@@ -81,7 +81,7 @@ def test_eager_call_sums_micro_batch_losses_and_bad_batches_are_named():
 def _megatron(micro, reduction, steps, lr=0.05):
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = MegatronMLP(dp=2, mp=4)
+    net = megatron_mlp(dp=2, mp=4)
     loss = nn.WithLossCell(net, nn.MSELoss(reduction=reduction))
     if micro > 1:
         loss = nn.GradAccumulation(loss, micro)
@@ -128,7 +128,7 @@ def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_say
     def run(micro):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-        net = MegatronMLP(dp=2, mp=4)
+        net = megatron_mlp(dp=2, mp=4)
         loss = nn.WithLossCell(net, _SquaredMeanError())
         if micro > 1:
             loss = nn.GradAccumulation(loss, micro)

@@ -8,7 +8,7 @@ import graphpar as ms
 from graphpar import nn, ops
 from graphpar.errors import ConfigError
 from tests.bigmodels.hlo_helpers import step_collectives, step_wire_bytes
-from tests.bigmodels.nets import WideMLP, data, params, run_with_memory_scheduler
+from tests.bigmodels.nets import data, params, run_with_memory_scheduler, wide_mlp
 
 
 def _adam(mode, opt_parallel, steps=10, config=None, net=None, dims=(64, 64), hlo=False, **ctx):
@@ -16,7 +16,7 @@ def _adam(mode, opt_parallel, steps=10, config=None, net=None, dims=(64, 64), hl
     config = {"parallel_optimizer_threshold": 0} if config is None else config
     ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, enable_parallel_optimizer=opt_parallel,
                                  parallel_optimizer_config=config, **ctx)
-    net = net or WideMLP()
+    net = net or wide_mlp()
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.01))
     x, y = data(32, *dims)
     hlo = train.program.lower_step([x, y]).compile().as_text() if hlo else None
@@ -62,7 +62,7 @@ def test_semi_auto_reduce_scatters_gradients_like_data_parallel():
 
 def test_default_threshold_keeps_a_16kb_parameter_replicated():
     # fc1.weight 64x64 fp32 = 16 KB < 64 KB stays whole; fc2.weight 256x64 = 64 KB is sharded
-    net, train, _ = _adam("data_parallel", True, steps=1, config={}, net=WideMLP(64, 64, 256),
+    net, train, _ = _adam("data_parallel", True, steps=1, config={}, net=wide_mlp(64, 64, 256),
                           dims=(64, 256))
     assert {s.data.shape for s in net.fc1.weight.get_raw_value().addressable_shards} == {(64, 64)}
     assert {s.data.shape for s in net.fc2.weight.get_raw_value().addressable_shards} == {(32, 64)}
@@ -129,7 +129,8 @@ def test_level3_gathers_again_the_weights_backward_needs(mode):
 _LEVEL3_MEMORY = """
 import json, graphpar as ms
 from graphpar import nn
-from tests.bigmodels.nets import DeepFFN, data
+from graphpar.models.mlp import DeepFFN
+from tests.bigmodels.nets import data
 out = {}
 for level in ("level1", "level3"):
     ms.reset_auto_parallel_context()

@@ -7,8 +7,9 @@ import graphpar as ms
 from graphpar import nn, ops
 from graphpar.compile.lowering import recompute
 from graphpar.errors import CellError
+from graphpar.models.mlp import DeepFFN
 from tests.bigmodels.hlo_helpers import step_collectives
-from tests.bigmodels.nets import DeepFFN, data, params, run_with_memory_scheduler
+from tests.bigmodels.nets import data, params, run_with_memory_scheduler
 
 
 def _step(mode, net, x, y):
@@ -36,7 +37,8 @@ def test_recomputed_layers_give_the_same_gradients(mode):
 _MEMORY_SCRIPT = """
 import json, numpy as np, graphpar as ms
 from graphpar import nn
-from tests.bigmodels.nets import DeepFFN, data
+from graphpar.models.mlp import DeepFFN
+from tests.bigmodels.nets import data
 out = {}
 for mode in ("stand_alone", "data_parallel"):
     for marked in (False, True):

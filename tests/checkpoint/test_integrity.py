@@ -14,7 +14,7 @@ from graphpar.checkpoint import CheckpointError, latest_checkpoint, load_checkpo
 from graphpar.checkpoint.directory import complete_checkpoints
 from graphpar.train import CheckpointConfig, ModelCheckpoint
 
-from .helpers import DropoutMLP, momentum_model, shuffled_dataset
+from .helpers import dropout_mlp, momentum_model, shuffled_dataset
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -90,7 +90,7 @@ def test_a_process_killed_while_saving_leaves_the_previous_checkpoint(tmp_path, 
 @pytest.mark.parametrize("async_save", [False, True])
 def test_keep_checkpoint_max_and_async_save(tmp_path, async_save):
     ms.set_seed(3)
-    net = DropoutMLP()
+    net = dropout_mlp()
     config = CheckpointConfig(save_checkpoint_steps=2, keep_checkpoint_max=3, async_save=async_save)
     ckpt = ModelCheckpoint("m", str(tmp_path), config)
     momentum_model(net).train(2, shuffled_dataset(), callbacks=[ckpt])  # 24 steps: saves at 2, 4, ..., 24

@@ -11,7 +11,7 @@ from graphpar.checkpoint import load_checkpoint, load_param_into_net, save_check
 from graphpar.planner.strategy import to_partition_spec
 from graphpar.train import CheckpointConfig, ModelCheckpoint
 
-from .helpers import Arrays, QuickstartNet, Record, StopAt, params, rand
+from .helpers import Arrays, Record, StopAt, params, quickstart_net, rand
 
 HINTS = {8: ((2, 4), (4, 1)), 4: ((2, 2), (2, 1)), 2: ((1, 2), (2, 1)), 1: ((1, 1), (1, 1))}
 
@@ -25,7 +25,7 @@ def _train(devices, mode="auto_parallel", resume=False, stop=None, directory=Non
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=mode, search_mode="sharding_propagation", device_num=devices,
                                  full_batch=True, gradients_mean=True)
-    net = QuickstartNet(HINTS[devices])
+    net = quickstart_net(HINTS[devices])
     model = ms.Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.2, 0.1))
     record = Record()
     callbacks = [record] + ([StopAt(stop)] if stop else [])
@@ -54,7 +54,7 @@ def test_load_onto_other_device_counts_and_modes(saved, devices, mode):
     path, values, losses8 = saved
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=mode, search_mode="sharding_propagation", device_num=devices)
-    net = QuickstartNet(HINTS[devices])
+    net = quickstart_net(HINTS[devices])
     not_loaded, unused = load_param_into_net(net, load_checkpoint(str(path)))
     assert not_loaded == [] and all(u.startswith("optimizer.") for u in unused)
     for name, value in params(net).items():
@@ -66,7 +66,7 @@ def test_load_onto_other_device_counts_and_modes(saved, devices, mode):
 
 def test_save_checkpoint_of_a_network_and_load_into_a_fresh_one(tmp_path):
     ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation")
-    net = QuickstartNet()
+    net = quickstart_net()
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.2, 0.1))
     x, y = rand(16, 32), rand(16, 16, seed=3)
     for _ in range(2):

@@ -7,14 +7,14 @@ import pytest
 import graphpar as ms
 from graphpar.train import CheckpointConfig, LossMonitor, ModelCheckpoint
 
-from .helpers import DropoutMLP, Record, StopAt, momentum_model, params, shuffled_dataset
+from .helpers import Record, StopAt, dropout_mlp, momentum_model, params, shuffled_dataset
 
 
 def _run(tmp_path, epochs, stop=None, resume=False, mode="data_parallel", sink=False, steps=4):
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
     ms.set_seed(3)
-    net = DropoutMLP()
+    net = dropout_mlp()
     model = momentum_model(net)
     record = Record()
     ckpt = ModelCheckpoint("net", str(tmp_path / "ckpt"), CheckpointConfig(save_checkpoint_steps=steps))
@@ -39,7 +39,7 @@ def test_resume_from_a_path_and_loss_monitor_numbering(tmp_path, capsys):
     path = tmp_path / "ckpt" / "net-2_4.ckpt"
     assert path.is_dir()
     ms.set_seed(3)
-    net = DropoutMLP()
+    net = dropout_mlp()
     momentum_model(net).train(2, shuffled_dataset(), callbacks=[LossMonitor()], resume=str(path))
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("epoch:")]
     assert lines[0].startswith("epoch: 2 step: 5,") and lines[-1].startswith("epoch: 2 step: 12,")
@@ -50,7 +50,7 @@ def test_resume_without_a_checkpoint_starts_fresh_and_resume_true_needs_a_callba
     record, _ = _run(tmp_path, 1, resume=True)
     assert record.where[0] == (1, 1)
     with pytest.raises(ValueError, match="ModelCheckpoint"):
-        momentum_model(DropoutMLP()).train(1, shuffled_dataset(), resume=True)
+        momentum_model(dropout_mlp()).train(1, shuffled_dataset(), resume=True)
 
 
 def test_resume_from_an_incomplete_checkpoint_names_it(tmp_path):
@@ -59,7 +59,7 @@ def test_resume_from_an_incomplete_checkpoint_names_it(tmp_path):
     from graphpar.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match="net-1_4.ckpt.*incomplete checkpoint"):
-        momentum_model(DropoutMLP()).train(1, shuffled_dataset(), resume=str(bad))
+        momentum_model(dropout_mlp()).train(1, shuffled_dataset(), resume=str(bad))
 
 
 def test_resume_in_sink_mode(tmp_path):
@@ -110,7 +110,7 @@ def test_resume_a_loss_scaled_run(tmp_path, amp):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
         ms.set_seed(3)
-        net = DropoutMLP()
+        net = dropout_mlp()
         kwargs = ({"amp_level": "O2"} if amp == "O2" else
                   {"loss_scale_manager": DynamicLossScaleManager(2.0 ** 10, 2, 3)})
         model = ms.Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.05, 0.9), **kwargs)

@@ -14,7 +14,7 @@ from graphpar.checkpoint import (
     transform_checkpoints)
 from graphpar.errors import ConfigError, StrategyError
 
-from .helpers import QuickstartNet, params, rand
+from .helpers import params, quickstart_net, rand
 
 X, Y = rand(16, 32), rand(16, 16, seed=3)
 
@@ -32,7 +32,7 @@ def _strategies(graph):
 
 def test_save_file_records_mindspore_layouts_and_every_op_strategy(tmp_path):
     path = tmp_path / "strategy.json"
-    _plan(QuickstartNet(), strategy_ckpt_config={"save_file": str(path)})
+    _plan(quickstart_net(), strategy_ckpt_config={"save_file": str(path)})
     data = json.loads(path.read_text())
     assert data["parallel_layout_item"]["w"] == {"dev_matrix": [2, 4], "tensor_map": [0, -1], "tensor_shape": [32, 16],
                                                  "field": 0, "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}
@@ -50,12 +50,12 @@ def test_save_file_records_mindspore_layouts_and_every_op_strategy(tmp_path):
 
 def test_load_file_forces_the_recorded_plan_on_a_network_without_hints(tmp_path):
     path = tmp_path / "strategy.json"
-    hinted, graph = _plan(QuickstartNet(), strategy_ckpt_save_file=str(path))
+    hinted, graph = _plan(quickstart_net(), strategy_ckpt_save_file=str(path))
     want = _strategies(graph)
     losses = [float(hinted(X, Y)) for _ in range(3)]
     with pytest.raises(StrategyError, match="needs at least one op with a shard"):
-        _plan(QuickstartNet(hint=None))
-    forced, graph = _plan(QuickstartNet(hint=None), strategy_ckpt_config={"load_file": str(path)})
+        _plan(quickstart_net(hint=None))
+    forced, graph = _plan(quickstart_net(hint=None), strategy_ckpt_config={"load_file": str(path)})
     assert _strategies(graph) == want
     assert "strategy file" in graph.find("relu")[0].provenance.detail
     assert [float(forced(X, Y)) for _ in range(3)] == losses
@@ -63,9 +63,9 @@ def test_load_file_forces_the_recorded_plan_on_a_network_without_hints(tmp_path)
 
 def test_load_file_overrides_a_different_hint_with_a_warning(tmp_path, caplog):
     path = tmp_path / "strategy.json"
-    _plan(QuickstartNet(), strategy_ckpt_config={"save_file": str(path)})
+    _plan(quickstart_net(), strategy_ckpt_config={"save_file": str(path)})
     with caplog.at_level(logging.WARNING, logger="graphpar"):
-        _, graph = _plan(QuickstartNet(((4, 2), (2, 1))), parallel_mode="semi_auto_parallel",
+        _, graph = _plan(quickstart_net(((4, 2), (2, 1))), parallel_mode="semi_auto_parallel",
                          strategy_ckpt_load_file=str(path))
     assert graph.find("matmul")[0].strategy.in_strategy() == ((2, 4), (4, 1))
     assert "overridden by the strategy file" in caplog.text
@@ -73,16 +73,16 @@ def test_load_file_overrides_a_different_hint_with_a_warning(tmp_path, caplog):
 
 def test_load_file_of_another_device_count_is_refused(tmp_path):
     path = tmp_path / "strategy.json"
-    _plan(QuickstartNet(), strategy_ckpt_config={"save_file": str(path)})
+    _plan(quickstart_net(), strategy_ckpt_config={"save_file": str(path)})
     with pytest.raises(ConfigError, match="written for 8 devices but this job plans for 4"):
-        _plan(QuickstartNet(((2, 2), (2, 1))), device_num=4, strategy_ckpt_config={"load_file": str(path)})
+        _plan(quickstart_net(((2, 2), (2, 1))), device_num=4, strategy_ckpt_config={"load_file": str(path)})
     with pytest.raises(ConfigError, match="no such file"):
-        _plan(QuickstartNet(), strategy_ckpt_config={"load_file": str(tmp_path / "missing.json")})
+        _plan(quickstart_net(), strategy_ckpt_config={"load_file": str(tmp_path / "missing.json")})
 
 
 def test_only_trainable_params(tmp_path):
     for only, names in ((True, ["w"]), (False, ["w", "w2"])):
-        net = QuickstartNet()
+        net = quickstart_net()
         net.weight2.requires_grad = False
         path = tmp_path / f"s_{only}.json"
         _plan(net, strategy_ckpt_config={"save_file": str(path), "only_trainable_params": only})
@@ -92,7 +92,7 @@ def test_only_trainable_params(tmp_path):
 @pytest.fixture
 def sliced(tmp_path):
     """A sliced (integrated_save=False) checkpoint of the quickstart trained 2 steps on 8 devices."""
-    net = QuickstartNet()
+    net = quickstart_net()
     train, _ = _plan(net, strategy_ckpt_config={"save_file": str(tmp_path / "s8.json")})
     for _ in range(2):
         train(X, Y)
@@ -121,12 +121,12 @@ def test_sliced_checkpoint_rows_merge_back(sliced):
 
 def test_transform_to_four_devices_and_load_distributed(sliced):
     root, values = sliced
-    _plan(QuickstartNet(((2, 2), (2, 1))), device_num=4, strategy_ckpt_config={"save_file": str(root / "s4.json")})
+    _plan(quickstart_net(((2, 2), (2, 1))), device_num=4, strategy_ckpt_config={"save_file": str(root / "s4.json")})
     transform_checkpoints(str(root / "sliced.ckpt"), str(root / "four"), "ckpt_", None, str(root / "s4.json"))
     files = [str(root / "four" / f"rank_{r}" / f"ckpt_{r}.ckpt") for r in range(4)]
     assert load_checkpoint(files[1])["w"].shape == (16, 16)  # ((2, 2), (2, 1)): w split 2 on its rows
     ms.set_auto_parallel_context(device_num=4)
-    net = QuickstartNet(((2, 2), (2, 1)))
+    net = quickstart_net(((2, 2), (2, 1)))
     load_distributed_checkpoint(net, files)
     for name, value in values.items():
         np.testing.assert_array_equal(params(net)[name], value)

@@ -5,7 +5,7 @@ import numpy as np
 import graphpar as ms
 from graphpar import nn
 
-from .models import GPT, MLP4, TokenLoss
+from .models import GPT, TokenLoss, mlp4
 
 
 def mlp_data(batch=32, seed=1):
@@ -22,7 +22,7 @@ def gpt_data(batch=16, seed=1):
 def build(model, stages, **kw):
     """(network, loss, optimizer factory) of ``model`` ("mlp" or "gpt") staged for ``stages``."""
     if model == "mlp":
-        net = MLP4(stages=stages, **kw)
+        net = mlp4(stages=stages, **kw)
         return net, nn.MSELoss(), lambda params: nn.Momentum(params, 0.05, 0.9)
     # momentum, not Adam: the key projection's bias has an exactly-zero gradient (softmax ignores a constant per
     # query), whose rounding noise Adam would scale up to full-size steps differently in any two summation orders

@@ -1,35 +1,25 @@
-"""Networks the pipeline tests train: a 4-layer MLP and a small GPT-style model, with MindSpore-style stages."""
+"""Networks the pipeline tests train: a 4-layer MLP (graphpar.models.mlp.DenseStack) and a small GPT-style model,
+with MindSpore-style stages."""
 
 import numpy as np
 
 import graphpar as ms
 from graphpar import nn, ops
+from graphpar.models.mlp import DenseStack
 
 
 def _w(rng, shape, scale=0.3):
     return ms.Tensor(rng.normal(0, scale, shape).astype(np.float32))
 
 
-class MLP4(nn.Cell):
-    """Four Dense layers; ``stages`` assigns consecutive layers to consecutive stages."""
-
-    def __init__(self, d=16, hidden=32, d_out=8, stages=2, seed=0, strategies=False):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        dims = [d, hidden, hidden, hidden, d_out]
-        self.layers = nn.CellList([
-            nn.Dense(dims[i], dims[i + 1], weight_init=_w(rng, (dims[i + 1], dims[i])), bias_init="zeros",
-                     activation="relu" if i < 3 else None) for i in range(4)])
-        for i, layer in enumerate(self.layers):
-            layer.pipeline_stage = i * stages // 4
-        if strategies:  # tensor parallel inside each stage: columns then rows of each stage's pair of layers
-            for i, layer in enumerate(self.layers):
-                layer.matmul.shard(((2, 1), (2, 1)) if i % 2 == 0 else ((2, 2), (1, 2)))
-
-    def construct(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
+def mlp4(d=16, hidden=32, d_out=8, stages=2, seed=0, strategies=False) -> DenseStack:
+    """Four Dense layers (ReLU between); consecutive layers on consecutive stages. ``strategies``: tensor parallel
+    inside each stage, columns then rows of each stage's pair of layers."""
+    rng = np.random.default_rng(seed)
+    dims = [d, hidden, hidden, hidden, d_out]
+    weights = [rng.normal(0, 0.3, (dims[i + 1], dims[i])).astype(np.float32) for i in range(4)]
+    matmul = [((2, 1), (2, 1)) if i % 2 == 0 else ((2, 2), (1, 2)) for i in range(4)] if strategies else None
+    return DenseStack(weights, stages=stages, matmul_strategies=matmul)
 
 
 class LayerNorm(nn.Cell):

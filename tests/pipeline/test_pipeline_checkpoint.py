@@ -10,13 +10,13 @@ from graphpar.checkpoint import load_checkpoint, load_param_into_net, save_check
 from graphpar.checkpoint.store import read_manifest
 
 from .helpers import mlp_data, params, train_pipelined
-from .models import MLP4
+from .models import mlp4
 
 
 def _loaded(path, mode):
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True)
-    net = MLP4(stages=2, seed=7)  # other initial values: everything must come from the checkpoint
+    net = mlp4(stages=2, seed=7)  # other initial values: everything must come from the checkpoint
     opt = nn.Momentum(net.trainable_params(), 0.05, 0.9)
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
     missing = load_param_into_net(train, load_checkpoint(path))
@@ -58,13 +58,13 @@ def test_model_train_pipelined(capsys):
 
     x, y = mlp_data(batch=64)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2)
-    net = MLP4(stages=2)
+    net = mlp4(stages=2)
     model = ms.Model(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4),
                      optimizer=nn.Momentum(net.trainable_params(), 0.05, 0.9))
     model.train(1, array_dataset(x, y, batch_size=8), callbacks=[LossMonitor()])
     printed = [float(line.rsplit(" ", 1)[1]) for line in capsys.readouterr().out.splitlines() if "loss is" in line]
     ms.reset_auto_parallel_context()
-    ref_net = MLP4(stages=2)
+    ref_net = mlp4(stages=2)
     ref = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(ref_net, nn.MSELoss()), 4),
                               nn.Momentum(ref_net.trainable_params(), 0.05, 0.9))
     # an unsharded dataset: each of a stage's 4 devices reads the same 8-row batch (as every MindSpore process)

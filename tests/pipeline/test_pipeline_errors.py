@@ -9,7 +9,7 @@ from graphpar.compile.pipeline.schedule import dispatch_order, peak_in_flight, s
 from graphpar.errors import ConfigError
 from graphpar.compile.pipeline.stage_split import PipelineError
 
-from .models import MLP4
+from .models import mlp4
 
 
 def _train(net, micro=4, stages=2, batch=8, **ctx):
@@ -50,8 +50,8 @@ def test_cell_pipeline_stage_values():
     with pytest.raises(ValueError, match="can not be less than 0"):
         dense.pipeline_stage = -1
     with pytest.raises(KeyError, match=r"\['nope'\]"):
-        nn.PipelineCell(MLP4(), 2, stage_config={"nope": 0})
-    net = MLP4(stages=1)
+        nn.PipelineCell(mlp4(), 2, stage_config={"nope": 0})
+    net = mlp4(stages=1)
     nn.PipelineCell(net, 2, stage_config={"layers.3": 1})
     assert net.layers[3].pipeline_stage == 1
 
@@ -68,7 +68,7 @@ def test_schedules():
 
 
 def test_stage_out_of_range():
-    net = MLP4(stages=2)
+    net = mlp4(stages=2)
     net.layers[3].pipeline_stage = 2
     with pytest.raises(PipelineError, match=r"Cell '_backbone.layers.3' \(Dense\): pipeline_stage=2 but .*pipeline_stages=2\)"
                                             r".*valid stages are 0..1"):
@@ -77,28 +77,28 @@ def test_stage_out_of_range():
 
 def test_stage_without_cells():
     with pytest.raises(PipelineError, match=r"stage 2: no Cell runs in stage 2 of 3"):
-        _train(MLP4(stages=2), micro=4, stages=3, device_num=6)
+        _train(mlp4(stages=2), micro=4, stages=3, device_num=6)
 
 
 def test_device_num_not_divisible():
     with pytest.raises(PipelineError, match=r"device_num=6: is not divisible by pipeline_stages=4"):
-        _train(MLP4(stages=4), stages=4, device_num=6)
+        _train(mlp4(stages=4), stages=4, device_num=6)
 
 
 def test_micro_size_not_dividing_batch():
     with pytest.raises(PipelineError, match=r"input 0 of PipelineCell \(shape \(10, 16\)\): its batch dimension is "
                                             r"not divisible by micro_size=4"):
-        _train(MLP4(stages=2), batch=10)
+        _train(mlp4(stages=2), batch=10)
 
 
 def test_micro_size_below_stages():
     with pytest.raises(PipelineError, match=r"micro_size=2: is smaller than pipeline_stages=4"):
-        _train(MLP4(stages=4), micro=2, stages=4)
+        _train(mlp4(stages=4), micro=2, stages=4)
 
 
 def test_network_not_a_pipeline_cell():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2)
-    net = MLP4(stages=2)
+    net = mlp4(stages=2)
     cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
     with pytest.raises(PipelineError, match=r"WithLossCell: pipeline_stages=2 needs .*nn.PipelineCell"):
         cell(np.ones((8, 16), np.float32), np.ones((8, 8), np.float32))
@@ -106,11 +106,11 @@ def test_network_not_a_pipeline_cell():
 
 def test_data_parallel_refused():
     with pytest.raises(PipelineError, match=r"parallel_mode='data_parallel': pipeline_stages=2 runs in SEMI_AUTO"):
-        _train(MLP4(stages=2), parallel_mode="data_parallel")
+        _train(mlp4(stages=2), parallel_mode="data_parallel")
 
 
 def test_stages_flowing_backwards():
-    net = MLP4(stages=2)
+    net = mlp4(stages=2)
     net.layers[0].pipeline_stage = 1
     net.layers[3].pipeline_stage = 0
     with pytest.raises(PipelineError, match=r"op 'matmul' in .*/1-Dense \(stage 0\): its input comes from op 'relu' "

@@ -7,6 +7,7 @@ import numpy as np
 import graphpar as ms
 from graphpar import nn
 from graphpar.compile.runtime.forward import ForwardProgram
+from graphpar.models.megatron import Megatron, MegatronMLP, QuickstartNet
 
 COLLECTIVE = re.compile(r"= [^=]*? (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
 
@@ -50,6 +51,16 @@ def shard_shape(x) -> tuple:
 
 def rand(*shape, seed=0):
     return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def quickstart_net(hint=((2, 4), (4, 1))) -> QuickstartNet:
+    """The seed quickstart's network (graphpar.models.megatron) with deterministic weights."""
+    return QuickstartNet(hint=hint, weight_init=rand(32, 16, seed=1) * 0.1, weight2_init=rand(16, 16, seed=2) * 0.1)
+
+
+def megatron(blocks=2, d=64, h=256) -> Megatron:
+    """``blocks`` Megatron MLP blocks on 8 devices (column- then row-parallel MatMul, an unhinted GeLU)."""
+    return Megatron([MegatronMLP(rand(d, h, seed=i) * 0.1, rand(h, d, seed=i + 10) * 0.1) for i in range(blocks)])
 
 
 class OneOp(nn.Cell):

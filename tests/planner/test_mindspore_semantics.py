@@ -11,8 +11,7 @@ from graphpar import Parameter, Tensor, nn, ops
 from graphpar.errors import StrategyError
 
 from .collective_bytes import predicted_and_measured
-from .helpers import collectives, forward, rand, reference, strategies
-from .test_propagation import Megatron, QuickstartNet
+from .helpers import collectives, forward, megatron, quickstart_net, rand, reference, strategies
 
 
 class TwoInputs(nn.Cell):
@@ -141,9 +140,9 @@ def test_gather_default_splits_the_indices_batch():
 
 
 @pytest.mark.parametrize("name,make,x,y,ctx", [
-    ("quickstart", QuickstartNet, (16, 32), (16, 16),
+    ("quickstart", quickstart_net, (16, 32), (16, 16),
      dict(parallel_mode="auto_parallel", search_mode="sharding_propagation")),
-    ("megatron mlp", lambda: Megatron(2), (32, 64), (32, 64), dict(parallel_mode="semi_auto_parallel")),
+    ("megatron mlp", lambda: megatron(2), (32, 64), (32, 64), dict(parallel_mode="semi_auto_parallel")),
 ])
 def test_predicted_collective_bytes_match_the_compiled_step(name, make, x, y, ctx):
     ms.reset_auto_parallel_context()
@@ -172,8 +171,8 @@ def test_resnet18_data_parallel_prediction(sync_bn):
 
 def test_each_inserted_redistribution_is_reported_once(caplog):
     with caplog.at_level(logging.INFO, logger="graphpar"):
-        _, _, graph = forward(QuickstartNet(((2, 1), (1, 4))), rand(16, 32))
-        forward(QuickstartNet(((2, 1), (1, 4))), rand(16, 32))
+        _, _, graph = forward(quickstart_net(((2, 1), (1, 4))), rand(16, 32))
+        forward(quickstart_net(((2, 1), (1, 4))), rand(16, 32))
     # matmul's output (2, 4)-split feeds relu's data-parallel (8, 1) input: an AllToAll-like move, priced. SEMI_AUTO
     # with the user's strategy: INFO (MindSpore logs inserted redistributions at DEBUG, warns only in propagation)
     found = [r for r in caplog.records if "redistribution inserted at edge 'matmul' -> 'relu'" in r.getMessage()]

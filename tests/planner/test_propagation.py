@@ -8,20 +8,7 @@ import graphpar as ms
 from graphpar import Parameter, Tensor, nn, ops
 from graphpar.errors import StrategyError
 
-from .helpers import collectives, forward, rand, reference, strategies
-
-
-class QuickstartNet(nn.Cell):
-    def __init__(self, hint=((2, 4), (4, 1))):
-        super().__init__()
-        self.weight = Parameter(Tensor(rand(32, 16, seed=1) * 0.1), "w")
-        self.weight2 = Parameter(Tensor(rand(16, 16, seed=2) * 0.1), "w2")
-        self.matmul = ops.MatMul().shard(hint)
-        self.relu = ops.ReLU()
-        self.matmul2 = ops.MatMul()
-
-    def construct(self, x):
-        return self.matmul2(self.relu(self.matmul(x, self.weight)), self.weight2)
+from .helpers import collectives, forward, megatron, quickstart_net, rand, reference, strategies
 
 
 def _train_graph(net, x, y, **ctx):
@@ -33,7 +20,7 @@ def _train_graph(net, x, y, **ctx):
 
 def test_quickstart_plan_matches_seed_004():
     x, y = rand(16, 32), rand(16, 16, seed=3)
-    _, graph = _train_graph(QuickstartNet(), x, y, parallel_mode="auto_parallel", search_mode="sharding_propagation")
+    _, graph = _train_graph(quickstart_net(), x, y, parallel_mode="auto_parallel", search_mode="sharding_propagation")
     by_name = {n.instance_name: n for n in graph.node_list()}
     assert by_name["matmul"].strategy.in_strategy() == ((2, 4), (4, 1))
     assert by_name["matmul"].provenance.kind == "user"
@@ -52,7 +39,7 @@ def test_quickstart_loss_trajectory_equals_stand_alone():
     for mode in ("stand_alone", "auto_parallel", "semi_auto_parallel"):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, search_mode="sharding_propagation")
-        net = QuickstartNet()
+        net = quickstart_net()
         train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()),
                                     nn.Momentum(net.trainable_params(), 0.2, 0.1))
         losses[mode] = [float(train(x, y)) for _ in range(10)]
@@ -63,7 +50,7 @@ def test_quickstart_loss_trajectory_equals_stand_alone():
 
 def test_partial_sum_groups_match_mindspore():
     x, y = rand(16, 32), rand(16, 16, seed=3)
-    train, graph = _train_graph(QuickstartNet(), x, y, parallel_mode="auto_parallel",
+    train, graph = _train_graph(quickstart_net(), x, y, parallel_mode="auto_parallel",
                                 search_mode="sharding_propagation")
     from graphpar.dump.hlo import parse_collectives
 
@@ -76,7 +63,7 @@ def test_partial_sum_groups_match_mindspore():
 def test_repeat_dimension_goes_right():
     # MatMul ((2, 2), (2, 1)) on 8 devices: device matrix [2, 2, 1, 2]; rank 0's partial-sum group is (0, 2)
     x, y = rand(16, 32), rand(16, 16, seed=3)
-    train, graph = _train_graph(QuickstartNet(((2, 2), (2, 1))), x, y, parallel_mode="semi_auto_parallel")
+    train, graph = _train_graph(quickstart_net(((2, 2), (2, 1))), x, y, parallel_mode="semi_auto_parallel")
     node = graph.find("matmul")[0]
     assert node.strategy.device_matrix() == (2, 2, 1, 2)
     from graphpar.dump.hlo import parse_collectives
@@ -114,39 +101,15 @@ def test_mindspore_design_example_propagates():
     np.testing.assert_allclose(np.asarray(out), np.asarray(reference(FFN(), rand(64, 64))), rtol=1e-5, atol=1e-6)
 
 
-class Megatron(nn.Cell):
-    def __init__(self, blocks=2, d=64, h=256):
-        super().__init__()
-        self.blocks = nn.CellList([MegatronBlock(d, h, i) for i in range(blocks)])
-
-    def construct(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
-
-
-class MegatronBlock(nn.Cell):
-    def __init__(self, d, h, seed):
-        super().__init__()
-        self.w1 = Parameter(Tensor(rand(d, h, seed=seed) * 0.1), "w1")
-        self.w2 = Parameter(Tensor(rand(h, d, seed=seed + 10) * 0.1), "w2")
-        self.matmul1 = ops.MatMul().shard(((1, 1), (1, 8)))  # column parallel
-        self.gelu = ops.GeLU()
-        self.matmul2 = ops.MatMul().shard(((1, 8), (8, 1)))  # row parallel
-
-    def construct(self, x):
-        return self.matmul2(self.gelu(self.matmul1(x, self.w1)), self.w2)
-
-
 def test_megatron_mlp_has_one_all_reduce_per_block():
     x = rand(32, 64)
-    out, hlo, graph = forward(Megatron(blocks=2), x, mode="auto_parallel", search_mode="sharding_propagation",
+    out, hlo, graph = forward(megatron(blocks=2), x, mode="auto_parallel", search_mode="sharding_propagation",
                               full_batch=True)
     assert strategies(graph)["gelu"] == ((1, 8),)
     counts = collectives(hlo)
     assert counts.get("all-reduce", 0) == 2, counts
     assert sum(v for k, v in counts.items() if k != "all-reduce") == 0, counts
-    np.testing.assert_allclose(np.asarray(out), np.asarray(reference(Megatron(blocks=2), x)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(reference(megatron(blocks=2), x)), rtol=1e-5, atol=1e-5)
 
 
 def test_megatron_loss_layer_keeps_the_replicated_layout_and_adds_no_all_gather():
@@ -155,7 +118,7 @@ def test_megatron_loss_layer_keeps_the_replicated_layout_and_adds_no_all_gather(
     scalar AllReduce of the mean); the loss layer follows its input's layout instead, and the compiled step has
     only the Megatron AllReduces: one forward per block, one backward for each block's input but the first."""
     x, y = rand(16, 64), rand(16, 64, seed=3)
-    _, graph = _train_graph(Megatron(blocks=2), x, y, parallel_mode="auto_parallel",
+    _, graph = _train_graph(megatron(blocks=2), x, y, parallel_mode="auto_parallel",
                             search_mode="sharding_propagation", full_batch=True)
     matmul2 = [n for n in graph.node_list() if n.instance_name == "matmul2"][-1]
     loss_nodes = [n for n in graph.node_list() if "_loss_fn-MSELoss" in n.scope]
@@ -170,7 +133,7 @@ def test_megatron_loss_layer_keeps_the_replicated_layout_and_adds_no_all_gather(
     for mode in ("stand_alone", "auto_parallel"):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, search_mode="sharding_propagation", full_batch=True)
-        net = Megatron(blocks=2)
+        net = megatron(blocks=2)
         train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
         losses[mode] = [float(train(x, y)) for _ in range(4)]
         if mode == "auto_parallel":
@@ -182,7 +145,7 @@ def test_megatron_loss_layer_keeps_the_replicated_layout_and_adds_no_all_gather(
 
 
 def test_semi_auto_unhinted_ops_are_data_parallel():
-    _, _, graph = forward(QuickstartNet(), rand(16, 32))
+    _, _, graph = forward(quickstart_net(), rand(16, 32))
     s = strategies(graph)
     assert s["matmul"] == ((2, 4), (4, 1)) and s["relu"] == ((8, 1),) and s["matmul2"] == ((8, 1), (1, 1))
     assert graph.find("relu")[0].provenance.kind == "default"
@@ -203,14 +166,14 @@ def test_auto_without_any_hint_is_a_clear_error():
 
 
 def test_auto_with_a_search_mode_searches_the_unhinted_ops():
-    _, _, graph = forward(QuickstartNet(), rand(16, 32), mode="auto_parallel", search_mode="dynamic_programming")
+    _, _, graph = forward(quickstart_net(), rand(16, 32), mode="auto_parallel", search_mode="dynamic_programming")
     assert graph.find("matmul")[0].provenance.kind == "user"  # a hint is a constraint of the search
     assert graph.find("relu")[0].provenance.kind == "searched"
 
 
 def _error_for(hint, x_shape=(16, 32), mode="semi_auto_parallel"):
     with pytest.raises(StrategyError) as err:
-        forward(QuickstartNet(hint), rand(*x_shape), mode=mode)
+        forward(quickstart_net(hint), rand(*x_shape), mode=mode)
     return str(err.value)
 
 

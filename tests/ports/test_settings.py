@@ -7,23 +7,8 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn, ops
-from graphpar.common.initializer import initializer
 from graphpar.common.parameter import Parameter
-
-
-class QuickstartNet(nn.Cell):
-    """Seed 004's network: the first MatMul hinted ((2, 4), (4, 1)), the rest left to the plan."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = Parameter(initializer("normal", [32, 16]), "w")
-        self.weight2 = Parameter(initializer("normal", [16, 16]), "w2")
-        self.matmul = ops.MatMul().shard(((2, 4), (4, 1)))
-        self.relu = ops.ReLU()
-        self.matmul2 = ops.MatMul()
-
-    def construct(self, x):
-        return self.matmul2(self.relu(self.matmul(x, self.weight)), self.weight2)
+from graphpar.models.megatron import QuickstartNet
 
 
 def _planned_strategies(**ctx):

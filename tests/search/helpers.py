@@ -1,40 +1,10 @@
-"""Shared by the search tests and the search benchmark: models with hand plans, measured collective bytes."""
+"""Shared by the search tests: the hand-planned MLP of graphpar.models.mlp in a train cell, measured collective
+bytes, losses and compiled memory."""
 
 from __future__ import annotations
 
-import numpy as np
-
 import graphpar as ms
-from graphpar import nn
-
-# hand plans of the MLP: the strategy of layer i's MatMul(transpose_b=True) (x: (batch, in), w: (out, in))
-HAND_PLANS = {
-    "data_parallel": lambda i: ((8, 1), (1, 1)),
-    "megatron": lambda i: ((1, 1), (8, 1)) if i % 2 == 0 else ((1, 8), (1, 8)),
-    "hybrid_4x2": lambda i: ((4, 1), (2, 1)) if i % 2 == 0 else ((4, 2), (1, 2)),
-}
-
-
-class MLP(nn.Cell):
-    """``layers`` Dense(width, width) + ReLU; ``plan`` names a hand plan (None: no hints)."""
-
-    def __init__(self, layers=8, width=1024, plan=None, seed=0):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        self.layers = nn.CellList([nn.Dense(width, width) for _ in range(layers)])
-        for i, layer in enumerate(self.layers):
-            layer.weight.set_data(ms.Tensor((rng.normal(size=(width, width)) / np.sqrt(width)).astype(np.float32)))
-            layer.bias.set_data(ms.Tensor((rng.normal(size=(width,)) * 0.1).astype(np.float32)))
-            if plan is not None:
-                s = HAND_PLANS[plan](i)
-                layer.matmul.shard(s)
-                layer.bias_add.shard((s[0][:1] + s[1][:1], s[1][:1]))
-        self.relu = nn.ReLU()
-
-    def construct(self, x):
-        for layer in self.layers:
-            x = self.relu(layer(x))
-        return x
+from graphpar.models.mlp import mlp_train_cell, search_mlp
 
 
 def mlp_train(plan=None, layers=8, width=1024, mode=None, **ctx):
@@ -42,13 +12,7 @@ def mlp_train(plan=None, layers=8, width=1024, mode=None, **ctx):
     if mode is None:
         mode = "auto_parallel" if plan is None else "semi_auto_parallel"
     ms.set_auto_parallel_context(parallel_mode=mode, **ctx)
-    net = MLP(layers, width, plan)
-    return nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
-
-
-def mlp_data(batch, width=1024):
-    rng = np.random.default_rng(1)
-    return rng.normal(size=(batch, width)).astype(np.float32), rng.normal(size=(batch, width)).astype(np.float32)
+    return mlp_train_cell(search_mlp(layers, width, plan))
 
 
 def measured_bytes(train, inputs, rank=0) -> float:

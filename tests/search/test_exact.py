@@ -7,13 +7,12 @@ import pytest
 
 import graphpar as ms
 from graphpar import Parameter, Tensor, nn, ops
+from graphpar.models.mlp import mlp_data, search_mlp
 from graphpar.planner.cost import HARDWARE, grad_values, plan_cost
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.search.ilp import solve_ilp
 from graphpar.planner.search.problem import build_problem, combined_gradient_messages
 from graphpar.planner.search.settings import SEARCH_MODES, objective_hardware
-
-from .helpers import MLP, mlp_data
 
 
 def _hw(search_mode):
@@ -136,7 +135,7 @@ def _check_against_cost_model(planned, problem, choice, hw):
 @pytest.mark.parametrize("search_mode", SEARCH_MODES)
 def test_mlp_plan_is_the_brute_force_optimum(search_mode):
     x, y = mlp_data(16, 64)
-    planned, problem = _problem(MLP(layers=2, width=64), (x, y), search_mode)
+    planned, problem = _problem(search_mlp(layers=2, width=64), (x, y), search_mode)
     print("combinations:", np.prod([v.size for v in problem.variables], dtype=float))
     assert np.prod([v.size for v in problem.variables], dtype=float) > 1e5
     solution = solve_ilp(problem)

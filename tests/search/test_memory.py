@@ -6,10 +6,11 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn
+from graphpar.models.mlp import mlp_data, search_mlp
 from graphpar.planner.cost import plan_cost, predicted_peak, sum_costs
 from graphpar.planner.memory_model import optimizer_slots
 
-from .helpers import MLP, compiled_memory, mlp_data
+from .helpers import compiled_memory
 
 
 OPTIMIZERS = {
@@ -24,7 +25,7 @@ OPTIMIZERS = {
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_optimizer_state_is_read_from_the_optimizer(name):
     make, want = OPTIMIZERS[name]
-    net = MLP(2, 16)
+    net = search_mlp(2, 16)
     params = net.trainable_params()
     slots = optimizer_slots(make(params[:-1]), {p.name: p for p in params})
     assert set(slots) == {p.name for p in params[:-1]}  # a Parameter the optimizer does not own: not trained
@@ -64,7 +65,7 @@ def test_more_optimizer_state_predicts_more_memory():
     for name in ("SGD", "Momentum", "Adam"):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
-        net = MLP(2, 128)
+        net = search_mlp(2, 128)
         train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), OPTIMIZERS[name][0](net.trainable_params()))
         graph = train.program.plan_graph([x, y])
         need[name] = predicted_peak(graph, graph.meta["mesh"])

@@ -13,9 +13,10 @@ import pytest
 import graphpar as ms
 from graphpar import _context, nn
 from graphpar.errors import ConfigError
+from graphpar.models.mlp import HAND_PLANS, mlp_data, search_mlp
 from graphpar.planner.search.settings import MemoryBudgetError
 
-from .helpers import HAND_PLANS, MLP, compiled_memory, losses, measured_bytes, mlp_data, mlp_train
+from .helpers import compiled_memory, losses, measured_bytes, mlp_train
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -268,7 +269,7 @@ def test_plan_for_1024_devices_without_them():
     from graphpar.parallel import plan_for_devices
 
     ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="recursive_programming")
-    net = nn.WithLossCell(MLP(4, 1024), nn.MSELoss())
+    net = nn.WithLossCell(search_mlp(4, 1024), nn.MSELoss())
     x, y = mlp_data(8192, 1024)
     summary = plan_for_devices(net, x, y, devices=1024)
     assert summary.mesh.size == 1024 and summary.graph.meta["mesh"].n_devices == 1024
@@ -284,7 +285,7 @@ def test_graphpar_plan_cli(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
         "import sys\nsys.path.insert(0, %r)\n" % str(REPO)
-        + "import graphpar as ms\nfrom tests.search.helpers import mlp_data, mlp_train\n"
+        + "import graphpar as ms\nfrom graphpar.models.mlp import mlp_data\nfrom tests.search.helpers import mlp_train\n"
         "train = mlp_train(None, 4, 512, search_mode='recursive_programming')\n"
         "x, y = mlp_data(64, 512)\nprint('loss', train(x, y))\nraise SystemExit('the step ran')\n")
     out = subprocess.run([sys.executable, "-m", "graphpar.cli.main", "plan", str(script), "--devices", "1024"],
@@ -297,7 +298,7 @@ def test_graphpar_plan_cli(tmp_path):
 @pytest.mark.slow
 def test_same_plan_in_another_process(tmp_path):
     code = ("import sys, json; sys.path.insert(0, %r)\n" % str(REPO)
-            + "from tests.search.helpers import mlp_data, mlp_train\n"
+            + "from graphpar.models.mlp import mlp_data\nfrom tests.search.helpers import mlp_train\n"
             "x, y = mlp_data(32, 128)\n"
             "g = mlp_train(None, 3, 128, search_mode='recursive_programming').program.plan_graph([x, y])\n"
             "print(json.dumps([[n.instance_name, n.strategy.in_strategy()] for n in g.node_list()]))\n")

@@ -1,25 +1,11 @@
-"""Small networks and datasets the train tests share."""
+"""Small networks and datasets the train tests share (the MLP is graphpar.models.mlp's)."""
 
 import numpy as np
 
 import graphpar as ms
 import graphpar.dataset as ds
 from graphpar import nn
-
-
-class MLP(nn.Cell):
-    """A 2-layer MLP with deterministic weights (same values in every mode)."""
-
-    def __init__(self, d_in=16, hidden=32, d_out=8, seed=0):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        self.fc1 = nn.Dense(d_in, hidden, weight_init=ms.Tensor(rng.normal(0, 0.3, (hidden, d_in)).astype(np.float32)),
-                            bias_init="zeros", activation="relu")
-        self.fc2 = nn.Dense(hidden, d_out, weight_init=ms.Tensor(rng.normal(0, 0.3, (d_out, hidden)).astype(np.float32)),
-                            bias_init="zeros")
-
-    def construct(self, x):
-        return self.fc2(self.fc1(x))
+from graphpar.models.mlp import MLP  # the 2-layer MLP with deterministic weights (same values in every mode)
 
 
 def regression_data(n=64, d_in=16, d_out=8, seed=1):

@@ -13,28 +13,12 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import amp, nn, ops
-from graphpar.common.initializer import initializer
-from graphpar.common.parameter import Parameter
+from graphpar import amp, nn
 from graphpar.models import resnet18
+from graphpar.models.megatron import QuickstartNet
 from graphpar.train import DynamicLossScaleManager, FixedLossScaleManager, Model
 
 LOW = "bf16"  # device_target="CPU": bfloat16 where MindSpore uses float16
-
-
-class QuickstartNet(nn.Cell):
-    """The seed quickstart's network (examples/quickstart.py), with its matmul hint."""
-
-    def __init__(self, in_dim=32, hidden_dim=64, out_dim=16):
-        super().__init__()
-        self.weight = Parameter(initializer("normal", [in_dim, hidden_dim]), "w")
-        self.weight2 = Parameter(initializer("normal", [hidden_dim, out_dim]), "w2")
-        self.matmul = ops.MatMul().shard(((2, 4), (4, 1)))
-        self.relu = ops.ReLU()
-        self.matmul2 = ops.MatMul()
-
-    def construct(self, x):
-        return self.matmul2(self.relu(self.matmul(x, self.weight)), self.weight2)
 
 
 def _quickstart(level, steps=20, **kwargs):
@@ -42,7 +26,7 @@ def _quickstart(level, steps=20, **kwargs):
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     ms.set_seed(1)
-    net = QuickstartNet()
+    net = QuickstartNet(hidden_dim=64)
     rng = np.random.default_rng(1)
     x, y = rng.random((16, 32), np.float32), rng.random((16, 16), np.float32)
     model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9), amp_level=level, **kwargs)
@@ -327,7 +311,7 @@ def test_o0_is_the_float32_program_bitwise():
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     ms.set_seed(1)
-    net = QuickstartNet()
+    net = QuickstartNet(hidden_dim=64)
     rng = np.random.default_rng(1)
     batch = (rng.random((16, 32), np.float32), rng.random((16, 16), np.float32))
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
@@ -340,7 +324,7 @@ def test_o0_is_the_float32_program_bitwise():
 
 def test_dynamic_loss_scale_skips_an_overflowing_step_and_halves_the_scale():
     ms.set_seed(1)
-    net = QuickstartNet()
+    net = QuickstartNet(hidden_dim=64)
     rng = np.random.default_rng(1)
     x, y = rng.random((16, 32), np.float32), rng.random((16, 16), np.float32)
     manager = DynamicLossScaleManager(init_loss_scale=2 ** 10, scale_factor=2, scale_window=3)
@@ -369,7 +353,7 @@ def test_dynamic_loss_scale_skips_an_overflowing_step_and_halves_the_scale():
 
 
 def test_fixed_loss_scale_managers():
-    net = QuickstartNet()
+    net = QuickstartNet(hidden_dim=64)
     sens = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9, loss_scale=64.0),
                  loss_scale_manager=FixedLossScaleManager(64.0, drop_overflow_update=False)).train_network
     assert type(sens) is nn.TrainOneStepCell and sens.sens == 64.0
@@ -384,7 +368,7 @@ def test_fixed_loss_scale_managers():
     ({"amp_level": "O2", "loss_scale_manager": 128.0}, "loss_scale_manager"),
 ])
 def test_bad_amp_arguments_are_named(kwargs, error):
-    net = QuickstartNet()
+    net = QuickstartNet(hidden_dim=64)
     with pytest.raises((ValueError, TypeError), match=error):
         Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9), **kwargs)
     with pytest.raises(ValueError, match="needs an optimizer"):
@@ -397,9 +381,9 @@ def test_train_one_step_with_a_tensor_scale_matches_the_unscaled_step():
     rng = np.random.default_rng(1)
     x, y = rng.random((16, 32), np.float32), rng.random((16, 16), np.float32)
     ms.set_seed(1)
-    scaled_net = QuickstartNet()
+    scaled_net = QuickstartNet(hidden_dim=64)
     ms.set_seed(1)
-    plain_net = QuickstartNet()
+    plain_net = QuickstartNet(hidden_dim=64)
     scaled = nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(scaled_net, nn.MSELoss()),
                                               nn.Momentum(scaled_net.trainable_params(), 0.01, 0.9),
                                               scale_sense=ms.Tensor(np.float32(1024)))

@@ -17,24 +17,17 @@ import numpy as np
 
 import graphpar as ms
 import graphpar.dataset as ds
-from graphpar import Parameter, Tensor, nn, ops
+from graphpar import nn
 from graphpar.checkpoint.directory import complete_checkpoints
 from graphpar.communication import get_group_size, get_rank, init
+from graphpar.models.megatron import QuickstartNet
 from graphpar.train import Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint
 
 
-class Net(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        rng = np.random.default_rng(0)
-        self.weight = Parameter(Tensor(rng.normal(size=(32, 16)).astype(np.float32) * 0.1), "w")
-        self.weight2 = Parameter(Tensor(rng.normal(size=(16, 16)).astype(np.float32) * 0.1), "w2")
-        self.matmul = ops.MatMul().shard(((2, 4), (4, 1)))
-        self.relu = ops.ReLU()
-        self.matmul2 = ops.MatMul()
-
-    def construct(self, x):
-        return self.matmul2(self.relu(self.matmul(x, self.weight)), self.weight2)
+def quickstart_net() -> QuickstartNet:
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(32, 16)).astype(np.float32) * 0.1
+    return QuickstartNet(weight_init=w, weight2_init=rng.normal(size=(16, 16)).astype(np.float32) * 0.1)
 
 
 class Rows:
@@ -78,7 +71,7 @@ def main():
     world = get_group_size()
     data = ds.GeneratorDataset(Rows(world * 2 * 10), ["x", "y"], shuffle=True, num_shards=world,
                                shard_id=get_rank()).batch(2, drop_remainder=True)
-    net = Net()
+    net = quickstart_net()
     model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9))
     config = CheckpointConfig(save_checkpoint_steps=5, keep_checkpoint_max=3, async_save=async_save)
     # the seeds' recovery setup: one directory per rank; graphpar writes one checkpoint into process 0's

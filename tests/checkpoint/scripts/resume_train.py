@@ -15,12 +15,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 import graphpar as ms  # noqa: E402
 from graphpar.train import CheckpointConfig, ModelCheckpoint  # noqa: E402
 from tests.checkpoint.helpers import (  # noqa: E402
-    DropoutMLP, Record, StopAt, momentum_model, params, shuffled_dataset)
+    Record, StopAt, dropout_mlp, momentum_model, params, shuffled_dataset)
 
 out, stop, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
 ms.set_seed(3)
-net = DropoutMLP()
+net = dropout_mlp()
 record = Record()
 callbacks = [ModelCheckpoint("net", os.path.join(out, "ckpt"), CheckpointConfig(save_checkpoint_steps=4)), record]
 if stop:
