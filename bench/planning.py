@@ -40,8 +40,19 @@ import optax
 from jax.extend import core as jcore
 
 import graphpar as ms
+from graphpar import nn
 from graphpar.ir.recorder import OP_EQN_PREFIX
-from graphpar.models.mlp import DenseStack, mlp_train_cell
+
+
+class Deep(nn.Cell):
+    def __init__(self, layers: int, width: int):
+        super().__init__()
+        cells = [nn.Dense(width, width, activation="relu") for _ in range(layers)]
+        cells[0].matmul.shard(((2, 1), (4, 1)))
+        self.body = nn.SequentialCell(cells)
+
+    def construct(self, x):
+        return self.body(x)
 
 
 def _measure(train, inputs, name: str, rounds: int = 2) -> dict:
@@ -136,10 +147,8 @@ def bench_planning(layers: int, width: int = 64, batch: int = 32) -> dict:
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)
     ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation")
-    rng = np.random.default_rng(0)
-    weights = [rng.normal(0, width ** -0.5, (width, width)).astype(np.float32) for _ in range(layers)]
-    net = DenseStack(weights, matmul_strategies=[((2, 1), (4, 1))] + [None] * (layers - 1), shared_relu=True)
-    train = mlp_train_cell(net)
+    net = Deep(layers, width)
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
     x = np.ones((batch, width), np.float32)
     return _measure(train, [x, x], f"MLP {layers} layers")
 
