@@ -19,8 +19,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -29,13 +29,33 @@ from graphpar.compile.plans.global_batch import make_global
 from graphpar.dataset._pipeline import Dataset
 
 
+@runtime_checkable
+class EpochSource(Protocol):
+    """A dataset that is not a graphpar pipeline but can still feed ``Model.train``: it says how many batches an
+    epoch has and yields them (``iter_epoch(epoch)``, optionally with ``start_batch=`` to seek)."""
+
+    def get_dataset_size(self) -> int: ...
+
+    def iter_epoch(self, epoch: int) -> Iterable[tuple]: ...
+
+
+@runtime_checkable
+class ShardableSource(Protocol):
+    """A dataset that can be read by shard (graphpar's datasets are; MindSpore's take ``num_shards``/``shard_id``):
+    each local device then reads its own shard of a dataset sharded over the job's ranks."""
+
+    def shard_info(self) -> tuple[int | None, int | None]: ...
+
+    def with_shard(self, num_shards: int, shard_id: int) -> Any: ...
+
+
 def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True) -> Iterator[tuple]:
     """Batches of ``epoch`` from batch ``start`` on: graphpar datasets seek (``iter_epoch(epoch, start_batch)``),
     other iterables are read from the beginning and the first ``start`` batches dropped. ``read_ahead=False``: the
     caller reads ahead itself (a graphpar pipeline then runs on its thread)."""
     if isinstance(dataset, Dataset):
         return iter(dataset.iter_epoch(epoch, start_batch=start, read_ahead=read_ahead))
-    if hasattr(dataset, "iter_epoch"):
+    if isinstance(dataset, EpochSource):
         if start and "start_batch" in inspect.signature(dataset.iter_epoch).parameters:
             return iter(dataset.iter_epoch(epoch, start_batch=start))
         it = iter(dataset.iter_epoch(epoch))
@@ -50,9 +70,9 @@ class BatchFeeder:
     def __init__(self, dataset: Any, draws: int, first_rank: int = 0, world: int = 1):
         self.dataset = dataset
         self.draws = max(int(draws), 1)
-        num_shards, shard_id = (dataset.shard_info() if hasattr(dataset, "shard_info") else (None, None))
-        self.per_device_shards = (self.draws > 1 and num_shards is not None and num_shards == world
-                                  and hasattr(dataset, "with_shard"))
+        shardable = isinstance(dataset, ShardableSource)
+        num_shards, shard_id = dataset.shard_info() if shardable else (None, None)
+        self.per_device_shards = shardable and self.draws > 1 and num_shards is not None and num_shards == world
         if self.per_device_shards:
             start = shard_id if shard_id is not None else first_rank
             self.views = [dataset.with_shard(num_shards, start + i) for i in range(self.draws)]
