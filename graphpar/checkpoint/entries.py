@@ -23,6 +23,7 @@ from graphpar.common.parameter import Parameter
 from graphpar.nn.cell import Cell
 from graphpar.nn.loss_scale import train_transformation
 from graphpar.nn.optim.optimizer import Optimizer
+from graphpar.nn.wrap import TrainOneStepCell
 
 OPTIMIZER_PREFIX = "optimizer."
 
@@ -40,17 +41,19 @@ class Entry:
     pipeline_stage: int | None = None  # the stage whose devices hold it (pipeline parallel), recorded in the manifest
 
 
+def _key_text(key: Any) -> str:
+    if isinstance(key, (jax.tree_util.DictKey, jax.tree_util.FlattenedIndexKey)):
+        return str(key.key)
+    if isinstance(key, jax.tree_util.GetAttrKey):
+        return str(key.name)
+    if isinstance(key, jax.tree_util.SequenceKey):
+        return str(key.idx)
+    return str(key)  # NNX state paths hold plain strings and ints
+
+
 def tree_path_name(path: Iterable[Any]) -> str:
     """``0.trace.fc1.weight`` for a pytree path (dict keys, attribute names and indices joined by dots)."""
-    parts = []
-    for key in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(key, attr):
-                parts.append(str(getattr(key, attr)))
-                break
-        else:
-            parts.append(str(key))
-    return ".".join(parts)
+    return ".".join(_key_text(key) for key in path)
 
 
 def _variable_name(root: Cell, path: tuple, holder: Any) -> str:
@@ -82,9 +85,8 @@ def optimizer_of(cell: Any) -> Any:
         return cell
     if not isinstance(cell, Cell):
         return None
-    direct = getattr(cell, "optimizer", None)
-    if isinstance(direct, Optimizer):
-        return direct
+    if isinstance(cell, TrainOneStepCell) and isinstance(cell.optimizer, Optimizer):
+        return cell.optimizer
     for _, sub in cell.cells_and_names():
         if isinstance(sub, Optimizer):
             return sub
