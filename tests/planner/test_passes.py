@@ -11,16 +11,18 @@ from graphpar import Parameter, Tensor, nn, ops
 from graphpar.errors import ConfigError, StrategyError
 from graphpar.planner.passes.defaults import default_strategies
 from graphpar.planner.passes.hints import apply_hints
+from graphpar.planner.passes.mesh_choice import choose_mesh
 from graphpar.planner.passes.parameters import place_parameters
 from graphpar.planner.passes.propagate import propagate
 from graphpar.planner.passes.recorded import apply_strategy_file, check_strategy_file
 from graphpar.planner.passes.redistributions import report_redistributions
 from graphpar.planner.passes.verify import PlanInvariantError, verify
 from graphpar.planner.search.search_pass import search
+from graphpar.planner.strategy import MeshInfo, hint_device_matrix
 from graphpar.planner.strategy_file import ParameterLayout, RecordedStrategy, StrategyFile, node_keys
 
 from .helpers import rand
-from .passes_helpers import in_strategies, node, provenances, quickstart, run, traced, with_request
+from .passes_helpers import QUICKSTART_HINT, in_strategies, node, provenances, quickstart, run, traced, with_request
 
 SCOPE = "Default/network-WithLossCell/_backbone-QuickstartNet"
 DATA_PARALLEL = {"relu": ((8, 1),), "matmul2": ((8, 1), (1, 1)), "sub": ((8, 1), (8, 1)), "square": ((8, 1),),
@@ -36,6 +38,17 @@ def test_traced_graph_and_context_are_the_quickstarts():
     assert (ctx.mesh.names, ctx.mesh.sizes) == (("m0", "m1", "m2"), (2, 2, 2))
     assert (ctx.mode, ctx.search_mode) == ("auto_parallel", "sharding_propagation")
     assert ctx.input_specs == {2: (("m0", "m1", "m2"), ()), 3: (("m0", "m1", "m2"), ())}  # dataset data_parallel
+
+
+def test_choose_mesh_expresses_the_hints_and_keeps_a_programs_mesh():
+    graph, ctx = quickstart()
+    assert (graph.plan.mesh, graph.plan.purpose) == (ctx.mesh, "train")
+    assert list(graph.plan.pass_seconds) == ["choose_mesh", "dataset_layouts"]
+    assert hint_device_matrix(ctx.dims(node(graph, "matmul"), graph), QUICKSTART_HINT, 8) == (2, 4, 1)
+    assert choose_mesh(graph, ctx).plan.mesh == ctx.mesh  # the program's own mesh: kept
+    other = graph.with_plan(mesh=MeshInfo(("m0", "m1"), (4, 2)))
+    with pytest.raises(ConfigError, match="graphpar keeps one mesh per program"):
+        choose_mesh(other, ctx)
 
 
 def test_apply_hints_sets_the_hinted_strategy_with_provenance_user():
