@@ -32,7 +32,7 @@ def _gpt_graph(layers: int):
 
 def bench_planning_per_node(layers: int) -> dict:
     graph, total = _gpt_graph(layers)
-    passes = graph.meta["pass_seconds"]
+    passes = graph.plan.pass_seconds
     nodes = len(graph.order)
     plan_s = sum(passes.values())
     return {"layers": layers, "nodes": nodes, "trace_and_plan_s": total, "plan_s": plan_s,

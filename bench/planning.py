@@ -78,7 +78,7 @@ def _measure(train, inputs, name: str, rounds: int = 2) -> dict:
     graph = planned.graph
     nodes = len(graph.order)
     ours, ours_cpu = trace_plan + lowered.seconds, trace_plan_cpu + lowered.cpu_seconds
-    passes = {k: v * 1e3 for k, v in graph.meta["pass_seconds"].items()}
+    passes = {k: v * 1e3 for k, v in graph.plan.pass_seconds.items()}
     return {"model": name, "nodes": nodes, "trace_s": planned.seconds - sum(passes.values()) / 1e3,
             "trace_plan_s": trace_plan, "lower_s": lowered.seconds, "per_node_ms": ours / nodes * 1e3,
             "xla_compile_s": xla, "fraction_of_compile": ours / xla, "jax_lower_s": float(np.median(hand)),

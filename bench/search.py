@@ -26,13 +26,13 @@ def _gpt_plan(layers: int, devices: int, search_mode: str = "recursive_programmi
     started = time.perf_counter()
     summary = plan_for_devices(net, ids, labels, devices=devices, platform="gpu")
     total = time.perf_counter() - started
-    search = summary.graph.meta["search"]
-    seconds = summary.graph.meta["pass_seconds"]
-    p = search["problem"]
+    search = summary.graph.plan.search
+    seconds = summary.graph.plan.pass_seconds
+    p = search.problem
     return {"layers": layers, "devices": devices, "nodes": len(summary.graph.order), "variables": p["variables"],
             "choices": p["choices"], "edges": p["edges"], "search_s": seconds["search"],
-            "build_s": search["build_s"], "solve_s": search["solve_s"], "plan_s": sum(seconds.values()),
-            "trace_and_plan_s": total, "optimal": search["optimal"]}
+            "build_s": search.build_s, "solve_s": search.solve_s, "plan_s": sum(seconds.values()),
+            "trace_and_plan_s": total, "optimal": search.optimal}
 
 
 def bench_search() -> tuple[list[dict], list[dict]]:
@@ -62,7 +62,7 @@ def bench_search_memory() -> list[dict]:
             train = mlp_train_cell(search_mlp(8, 1024, plan))
             graph = train.program.plan_graph([x, y])
             compiled = compiled_peak_bytes(train.program.lower_step([x, y]).compile().memory_analysis())
-            predicted = predicted_peak(graph, graph.meta["mesh"])
+            predicted = predicted_peak(graph, graph.plan.mesh)
             rows.append({"model": "MLP 8x1024", "batch": batch, "plan": plan or "searched",
                          "predicted_mb": round(predicted / 1e6, 2), "compiled_mb": round(compiled / 1e6, 2),
                          "ratio": round(predicted / compiled, 3)})

@@ -49,7 +49,7 @@ def maybe_dump_begin(built: Any, program: Any) -> None:
     if not _context.current().save_graphs:
         return
     for st in built.stages:
-        st.sg.graph.meta["note"] = _note(program, st)
+        st.sg.graph = st.sg.graph.with_plan(note=_note(program, st))
         write_begin(st.sg.graph, _stage_plan(program), _context.current().save_graphs_path, st.ranks)
 
 
@@ -77,7 +77,7 @@ def schedule_text(built: Any, program: Any, st: Any) -> str:
              f"# rank: {{RANK}} of {len(program.devices)}  (stage {st.sg.stage} of {n}, ranks "
              f"{_ranks_text(st.ranks)})",
              f"# pipeline_stages: {n}  micro_size: {program.micro_size}  scheduler: {program.scheduler}",
-             f"# mesh per stage: {mesh_text(built.graph.meta['mesh'])}",
+             f"# mesh per stage: {mesh_text(built.graph.plan.mesh)}",
              f"# execute: {EXECUTE_STAGE:02d}_execute_{dump_index(st.sg.graph):04d}.ir", ""]
     lines.append("# stage orders")
     for s, order in enumerate(built.orders):

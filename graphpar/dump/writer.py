@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,11 +64,18 @@ _counter = itertools.count()
 EXECUTE_STAGE = 18  # graphpar's pipeline: trace, passes, lower, compile ... the executable is stage 18 as in MindSpore
 
 
+_indexes: dict[int, int] = {}  # id(graph) -> its NNNN, while the graph lives
+
+
 def dump_index(graph: Graph) -> int:
-    """The graph's NNNN: assigned once per graph, shared by its begin and execute dumps."""
-    if "dump_index" not in graph.meta:
-        graph.meta["dump_index"] = next(_counter)
-    return graph.meta["dump_index"]
+    """The graph's NNNN: assigned once per graph object when first dumped, shared by its begin and execute dumps.
+    The number belongs to the dumps (graphs never dumped take none), so the writer keeps it, not the graph."""
+    key = id(graph)
+    index = _indexes.get(key)
+    if index is None:
+        index = _indexes[key] = next(_counter)
+        weakref.finalize(graph, _indexes.pop, key, None)
+    return index
 
 
 def _enabled() -> bool:
@@ -82,20 +90,20 @@ def _ranks(plan: DumpedPlan) -> list[int]:
 
 def _header(kind: str, graph: Graph, plan: DumpedPlan, rank: int, note: str) -> list[str]:
     pctx = plan.pctx
-    mesh = graph.meta["mesh"]
-    passes = " ".join(f"{k}={v * 1000:.1f}ms" for k, v in graph.meta.get("pass_seconds", {}).items())
+    mesh = graph.plan.mesh
+    passes = " ".join(f"{k}={v * 1000:.1f}ms" for k, v in graph.plan.pass_seconds.items())
     return [f"# graphpar IR dump: {kind}",
             f"# format: graphpar-ir {FORMAT_VERSION}",
-            f"# graph: {graph.name}  purpose: {graph.meta.get('purpose', '')}",
+            f"# graph: {graph.name}  purpose: {graph.plan.purpose}",
             f"# rank: {rank} of {plan.n}  ({note})",
             f"# parallel_mode: {pctx.parallel_mode}  search_mode: {pctx.search_mode}",
             f"# mesh: {mesh_text(mesh)}",
-            f"# passes: {passes}"] + ([f"# note: {graph.meta['note']}"] if graph.meta.get("note") else []) + [""]
+            f"# passes: {passes}"] + ([f"# note: {graph.plan.note}"] if graph.plan.note else []) + [""]
 
 
 def _input_lines(graph: Graph, per_device: bool) -> list[str]:
-    mesh = graph.meta["mesh"]
-    specs = graph.meta.get("value_specs", {})
+    mesh = graph.plan.mesh
+    specs = graph.plan.value_specs
     lines = ["# inputs"]
     for vid in graph.inputs:
         v = graph.values[vid]
@@ -108,7 +116,7 @@ def _input_lines(graph: Graph, per_device: bool) -> list[str]:
 
 
 def _node_line(graph: Graph, node: Node, per_device: bool, predicted: float | None = None) -> str:
-    mesh = graph.meta["mesh"]
+    mesh = graph.plan.mesh
     s = node.strategy
     ins, outs = [], []
     for i, vid in enumerate(node.inputs):
@@ -145,7 +153,7 @@ def begin_texts(graph: Graph, plan: DumpedPlan, ranks: list[int]) -> dict[int, s
     body = _input_lines(graph, per_device=False)
     body += [_node_line(graph, n, per_device=False) for n in graph.node_list()]
     body.append("return " + ", ".join(value_ref(graph.values[v]) for v in graph.outputs))
-    for conflict in graph.meta.get("param_conflicts", []):
+    for conflict in graph.plan.param_conflicts:
         body.append(f"# parameter conflict: {conflict['parameter']} stored as {spec_text(conflict['chosen'])}; "
                     f"wanted by " + ", ".join(f"{name} (node {nid}) as {spec_text(spec)}"
                                               for name, nid, spec in conflict["wanted"])
@@ -224,7 +232,7 @@ def _fused_gradients(c: Collective, graph: Graph) -> tuple[str, ...]:
 
 def _predicted(graph: Graph, plan: DumpedPlan) -> dict[int, float]:
     """Per node, the cost model's predicted collective wire bytes (``graphpar.planner.predict``)."""
-    costs = predicted_costs(graph, plan.pctx.parallel_mode, plan.n, graph.meta.get("purpose") == "train")
+    costs = predicted_costs(graph, plan.pctx.parallel_mode, plan.n, graph.plan.purpose == "train")
     return {nid: c.comm_bytes for nid, c in costs.items()}
 
 

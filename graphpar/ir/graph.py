@@ -7,19 +7,74 @@ hint, and its input and output :class:`Value` s with global shapes. Passes fill 
 and the layouts they imply) and ``provenance``; the lowering evaluates ``eqn`` per node.
 
 Passes never mutate a graph they are given: :meth:`Graph.with_annotations` returns a new graph sharing the
-immutable structure.
+immutable structure. What planning decides about the whole graph (its mesh, the layouts of its inputs, the search's
+record, the passes' timings) is one frozen :class:`GraphPlan` on ``graph.plan``: a pass replaces it
+(``graph.with_plan(value_specs=...)``), nobody edits it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from graphpar.common.dtype import ms_name
 from graphpar.ir.notebook import html_of
+
+
+Spec = tuple[tuple[str, ...], ...]  # a canonical layout: per tensor dimension, the mesh axes splitting it
+
+
+@dataclass(frozen=True)
+class MeshInfo:
+    """The base mesh: axis names and sizes, left (major) to right. (Here, not in the planner, because a planned
+    graph records the mesh it was planned on: ``GraphPlan.mesh``.)"""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def n_devices(self) -> int:
+        return math.prod(self.sizes)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return dict(zip(self.names, self.sizes))
+
+    def size(self, axes: Sequence[str]) -> int:
+        """Devices along ``axes`` (a plain product: the planner calls this in its inner loops)."""
+        index, out = self._index, 1
+        for a in axes:
+            out *= index[a]
+        return out
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """What planning decided about a graph as a whole, one typed field per decision (node strategies live on the
+    nodes). Frozen, so a pass that adds a decision returns a new graph (``Graph.with_plan``) and the invariant
+    checks can tell its input was left alone; every layout is keyed by value id.
+
+    The planner's passes fill it (``graphpar.planner.pipeline``): ``choose_mesh`` the mesh, ``dataset_layouts``
+    the inputs' dataset layouts, ``place_parameters`` the storage layouts and conflicts, ``report_redistributions``
+    the priced edges, ``search`` its record; the pipeline adds the request's purpose, note and optimizer slots and
+    the passes' timings."""
+
+    mesh: MeshInfo | None = None  # the mesh the graph is planned on
+    purpose: str = ""  # "train" (a step) or "forward"
+    note: str = ""  # one line the begin dump shows (what runs this graph: data parallel replicas, a stage)
+    input_specs: Mapping[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
+    value_specs: Mapping[int, Spec] = field(default_factory=dict)  # param/state/input value id -> storage layout
+    param_conflicts: tuple[Mapping[str, Any], ...] = ()  # per Parameter whose consumers want other layouts
+    redistributions: tuple[Mapping[str, Any], ...] = ()  # one record per priced edge (report_redistributions)
+    search: Any = None  # graphpar.planner.search.record.SearchRecord when AUTO_PARALLEL's search planned the graph
+    pass_seconds: Mapping[str, float] = field(default_factory=dict)  # pass name -> seconds, in pass order
+    optimizer_slots: Mapping[str, float] | None = None  # per trained parameter, optimizer state per element
 
 
 @dataclass(eq=False)
@@ -118,7 +173,9 @@ class Graph:
     inputs: list[int]  # value ids, in the traced function's flattened argument order
     outputs: list[int]  # value ids, in the traced function's flattened result order
     name: str = "graph"
-    meta: dict[str, Any] = field(default_factory=dict)
+    plan: GraphPlan = field(default_factory=GraphPlan)
+    # Cell scope -> its recompute setting, as the recorder saw them while tracing (compile.lowering.recompute)
+    recompute_scopes: Mapping[str, Any] = field(default_factory=dict)
 
     def node_list(self) -> list[Node]:
         return [self.nodes[i] for i in self.order]
@@ -151,6 +208,10 @@ class Graph:
         for nid, fields_ in updates.items():
             nodes[nid] = dataclasses.replace(nodes[nid], **fields_)
         return dataclasses.replace(self, nodes=nodes)
+
+    def with_plan(self, **decisions: Any) -> "Graph":
+        """A new graph whose :class:`GraphPlan` has these fields replaced (structure shared)."""
+        return dataclasses.replace(self, plan=dataclasses.replace(self.plan, **decisions))
 
     def _repr_html_(self) -> str | None:
         """Notebooks: a planned graph's per-op table, device grids and picture (graphpar.viz, through the registry of

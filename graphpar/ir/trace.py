@@ -284,5 +284,5 @@ def _trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tupl
         outputs = [builder.read(env, v) for v in jaxpr.outvars]
     except KeyError as exc:  # a later equation reads a value private to an inline op
         raise InlineTraceError(f"a value inside an op is read outside it ({exc})") from None
-    meta = {"recompute_scopes": dict(recorder.recompute_scopes)} if recorder.recompute_scopes else {}
-    return Graph(closed, builder.values, builder.nodes, builder.order, inputs, outputs, name, meta)
+    return Graph(closed, builder.values, builder.nodes, builder.order, inputs, outputs, name,
+                 recompute_scopes=dict(recorder.recompute_scopes))

@@ -307,8 +307,8 @@ def sum_costs(costs: Iterable[Cost]) -> Cost:
 def plan_cost(graph: Any, mesh: MeshInfo, training: bool = True,
               value_specs: Mapping[int, Spec] | None = None) -> dict[int, Cost]:
     """Per node of a planned graph, its :func:`op_cost` plus the redistribution of every input it reads (from the
-    producer's output layout, or the storage layout in ``value_specs`` / ``graph.meta['value_specs']``)."""
-    specs = graph.meta.get("value_specs", {}) if value_specs is None else value_specs
+    producer's output layout, or the storage layout in ``value_specs`` / ``graph.plan.value_specs``)."""
+    specs = graph.plan.value_specs if value_specs is None else value_specs
     grads = grad_values(graph) if training else frozenset()
     out: dict[int, Cost] = {}
     for node in graph.node_list():
@@ -356,7 +356,7 @@ def copy_memory(graph: Any, vid: int, src: Spec, dst: Spec, mesh: MeshInfo, grad
 def input_bytes(graph: Any, mesh: MeshInfo, value_specs: Mapping[int, Spec] | None = None) -> float:
     """Per-device bytes of the step's dataset inputs in the layouts they arrive in (arguments of the step that no
     op's cost holds)."""
-    specs = graph.meta.get("value_specs", {}) if value_specs is None else value_specs
+    specs = graph.plan.value_specs if value_specs is None else value_specs
     return sum(block_bytes(graph.values[v], specs.get(v, replicated_spec(len(graph.values[v].shape))), mesh)
                for v in graph.inputs if graph.values[v].kind == "input" and graph.values[v].is_array)
 

@@ -205,3 +205,11 @@ def carry_reshape(src: tuple[int, ...], dst: tuple[int, ...], sizes: dict[str, i
         for a, i in run[pos:]:  # not carried: the input must arrive without them
             kept[i] = tuple(x for x in kept[i] if x != a)
     return tuple(kept), tuple(out)
+
+
+def with_repeat(core: tuple[int, ...], repeat: int, repeat_first: bool) -> tuple[int, ...]:
+    """A device matrix: the labels' splits ``core`` in device-matrix order and, when devices repeat, the repeat
+    dimension (first for OneHot-like rules, else last). The one place MindSpore's repeat dimension is placed."""
+    if repeat <= 1:
+        return tuple(core)
+    return (repeat,) + tuple(core) if repeat_first else tuple(core) + (repeat,)

@@ -144,10 +144,10 @@ def _is_float(value: Any) -> bool:
 
 
 def param_slots(graph: Any, value: Any) -> float | None:
-    """Optimizer-state copies per element of the Parameter ``value`` (``graph.meta["optimizer_slots"]``, set from
+    """Optimizer-state copies per element of the Parameter ``value`` (``graph.plan.optimizer_slots``, set from
     the program's optimizer), :data:`DEFAULT_OPTIMIZER_SLOTS` when the optimizer is unknown, None when the
     optimizer does not update it (its gradient is neither kept nor stored)."""
-    slots = graph.meta.get("optimizer_slots")
+    slots = graph.plan.optimizer_slots
     if slots is None:
         return DEFAULT_OPTIMIZER_SLOTS
     return slots.get(value.name)

@@ -1,7 +1,13 @@
-"""The parallel pipeline: one visible list of named passes per mode.
+"""Planning: one function from a traced graph and a :class:`PlanRequest` to the planned graph, through one visible
+list of named passes per mode.
 
-Names drive the timers (``graph.meta["pass_seconds"]``) and the dumps. Each pass is ``(Graph, PlanContext) ->
-Graph`` and never mutates its input.
+:func:`plan_graph` is the only way graphpar plans: a program's step or forward (``compile.staging.orchestrate``),
+a replica's graph (``compile.plans.replica_split``), a pipeline's graph (``compile.pipeline.program``) and a dry
+run (``compile.plans.dry_run``) each describe what they want as a request and call it. Names drive the timers
+(``graph.plan.pass_seconds``) and the dumps. Each pass is ``(Graph, PlanContext) -> Graph`` and never mutates its
+input; the graph's decisions are its frozen ``graph.plan`` (``ir.graph.GraphPlan``). The SEMI_AUTO / AUTO / HYBRID
+lists begin with ``choose_mesh`` and ``dataset_layouts``; the context later passes read is remade from the
+graph's plan after a pass decides either.
 
 With ``GRAPHPAR_CHECK_PASSES=1`` (the test suite sets it) every pass's result is checked before the next pass runs
 (``passes.verify.check_pass``): the layouts decided so far are valid, the pass left its input and the graph's
@@ -11,16 +17,16 @@ is checked or copied, and the timers time the passes alone either way.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
 from graphpar import _env
 from graphpar._context import ParallelMode
 from graphpar.ir.graph import Graph
-from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.context import PlanContext, PlanRequest
 from graphpar.planner.passes.defaults import default_strategies
 from graphpar.planner.passes.hints import apply_hints
+from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
 from graphpar.planner.passes.parameters import place_parameters
 from graphpar.planner.passes.propagate import propagate
 from graphpar.planner.passes.recorded import apply_strategy_file, check_strategy_file
@@ -32,6 +38,8 @@ from graphpar.planner.search.settings import SEARCH_MODES
 Pass = Callable[[Graph, PlanContext], Graph]
 
 SEMI_AUTO: tuple[tuple[str, Pass], ...] = (
+    ("choose_mesh", choose_mesh),
+    ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),
     ("apply_strategy_file", apply_strategy_file),
     ("default_strategies", default_strategies),
@@ -42,6 +50,8 @@ SEMI_AUTO: tuple[tuple[str, Pass], ...] = (
 )
 
 SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
+    ("choose_mesh", choose_mesh),
+    ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),
     ("apply_strategy_file", apply_strategy_file),
     ("propagate", propagate),
@@ -55,6 +65,8 @@ SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
 # AUTO_PARALLEL with search_mode "recursive_programming" / "dynamic_programming": hints and a strategy file are
 # constraints, the search decides every other op (planner/search/)
 SEARCH: tuple[tuple[str, Pass], ...] = (
+    ("choose_mesh", choose_mesh),
+    ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),
     ("apply_strategy_file", apply_strategy_file),
     ("search", search),
@@ -63,6 +75,7 @@ SEARCH: tuple[tuple[str, Pass], ...] = (
     ("verify", verify),
 )
 
+# STAND_ALONE / DATA_PARALLEL: the graph runs whole on each device, on the request's one-device mesh
 DATA_PARALLEL: tuple[tuple[str, Pass], ...] = (
     ("default_strategies", default_strategies),
     ("place_parameters", place_parameters),
@@ -79,18 +92,21 @@ def passes_for(ctx: PlanContext) -> tuple[tuple[str, Pass], ...]:
     return DATA_PARALLEL
 
 
-def run_pipeline(graph: Graph, ctx: PlanContext, passes: Sequence[tuple[str, Pass]] | None = None) -> Graph:
-    """``graph`` through ``passes`` (default: the mode's, :func:`passes_for`), each pass timed by name."""
+def plan_graph(graph: Graph, request: PlanRequest, passes: Sequence[tuple[str, Pass]] | None = None) -> Graph:
+    """``graph`` planned as ``request`` asks, through ``passes`` (default: the mode's, :func:`passes_for`), each
+    pass timed by name."""
+    graph = graph.with_plan(mesh=request.mesh, purpose=request.purpose, note=request.note,
+                            optimizer_slots=request.optimizer_slots)  # slots: what the memory terms read
+    ctx = PlanContext.of(request, graph.plan)
     timings = {}
     checked = _env.pass_checks_enabled()
-    if ctx.optimizer_slots is not None:  # what the cost model's memory terms read (parallel.memory_model)
-        graph = dataclasses.replace(graph, meta={**graph.meta, "optimizer_slots": ctx.optimizer_slots})
     for name, fn in passes_for(ctx) if passes is None else passes:
         given = PassInput.of(graph) if checked else None
         started = time.perf_counter()
         result = fn(graph, ctx)
         timings[name] = time.perf_counter() - started
+        ctx = ctx.on(result.plan)  # choose_mesh / dataset_layouts decide what later passes read
         if given is not None:
             check_pass(name, given, result, ctx)
         graph = result
-    return dataclasses.replace(graph, meta={**graph.meta, "pass_seconds": timings})
+    return graph.with_plan(pass_seconds=timings)

@@ -46,7 +46,7 @@ def predicted_costs(graph: Graph, mode: str, n_devices: int, training: bool = Tr
     """Per node id, the cost model's prediction (collectives, compute, memory) for the program ``graph`` runs in."""
     if mode == ParallelMode.DATA_PARALLEL:
         return data_parallel_costs(graph, n_devices, training)
-    return plan_cost(graph, graph.meta["mesh"], training)
+    return plan_cost(graph, graph.plan.mesh, training)
 
 
 def predicted_bytes(graph: Graph, mode: str, n_devices: int, training: bool = True) -> float:

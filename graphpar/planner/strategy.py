@@ -19,32 +19,27 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from graphpar.errors import StrategyError
-from graphpar.planner.dims import DimSpec
+from graphpar.ir.graph import MeshInfo as MeshInfo  # re-exported: the planner's name for the mesh
+from graphpar.ir.graph import Spec as Spec
+from graphpar.planner.dims import DimSpec, with_repeat
 
-Spec = tuple[tuple[str, ...], ...]
 
-
-@dataclass(frozen=True)
-class MeshInfo:
-    """The base mesh: axis names and sizes, left (major) to right."""
-
-    names: tuple[str, ...]
-    sizes: tuple[int, ...]
-
-    @property
-    def n_devices(self) -> int:
-        return math.prod(self.sizes)
-
-    @cached_property
-    def _index(self) -> dict[str, int]:
-        return dict(zip(self.names, self.sizes))
-
-    def size(self, axes: Sequence[str]) -> int:
-        """Devices along ``axes`` (a plain product: the planner calls this in its inner loops)."""
-        index, out = self._index, 1
-        for a in axes:
-            out *= index[a]
-        return out
+def hint_device_matrix(dims: DimSpec, hint: Sequence[Sequence[int]], n_devices: int) -> tuple[int, ...] | None:
+    """The device matrix (with its repeat dimension) a user's hint asks for on ``n_devices`` devices, before any
+    check: what the mesh is chosen to express (``planner.passes.mesh_choice``). None when the hint does not fit
+    the op's rule or the device count (``apply_hints`` then says why)."""
+    if len(hint) != len(dims.inputs):
+        return None
+    splits: dict[str, int] = {}
+    for row, entry in zip(dims.inputs, hint):
+        for label, s in zip(row, entry):
+            if label is not None and s > 1:
+                splits[label] = s
+    core = tuple(splits.get(l, 1) for l in dims.order)
+    total = int(np.prod(core)) if core else 1
+    if not total or n_devices % total:
+        return None
+    return with_repeat(core, n_devices // total, dims.repeat_first)
 
 
 def strategy_text(strategy: Sequence[Sequence[int]]) -> str:
@@ -88,13 +83,9 @@ class NodeStrategy:
     def device_matrix(self) -> tuple[int, ...]:
         if self.in_override is not None:  # MindSpore's ReshapeInfo: the device matrix is the input strategy
             core = self.in_strategy()[0] if self.in_override else ()
-            repeat = self.mesh.n_devices // max(int(np.prod(core)) if core else 1, 1)
-            return core + ((repeat,) if repeat > 1 else ())
+            return with_repeat(core, self.mesh.n_devices // max(int(np.prod(core)) if core else 1, 1), False)
         core = tuple(self.split(l) for l in self.dims.order)
-        repeat = self.mesh.size(self.repeat_axes)
-        if repeat == 1:
-            return core
-        return (repeat,) + core if self.dims.repeat_first else core + (repeat,)
+        return with_repeat(core, self.mesh.size(self.repeat_axes), self.dims.repeat_first)
 
     @property
     def devices_used(self) -> int:

@@ -105,8 +105,8 @@ def from_graph(graph: Graph, device_num: int, parallel_mode: str, trainable: set
     """The JSON object of a planned graph. ``replicated``: every parameter whole on every device (DATA_PARALLEL).
     ``optimizer`` (an ``OptimizerParallelConfig``): record each trainable parameter's parallel-optimizer sharding
     (MindSpore's ``opt_weight_shard_size``/``opt_weight_shard_step``, graphpar's ``optimizer_spec``)."""
-    mesh = graph.meta["mesh"]
-    specs = graph.meta.get("value_specs", {})
+    mesh = graph.plan.mesh
+    specs = graph.plan.value_specs
     layouts, ms_layouts, strategies, ms_strategies = {}, {}, {}, {}
     for vid in graph.inputs:
         value = graph.values[vid]
@@ -226,7 +226,7 @@ def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], re
         return
     import jax
 
-    if jax.process_index() != 0 or (graph.meta.get("purpose") != "train" and os.path.exists(path)):
+    if jax.process_index() != 0 or (graph.plan.purpose != "train" and os.path.exists(path)):
         return
     write(path, from_graph(graph, device_num, pctx.parallel_mode, trainable,
                            bool(config.get("only_trainable_params", True)), replicated,

@@ -21,7 +21,7 @@ from graphpar.viz.html import dump_html, dump_views, wrap
 
 def graph_html(graph: Graph) -> str | None:
     """A planned graph's begin-dump views (None for a graph not planned yet: the notebook shows its repr)."""
-    mesh = graph.meta.get("mesh")
+    mesh = graph.plan.mesh
     if mesh is None or any(n.strategy is None for n in graph.node_list()):
         return None
     described = PlanDescription(_context.current_parallel(), math.prod(mesh.sizes))

@@ -51,7 +51,7 @@ def test_plan_runs_the_pipeline_on_the_traced_graph():
     traced = program.plan.trace(program.state, _avals(), "train")
     graph = run_passes(program.plan, traced.graph, program.state, "train")
     assert in_strategies(graph) == PLAN
-    assert list(graph.meta["pass_seconds"]) == ["apply_hints", "apply_strategy_file", "propagate",
+    assert list(graph.plan.pass_seconds) == ["choose_mesh", "dataset_layouts", "apply_hints", "apply_strategy_file", "propagate",
                                                 "default_strategies", "place_parameters", "check_strategy_file",
                                                 "verify", "report_redistributions"]
     planned = program.planned([X, Y])

@@ -1,5 +1,6 @@
 """Shared by the tests that call planning passes directly: a small network traced and given its PlanContext the way
-the compile stage does (``compile.staging.orchestrate.run_passes``: the plan's ``trace``, then its ``setup``)."""
+the compile stage does (``compile.staging.orchestrate.run_passes``: the plan's ``trace``, then its ``request``; the
+mesh and dataset layouts decided by the pipeline's first two passes)."""
 
 import dataclasses
 
@@ -11,7 +12,9 @@ from graphpar import Parameter, Tensor, nn, ops
 from graphpar.compile.plans.choose import choose_plan
 from graphpar.compile.lowering.network_state import current_state
 from graphpar.ir.graph import Graph, Node
+from graphpar.planner import pipeline
 from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
 
 from .helpers import rand
 
@@ -37,17 +40,23 @@ class QuickstartNet(nn.Cell):
 
 def traced(net: nn.Cell, *shapes: tuple[int, ...], **parallel) -> tuple[Graph, PlanContext]:
     """``net`` with an MSE loss traced as a train step on global inputs of ``shapes``, and the PlanContext its
-    plan gives that graph under ``set_auto_parallel_context(**parallel)``: what ``run_passes`` hands the pipeline."""
+    plan gives that graph under ``set_auto_parallel_context(**parallel)``: what the passes after ``choose_mesh``
+    and ``dataset_layouts`` read. ``pipeline.plan_graph(graph, ctx.request)`` plans it whole."""
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(**parallel)
     loss = nn.WithLossCell(net, nn.MSELoss())
     ns = current_state(None, loss, net.trainable_params())
     plan = choose_plan(loss)
     trace = plan.trace(ns, [jax.ShapeDtypeStruct(s, np.float32) for s in shapes], "train")
-    setup = plan.setup(trace.graph)
-    graph = dataclasses.replace(trace.graph, meta={**trace.graph.meta, "mesh": setup.ctx.mesh, "purpose": "train",
-                                                   "note": setup.note})
-    return graph, setup.ctx
+    request = plan.request(trace.graph, "train")
+    graph = pipeline.plan_graph(trace.graph, request, (("choose_mesh", choose_mesh),
+                                                       ("dataset_layouts", dataset_layouts)))
+    return graph, PlanContext.of(request, graph.plan)
+
+
+def with_request(ctx: PlanContext, **fields) -> PlanContext:
+    """``ctx`` with these fields of its request replaced (a strategy file to force, ...)."""
+    return dataclasses.replace(ctx, request=dataclasses.replace(ctx.request, **fields))
 
 
 def quickstart(hint=QUICKSTART_HINT, out=16, **parallel) -> tuple[Graph, PlanContext]:

@@ -59,14 +59,14 @@ def test_op_cost_matmul_partial_and_gradients():
     class G:  # a one-node graph: x (16, 32) @ w (32, 16)
         pass
 
-    from graphpar.ir.graph import Node, Value
+    from graphpar.ir.graph import GraphPlan, Node, Value
 
     x = Value(0, (16, 32), np.dtype(np.float32), "input")
     w = Value(1, (32, 16), np.dtype(np.float32), "param", "w")
     y = Value(2, (16, 16), np.dtype(np.float32), "op", producer=0)
     node = Node(0, "MatMul", "matmul", "", {}, None, None, [0, 1], [2], None, True)
     g = G()
-    g.values, g.inputs, g.nodes, g.meta = {0: x, 1: w, 2: y}, [0, 1], {0: node}, {}
+    g.values, g.inputs, g.nodes, g.plan = {0: x, 1: w, 2: y}, [0, 1], {0: node}, GraphPlan()
     g.node_list = lambda: [node]
     dims = DimSpec((("i", "k"), ("k", "j")), (("i", "j"),), ("i", "k", "j"))
     # quickstart ((2, 4), (4, 1)): i on m0, k on (m1, m2)

@@ -180,6 +180,6 @@ def test_each_inserted_redistribution_is_reported_once(caplog):
     assert len(lines) == 1, lines
     assert found[0].levelno == logging.INFO
     assert "from (m0, m1.m2) to (m0.m1.m2, -)" in lines[0] and "B per device per step" in lines[0]
-    records = graph.meta["redistributions"]
+    records = graph.plan.redistributions
     relu = graph.find("relu")[0]
     assert any(r["node"] == relu.id and r["bytes"] > 0 for r in records)

@@ -8,7 +8,7 @@ import pytest
 
 from graphpar import _env
 from graphpar.planner import pipeline
-from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.context import PlanContext, PlanRequest
 from graphpar.planner.passes.verify import PlanInvariantError
 from graphpar.planner.strategy import MeshInfo
 
@@ -35,7 +35,7 @@ def test_the_test_suite_runs_with_the_check_and_the_variable_turns_it_off(monkey
     ("data_parallel", "sharding_propagation", pipeline.DATA_PARALLEL),
 ])
 def test_passes_for_each_mode(mode, search_mode, passes):
-    assert pipeline.passes_for(PlanContext(MeshInfo(("m0",), (8,)), mode, search_mode)) == passes
+    assert pipeline.passes_for(PlanContext(MeshInfo(("m0",), (8,)), PlanRequest(8, mode, search_mode))) == passes
 
 
 @pytest.mark.parametrize("parallel", [
@@ -45,15 +45,15 @@ def test_passes_for_each_mode(mode, search_mode, passes):
 ])
 def test_every_pass_of_each_pipeline_keeps_the_invariants_and_the_check_changes_nothing(monkeypatch, parallel):
     graph, ctx = quickstart(**parallel)
-    checked = pipeline.run_pipeline(graph, ctx)
+    checked = pipeline.plan_graph(graph, ctx.request)
     names = [name for name, _ in pipeline.passes_for(ctx)]
-    assert list(checked.meta["pass_seconds"]) == names
+    assert list(checked.plan.pass_seconds) == names
     monkeypatch.setenv("GRAPHPAR_CHECK_PASSES", "0")
     graph, ctx = quickstart(**parallel)
-    plain = pipeline.run_pipeline(graph, ctx)
+    plain = pipeline.plan_graph(graph, ctx.request)
     assert in_strategies(plain) == in_strategies(checked) and provenances(plain) == provenances(checked)
-    assert plain.meta["value_specs"] == checked.meta["value_specs"]
-    assert list(plain.meta["pass_seconds"]) == names
+    assert plain.plan.value_specs == checked.plan.value_specs
+    assert list(plain.plan.pass_seconds) == names
 
 
 def _split_twice(graph, ctx):
@@ -65,7 +65,7 @@ def _split_twice(graph, ctx):
 
 def _in_place(graph, ctx):
     """A broken pass: it writes into the graph it was given."""
-    graph.meta["value_specs"] = {}
+    graph.plan = dataclasses.replace(graph.plan, value_specs={})
     return graph
 
 
@@ -77,7 +77,7 @@ def _undecide(graph, ctx):
 def _stray_layout(graph, ctx):
     """A broken pass: a storage layout for a value that is no graph input."""
     out = node(graph, "relu").outputs[0]
-    return dataclasses.replace(graph, meta={**graph.meta, "value_specs": {out: ((), ())}})
+    return graph.with_plan(value_specs={out: ((), ())})
 
 
 def _no_provenance(graph, ctx):
@@ -98,7 +98,7 @@ def _with(broken, after="propagate"):
 
 @pytest.mark.parametrize(("broken", "message"), [
     (_split_twice, f"node %1 ReLU 'relu' ({SCOPE}) input 0: mesh axis 'm0' used twice in (('m0',), ('m0',))"),
-    (_in_place, "the pass changed graph.meta of its input graph in place"),
+    (_in_place, "the pass changed graph.plan of its input graph in place"),
     (_undecide, f"the pass took the strategy off node %1 ReLU 'relu' ({SCOPE})"),
     (_stray_layout, "storage layout ((), ()) recorded for %"),
     (_no_provenance, f"node %1 ReLU 'relu' ({SCOPE}) has a strategy but no provenance"),
@@ -107,7 +107,7 @@ def test_a_pass_that_breaks_the_plan_is_caught_and_named(broken, message):
     graph, ctx = quickstart()
     name = broken.__name__.strip("_")
     with pytest.raises(PlanInvariantError) as caught:
-        pipeline.run_pipeline(graph, ctx, _with(broken))
+        pipeline.plan_graph(graph, ctx.request, _with(broken))
     assert caught.value.after_pass == name
     assert str(caught.value).startswith(f"after pass '{name}': {message}")
 
@@ -115,6 +115,6 @@ def test_a_pass_that_breaks_the_plan_is_caught_and_named(broken, message):
 def test_the_check_is_opt_in(monkeypatch):
     monkeypatch.setenv("GRAPHPAR_CHECK_PASSES", "0")
     graph, ctx = quickstart()
-    out = pipeline.run_pipeline(graph, ctx, _with(_split_twice))  # nothing checks between passes, no verify
+    out = pipeline.plan_graph(graph, ctx.request, _with(_split_twice))  # nothing checks between passes, no verify
     assert node(out, "relu").strategy.label_axes == (("d0", ("m0",)), ("d1", ("m0",)))
-    assert list(out.meta["pass_seconds"]) == [name for name, _ in _with(_split_twice)]
+    assert list(out.plan.pass_seconds) == [name for name, _ in _with(_split_twice)]

@@ -11,16 +11,18 @@ from graphpar import Parameter, Tensor, nn, ops
 from graphpar.errors import ConfigError, StrategyError
 from graphpar.planner.passes.defaults import default_strategies
 from graphpar.planner.passes.hints import apply_hints
+from graphpar.planner.passes.mesh_choice import choose_mesh
 from graphpar.planner.passes.parameters import place_parameters
 from graphpar.planner.passes.propagate import propagate
 from graphpar.planner.passes.recorded import apply_strategy_file, check_strategy_file
 from graphpar.planner.passes.redistributions import report_redistributions
 from graphpar.planner.passes.verify import PlanInvariantError, verify
 from graphpar.planner.search.search_pass import search
+from graphpar.planner.strategy import MeshInfo, hint_device_matrix
 from graphpar.planner.strategy_file import ParameterLayout, RecordedStrategy, StrategyFile, node_keys
 
 from .helpers import rand
-from .passes_helpers import in_strategies, node, provenances, quickstart, run, traced
+from .passes_helpers import QUICKSTART_HINT, in_strategies, node, provenances, quickstart, run, traced, with_request
 
 SCOPE = "Default/network-WithLossCell/_backbone-QuickstartNet"
 DATA_PARALLEL = {"relu": ((8, 1),), "matmul2": ((8, 1), (1, 1)), "sub": ((8, 1), (8, 1)), "square": ((8, 1),),
@@ -36,6 +38,17 @@ def test_traced_graph_and_context_are_the_quickstarts():
     assert (ctx.mesh.names, ctx.mesh.sizes) == (("m0", "m1", "m2"), (2, 2, 2))
     assert (ctx.mode, ctx.search_mode) == ("auto_parallel", "sharding_propagation")
     assert ctx.input_specs == {2: (("m0", "m1", "m2"), ()), 3: (("m0", "m1", "m2"), ())}  # dataset data_parallel
+
+
+def test_choose_mesh_expresses_the_hints_and_keeps_a_programs_mesh():
+    graph, ctx = quickstart()
+    assert (graph.plan.mesh, graph.plan.purpose) == (ctx.mesh, "train")
+    assert list(graph.plan.pass_seconds) == ["choose_mesh", "dataset_layouts"]
+    assert hint_device_matrix(ctx.dims(node(graph, "matmul"), graph), QUICKSTART_HINT, 8) == (2, 4, 1)
+    assert choose_mesh(graph, ctx).plan.mesh == ctx.mesh  # the program's own mesh: kept
+    other = graph.with_plan(mesh=MeshInfo(("m0", "m1"), (4, 2)))
+    with pytest.raises(ConfigError, match="graphpar keeps one mesh per program"):
+        choose_mesh(other, ctx)
 
 
 def test_apply_hints_sets_the_hinted_strategy_with_provenance_user():
@@ -65,7 +78,7 @@ def _recorded(graph, name, in_strategy, path="recorded.ckpt", device_num=8, layo
 
 def test_apply_strategy_file_forces_the_recorded_strategies():
     graph, ctx = quickstart()
-    ctx.strategy_file = _recorded(graph, "matmul2", ((2, 2), (2, 2)))
+    ctx = with_request(ctx, strategy_file=_recorded(graph, "matmul2", ((2, 2), (2, 2))))
     out = run(graph, ctx, apply_hints, apply_strategy_file)
     matmul2 = node(out, "matmul2")
     assert matmul2.strategy.in_strategy() == ((2, 2), (2, 2))
@@ -77,7 +90,7 @@ def test_apply_strategy_file_forces_the_recorded_strategies():
 def test_apply_strategy_file_refuses_a_file_of_another_device_count_and_does_nothing_without_one():
     graph, ctx = quickstart()
     assert apply_strategy_file(graph, ctx) is graph
-    ctx.strategy_file = _recorded(graph, "matmul2", ((2, 2), (2, 2)), device_num=4)
+    ctx = with_request(ctx, strategy_file=_recorded(graph, "matmul2", ((2, 2), (2, 2)), device_num=4))
     with pytest.raises(ConfigError, match="written for 4 devices but this job plans for 8"):
         apply_strategy_file(graph, ctx)
 
@@ -130,14 +143,14 @@ def test_default_strategies_replicate_a_primitive_without_a_rule(notices):
 def test_place_parameters_gives_every_graph_input_its_layout():
     graph, ctx = quickstart()
     out = run(graph, ctx, apply_hints, propagate, default_strategies, place_parameters)
-    specs = out.meta["value_specs"]
+    specs = out.plan.value_specs
     assert set(specs) == set(out.inputs)
     names = {out.values[v].name: v for v in out.inputs}
     assert specs[names["w"]] == node(out, "matmul").strategy.input_spec(1) == (("m1", "m2"), ())
     assert specs[names["w2"]] == node(out, "matmul2").strategy.input_spec(1) == (("m1", "m2"), ())
     assert specs[names["input0"]] == specs[names["input1"]] == (("m0", "m1", "m2"), ())  # the dataset layouts
-    assert out.meta["param_conflicts"] == []
-    assert "value_specs" not in graph.meta
+    assert out.plan.param_conflicts == ()
+    assert not graph.plan.value_specs
 
 
 class SharedWeight(nn.Cell):
@@ -154,11 +167,11 @@ class SharedWeight(nn.Cell):
 def test_place_parameters_stores_a_shared_parameter_where_it_costs_least_and_reports_it():
     graph, ctx = traced(SharedWeight(None), (16, 16), (16, 16), parallel_mode="semi_auto_parallel")
     out = run(graph, ctx, apply_hints, default_strategies, place_parameters)
-    (conflict,) = out.meta["param_conflicts"]
+    (conflict,) = out.plan.param_conflicts
     first, second = node(out, "first"), node(out, "second")
     wanted = {first.strategy.input_spec(1), second.strategy.input_spec(1)}
     assert conflict["parameter"] == "w" and {s for _, _, s in conflict["wanted"]} == wanted and len(wanted) == 2
-    assert conflict["chosen"] == out.meta["value_specs"][out.inputs[0]] == second.strategy.input_spec(1) == ((), ())
+    assert conflict["chosen"] == out.plan.value_specs[out.inputs[0]] == second.strategy.input_spec(1) == ((), ())
     assert conflict["cost_bytes"] == 0  # slicing the replicated weight for `first` is free
 
 
@@ -171,7 +184,7 @@ def test_place_parameters_refuses_two_hinted_ops_that_disagree_on_a_shared_param
 def test_check_strategy_file_warns_for_a_parameter_stored_otherwise_than_recorded(notices):
     graph, ctx = quickstart()
     layout = ParameterLayout([8, 1], [-1, -1], [32, 16], mesh_spec=[[], []])
-    ctx.strategy_file = _recorded(graph, "matmul", ((2, 4), (4, 1)), layouts={"w": layout})
+    ctx = with_request(ctx, strategy_file=_recorded(graph, "matmul", ((2, 4), (4, 1)), layouts={"w": layout}))
     planned = run(graph, ctx, apply_hints, apply_strategy_file, propagate, default_strategies, place_parameters)
     assert check_strategy_file(planned, ctx) is planned
     assert ("Parameter 'w' is stored as [['m1', 'm2'], []] but the strategy file recorded.ckpt recorded [[], []]"
@@ -185,7 +198,7 @@ def test_verify_accepts_a_planned_graph_and_names_each_broken_invariant():
     assert verify(planned, ctx) is planned
     relu = node(planned, "relu")
     where = f"node %{relu.id} ReLU 'relu' ({SCOPE})"
-    specs = planned.meta["value_specs"]
+    specs = planned.plan.value_specs
     w2 = next(v for v in planned.inputs if planned.values[v].name == "w2")
     label = planned.inputs[3]
     twice = dataclasses.replace(relu.strategy, label_axes=(("d0", ("m0",)), ("d1", ("m0", "m1"))))
@@ -208,7 +221,7 @@ def test_verify_accepts_a_planned_graph_and_names_each_broken_invariant():
 
 
 def _with_specs(graph, specs):
-    return dataclasses.replace(graph, meta={**graph.meta, "value_specs": specs})
+    return graph.with_plan(value_specs=specs)
 
 
 def test_report_redistributions_prices_every_edge_whose_layouts_differ(notices):
@@ -217,7 +230,7 @@ def test_report_redistributions_prices_every_edge_whose_layouts_differ(notices):
     out = report_redistributions(planned, ctx)
     ids = {n.instance_name: n.id for n in out.node_list()}
     edges = [(r["node"], r["input"], r["from"], r["to"], r["bytes"], r["messages"])
-             for r in out.meta["redistributions"]]
+             for r in out.plan.redistributions]
     assert edges == [
         (ids["matmul"], 0, (("m0", "m1", "m2"), ()), (("m0",), ("m1", "m2")), 192.0, 1),  # dataset -> the hint
         (ids["relu"], 0, (("m0",), ()), (("m0",), ("m1", "m2")), 384.0, 1),  # a slice; its cotangent gathered
@@ -235,9 +248,9 @@ def test_search_decides_every_other_op_and_keeps_the_hint():
     assert in_strategies(out) == {"matmul": ((2, 4), (4, 1)), **DATA_PARALLEL}
     assert provenances(out) == {"matmul": "user", **dict.fromkeys(DATA_PARALLEL, "searched")}
     assert node(out, "relu").provenance.detail == "dynamic_programming, ILP (HiGHS)"
-    found = out.meta["search"]
-    assert found["optimal"] and found["budget"] is None and set(found["records"]) == {
+    found = out.plan.search
+    assert found.optimal and found.budget is None and set(found.records) == {
         node(out, name).id for name in DATA_PARALLEL}
-    matmul2 = found["records"][node(out, "matmul2").id]
+    matmul2 = found.records[node(out, "matmul2").id]
     assert matmul2.chosen.strategy == ((8, 1), (1, 1))
     assert all(alt.time >= matmul2.chosen.time for alt in matmul2.alternatives)

@@ -222,7 +222,7 @@ def test_shared_parameter_resolved_by_cost_when_one_side_is_not_hinted():
             return self.mm2(self.mm1(x, self.w), self.w)
 
     out, _, graph = forward(Shared(), rand(16, 16))
-    conflicts = graph.meta["param_conflicts"]
+    conflicts = graph.plan.param_conflicts
     assert conflicts and conflicts[0]["parameter"] == "w"
     np.testing.assert_allclose(np.asarray(out), np.asarray(reference(Shared(), rand(16, 16))), rtol=1e-5, atol=1e-6)
 
@@ -249,10 +249,15 @@ def _propagated(train, inputs, reuse):
     """(per node: strategy and provenance text, op_cost calls) of the propagate pass on ``train``'s traced graph."""
     from graphpar.planner.passes import propagate as pass_module
     from graphpar.planner.passes.hints import apply_hints
+    from graphpar.planner.passes.context import PlanContext
+    from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
+    from graphpar.planner.pipeline import plan_graph
 
     program = train.program
     traced = program.planned(inputs).traced.graph
-    ctx = program.plan.setup(traced).ctx
+    request = program.plan.request(traced, "train")
+    traced = plan_graph(traced, request, (("choose_mesh", choose_mesh), ("dataset_layouts", dataset_layouts)))
+    ctx = PlanContext.of(request, traced.plan)
     calls = []
     real = pass_module.op_cost
 

@@ -2,7 +2,7 @@
 
 Seen porting seeds 000/003 (ResNet-50, AUTO_PARALLEL): 54 lines "Parameter 'layerN.x.bnM.moving_mean' is read by
 bn_train, mul in different layouts ...", one per BatchNorm statistic; now one line with the count, the first and
-last names and the bytes in all, each Parameter at DEBUG and in the begin dump (``graph.meta["param_conflicts"]``).
+last names and the bytes in all, each Parameter at DEBUG and in the begin dump (``graph.plan.param_conflicts``).
 """
 
 import logging
@@ -39,7 +39,7 @@ def _plan(blocks: int):
 def test_repeated_conflicts_are_one_warning(notices):
     notices.set_level(logging.DEBUG, logger="graphpar")
     graph = _plan(5)
-    costly = [c for c in graph.meta["param_conflicts"] if c["cost_bytes"] > 0]
+    costly = [c for c in graph.plan.param_conflicts if c["cost_bytes"] > 0]
     assert len(costly) == 5
     warned = [r.getMessage() for r in notices.records if r.levelno == logging.WARNING and "different layouts" in
               r.getMessage()]
@@ -56,5 +56,5 @@ def test_a_single_conflict_keeps_its_own_line(notices):
     graph = _plan(1)
     warned = [r.getMessage() for r in notices.records if r.levelno == logging.WARNING and "different layouts" in
               r.getMessage()]
-    name = graph.meta["param_conflicts"][0]["parameter"]
+    name = graph.plan.param_conflicts[0]["parameter"]
     assert len(warned) == 1 and warned[0].startswith(f"Parameter '{name}' is read by mm1, add"), warned

@@ -2,7 +2,7 @@
 
 MindSpore logs each inserted redistribution at DEBUG and warns "Inconsistency occurred at edge" only where sharding
 propagation found no free strategy; graphpar prints one line per pattern (WARNING in that case, else INFO) and keeps
-every edge at DEBUG and in ``graph.meta["redistributions"]``.
+every edge at DEBUG and in ``graph.plan.redistributions``.
 """
 
 import logging
@@ -42,7 +42,7 @@ def _lines(notices, level=None):
 def test_repeated_layers_are_one_line_with_count_and_scopes(notices):
     graph = _plan(6)
     shown = _lines(notices)
-    edges = graph.meta["redistributions"]
+    edges = graph.plan.redistributions
     assert len(edges) > len(shown), (len(edges), [r.getMessage() for r in shown])
     # every priced edge is in exactly one shown line: the counts add up to the per-edge records
     counted = 0
@@ -74,7 +74,7 @@ def test_every_edge_is_logged_at_debug(notices):
     notices.set_level(logging.DEBUG, logger="graphpar")
     graph = _plan(4)
     debug = [r.getMessage() for r in _lines(notices, logging.DEBUG)]
-    assert len(debug) == len(graph.meta["redistributions"])
+    assert len(debug) == len(graph.plan.redistributions)
     scopes = sorted(m.split("(scope ")[1].split(")")[0] for m in debug if "-> 'bias_add'" in m)
     assert [s.rsplit("/", 1)[1] for s in scopes] == ["1-Dense", "2-Dense", "3-Dense"]
 

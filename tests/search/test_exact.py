@@ -9,7 +9,7 @@ import graphpar as ms
 from graphpar import Parameter, Tensor, nn, ops
 from graphpar.models.mlp import mlp_data, search_mlp
 from graphpar.planner.cost import HARDWARE, grad_values, plan_cost
-from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.context import PlanContext, PlanRequest
 from graphpar.planner.search.ilp import solve_ilp
 from graphpar.planner.search.problem import build_problem, combined_gradient_messages
 from graphpar.planner.search.settings import SEARCH_MODES, objective_hardware
@@ -57,10 +57,9 @@ def _problem(net, inputs, search_mode, devices=8):
     ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode=search_mode, device_num=devices)
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
     planned = train.program.plan_graph(list(inputs))
-    mesh = planned.meta["mesh"]
-    ctx = PlanContext(mesh, "auto_parallel", search_mode)
-    ctx.input_specs = {v: planned.meta["value_specs"][v] for v in planned.inputs
-                       if planned.values[v].kind == "input"}
+    mesh = planned.plan.mesh
+    ctx = PlanContext(mesh, PlanRequest(mesh.n_devices, "auto_parallel", search_mode),
+                      {v: planned.plan.value_specs[v] for v in planned.inputs if planned.values[v].kind == "input"})
     fresh = planned.with_annotations({n.id: {"strategy": None, "provenance": None} for n in planned.node_list()})
     return planned, build_problem(fresh, ctx, _hw(search_mode))
 
@@ -125,7 +124,7 @@ def _eliminate(problem):
 def _check_against_cost_model(planned, problem, choice, hw):
     """The problem's objective of the searched plan is the cost model's total for it, on the search's weights (less
     the combined gradient messages the search does not charge)."""
-    costs = plan_cost(planned, planned.meta["mesh"])
+    costs = plan_cost(planned, planned.plan.mesh)
     grads = grad_values(planned)
     combined = sum(combined_gradient_messages(planned, n, n.strategy, grads) for n in planned.node_list())
     expected = sum(c.time(hw) for c in costs.values()) - hw.alpha * combined

@@ -49,14 +49,14 @@ def test_predicted_peak_matches_the_compiled_program(plan, optimizer, over):
     x, y = mlp_data(1024, 256)
     train = _train(plan, optimizer)
     graph = train.program.plan_graph([x, y])
-    mesh = graph.meta["mesh"]
+    mesh = graph.plan.mesh
     predicted = predicted_peak(graph, mesh)
     compiled = compiled_memory(train, (x, y))
     total = sum_costs(plan_cost(graph, mesh).values())
     print(f"{plan} {optimizer}: predicted {predicted:.0f} B, compiled {compiled} B ({predicted / compiled:.3f}); "
           f"activations {total.activation_bytes:.0f}, reduced gradients {total.gradient_bytes:.0f}")
     assert 0.90 * compiled <= predicted <= over * compiled
-    assert set(graph.meta["optimizer_slots"].values()) == {OPTIMIZERS[optimizer][1]}
+    assert set(graph.plan.optimizer_slots.values()) == {OPTIMIZERS[optimizer][1]}
 
 
 def test_more_optimizer_state_predicts_more_memory():
@@ -68,7 +68,7 @@ def test_more_optimizer_state_predicts_more_memory():
         net = search_mlp(2, 128)
         train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), OPTIMIZERS[name][0](net.trainable_params()))
         graph = train.program.plan_graph([x, y])
-        need[name] = predicted_peak(graph, graph.meta["mesh"])
+        need[name] = predicted_peak(graph, graph.plan.mesh)
     params = 2 * (128 * 128 + 128) * 4  # replicated under data parallel
     np.testing.assert_allclose(need["Momentum"] - need["SGD"], params)
     np.testing.assert_allclose(need["Adam"] - need["Momentum"], params)

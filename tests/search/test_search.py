@@ -66,7 +66,7 @@ def _budget_case(layers, width, batch, fraction=0.9):
     planned = train.program.plan_graph([x, y])
     compiled = compiled_memory(train, (x, y))
     print(f"data parallel compiles to {dp} B per device; budget {budget_gb}; the searched plan predicts "
-          f"{planned.meta['search']['memory_bytes']:.0f} B and compiles to {compiled} B")
+          f"{planned.plan.search.memory_bytes:.0f} B and compiles to {compiled} B")
     return dp, budget, train, planned, compiled
 
 
@@ -74,9 +74,9 @@ def _check_budget(layers, width, batch):
     from graphpar.planner.cost import predicted_peak
 
     dp, budget, train, planned, compiled = _budget_case(layers, width, batch)
-    assert planned.meta["search"]["memory_bytes"] <= budget
+    assert planned.plan.search.memory_bytes <= budget
     # the search's figure is the cost model's prediction of the plan it made
-    np.testing.assert_allclose(planned.meta["search"]["memory_bytes"], predicted_peak(planned, planned.meta["mesh"]),
+    np.testing.assert_allclose(planned.plan.search.memory_bytes, predicted_peak(planned, planned.plan.mesh),
                                rtol=1e-9)
     assert compiled <= budget < dp
     assert any(n.strategy.in_strategy()[1] != (1, 1) for n in planned.node_list() if n.kind == "MatMul")
@@ -109,7 +109,7 @@ def test_a_budget_no_plan_fits_names_the_smallest_need():
     _context.reset_context()
     ms.set_context(max_device_memory=f"{err.value.need * 1.001 / 1024 ** 3:.6f}GB")
     graph = mlp_train(None, 2, 256, search_mode="dynamic_programming").program.plan_graph([x, y])
-    assert graph.meta["search"]["memory_bytes"] <= err.value.need * 1.001
+    assert graph.plan.search.memory_bytes <= err.value.need * 1.001
 
 
 def test_max_device_memory_format_is_mindspores():
@@ -127,7 +127,7 @@ def _device_count_case(devices):
     x, y = mlp_data(48, 96)
     train = mlp_train(None, 2, 96, search_mode="dynamic_programming", device_num=devices)
     graph = train.program.plan_graph([x, y])
-    assert graph.meta["mesh"].sizes == {6: (2, 3), 12: (2, 2, 3), 24: (2, 2, 2, 3)}[devices]
+    assert graph.plan.mesh.sizes == {6: (2, 3), 12: (2, 2, 3), 24: (2, 2, 2, 3)}[devices]
     got = losses(train, (x, y))
     ms.reset_auto_parallel_context()
     want = losses(mlp_train(None, 2, 96, mode="stand_alone"), (x, y))
@@ -239,7 +239,7 @@ def test_deterministic_saved_and_reloaded_without_searching(tmp_path):
                                                strategy_ckpt_config={"load_file": path}), (x, y))
     assert loaded == first
     assert {n.provenance.kind for n in graph.node_list()} == {"user"}  # every op from the file
-    assert graph.meta["search"]["problem"]["choices"] == graph.meta["search"]["problem"]["variables"]  # no choice
+    assert graph.plan.search.problem["choices"] == graph.plan.search.problem["variables"]  # no choice
 
 
 def test_begin_dump_and_explain_show_the_choice_and_two_alternatives(tmp_path, capsys):
@@ -250,7 +250,7 @@ def test_begin_dump_and_explain_show_the_choice_and_two_alternatives(tmp_path, c
     train = mlp_train(None, 2, 128, search_mode="dynamic_programming")
     graph = train.program.plan_graph([x, y])
     node = graph.find("matmul")[0]
-    record = graph.meta["search"]["records"][node.id]
+    record = graph.plan.search.records[node.id]
     assert len(record.alternatives) == 2 and all(a.time >= record.chosen.time for a in record.alternatives)
     capsys.readouterr()
     assert main(["ir", "explain", str(tmp_path), f"node:{node.id}", "--json"]) == 0
@@ -272,7 +272,7 @@ def test_plan_for_1024_devices_without_them():
     net = nn.WithLossCell(search_mlp(4, 1024), nn.MSELoss())
     x, y = mlp_data(8192, 1024)
     summary = plan_for_devices(net, x, y, devices=1024)
-    assert summary.mesh.size == 1024 and summary.graph.meta["mesh"].n_devices == 1024
+    assert summary.mesh.size == 1024 and summary.graph.plan.mesh.n_devices == 1024
     assert all(n.provenance.kind == "searched" for n in summary.graph.node_list())
     assert summary.memory_bytes > 0 and summary.comm_bytes > 0
     assert "predicted per device" in summary.text()

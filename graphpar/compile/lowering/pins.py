@@ -50,7 +50,7 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
             found = shardings[spec] = NamedSharding(mesh, to_partition_spec(kept))
         return found
 
-    layout: dict[int, Any] = dict(graph.meta.get("value_specs", {})) if mesh is not None else {}
+    layout: dict[int, Any] = dict(graph.plan.value_specs) if mesh is not None else {}
     implied = implied_outputs(graph) if mesh is not None else frozenset()
     steps: dict[int, Step] = {}
     keys = BodyKeys()

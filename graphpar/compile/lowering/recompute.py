@@ -2,7 +2,7 @@
 
 MindSpore marks the nodes of a recomputed Cell (or a single primitive) so that the backward pass recomputes their
 outputs from the Cell's inputs instead of keeping them alive. graphpar does the same at the lowering: the traced
-graph knows each node's Cell scope, and ``graph.meta["recompute_scopes"]`` (filled while tracing) says which
+graph knows each node's Cell scope, and ``graph.recompute_scopes`` (filled while tracing) says which
 scopes were marked. :func:`segments` cuts the node list into runs; a run of consecutive nodes of one recomputed
 Cell (or of recomputed primitives) is evaluated inside ``jax.checkpoint`` by the interpreter, so autodiff saves
 only the run's inputs and recomputes the rest in the backward pass.
@@ -87,7 +87,7 @@ def _scope_config(scope: str, scopes: dict[str, RecomputeConfig]) -> tuple[str, 
 def segments(graph: Any) -> list[tuple[RecomputeConfig | None, list[Any]]]:
     """The graph's nodes in order, cut into runs: ``(None, nodes)`` evaluate normally, ``(config, nodes)`` inside
     ``jax.checkpoint`` with ``config``'s policy."""
-    scopes = graph.meta.get("recompute_scopes") or {}
+    scopes = graph.recompute_scopes
     out: list[tuple[Any, Any, list[Any]]] = []
     for node in graph.node_list():
         found = _scope_config(node.scope, scopes) if scopes else None

@@ -64,9 +64,9 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
                  optimizer: Optimizer, sens: float) -> list[Stage]:
     """Every stage of ``split`` (cut from the planned ``graph``) placed on its ``per_stage`` devices of
     ``devices`` and compiled."""
-    sizes = graph.meta["mesh"].sizes
+    sizes = graph.plan.mesh.sizes
     k = per_stage
-    specs = graph.meta.get("value_specs", {})
+    specs = graph.plan.value_specs
     n_params = len(ns.params.values())
     stages = []
     for sg in split.stages:

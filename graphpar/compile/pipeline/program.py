@@ -40,17 +40,14 @@ from graphpar.compile.pipeline.schedule import dispatch_order, stage_orders
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
 from graphpar.compile.pipeline.stage_programs import is_float
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
-from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
 from graphpar.compile.runtime.program import _ensure
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.dump.pipeline import maybe_dump_begin, maybe_dump_execute, maybe_save_strategy
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
 from graphpar.planner import strategy_file
-from graphpar.planner.mesh import mesh_axis_sizes
-from graphpar.planner.passes.context import PlanContext
-from graphpar.planner.pipeline import run_pipeline
-from graphpar.planner.strategy import MeshInfo
+from graphpar.planner.passes.context import PlanRequest
+from graphpar.planner.pipeline import plan_graph
 
 _PIPELINE_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
 
@@ -152,17 +149,9 @@ class PipelineProgram:
     def _plan(self, ns: NetworkState, avals: list[jax.ShapeDtypeStruct]) -> Graph:
         graph, _ = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
         assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning
-        k, pctx = self.per_stage, self.pctx
-        probe = PlanContext(MeshInfo(("m0",), (k,)), pctx.parallel_mode, pctx.search_mode)
-        hinted = _hint_matrices(graph, probe.dims, k)
-        sizes = mesh_axis_sizes(k, [m for _, m in hinted], [o for o, _ in hinted])
-        info = MeshInfo(tuple(f"m{i}" for i in range(len(sizes))), sizes)
-        ctx = PlanContext(info, pctx.parallel_mode, pctx.search_mode)
-        ctx.input_specs = dataset_specs(graph, info, pctx.dataset_strategy)
-        ctx.strategy_file = strategy_file.for_plan(pctx)
-        graph = run_pipeline(graph, ctx)
-        graph.meta.update(mesh=info, purpose="train")
-        return graph
+        pctx = self.pctx  # each stage's devices plan the graph (one mesh of per_stage devices)
+        return plan_graph(graph, PlanRequest(self.per_stage, pctx.parallel_mode, pctx.search_mode, "train",
+                                             pctx.dataset_strategy, strategy_file.for_plan(pctx)))
 
     def _build(self, ns: NetworkState, inputs: list[np.ndarray]) -> Built:
         m = self.micro_size

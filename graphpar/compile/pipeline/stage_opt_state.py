@@ -17,6 +17,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from graphpar.compile.plans.layout import parameter_of, state_shardings
 from graphpar.compile.runtime.program import _ensure
 
 
@@ -28,19 +29,17 @@ def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequ
     states = []
     for params, shardings, mesh in zip(stage_params, stage_shardings, meshes):
         replicated = NamedSharding(mesh, PartitionSpec())
+        template = jax.eval_shape(tx.init, params)
+        placed = state_shardings(template, {n: (np.shape(v), shardings[n]) for n, v in params.items()},
+                                 lambda shape, replicated=replicated: replicated)
 
-        def place(path: Any, leaf: Any, params: dict = params, shardings: dict = shardings,
-                  replicated: NamedSharding = replicated) -> Any:
+        def place(path: Any, leaf: Any, sharding: NamedSharding) -> Any:
             value = flat.get(path)
             if value is None:  # a leaf the whole state lacks: its initial value
                 value = np.zeros(leaf.shape, leaf.dtype)
-            for entry in path:
-                name = entry.key if isinstance(entry, jax.tree_util.DictKey) else None
-                if name in params and np.shape(value) == np.shape(params[name]):
-                    return _ensure(value, shardings[name])
-            return _ensure(value, replicated)
+            return _ensure(value, sharding)
 
-        states.append(jax.tree_util.tree_map_with_path(place, jax.eval_shape(tx.init, params)))
+        states.append(jax.tree_util.tree_map_with_path(place, template, placed))
     return states
 
 
@@ -50,10 +49,9 @@ def join_state(template: Any, states: Sequence[Any], owner: dict[str, int]) -> A
     by_stage = [dict(jax.tree_util.tree_flatten_with_path(s)[0]) for s in states]
 
     def pick(path: Any, leaf: Any) -> Any:
-        for entry in path:
-            stage = owner.get(entry.key) if isinstance(entry, jax.tree_util.DictKey) else None
-            if stage is not None and path in by_stage[stage]:
-                return by_stage[stage][path]
+        name = parameter_of(path, owner)
+        if name is not None and path in by_stage[owner[name]]:
+            return by_stage[owner[name]][path]
         return by_stage[0].get(path, leaf)
 
     return jax.tree_util.tree_map_with_path(pick, template)

@@ -204,7 +204,7 @@ def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: 
         for vid in node.outputs:
             dsts = sorted({node_stage[c] for c, _ in graph.values[vid].consumers} - {node_stage[node.id]})
             transfers += [Transfer(vid, node_stage[node.id], d) for d in dsts]
-    specs = graph.meta.get("value_specs", {})
+    specs = graph.plan.value_specs
     stages = []
     for s in range(n_stages):
         params = [i for i, st in enumerate(param_stage) if st == s]
@@ -224,10 +224,7 @@ def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: 
         outputs = sent + ([loss_vid] if s == last else []) + [rest_out_vids[j] for j in rest_out]
         sub = dataclasses.replace(
             graph, nodes={nid: graph.nodes[nid] for nid in order}, order=order, inputs=inputs, outputs=outputs,
-            name=f"{graph.name}_stage{s}", meta={**graph.meta, "value_specs": stage_specs, "pipeline_stage": s,
-                                                  "pipeline_stages": n_stages, "specs_by_name": None})
-        sub.meta.pop("specs_by_name")
-        sub.meta.pop("dump_index", None)
+            name=f"{graph.name}_stage{s}").with_plan(value_specs=stage_specs)
         stages.append(StageGraph(s, sub, params, rest, data, received, sent, s == last, rest_out))
     names = {graph.values[v].name: st for v, st in zip(param_vids, param_stage)}
     names.update({graph.values[v].name: st for v, st in zip(rest_vids, rest_stage)})

@@ -9,14 +9,13 @@ Lowering to HLO for N devices is not done.
 (``Model.train``, a ``TrainOneStepCell`` call, a forward) plans for N virtual devices, prints the summary and ends
 the script; :func:`plan_script` returns that summary. The batch is MindSpore's per-device batch: the script's
 global batch divided by its own device count, times N (``dataset_strategy="full_batch"`` keeps the batch as it is).
-The plan-only plan hooks the compile stage's protocol: its ``trace_avals`` scales the batch and its ``setup`` (which
+The plan-only plan hooks the compile stage's protocol: its ``trace_avals`` scales the batch and its ``request`` (which
 the orchestrator calls with the traced graph) plans, prints and raises :class:`PlanDone`, which unwinds the script
 back to :func:`plan_script`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import runpy
 import sys
 import time
@@ -33,16 +32,13 @@ from graphpar._context import ParallelMode
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
-from graphpar.compile.plans.semi_auto import _hint_matrices, dataset_specs
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
-from graphpar.planner.mesh import axis_names, mesh_axis_sizes
-from graphpar.planner.passes.context import PlanContext
-from graphpar.planner.pipeline import run_pipeline
+from graphpar.planner.passes.context import PlanRequest
+from graphpar.planner.pipeline import plan_graph
 from graphpar.planner.cost import plan_cost, predicted_peak, sum_costs
 from graphpar.planner.memory_model import DEFAULT_OPTIMIZER_SLOTS, graph_optimizer_slots
 from graphpar.planner.search.settings import search_settings
-from graphpar.planner.strategy import MeshInfo
 
 
 @dataclass
@@ -74,14 +70,14 @@ class PlanSummary:
                                                                               "more ops", "", "", "", "")]
         widths = [max(len(r[i]) for r in shown) for i in range(len(rows[0]))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in shown]
-        search = g.meta.get("search") or {}
+        search = g.plan.search
         lines.append(f"predicted per device: peak memory {self.memory_bytes / 1024 ** 2:.2f} MiB ({self.memory_terms}"
                      f"), collective bytes per step {self.comm_bytes:.0f} in {self.messages} collectives")
-        if search:
-            p = search["problem"]
+        if search is not None:
+            p = search.problem
             lines.append(f"search: {p['variables']} variables ({p['repeated_groups']} repeated-layer groups), "
-                         f"{p['choices']} choices, {p['edges']} edges; build {search['build_s']:.2f} s, solve "
-                         f"{search['solve_s']:.2f} s, {'optimal' if search['optimal'] else 'gap %.3g' % search['gap']}")
+                         f"{p['choices']} choices, {p['edges']} edges; build {search.build_s:.2f} s, solve "
+                         f"{search.solve_s:.2f} s, {'optimal' if search.optimal else 'gap %.3g' % search.gap}")
         lines.append(f"traced and planned in {self.seconds:.2f} s")
         return "\n".join(lines)
 
@@ -112,21 +108,15 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     pctx = pctx if pctx is not None else _context.current_parallel()
     mode, search_mode = _modes(pctx)
     started = time.perf_counter()
-    probe = PlanContext(MeshInfo(("m0",), (devices,)), mode, search_mode)
-    hinted = _hint_matrices(graph, probe.dims, devices)
-    sizes = mesh_axis_sizes(devices, [m for _, m in hinted], [o for o, _ in hinted])
-    info = MeshInfo(axis_names(len(sizes)), sizes)
-    ctx = PlanContext(info, mode, search_mode)
-    ctx.input_specs = dataset_specs(graph, info, pctx.dataset_strategy)
-    ctx.strategy_file = strategy_file.for_plan(pctx)
-    ctx.search = search_settings(mode, search_mode, _context.current().max_device_memory, platform)
-    ctx.optimizer_slots = graph_optimizer_slots(graph, optimizer)
-    graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": info, "purpose": purpose})
-    graph = run_pipeline(graph, ctx)
+    graph = plan_graph(graph, PlanRequest(
+        devices, mode, search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
+        search_settings(mode, search_mode, _context.current().max_device_memory, platform),
+        graph_optimizer_slots(graph, optimizer)))
+    info = graph.plan.mesh
     training = purpose == "train"
     per_node = plan_cost(graph, info, training=training)
     total = sum_costs(per_node.values())
-    return PlanSummary(devices, mode, search_mode, AbstractMesh(tuple(sizes), info.names), graph,
+    return PlanSummary(devices, mode, search_mode, AbstractMesh(info.sizes, info.names), graph,
                        predicted_peak(graph, info, per_node, training), total.comm_bytes, total.messages,
                        time.perf_counter() - started, per_node, _optimizer_text(optimizer, training))
 
@@ -183,9 +173,9 @@ class PlanOnlyPlan(ExecutionPlan):
             avals.append(jax.ShapeDtypeStruct(shape, x.dtype))
         return avals
 
-    def setup(self, graph: Graph) -> Any:
-        """Plan the traced graph for the virtual devices, print the plan, end the script."""
-        purpose = graph.name.rsplit("_", 1)[-1]  # trace_network names it "{network}_{purpose}"
+    def request(self, graph: Graph, purpose: str) -> Any:
+        """Plan the traced graph for the virtual devices, print the plan, end the script (the orchestrator asks
+        for the request of the traced graph: planning starts here)."""
         summary = plan_graph_for_devices(graph, self.virtual, purpose, self.pctx, self.platform,
                                          self.optimizer if purpose == "train" else None)
         print(summary.text(), flush=True)

@@ -3,7 +3,8 @@
 Every plan answers the same protocol for ``compile.orchestrate`` and the step builder:
 
 * ``trace``: the network's step or forward traced into the graph IR (``compile.graph_trace``);
-* ``setup``: what the pass pipeline needs for that graph (the mesh, the dataset layouts, the dump note);
+* ``request``: what planning that graph reads (a ``planner.passes.context.PlanRequest``: devices, modes, mesh,
+  dataset strategy, strategy file, search settings, optimizer slots, the dump note);
 * ``layout``: the planned graph's :class:`~graphpar.compile.plans.layout.Layout` (parameter, state and input shardings);
 * ``objective`` / ``forward``: the function of a *planned* graph that is differentiated / evaluated.
 
@@ -36,12 +37,12 @@ from graphpar.compile.plans.planned import Planned, Traced
 from graphpar.errors import DatasetError
 from graphpar.ir.graph import Graph
 from graphpar.planner.mesh import make_mesh
-from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.strategy import MeshInfo
 
 REPLICA_AXIS = "graphpar_replica"
 
-__all__ = ["ExecutionPlan", "StandAlonePlan", "DataParallelPlan", "PlanSetup", "call_network", "REPLICA_AXIS"]
+__all__ = ["ExecutionPlan", "StandAlonePlan", "DataParallelPlan", "call_network", "REPLICA_AXIS"]
 
 
 def _objective_of(loss: Any, sens: float) -> Any:
@@ -50,15 +51,6 @@ def _objective_of(loss: Any, sens: float) -> Any:
         raise TypeError(f"the network's loss must be a floating-point array, got {loss.dtype}")
     # MindSpore's gradient uses a sensitivity of `sens` for every element: the gradient of sum(sens * loss).
     return jnp.sum(loss.astype(jnp.float32)) * sens
-
-
-@dataclass(frozen=True)
-class PlanSetup:
-    """What the pass pipeline needs for one traced graph."""
-
-    ctx: PlanContext
-    note: str = ""
-    replicated: bool = False  # the graph runs whole on every device (a strategy file records no splits)
 
 
 def _flat(params: Any, rest: Any, inputs: Sequence[Any]) -> list[Any]:
@@ -92,10 +84,11 @@ class ExecutionPlan:
         graph, out_treedef = trace_network(ns, self.trace_avals(inputs, purpose), purpose, call=call)
         return Traced(graph, purpose, out_treedef)
 
-    def setup(self, graph: Graph) -> PlanSetup:
-        # the graph runs whole on each device (replicas, if any, are outside it)
-        return PlanSetup(PlanContext(MeshInfo(("m0",), (1,)), self.pctx.parallel_mode, self.pctx.search_mode),
-                         self.dump_note, replicated=True)
+    def request(self, graph: Graph, purpose: str) -> PlanRequest:
+        """What planning ``graph`` (traced for ``purpose``) reads under this plan (``planner.pipeline.plan_graph``).
+        Here: the graph runs whole on each device (replicas, if any, are outside it), on a one-device mesh."""
+        return PlanRequest(1, self.pctx.parallel_mode, self.pctx.search_mode, purpose,
+                           mesh=MeshInfo(("m0",), (1,)), note=self.dump_note, replicated=True)
 
     dump_note = ""
 

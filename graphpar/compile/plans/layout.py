@@ -3,17 +3,20 @@
 A plan turns a planned graph into a :class:`Layout`; the step builder, the input feeder and the forward program ask
 only these three questions, whatever the parallel mode. ``UniformLayout`` covers the plans whose placement does not
 depend on the graph (one device; data parallel: state replicated, batches split), ``GraphLayout`` reads the storage
-layouts the ``place_parameters`` pass chose for every parameter, state leaf and input.
+layouts the ``place_parameters`` pass chose for every parameter, state leaf and input, by value id.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
+from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from graphpar.ir.graph import Graph
 from graphpar.planner.strategy import Spec, to_partition_spec
 
 
@@ -52,22 +55,58 @@ class UniformLayout(Layout):
 
 
 class GraphLayout(Layout):
-    """Storage layouts chosen by the planner, by (value kind, name); anything unnamed is replicated."""
+    """The storage layouts the planner chose for a planned graph (``graph.plan.value_specs``, by value id): a named
+    state leaf is the graph input of that name, batch input ``index`` the graph's ``index``-th data input; anything
+    else is replicated."""
 
-    def __init__(self, mesh: Mesh, specs: Mapping[tuple[str, str], Spec]):
+    def __init__(self, mesh: Mesh, graph: Graph):
         self.mesh = mesh
-        self._specs = dict(specs)
+        self._specs: Mapping[int, Spec] = graph.plan.value_specs
+        named: dict[str, int] = {}
+        for kind in ("param", "state"):  # a Parameter's layout before a state leaf's of the same name
+            for vid in graph.inputs:
+                value = graph.values[vid]
+                if value.kind == kind:
+                    named.setdefault(value.name, vid)
+        self._named = named
+        self._inputs = [vid for vid in graph.inputs if graph.values[vid].kind == "input"]
 
-    def _sharding(self, spec: Spec | None, shape: tuple[int, ...]) -> NamedSharding:
+    def _sharding(self, vid: int | None, shape: tuple[int, ...]) -> NamedSharding:
+        spec = self._specs.get(vid) if vid is not None else None
         spec = spec if spec is not None else tuple(() for _ in shape)
         return NamedSharding(self.mesh, to_partition_spec(spec))
 
     def param_sharding(self, name, shape):
-        spec = self._specs.get(("param", name))
-        return self._sharding(spec if spec is not None else self._specs.get(("state", name)), shape)
+        return self._sharding(self._named.get(name), shape)
 
     def state_sharding(self, shape):
         return self._sharding(None, shape)
 
     def input_sharding(self, index, shape):
-        return self._sharding(self._specs.get(("input", f"input{index}")), shape)
+        return self._sharding(self._inputs[index] if index < len(self._inputs) else None, shape)
+
+
+def parameter_of(path: Sequence[Any], names: Container[str]) -> str | None:
+    """The parameter an optimizer-state leaf at pytree ``path`` belongs to, or None for a shared leaf (a step
+    count): optax states mirror the parameter dict, so a parameter's leaves (momentum, Adam's moments) hold its name
+    in their path. The one place state leaves are matched to parameters."""
+    for entry in path:
+        if isinstance(entry, jax.tree_util.DictKey) and entry.key in names:
+            return entry.key
+    return None
+
+
+def state_shardings(tree: Any, params: Mapping[str, tuple[tuple[int, ...], jax.sharding.Sharding]],
+                    other: Callable[[tuple[int, ...]], jax.sharding.Sharding]) -> Any:
+    """The shardings of a state tree (an optimizer state), a pure function of its leaves' paths and shapes, as
+    flax's ``nnx.get_partition_spec`` is of a state's metadata: a leaf that mirrors a parameter (its name in the
+    path, its shape: :func:`parameter_of`) lives where ``params[name]`` says (``(shape, sharding)``), any other
+    where ``other(shape)`` says."""
+    def sharding(path: Any, leaf: Any) -> jax.sharding.Sharding:
+        shape = tuple(np.shape(leaf))
+        name = parameter_of(path, params)
+        if name is not None and shape == tuple(params[name][0]):
+            return params[name][1]
+        return other(shape)
+
+    return jax.tree_util.tree_map_with_path(sharding, tree)

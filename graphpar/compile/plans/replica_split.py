@@ -26,7 +26,6 @@ keeps the global objective, reduced per micro-batch, and says why once.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from jax.sharding import Mesh
 from graphpar._logging import notice_once
 from graphpar.compile.plans.planned import Planned
 from graphpar.ir.graph import Graph
-from graphpar.planner.pipeline import run_pipeline
+from graphpar.planner import pipeline
 
 
 def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Planned:
@@ -47,10 +46,7 @@ def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Pla
     the step's dumps show the whole batch's graph)."""
     started = time.perf_counter()
     traced = plan.trace(ns, avals, "train")
-    setup = plan.setup(traced.graph)
-    graph = dataclasses.replace(traced.graph, meta={**traced.graph.meta, "mesh": setup.ctx.mesh,
-                                                    "purpose": "train", "note": setup.note})
-    graph = run_pipeline(graph, setup.ctx)
+    graph = pipeline.plan_graph(traced.graph, plan.request(traced.graph, "train"))
     return Planned(graph, plan.layout(graph), "train", traced.out_treedef, time.perf_counter() - started, traced)
 
 
@@ -75,7 +71,7 @@ class NotSeparable(Exception):
 def data_parallel_axes(graph: Graph, mesh_sizes: dict[str, int]) -> tuple[tuple[str, ...], str]:
     """The leading mesh axes splitting dimension 0 of every batched input and no trainable parameter, and, when
     there are none although the batch is split, why."""
-    specs = graph.meta.get("value_specs", {})
+    specs = graph.plan.value_specs
     prefix: tuple[str, ...] | None = None
     used: dict[str, str] = {}
     for vid in graph.inputs:
@@ -143,7 +139,7 @@ def check_separable(whole: Graph, replica: Graph, axes: tuple[str, ...], replica
         d = _batched_dim(tuple(g.shape), tuple(r.shape), replicas, f"value '{g.name or gv}'")
         if d is not None:
             batched[gv] = d
-    specs = whole.meta.get("value_specs", {})
+    specs = whole.plan.value_specs
     for vid in whole.inputs:
         if vid in batched and tuple(specs.get(vid, ((),))[batched[vid]])[:len(axes)] != axes:
             raise NotSeparable(f"input '{whole.values[vid].name}' is not split over {'.'.join(axes)} in dimension "

@@ -38,7 +38,7 @@ from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_sig
 from graphpar.compile.staging.cache import CompileCounts, ProgramKey
 from graphpar.compile.plans.choose import choose_plan
 from graphpar.compile.plans.global_batch import from_process_zero, make_global
-from graphpar.compile.plans.layout import Layout
+from graphpar.compile.plans.layout import Layout, state_shardings
 from graphpar.compile.lowering.opt_shard import OptimizerSharding
 from graphpar.compile.staging.orchestrate import Orchestrator, lower
 from graphpar.compile.plans.execution import ExecutionPlan
@@ -190,15 +190,7 @@ class TrainProgram:
         """Optimizer-state leaves that mirror a parameter (momentum, Adam moments) live where it lives."""
         storage = self.optimizer_sharding(ns, layout).storage
         by_name = {n: (np.shape(v), s) for n, v, s in zip(ns.param_names(), ns.params.values(), storage)}
-
-        def sharding(path, leaf):
-            for entry in path:
-                found = by_name.get(entry.key) if isinstance(entry, jax.tree_util.DictKey) else None
-                if found is not None and np.shape(leaf) == found[0]:
-                    return found[1]
-            return layout.state_sharding(tuple(np.shape(leaf)))
-
-        return jax.tree_util.tree_map_with_path(sharding, opt_state)
+        return state_shardings(opt_state, by_name, layout.state_sharding)
 
     def _signature(self, ns: NetworkState, layout: Layout, avals: Sequence[Any], opt_state: Any,
                    steps: int | None) -> tuple[StepSignature, tuple]:

@@ -10,7 +10,6 @@ dump. Both are cached (``compile.cache``); both time their stages and tell the u
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,17 +27,16 @@ from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
 from graphpar.dump.writer import maybe_dump_begin, maybe_dump_execute
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
-from graphpar.planner.pipeline import run_pipeline
+from graphpar.planner.pipeline import plan_graph
 
 
 def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str) -> Graph:
-    """The plan's pass pipeline on a traced graph; writes the begin dump and the strategy file (if configured)."""
-    setup = plan.setup(graph)
-    graph = dataclasses.replace(graph, meta={**graph.meta, "mesh": setup.ctx.mesh, "purpose": purpose,
-                                             "note": setup.note})
-    graph = run_pipeline(graph, setup.ctx)
+    """A traced graph planned as the plan requests (``planner.pipeline.plan_graph``); writes the begin dump and
+    the strategy file (if configured)."""
+    request = plan.request(graph, purpose)
+    graph = plan_graph(graph, request)
     maybe_dump_begin(graph, plan)
-    strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=setup.replicated)
+    strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=request.replicated)
     return graph
 
 

@@ -1,28 +1,86 @@
-"""What every pass may read besides the graph: the mesh, the mode, the dataset layouts, and rule lookup."""
+"""What planning reads: the request (:class:`PlanRequest`), and what every pass reads besides the graph
+(:class:`PlanContext`: the request, the mesh and dataset layouts decided so far, and rule lookup)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphpar.ir.graph import Graph, Node
+from graphpar.ir.graph import Graph, GraphPlan, Node
 from graphpar.planner.dims import DimSpec, shapes_of
 from graphpar.planner.rules import rule_for
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, enumerate_strategies
 
 
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything planning reads besides the traced graph, read once by whoever asks for a plan (an execution
+    plan, the pipeline program, a dry run): ``planner.pipeline.plan_graph(graph, request)`` needs nothing else.
+
+    ``mesh``: the mesh to plan on. The mode's ``choose_mesh`` pass (SEMI_AUTO / AUTO / HYBRID) chooses one from
+    the hints and refuses one other than a given mesh (a program keeps one mesh); the other modes plan on it as
+    given. ``dataset_strategy`` is read by the ``dataset_layouts`` pass of the same modes. ``replicated``: the graph
+    runs whole on every device (replicas, if any, are outside it), as the strategy file records it."""
+
+    devices: int  # the devices planned for (real or virtual)
+    parallel_mode: str  # ParallelMode value
+    search_mode: str = "sharding_propagation"
+    purpose: str = "train"  # "train" or "forward"
+    dataset_strategy: Any = "data_parallel"  # set_auto_parallel_context(dataset_strategy=...)
+    strategy_file: Any = None  # planner.strategy_file.StrategyFile to force (strategy_ckpt_config load_file)
+    search: Any = None  # planner.search.settings.SearchSettings (AUTO_PARALLEL searches: memory budget, hardware)
+    # per trained parameter name, the optimizer's state elements per element (planner.memory_model; None: unknown)
+    optimizer_slots: Mapping[str, float] | None = None
+    mesh: MeshInfo | None = None
+    note: str = ""  # the begin dump's note line
+    replicated: bool = False
+
+
 @dataclass
 class PlanContext:
-    mesh: MeshInfo
-    mode: str  # ParallelMode value
-    search_mode: str = "sharding_propagation"
-    input_specs: dict[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
-    strategy_file: Any = None  # parallel.strategy_file.StrategyFile to force (strategy_ckpt_config load_file)
-    search: Any = None  # parallel.search.settings.SearchSettings (AUTO_PARALLEL searches: memory budget, hardware)
-    # per trained parameter name, the optimizer's state elements per element (parallel.memory_model; None: unknown)
-    optimizer_slots: dict[str, float] | None = None
+    """The request, the mesh and the dataset layouts of the graph being planned, and caches of rule lookups.
+    ``plan_graph`` makes it from the graph's :class:`GraphPlan` (:meth:`on`), again after a pass decided the mesh
+    or the dataset layouts."""
+
+    mesh: MeshInfo | None
+    request: PlanRequest
+    input_specs: Mapping[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
     _dims: dict[int, DimSpec | None] = field(default_factory=dict)
     _candidates: dict[tuple, tuple[NodeStrategy, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, request: PlanRequest, plan: GraphPlan) -> PlanContext:
+        return cls(plan.mesh, request, plan.input_specs)
+
+    def on(self, plan: GraphPlan) -> PlanContext:
+        """This context for a graph whose plan now reads ``plan`` (rule lookups kept; candidates only on the same
+        mesh)."""
+        if plan.mesh == self.mesh and plan.input_specs is self.input_specs:
+            return self
+        candidates = self._candidates if plan.mesh == self.mesh else {}
+        return dataclasses.replace(self, mesh=plan.mesh, input_specs=plan.input_specs, _candidates=candidates)
+
+    @property
+    def mode(self) -> str:
+        return self.request.parallel_mode
+
+    @property
+    def search_mode(self) -> str:
+        return self.request.search_mode
+
+    @property
+    def strategy_file(self) -> Any:
+        return self.request.strategy_file
+
+    @property
+    def search(self) -> Any:
+        return self.request.search
+
+    @property
+    def optimizer_slots(self) -> Mapping[str, float] | None:
+        return self.request.optimizer_slots
 
     def dims(self, node: Node, graph: Graph) -> DimSpec | None:
         """The node's labelled dimensions (cached), or None when no rule covers its kind."""

@@ -1,7 +1,7 @@
 """Pass ``place_parameters``: every trainable Parameter is stored in the layout its consumer needs.
 
-Reads: node strategies. Adds: ``graph.meta["value_specs"]`` (storage layout of every param/state/input value) and
-``graph.meta["param_conflicts"]`` (one report per Parameter whose consumers want different layouts).
+Reads: node strategies. Adds: ``graph.plan.value_specs`` (storage layout of every param/state/input value) and
+``graph.plan.param_conflicts`` (one report per Parameter whose consumers want different layouts).
 
 A Parameter read by several nodes that want different layouts is stored in the layout that minimizes the bytes
 redistributed to all of them, and the choice is reported (begin dump; a warning too when it costs any bytes). If
@@ -12,7 +12,6 @@ would be valid. Non-trainable state (BatchNorm statistics, keys, constants) is s
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from graphpar._logging import notice_once
@@ -54,7 +53,7 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
         def cost(spec):
             return sum(redistribution_bytes(spec, s, value.shape, value.itemsize, ctx.mesh) for _, _, s in wants)
 
-        searched = graph.meta.get("search", {}).get("storage", {}).get(vid)  # the search priced this choice
+        searched = graph.plan.search.storage.get(vid) if graph.plan.search is not None else None  # the search priced this choice
         best = searched if searched is not None else min(distinct, key=lambda s: (cost(s), distinct.index(s)))
         specs[vid] = best
         report = {"parameter": value.name, "chosen": best, "cost_bytes": cost(best),
@@ -68,10 +67,7 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
                     "bytes per device per step)", logging.DEBUG)
         costly.setdefault(readers, []).append((value.name, cost(best), best))
     _warn_conflicts(costly)
-    meta = dict(graph.meta)
-    meta["value_specs"] = specs
-    meta["param_conflicts"] = conflicts
-    return dataclasses.replace(graph, meta=meta)
+    return graph.with_plan(value_specs=specs, param_conflicts=tuple(conflicts))
 
 
 def _warn_conflicts(costly: dict[str, list[tuple]]) -> None:

@@ -65,7 +65,7 @@ def check_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
     record = ctx.strategy_file
     if record is None:
         return graph
-    specs = graph.meta.get("value_specs", {})
+    specs = graph.plan.value_specs
     for vid in graph.inputs:
         value = graph.values[vid]
         layout = record.layouts.get(value.name)

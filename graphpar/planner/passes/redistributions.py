@@ -10,8 +10,8 @@ no free strategy for an end of the edge (MindSpore's warning), else INFO (a free
 user's own strategies, defaults or a searched plan, where MindSpore says nothing above DEBUG). Free
 redistributions (a slice whose cotangent needs no gather) are not reported.
 
-Reads: node strategies and provenance, ``graph.meta["value_specs"]`` (storage layouts of parameters and inputs).
-Adds: ``graph.meta["redistributions"]`` (one record per priced edge, for dumps and tools). Changes no strategy.
+Reads: node strategies and provenance, ``graph.plan.value_specs`` (storage layouts of parameters and inputs).
+Adds: ``graph.plan.redistributions`` (one record per priced edge, for dumps and tools). Changes no strategy.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _group_line(group: _Group, node_name: str, k: int, shape: tuple, src: Any, d
 
 
 def report_redistributions(graph: Graph, ctx: PlanContext) -> Graph:
-    specs = graph.meta.get("value_specs", {})
+    specs = graph.plan.value_specs
     grads = grad_values(graph)
     debug = is_enabled(logging.DEBUG)
     records = []
@@ -119,4 +119,4 @@ def report_redistributions(graph: Graph, ctx: PlanContext) -> Graph:
         first = graph.nodes[group.edges[0]["node"]]
         notice_once(f"redistribution:{graph.name}:{first.scope}/{node_name}#{first.id}:{k}:{src}:{dst}:"
                     f"{len(group.edges)}", _group_line(group, node_name, k, shape, src, dst), level)
-    return dataclasses.replace(graph, meta={**graph.meta, "redistributions": records})
+    return graph.with_plan(redistributions=tuple(records))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from graphpar.ir.graph import Graph, Node
+from graphpar.ir.graph import Graph, GraphPlan, Node
 from graphpar.planner.passes.context import PlanContext
 
 
@@ -62,7 +62,7 @@ def _check_node(node: Node, graph: Graph, ctx: PlanContext) -> None:
 def check_layouts(graph: Graph, ctx: PlanContext) -> None:
     """The invariants that hold after any pass: every decided node has a provenance and valid layouts (right rank,
     known mesh axes, each at most once per tensor, splits that divide), and every storage layout recorded so far
-    (``graph.meta["value_specs"]``) is the layout of a graph input and valid. Undecided nodes and inputs without a
+    (``graph.plan.value_specs``) is the layout of a graph input and valid. Undecided nodes and inputs without a
     storage layout yet are fine (a later pass decides them; ``verify`` requires them)."""
     for node in graph.node_list():
         if node.strategy is None:
@@ -71,7 +71,7 @@ def check_layouts(graph: Graph, ctx: PlanContext) -> None:
             raise PlanInvariantError(f"{_where(node)} has a strategy but no provenance")
         _check_node(node, graph, ctx)
     inputs = set(graph.inputs)
-    for vid, spec in graph.meta.get("value_specs", {}).items():
+    for vid, spec in graph.plan.value_specs.items():
         if vid not in inputs:
             raise PlanInvariantError(f"storage layout {spec} recorded for %{vid}, which is no graph input")
         if graph.values[vid].is_array:
@@ -86,12 +86,12 @@ class PassInput:
     graph: Graph
     nodes: dict[int, Node]
     annotations: dict[int, tuple[Any, Any]]  # node id -> (strategy, provenance)
-    meta: dict[str, Any]
+    plan: GraphPlan
 
     @staticmethod
     def of(graph: Graph) -> "PassInput":
         return PassInput(graph, dict(graph.nodes),
-                         {nid: (n.strategy, n.provenance) for nid, n in graph.nodes.items()}, dict(graph.meta))
+                         {nid: (n.strategy, n.provenance) for nid, n in graph.nodes.items()}, graph.plan)
 
 
 def _check_untouched(given: PassInput) -> None:
@@ -104,9 +104,9 @@ def _check_untouched(given: PassInput) -> None:
         if node.strategy is not strategy or node.provenance is not provenance:
             raise PlanInvariantError(f"the pass changed {_where(node)} of its input graph in place (a pass returns "
                                      "a new graph: Graph.with_annotations)")
-    if graph.meta.keys() != given.meta.keys() or any(graph.meta[k] is not v for k, v in given.meta.items()):
-        raise PlanInvariantError("the pass changed graph.meta of its input graph in place (a pass returns a new "
-                                 "graph: dataclasses.replace(graph, meta={**graph.meta, ...}))")
+    if graph.plan is not given.plan:
+        raise PlanInvariantError("the pass changed graph.plan of its input graph in place (a pass returns a new "
+                                 "graph: Graph.with_plan)")
 
 
 def _check_same_graph(given: Graph, result: Graph) -> None:
@@ -136,7 +136,7 @@ def verify(graph: Graph, ctx: PlanContext) -> Graph:
         if node.strategy is None or node.provenance is None:
             raise PlanInvariantError(f"{_where(node)} has no strategy after planning")
         _check_node(node, graph, ctx)
-    specs = graph.meta.get("value_specs", {})
+    specs = graph.plan.value_specs
     for vid in graph.inputs:
         if vid not in specs:
             raise PlanInvariantError(f"graph input %{vid} ({graph.values[vid].name}) has no storage layout")

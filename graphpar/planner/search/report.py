@@ -20,7 +20,6 @@ from graphpar.ir.graph import Graph
 _LINE = re.compile(r"^# search: node (?P<id>\d+) (?P<rest>chosen .*)$")
 _CHOICE = re.compile(r"(?P<role>chosen|alternative) (?P<strategy>\((?:[^{}])*\)) \{(?P<cost>[^{}]*)\}")
 _SUMMARY = re.compile(r"^# search summary: \{(?P<body>.*)\}$")
-_SUMMARY_KEYS = ("objective_s", "memory_bytes", "budget", "optimal", "gap", "hardware", "build_s", "solve_s")
 
 
 def _number(value: float) -> str:
@@ -37,21 +36,20 @@ def _strategy_text(strategy: tuple) -> str:
 
 
 def search_lines(graph: Graph) -> list[str]:
-    """The dump lines of ``graph.meta["search"]`` (none when the plan was not searched)."""
-    meta = graph.meta.get("search")
-    if not meta:
+    """The dump lines of ``graph.plan.search`` (none when the plan was not searched)."""
+    searched = graph.plan.search
+    if searched is None:
         return []
     lines = []
     for nid in graph.order:
-        record = meta["records"].get(nid)
+        record = searched.records.get(nid)
         if record is None:
             continue
         parts = [f"chosen {_strategy_text(record.chosen.strategy)} {_cost_text(record.chosen.cost, record.chosen.time)}"]
         parts += [f"alternative {_strategy_text(a.strategy)} {_cost_text(a.cost, a.time)}"
                   for a in record.alternatives]
         lines.append(f"# search: node {nid} " + "; ".join(parts))
-    problem = meta.get("problem", {})
-    summary = {k: meta.get(k) for k in _SUMMARY_KEYS} | problem
+    summary = searched.summary()
     lines.append("# search summary: {" + ", ".join(
         f"{k}: {_number(v) if isinstance(v, float) else v}" for k, v in summary.items()) + "}")
     return lines

@@ -3,8 +3,9 @@
 Reads: the strategies already decided (``shard()`` hints and a loaded strategy file ran first: they are constraints,
 each such node has exactly its strategy as candidate), rules, shapes, the dataset layouts, ``ctx.search``
 (:class:`~.settings.SearchSettings`: memory budget, hardware). Adds: a strategy on every undecided node with
-provenance ``searched``, and ``graph.meta["search"]``: per node the chosen strategy's cost breakdown and the best
-two alternatives with theirs (each priced with every other op as planned), plus the problem's size and timings.
+provenance ``searched``, and ``graph.plan.search`` (a ``search.record.SearchRecord``): per node the chosen
+strategy's cost breakdown and the best two alternatives with theirs (each priced with every other op as planned),
+plus the problem's size and timings.
 
 Both MindSpore search modes run the same search here: an exact ILP (:mod:`.ilp`) over candidates (:mod:`.candidates`)
 with repeated layers sharing one solution (:mod:`.layers`). MindSpore's recursive_programming wants a power-of-two
@@ -22,6 +23,7 @@ from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.search.costs import Cost
 from graphpar.planner.search.ilp import Infeasible, Solution, solve_ilp
+from graphpar.planner.search.record import SearchRecord
 from graphpar.planner.search.problem import Pricer, Problem, build_problem, describe
 from graphpar.planner.search.settings import MemoryBudgetError, SearchSettings
 from graphpar.planner.strategy import NodeStrategy
@@ -38,7 +40,7 @@ class Choice:
 
 
 @dataclass(frozen=True)
-class SearchRecord:
+class NodeRecord:
     chosen: Choice
     alternatives: tuple[Choice, ...]
 
@@ -93,10 +95,10 @@ def _local_cost(node: Node, strategy: NodeStrategy, var: int, index: int, around
 
 
 def _records(problem: Problem, solution: Solution, ctx: PlanContext, pricer: Pricer,
-             chosen: dict[int, NodeStrategy], storage: dict[int, tuple]) -> dict[int, SearchRecord]:
+             chosen: dict[int, NodeStrategy], storage: dict[int, tuple]) -> dict[int, NodeRecord]:
     graph, hw = problem.graph, problem.hw
-    out: dict[int, SearchRecord] = {}
-    cache: dict[tuple, SearchRecord] = {}  # copies of a layer with the same surroundings share their record
+    out: dict[int, NodeRecord] = {}
+    cache: dict[tuple, NodeRecord] = {}  # copies of a layer with the same surroundings share their record
     for g, var in enumerate(problem.variables):
         if var.param is not None or var.choices.fixed:
             continue
@@ -111,7 +113,7 @@ def _records(problem: Problem, solution: Solution, ctx: PlanContext, pricer: Pri
                     priced.append((c.time(hw), i, c))
                 mine = priced[solution.choice[g]]
                 alts = sorted((p for p in priced if p[1] != solution.choice[g]), key=lambda p: (p[0], p[1]))[:2]
-                record = SearchRecord(
+                record = NodeRecord(
                     Choice(var.choices.strategies[mine[1]].in_strategy(), mine[2], mine[0]),
                     tuple(Choice(var.choices.strategies[i].in_strategy(), c, t) for t, i, c in alts))
                 cache[(g, around)] = record
@@ -159,10 +161,8 @@ def search(graph: Graph, ctx: PlanContext) -> Graph:
             breakdown = {**record.chosen.cost.as_dict(), "time": record.chosen.time}
             updates[nid]["provenance"] = dataclasses.replace(prov, breakdown=breakdown)
     out = graph.with_annotations(updates)
-    meta = dict(out.meta)
-    meta["search"] = {
-        "records": records, "storage": storage, "objective_s": solution.objective, "optimal": solution.optimal, "gap": solution.gap,
-        "memory_bytes": problem.memory_of(solution.choice), "budget": settings.memory_budget,
-        "problem": describe(problem), "build_s": built - started, "solve_s": solved - built,
-        "total_s": time.perf_counter() - started, "hardware": settings.hardware.name}
-    return dataclasses.replace(out, meta=meta)
+    return out.with_plan(search=SearchRecord(
+        records=records, storage=storage, objective_s=solution.objective, optimal=solution.optimal, gap=solution.gap,
+        memory_bytes=problem.memory_of(solution.choice), budget=settings.memory_budget, problem=describe(problem),
+        build_s=built - started, solve_s=solved - built, total_s=time.perf_counter() - started,
+        hardware=settings.hardware.name))
