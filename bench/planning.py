@@ -18,7 +18,7 @@ and the baseline share, so graphpar's first lowering pays for those).
 
 graphpar lowers each repeated chain-like run of nodes (a Dense layer; a GPT block's projections, attention and
 feed-forward chains) as one call of one ``jax.jit`` function (``compile.call_groups``), and each other distinct node
-body as one function called by every node that computes it (``compile.interpret.shared_calls``), so JAX
+body as one function called by every node that computes it (``compile.lowering.plan.shared_calls``), so JAX
 linearizes, transposes and emits each distinct body once and pays per call site for few call sites; the compiled
 program is the per-node one instruction for instruction. The baseline binds every equation of every layer, as a
 user's loop of ``jnp`` calls does. Every time is taken

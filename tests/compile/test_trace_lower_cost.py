@@ -145,14 +145,14 @@ def test_body_keys_equal_exactly_when_the_bodies_compute_the_same_function():
 
 def _gpt_run(monkeypatch, share: str):
     from graphpar.compile.lowering import call_groups
-    from graphpar.compile.lowering import interpret
+    from graphpar.compile.lowering import plan
     from graphpar.dump.hlo import parse_collectives
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     if share != "groups":  # "nodes": shared node bodies only; "inline": every node inline
         monkeypatch.setattr(call_groups, "plan_units", lambda graph, segments: [list(s) for s in segments])
     if share == "inline":
-        monkeypatch.setattr(interpret, "shared_calls", lambda steps: {})
+        monkeypatch.setattr(plan, "shared_calls", lambda steps: {})
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
@@ -197,18 +197,15 @@ def test_repeated_bodies_lower_once_with_the_same_collectives_and_numbers(monkey
 
 
 def test_groups_are_repeated_chain_like_runs():
-    from graphpar.compile.lowering import recompute
     from graphpar.compile.lowering import call_groups
-    from graphpar.compile.lowering import pins
+    from graphpar.compile.lowering.plan import plan_lowering
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
     graph = gpt_train_cell(GPT(layers=3)).program.plan_graph(list(gpt_data()))
-    steps = pins.prepare(graph, None)
-    segments = [[steps[n.id] for n in nodes] for config, nodes in recompute.segments(graph) if config is None]
-    units = [u for seg in call_groups.plan_units(graph, segments) for u in seg]
+    units = plan_lowering(graph).units
     groups = [u for u in units if isinstance(u, call_groups.Group)]
     # every node once, in graph order
     assert [s.node.id for u in units for s in (u.steps if isinstance(u, call_groups.Group) else [u])] == graph.order
@@ -231,9 +228,8 @@ def test_low_precision_runs_stay_per_node_calls():
     """Runs touching bfloat16 values are not grouped: XLA's CPU compile of a grouped call rounds bfloat16
     differently from the per-node program (measured on ResNet-18 at O3), and the per-node program is the one that
     equals hand-written JAX casts bit for bit. The same network in float32 is grouped."""
-    from graphpar.compile.lowering import recompute
     from graphpar.compile.lowering import call_groups
-    from graphpar.compile.lowering import pins
+    from graphpar.compile.lowering.plan import plan_lowering
     from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 
     def groups(low_precision: bool) -> list:
@@ -244,10 +240,7 @@ def test_low_precision_runs_stay_per_node_calls():
         if low_precision:
             net.to_float(ms.bfloat16)
         graph = gpt_train_cell(net).program.plan_graph(list(gpt_data()))
-        steps = pins.prepare(graph, None)
-        segments = [[steps[n.id] for n in nodes] for config, nodes in recompute.segments(graph) if config is None]
-        return [u for seg in call_groups.plan_units(graph, segments) for u in seg
-                if isinstance(u, call_groups.Group)]
+        return [u for u in plan_lowering(graph).units if isinstance(u, call_groups.Group)]
 
     assert len(groups(False)) == 2 * 4
     assert groups(True) == []

@@ -1,6 +1,6 @@
 """Runs of nodes lowered as one shared ``jit`` call each: the lowering interpreter's unit above a single node.
 
-Why: once every distinct node body is one shared ``jit`` (``interpret.shared_calls``), JAX's cost of lowering a
+Why: once every distinct node body is one shared ``jit`` (``plan.shared_calls``), JAX's cost of lowering a
 training step is a cost per *call site*: each call is bound, linearized, transposed, dead-code-eliminated and emitted
 as an MLIR ``call`` on its own, so a 256-layer MLP pays for 771 forward and 771 backward call sites. A network
 repeats runs of nodes (a layer's matmul, bias add and activation; a block's projections), and a run that computes
@@ -48,7 +48,7 @@ class Group:
     """Consecutive steps evaluated as one call: ``inputs`` (value ids read from outside, in first-use order) to
     ``outputs`` (value ids read after the group or returned by the graph)."""
 
-    steps: tuple[Any, ...]  # interpret.Step, in graph order
+    steps: tuple[Any, ...]  # pins.Step, in graph order
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     scope: str  # the scope every member runs under (the members' common Cell scope)

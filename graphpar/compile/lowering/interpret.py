@@ -13,13 +13,15 @@ costs more than XLA compiling it. So an op node's body — its equations traced 
 body of the ``jit`` equation a staged call made — is *inlined*: its primitives are bound one by one (nested ``jit``
 calls inlined too; ``compile.lowering.bodies``), and JAX linearizes plain primitives instead of tracing and
 partially evaluating one sub-jaxpr per op, and emits one MLIR function instead of one per op.
-Everything that does not depend on the traced values — which inputs need a redistribution pin, each pin's
-``NamedSharding``, each node's scope label, each node's body key — is worked out once per evaluation, before the
-first bind (``compile.lowering.pins.prepare``), so the evaluation loop here only binds. A body that two or more
-nodes compute (the same equations, pins included: ``bodies.BodyKeys``) becomes one ``jax.jit`` function every such
-node calls under its own named scope (:func:`shared_calls`): JAX caches a jit's linearization, transposition and
-MLIR function by jaxpr, so a deep network's repeated layers are differentiated and emitted once per distinct body,
-not once per node.
+Everything that does not depend on the traced values — each node's pins and their ``NamedSharding``, its body and
+body key, the repeated runs of nodes that are one call, the recomputed runs, the shared-call table — is a
+:class:`~graphpar.compile.lowering.plan.LoweringPlan`, worked out once per planned graph (``compile.lowering.plan``),
+so :func:`run` only binds: it reads and writes one environment of values unit by unit, as ``jax.core.eval_jaxpr``
+does equation by equation. A body that two or more nodes compute (the same equations, pins included:
+``bodies.BodyKeys``) is one ``jax.jit`` function every such node calls under its own named scope, and a repeated
+run of nodes one function every such run calls (``compile.lowering.call_groups``): JAX caches a jit's
+linearization, transposition and MLIR function by jaxpr, so a deep network's repeated layers are differentiated and
+emitted once per distinct body, not once per node.
 ``custom_jvp``/``custom_vjp`` equations are re-bound whole with their bind params (keeping custom derivatives). Runs
 of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()``) are evaluated inside
 ``jax.checkpoint`` (``compile.recompute``), inline (as is everything when level-3 activations are named).
@@ -36,34 +38,56 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
 from graphpar.compile.lowering import call_groups, recompute
-from graphpar.compile.lowering.pins import Pin, Step, prepare
+from graphpar.compile.lowering.call_groups import Group
+from graphpar.compile.lowering.pins import Pin, Step
+from graphpar.compile.lowering.plan import Checkpointed, LoweringPlan, lowering_plan
 from graphpar.ir.graph import Graph
 
 
+def run(plan: LoweringPlan, args: Sequence[Any]) -> list[Any]:
+    """The planned graph's outputs for flat ``args`` (in its inputs' order): each unit of ``plan`` bound in order,
+    reading its inputs from and writing its outputs to one environment of values."""
+    env: dict[int, Any] = dict(plan.consts)
+    env.update(zip(plan.inputs, args))
+    functions: dict[tuple[str, Any], Callable[..., list[Any]]] = {}  # this trace's jit functions, made on first use
+    for unit in plan.units:
+        xs = [env[v] for v in unit.inputs]
+        if isinstance(unit, Group):  # the function of its key, made from the first group of that key
+            fn = functions.get(("group", unit.share))
+            if fn is None:
+                fn = functions[("group", unit.share)] = call_groups.group_function(unit, _evaluate_member)
+            with jax.named_scope(unit.call_scope):
+                outs = fn(*xs)
+        elif isinstance(unit, Checkpointed):
+            outs = _run_checkpointed(unit, plan, xs)
+        elif unit.share in plan.calls:  # a shared call: the pinned body of the table's step for its key
+            fn = functions.get(("node", unit.share))
+            if fn is None:
+                fn = functions[("node", unit.share)] = jax.jit(_pinned_body(plan.calls[unit.share]))
+            with jax.named_scope(unit.node.label):
+                outs = fn(*xs)
+        else:
+            outs = bind_step(unit, xs, named=unit.node.id in plan.named)
+        env.update(zip(unit.outputs, outs))
+    return [env[v] for v in plan.outputs]
+
+
+def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
+             vmapped_axes: frozenset[str] = frozenset()) -> list[Any]:
+    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned:
+    :func:`run` over the graph's lowering plan (made on its first lowering and kept: ``plan.lowering_plan``).
+
+    ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
+    accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout."""
+    return run(lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations()), args)
+
+
 def _pinned_body(step: Step) -> Callable[..., list[Any]]:
-    """The step as one function of its inputs: input pins, body, output pins."""
+    """The step as one function of its inputs: input pins, body, output pins (a shared call's function)."""
     def graphpar_node(*xs: Any) -> list[Any]:
         return _evaluate_pinned(step, list(xs))
 
     return graphpar_node
-
-
-def shared_calls(steps: Sequence[Step]) -> dict[Any, Callable[..., list[Any]]]:
-    """One ``jax.jit`` function per body that two or more of ``steps`` compute (same :attr:`Step.share` key).
-
-    Why: every node JAX differentiates and lowers costs it a trace per primitive (linearizing, transposing,
-    emitting MLIR), and a deep network repeats the same few bodies hundreds of times (a 256-layer MLP: three). A
-    ``jit`` call of one function object is traced once, and JAX caches its linearization, transposition and MLIR
-    function by jaxpr, so those costs are paid once per distinct body; each call still runs under its node's named
-    scope (``op_name`` of what XLA inlines keeps the call site's), and its pins are inside the call, so the
-    partitioner sees the same layouts."""
-    count: dict[Any, int] = {}
-    first: dict[Any, Step] = {}
-    for step in steps:
-        if step.share is not None:
-            count[step.share] = count.get(step.share, 0) + 1
-            first.setdefault(step.share, step)
-    return {key: jax.jit(_pinned_body(first[key])) for key, n in count.items() if n > 1}
 
 
 def _pin(xs: list[Any], pins: tuple[Pin, ...], name_comm: bool) -> list[Any]:
@@ -73,19 +97,12 @@ def _pin(xs: list[Any], pins: tuple[Pin, ...], name_comm: bool) -> list[Any]:
     return xs
 
 
-def run_step(step: Step, env: dict[int, Any], name_comm: bool = False, from_batch: set[int] | None = None,
-             shared: dict[Any, Callable[..., list[Any]]] | None = None) -> None:
-    """Evaluate one prepared node, reading its inputs from and writing its outputs to ``env``. ``from_batch``: the
-    values computed from the batch so far, whose node outputs are named activations (the parallel optimizer's
-    level3, ``compile.recompute.naming_activations``). ``shared``: :func:`shared_calls`; a step whose body is
-    there is evaluated as a call of it."""
-    node = step.node
-    with jax.named_scope(node.label):
-        xs = [env[v] for v in node.inputs]
-        call = shared.get(step.share) if shared and not name_comm and from_batch is None else None
-        if call is not None:
-            env.update(zip(node.outputs, call(*xs)))
-            return
+def bind_step(step: Step, xs: list[Any], name_comm: bool = False, named: bool = False) -> list[Any]:
+    """One node inline under its named scope: input pins, body, output pins. ``name_comm``: its communication
+    (pinned redistributions of its inputs, its outputs when it communicates) is named ``recompute.COMM``, for a
+    recomputed run that keeps it; ``named``: its outputs are named activations (the parallel optimizer's level3,
+    ``compile.recompute.naming_activations``)."""
+    with jax.named_scope(step.node.label):
         if step.in_pins:
             xs = _pin(xs, step.in_pins, name_comm)
         outs = step.body(xs)
@@ -93,11 +110,10 @@ def run_step(step: Step, env: dict[int, Any], name_comm: bool = False, from_batc
             outs = _pin(list(outs), step.out_pins, False)
         if name_comm and step.communication:
             outs = [_named(o, True) for o in outs]
-        if from_batch is not None and any(v in from_batch for v in node.inputs):
-            from_batch.update(node.outputs)
+        if named:
             outs = [checkpoint_name(o, recompute.ACTIVATION) if jnp.issubdtype(o.dtype, jnp.inexact) else o
                     for o in outs]
-    env.update(zip(node.outputs, outs))
+    return outs
 
 
 def _evaluate_pinned(step: Step, xs: list[Any], out_pins: tuple[Pin, ...] | None = None) -> list[Any]:
@@ -113,74 +129,22 @@ def _evaluate_member(step: Step, xs: list[Any]) -> list[Any]:
     return _evaluate_pinned(step, xs, step.all_out_pins)
 
 
-def run_group(group: call_groups.Group, env: dict[int, Any], functions: dict[Any, Callable[..., list[Any]]]) -> None:
-    """Evaluate a :class:`~graphpar.compile.lowering.call_groups.Group` as a call of its key's shared function (made
-    by the first group of that key), under the group's call-site scope."""
-    fn = functions.get(group.share)
-    if fn is None:
-        fn = functions[group.share] = call_groups.group_function(group, _evaluate_member)
-    with jax.named_scope(group.call_scope):
-        outs = fn(*[env[v] for v in group.inputs])
-    env.update(zip(group.outputs, outs))
-
-
-def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
-             vmapped_axes: frozenset[str] = frozenset()) -> list[Any]:
-    """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned.
-
-    ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
-    accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout."""
-    steps = prepare(graph, mesh, vmapped_axes)
-    env: dict[int, Any] = {vid: value.const for vid, value in graph.values.items() if value.kind == "const"}
-    env.update(zip(graph.inputs, args))
-    # level3 of the parallel optimizer: name the values computed from the batch (compile.recompute)
-    from_batch = ({v for v in graph.inputs if graph.values[v].kind == "input"} if recompute.names_activations()
-                  else None)
-    segments = recompute.segments(graph)
-    plain = [[steps[node.id] for node in nodes] for config, nodes in segments if config is None]
-    # runs of nodes repeated as a whole: one shared call each; repeated single nodes: likewise (not when activations
-    # are named: each node's outputs are named at its own call site)
-    units = call_groups.plan_units(graph, plain) if from_batch is None else plain
-    # a node outside the groups whose body others compute too is a shared call as it is without groups (counted
-    # over every node: a call and an inline body can get different layouts from XLA)
-    shared = shared_calls([s for seg in plain for s in seg]) if from_batch is None else {}
-    group_fns: dict[Any, Callable[..., list[Any]]] = {}
-    plain_units = iter(units)
-    for config, nodes in segments:
-        if config is None:
-            for unit in next(plain_units):
-                if isinstance(unit, call_groups.Group):
-                    run_group(unit, env, group_fns)
-                else:
-                    run_step(unit, env, from_batch=from_batch, shared=shared)
-        else:
-            _run_checkpointed(graph, [steps[node.id] for node in nodes], config, env, from_batch)
-    return [env[v] for v in graph.outputs]
-
-
 def _named(x: Any, name_comm: bool) -> Any:
     return checkpoint_name(x, recompute.COMM) if name_comm else x
 
 
-def _run_checkpointed(graph: Graph, steps: Sequence[Step], config: Any, env: dict[int, Any],
-                      from_batch: set[int] | None = None) -> None:
-    """Evaluate a run of recomputed nodes inside ``jax.checkpoint``: its inputs are the values it reads from
-    outside (constants are closed over), its outputs those read after it."""
-    nodes = [step.node for step in steps]
-    inside = {v for node in nodes for v in node.outputs}
-    ext = list(dict.fromkeys(v for node in nodes for v in node.inputs
-                             if v not in inside and graph.values[v].kind != "const"))
-    ids = {node.id for node in nodes}
-    later = {v for node in graph.node_list() if node.id not in ids for v in node.inputs} | set(graph.outputs)
-    needed = [v for node in nodes for v in node.outputs if v in later]
-    consts = {v: env[v] for node in nodes for v in node.inputs if graph.values[v].kind == "const"}
+def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any]) -> list[Any]:
+    """A run of recomputed nodes inside ``jax.checkpoint``: its steps bound inline, the constants they read closed
+    over."""
+    consts = dict(unit.consts)
+    name_comm = not unit.config.mp_comm_recompute
 
     def segment(*args: Any) -> list[Any]:
         local = dict(consts)
-        local.update(zip(ext, args))
-        for step in steps:
-            run_step(step, local, name_comm=not config.mp_comm_recompute, from_batch=from_batch)
-        return [local[v] for v in needed]
+        local.update(zip(unit.inputs, args))
+        for step in unit.steps:
+            local.update(zip(step.outputs, bind_step(step, [local[v] for v in step.inputs], name_comm,
+                                                     step.node.id in plan.named)))
+        return [local[v] for v in unit.outputs]
 
-    outs = jax.checkpoint(segment, policy=config.policy())(*[env[v] for v in ext])
-    env.update(zip(needed, outs))
+    return jax.checkpoint(segment, policy=unit.config.policy())(*xs)

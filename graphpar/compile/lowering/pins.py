@@ -1,9 +1,9 @@
 """Preparing a planned graph for the lowering interpreter: each node's :class:`Step`, pins worked out once.
 
-Everything that does not depend on the traced values — which inputs need a redistribution pin, each pin's
-``NamedSharding``, which outputs need none (:func:`implied_outputs`), each node's body and body key — is worked out
-once per evaluation, before the first bind (:func:`prepare`), so the evaluation loop of
-``compile.lowering.interpret`` only binds.
+Everything about a node that does not depend on the traced values — which inputs need a redistribution pin, each
+pin's ``NamedSharding``, which outputs need none (:func:`implied_outputs`), its body and body key — is worked out
+by :func:`prepare`, once per lowering plan (``compile.lowering.plan``), so the interpreter
+(``compile.lowering.interpret``) only binds.
 """
 
 from __future__ import annotations
@@ -25,22 +25,31 @@ Pin = tuple[int, NamedSharding, str]  # (position, layout, named scope "in0"/"ou
 @dataclass(frozen=True)
 class Step:
     """One node, ready to evaluate: its body, the pins around it, whether its outputs are communication.
-    ``share``: equal for two steps that compute the same function of their inputs, pins included (None: never
-    shared; see ``interpret.shared_calls``)."""
+    ``share``: equal for two steps of one :func:`prepare` that compute the same function of their inputs, pins
+    included (a small int standing for the structural key, hashed once; None: never shared; see
+    ``plan.shared_calls``)."""
 
     node: Node
     body: Callable[[Sequence[Any]], list[Any]]
     in_pins: tuple[Pin, ...]
     out_pins: tuple[Pin, ...]
     communication: bool
-    share: Any = None
+    share: int | None = None
     all_out_pins: tuple[Pin, ...] = ()  # out_pins and the pins of implied outputs (inside a group call)
+
+    @property
+    def inputs(self) -> list[int]:
+        return self.node.inputs
+
+    @property
+    def outputs(self) -> list[int]:
+        return self.node.outputs
 
 
 def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = frozenset()) -> dict[int, Step]:
     """Each node's :class:`Step` (by node id). With ``mesh``, an input is pinned only where its layout changes (a
     redistribution; elsewhere the producer's output pin or the storage layout already holds) and every output is
-    pinned to its planned layout, less the ``vmapped_axes`` (see ``interpret.evaluate``)."""
+    pinned to its planned layout, less the ``vmapped_axes`` (see ``plan.plan_lowering``)."""
     shardings: dict[Any, NamedSharding] = {}
 
     def sharding(spec: Any) -> NamedSharding:
@@ -54,6 +63,7 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
     implied = implied_outputs(graph) if mesh is not None else frozenset()
     steps: dict[int, Step] = {}
     keys = BodyKeys()
+    shares: dict[tuple, int] = {}  # structural key (body key and pins) -> its small int
     for node in graph.node_list():
         strategy = node.strategy if mesh is not None else None
         in_pins: list[Pin] = []
@@ -72,7 +82,8 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
                     if v not in implied:
                         out_pins.append(all_out[-1])
         body_key = keys.node(graph, node)
-        share = None if body_key is None else (body_key, tuple(in_pins), tuple(out_pins), tuple(all_out))
+        share = None if body_key is None else shares.setdefault(
+            (body_key, tuple(in_pins), tuple(out_pins), tuple(all_out)), len(shares))
         steps[node.id] = Step(node, node_body(node), tuple(in_pins), tuple(out_pins),
                               recompute.is_communication(node), share, tuple(all_out))
     return steps
