@@ -14,7 +14,8 @@ from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.interpret import run
 from graphpar.compile.lowering.network_state import current_state
 from graphpar.compile.lowering.pins import Step
-from tests.bigmodels.nets import DeepFFN, data
+from graphpar.models.mlp import DeepFFN
+from tests.bigmodels.nets import data
 
 
 def _train(net, mode="semi_auto_parallel"):
