@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from graphpar.compile.runtime.program import _ensure
+from graphpar.compile.runtime.placement import ensure_placed
 
 
 def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequence[dict[str, Any]],
@@ -37,8 +37,8 @@ def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequ
             for entry in path:
                 name = entry.key if isinstance(entry, jax.tree_util.DictKey) else None
                 if name in params and np.shape(value) == np.shape(params[name]):
-                    return _ensure(value, shardings[name])
-            return _ensure(value, replicated)
+                    return ensure_placed(value, shardings[name])
+            return ensure_placed(value, replicated)
 
         states.append(jax.tree_util.tree_map_with_path(place, jax.eval_shape(tx.init, params)))
     return states
