@@ -31,6 +31,7 @@ from graphpar.compile.plans.layout import Layout
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
 from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.dump.pipeline import ScheduleDescription, StageDescription
 from graphpar.ir.graph import Graph
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.planner.mesh import make_mesh
@@ -91,6 +92,14 @@ class Built:
     orders: list[list[Action]]
     dumped: bool = False
     opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
+
+    def description(self) -> ScheduleDescription:
+        """What the pipeline dumps show of it."""
+        return ScheduleDescription(
+            self.graph, tuple(StageDescription(st.sg.stage, tuple(st.ranks), st.sg.graph) for st in self.stages),
+            tuple(tuple(a.text for a in order) for order in self.orders),
+            tuple(tuple((a.stage, a.text) for a in tick) for tick in self.ticks),
+            self.split.node_stage, self.split.param_stage)
 
 
 def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:

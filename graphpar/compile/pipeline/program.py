@@ -160,8 +160,8 @@ class PipelineProgram(Program[PipelineSettings]):
         orders = stage_orders(job.scheduler, job.n_stages, job.micro_size)
         built = Built(key, graph, split, stages, dispatch_order(orders), orders)
         self._record_stages(ns, split)
-        maybe_dump_begin(built, job)
-        maybe_save_strategy(built, job, set(ns.param_names()))
+        maybe_dump_begin(built.description(), job)
+        maybe_save_strategy(built.description(), job, set(ns.param_names()))
         return built
 
     def _record_stages(self, ns: NetworkState, split: StageSplit) -> None:
@@ -304,7 +304,7 @@ class PipelineProgram(Program[PipelineSettings]):
         if not built.dumped:
             built.dumped = True
             stats = self.stats
-            maybe_dump_execute(built, self.job, ScheduleMeasure(stats.transfer_log, stats.transfers_last_step,
+            maybe_dump_execute(built.description(), self.job, ScheduleMeasure(stats.transfer_log, stats.transfers_last_step,
                                                                 stats.peak_live_micro_batches,
                                                                 stats.peak_residual_bytes),
                                [st.hlo() for st in built.stages])
