@@ -20,78 +20,132 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from graphpar import _context
+from graphpar._context import AutoParallelContext
 from graphpar.dump.format import FORMAT_VERSION, mesh_text
 from graphpar.dump.model import DumpError
 from graphpar.dump.writer import EXECUTE_STAGE, PlanDescription, dump_index, write_begin, write_execute
+from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
 from graphpar.planner.wire import wire_bytes
 
 
-def _stage_plan(program: Any) -> PlanDescription:
-    """What the generic writers read about the plan of a stage: the job's settings, its rank count and devices."""
-    return PlanDescription(program.pctx, len(program.devices), program.devices)
+@dataclass(frozen=True)
+class PipelineJob:
+    """What the pipeline dumps say about the job: its parallel settings, its devices (rank ``r`` on
+    ``devices[r]``), the stage count, the micro-batches per step and the schedule's name. Each stage runs on
+    ``per_stage`` consecutive ranks."""
+
+    pctx: AutoParallelContext
+    devices: tuple[Any, ...]
+    n_stages: int
+    micro_size: int
+    scheduler: str
+
+    @property
+    def per_stage(self) -> int:
+        return len(self.devices) // self.n_stages
+
+    def stage_plan(self) -> PlanDescription:
+        """What the generic writers read about the plan of a stage: the job's settings, rank count and devices."""
+        return PlanDescription(self.pctx, len(self.devices), self.devices)
 
 
-def _ranks_text(ranks: list[int]) -> str:
+@dataclass(frozen=True)
+class StageDescription:
+    """One stage as its dumps show it: its index, its ranks, its part of the micro-batch graph."""
+
+    stage: int
+    ranks: tuple[int, ...]
+    graph: Graph
+
+
+@dataclass(frozen=True)
+class ScheduleDescription:
+    """A planned pipeline as its dumps show it: the planned micro-batch graph, its stages, each stage's order of
+    actions (``"F0"``: the forward of micro-batch 0, ``"B0"`` its backward), the time steps of the whole pipeline
+    (``(stage, action)`` pairs), and the stage of every node (by id) and of every parameter (by name)."""
+
+    graph: Graph
+    stages: tuple[StageDescription, ...]
+    orders: tuple[tuple[str, ...], ...]
+    ticks: tuple[tuple[tuple[int, str], ...], ...]
+    node_stage: dict[int, int]
+    param_stage: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ScheduleMeasure:
+    """What the runtime measured in the first step, for the schedule dump: every transfer between stages (a dict
+    per transfer: pass, micro, stages, value, producer, scope, dtype, shape, bytes, device_bytes), the transfers of
+    the last step, and per stage the most micro-batches (and residual bytes on one device) held at once."""
+
+    transfer_log: Sequence[dict[str, Any]]
+    transfers_last_step: int
+    peak_live_micro_batches: Sequence[int]
+    peak_residual_bytes: Sequence[int]
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
     return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
 
 
-def _note(program: Any, st: Any) -> str:
-    return (f"pipeline stage {st.sg.stage} of {program.n_stages} on ranks {_ranks_text(st.ranks)}: this stage's part "
-            f"of one micro-batch (micro_size {program.micro_size}, scheduler {program.scheduler})")
+def stage_note(job: PipelineJob, stage: int, ranks: Sequence[int]) -> str:
+    """The ``# note`` line of a stage's dumps (the compile layer puts it on the stage's graph before dumping)."""
+    return (f"pipeline stage {stage} of {job.n_stages} on ranks {_ranks_text(ranks)}: this stage's part "
+            f"of one micro-batch (micro_size {job.micro_size}, scheduler {job.scheduler})")
 
 
-def maybe_dump_begin(built: Any, program: Any) -> None:
+def maybe_dump_begin(built: ScheduleDescription, job: PipelineJob) -> None:
     if not _context.current().save_graphs:
         return
     for st in built.stages:
-        st.sg.graph = st.sg.graph.with_plan(note=_note(program, st))
-        write_begin(st.sg.graph, _stage_plan(program), _context.current().save_graphs_path, st.ranks)
+        write_begin(st.graph, job.stage_plan(), _context.current().save_graphs_path, st.ranks)
 
 
-def maybe_dump_execute(built: Any, program: Any) -> None:
+def maybe_dump_execute(built: ScheduleDescription, job: PipelineJob, measured: ScheduleMeasure, hlo: Sequence[str]) -> None:
+    """The execute dumps (``hlo[s]``: the compiled HLO of stage ``s``'s programs) and the schedule dump."""
     if not _context.current().save_graphs:
         return
     directory = _context.current().save_graphs_path
     for st in built.stages:
-        hlo = "\n".join(st.hlo.get(kind, "") for kind in ("forward", "backward", "update"))
-        write_execute(st.sg.graph, _stage_plan(program), hlo, directory, st.ranks, rank_offset=st.ranks[0],
+        write_execute(st.graph, job.stage_plan(), hlo[st.stage], directory, st.ranks, rank_offset=st.ranks[0],
                       program_devices=len(st.ranks))
-        text = schedule_text(built, program, st)
+        text = schedule_text(built, job, measured, st)
         for rank in st.ranks:
-            path = Path(directory) / f"rank_{rank}" / f"pipeline_schedule_{dump_index(st.sg.graph):04d}.ir"
+            path = Path(directory) / f"rank_{rank}" / f"pipeline_schedule_{dump_index(st.graph):04d}.ir"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text.replace("{RANK}", str(rank)))
 
 
-def schedule_text(built: Any, program: Any, st: Any) -> str:
-    stats = program.stats
-    n = program.n_stages
+def schedule_text(built: ScheduleDescription, job: PipelineJob, stats: ScheduleMeasure, st: StageDescription) -> str:
+    n = job.n_stages
     lines = ["# graphpar IR dump: pipeline_schedule",
              f"# format: graphpar-ir {FORMAT_VERSION}",
-             f"# graph: {st.sg.graph.name}  purpose: train",
-             f"# rank: {{RANK}} of {len(program.devices)}  (stage {st.sg.stage} of {n}, ranks "
+             f"# graph: {st.graph.name}  purpose: train",
+             f"# rank: {{RANK}} of {len(job.devices)}  (stage {st.stage} of {n}, ranks "
              f"{_ranks_text(st.ranks)})",
-             f"# pipeline_stages: {n}  micro_size: {program.micro_size}  scheduler: {program.scheduler}",
+             f"# pipeline_stages: {n}  micro_size: {job.micro_size}  scheduler: {job.scheduler}",
              f"# mesh per stage: {mesh_text(built.graph.plan.mesh)}",
-             f"# execute: {EXECUTE_STAGE:02d}_execute_{dump_index(st.sg.graph):04d}.ir", ""]
+             f"# execute: {EXECUTE_STAGE:02d}_execute_{dump_index(st.graph):04d}.ir", ""]
     lines.append("# stage orders")
     for s, order in enumerate(built.orders):
         peak = max(_live(order))
-        lines.append(f"stage {s} ranks {_ranks_text(built.stages[s].ranks)}: {' '.join(a.text for a in order)}  "
+        lines.append(f"stage {s} ranks {_ranks_text(built.stages[s].ranks)}: {' '.join(order)}  "
                      f"# peak live micro-batches: {peak}")
     lines.append("")
     lines.append("# time steps (stage:action)")
     for t, tick in enumerate(built.ticks):
-        lines.append(f"t{t}: " + " ".join(f"{a.stage}:{a.text}" for a in tick))
+        lines.append(f"t{t}: " + " ".join(f"{stage}:{action}" for stage, action in tick))
     lines.append("")
     lines.append("# transfers between stages in one step (activations forward, their gradients backward)")
     ranks = [built.stages[s].ranks for s in range(n)]
-    here = st.sg.stage
+    here = st.stage
     totals = {"Send": [0, 0.0], "Receive": [0, 0.0]}
     for k, t in enumerate(stats.transfer_log):
         if here not in (t["src_stage"], t["dst_stage"]):
@@ -126,10 +180,10 @@ def transfer_wire_bytes(device_bytes: int) -> float:
     return wire_bytes("CollectivePermute", device_bytes, 2)
 
 
-def _live(order: list[Any]) -> list[int]:
+def _live(order: Sequence[str]) -> list[int]:
     live, out = 0, [0]
-    for a in order:
-        live += 1 if a.kind == "F" else -1
+    for action in order:
+        live += 1 if action.startswith("F") else -1
         out.append(live)
     return out
 
@@ -181,25 +235,25 @@ def schedule_for(dump_path: str | None, index: int | None) -> dict[str, Any] | N
     return read_schedule(path) if path.exists() else None
 
 
-def maybe_save_strategy(built: Any, program: Any, trainable: set[str]) -> None:
+def maybe_save_strategy(built: ScheduleDescription, job: PipelineJob, trainable: set[str]) -> None:
     """The strategy file of a pipelined plan: MindSpore's JSON with each op's and each parameter's stage."""
-    config = program.pctx.strategy_ckpt_config or {}
+    config = job.pctx.strategy_ckpt_config or {}
     path = config.get("save_file")
     if not path:
         return
     graph = built.graph
-    data = strategy_file.from_graph(graph, program.per_stage, program.pctx.parallel_mode, trainable,
+    data = strategy_file.from_graph(graph, job.per_stage, job.pctx.parallel_mode, trainable,
                                     bool(config.get("only_trainable_params", True)))
     keys = strategy_file.node_keys(graph)
     for node_id, key in keys.items():
         if key in data["parallel_strategy_item"]:
-            data["parallel_strategy_item"][key]["stage"] = built.split.node_stage[node_id]
+            data["parallel_strategy_item"][key]["stage"] = built.node_stage[node_id]
     extra = data["graphpar"]
-    extra["pipeline_stages"] = program.n_stages
-    extra["micro_size"] = program.micro_size
-    extra["stage_ranks"] = [st.ranks for st in built.stages]
+    extra["pipeline_stages"] = job.n_stages
+    extra["micro_size"] = job.micro_size
+    extra["stage_ranks"] = [list(st.ranks) for st in built.stages]
     for name, layout in extra["layouts"].items():
-        layout["pipeline_stage"] = built.split.param_stage.get(name, 0)
+        layout["pipeline_stage"] = built.param_stage.get(name, 0)
     for name, layout in data["parallel_layout_item"].items():
-        layout["pipeline_stage"] = built.split.param_stage.get(name, 0)
+        layout["pipeline_stage"] = built.param_stage.get(name, 0)
     strategy_file.write(path, data)

@@ -48,6 +48,23 @@ def test_one_gradient_reduction_per_step_in_data_parallel():
     assert [k for k, _ in once] == ["AllReduce"]  # gradients (and the loss) reduced once, in one all-reduce
 
 
+def test_a_changed_grad_accumulation_step_reaches_the_next_step():
+    """What the train step reads of the settings is one snapshot per compile key: changing grad_accumulation_step
+    between steps changes the micro-batches with the plan, and setting it back finds the first program again."""
+    _, train, _ = _train("data_parallel", 1, steps=1)
+    program = train.program
+    first = program.settings
+    assert program.micro_size == 1 and program.counts.compiles == 1
+    x, y = data(32, 16, 8)
+    ms.set_auto_parallel_context(grad_accumulation_step=4)
+    train(x, y)
+    assert program.micro_size == 4 and program.settings is not first and program.counts.compiles == 2
+    assert "while" in program.stages([x, y]).compiled.as_text()  # the micro-batches' loop
+    ms.set_auto_parallel_context(grad_accumulation_step=1)
+    train(x, y)
+    assert train.program is program and program.settings is first and program.counts.compiles == 2
+
+
 @pytest.mark.slow
 def test_context_grad_accumulation_step_and_sharded_accumulation():
     base, _, losses = _train("data_parallel", 4)

@@ -44,6 +44,14 @@ def test_nccl_allgather_seed_prints_one_row_per_rank():
     assert str(np.asarray(out)).startswith("[[0.]\n [1.]")
 
 
+def test_a_cells_per_rank_calls_trace_once_per_signature():
+    net = Wrap(ops.AllGather())
+    for _ in range(2):
+        net(np.arange(N, dtype=np.float32).reshape(N, 1))
+    net(np.arange(2 * N, dtype=np.float32).reshape(N, 2))
+    assert spmd_call._programs[net].counts.traces == 2
+
+
 @pytest.mark.parametrize("op,reduce", [(ops.ReduceOp.SUM, np.sum), (ops.ReduceOp.MAX, np.max),
                                        (ops.ReduceOp.MIN, np.min), (ops.ReduceOp.PROD, np.prod)])
 def test_all_reduce_world(op, reduce):

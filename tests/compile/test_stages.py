@@ -93,6 +93,8 @@ def test_compile_runs_with_the_loss_of_stand_alone_and_the_plans_collectives():
     alone = _train(parallel_mode="stand_alone")
     np.testing.assert_allclose(float(loss), float(alone(X, Y)), rtol=1e-5)
     assert train.program.counts.compiles == 1
+    # the Compiled keeps the Lowered it was made from: asking for every stage lowers nothing again
+    assert stages.lowered is compiled.lowered and train.program.counts.lowerings == 1
     # the input's all-to-all into matmul's (2, 4); the cotangents of matmul and matmul2 gathered back to their
     # (2, 1) outputs; the partial sums, weight gradients and the loss reduced
     assert collectives(compiled.as_text()) == {"all-to-all": 1, "all-gather": 2, "all-reduce": 4}

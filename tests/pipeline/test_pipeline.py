@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 import graphpar as ms
+from graphpar.compile.staging.cache import CompileCounts
 from graphpar.dump.pipeline import read_schedule
 
 from .helpers import mlp_data, params, train_pipelined, train_unpipelined
@@ -34,6 +35,9 @@ def test_mlp_two_stages_1f1b_equals_unpipelined():
     assert stats.transfers_total == steps * 2 * (stages - 1) * micro
     assert max(stats.peak_live_micro_batches) <= stages
     assert stats.peak_live_micro_batches == [2, 1]
+    # planned once; each stage's forward, backward, zeros and update lowered and compiled once, for all 5 steps
+    assert train.program.counts == CompileCounts(traces=1, plans=1, lowerings=8, compiles=8)
+    assert train.program.plan.draws == 4 and train.program.plan.n == 8
     # each stage's parameters live on its own group of 4 devices
     groups = {p.name: sorted(d.id for d in p.get_raw_value().sharding.device_set) for p in net.trainable_params()}
     assert groups["layers.0.weight"] == groups["layers.1.weight"] == [0, 1, 2, 3]

@@ -5,30 +5,62 @@ stages, stage ``s`` gets mesh ``s`` (the ``s``-th group of ``per_stage`` consecu
 parameters, state, data and transferred activations have there (the layouts the plan gave them), and its forward,
 backward and update programs (``compile.pipeline.stage_programs``). :class:`Built` is everything one batch shape
 needs to run, with the schedule's order.
+
+Each stage program goes through the same stages as any program (``staging.stages``): the stage's graph is a
+:class:`~graphpar.compile.plans.planned.Planned` (its :class:`StageLayout`: where the stage's arrays live), and on
+its first call each program is lowered (a :class:`~graphpar.compile.staging.stages.Lowered`) for the arguments it
+is called with and compiled by XLA (a :class:`~graphpar.compile.staging.stages.Compiled`, kept in the pipeline's
+compile cache and counted there); every call runs that executable.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.pipeline.schedule import Action
 from graphpar.compile.pipeline.stage_programs import stage_programs
 from graphpar.compile.pipeline.stage_split import StageGraph, StageSplit
-from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.plans.layout import Layout
+from graphpar.compile.plans.planned import Planned
+from graphpar.compile.staging.cache import ProgramCache, ProgramKey
+from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.dump.pipeline import ScheduleDescription, StageDescription
 from graphpar.ir.graph import Graph
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.planner.mesh import make_mesh
 from graphpar.planner.strategy import to_partition_spec
 
 
+class StageLayout(Layout):
+    """Where one stage's arrays live on its mesh: its parameters and state by name, its batch inputs by index
+    (the layouts the plan gave them); anything else replicated."""
+
+    def __init__(self, mesh: Mesh, named: dict[str, NamedSharding], inputs: dict[int, NamedSharding]):
+        self.mesh, self._named, self._inputs = mesh, named, inputs
+
+    def param_sharding(self, name, shape):
+        return self._named.get(name) or self.state_sharding(shape)
+
+    def state_sharding(self, shape):
+        return NamedSharding(self.mesh, PartitionSpec())
+
+    def input_sharding(self, index, shape):
+        return self._inputs.get(index) or self.state_sharding(shape)
+
+
+PROGRAM_KINDS = ("forward", "backward", "update", "zeros")  # the programs of one stage
+
+
 @dataclass
 class Stage:
-    """One stage's compiled programs and where its arrays live."""
+    """One stage's programs and where its arrays live."""
 
     sg: StageGraph
     mesh: Mesh
@@ -37,16 +69,22 @@ class Stage:
     rest_sh: dict[int, NamedSharding]
     data_sh: list[NamedSharding]
     value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
-    fwd: Any
-    bwd: Any
-    update: Any
-    zeros: Any
-    compiled: dict[str, Any] = field(default_factory=dict)
-    hlo: dict[str, str] = field(default_factory=dict)
+    planned: Planned  # the stage's graph and layout
+    jitted: dict[str, Any]  # kind -> the jitted program (``PROGRAM_KINDS``)
+    compiled: dict[str, Compiled] = field(default_factory=dict)  # kind -> its compiled stage, once called
+
+    def hlo(self) -> str:
+        """The compiled HLO of the stage's forward, backward and update programs (those that ran)."""
+        return "\n".join(self.compiled[kind].as_text() if kind in self.compiled else ""
+                         for kind in ("forward", "backward", "update"))
 
 
 @dataclass
 class Built:
+    """Everything one batch shape needs to run (``key``: its compile key, under which its stage programs are
+    cached)."""
+
+    key: ProgramKey
     graph: Graph
     split: StageSplit
     stages: list[Stage]
@@ -54,6 +92,14 @@ class Built:
     orders: list[list[Action]]
     dumped: bool = False
     opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
+
+    def description(self) -> ScheduleDescription:
+        """What the pipeline dumps show of it."""
+        return ScheduleDescription(
+            self.graph, tuple(StageDescription(st.sg.stage, tuple(st.ranks), st.sg.graph) for st in self.stages),
+            tuple(tuple(a.text for a in order) for order in self.orders),
+            tuple(tuple((a.stage, a.text) for a in tick) for tick in self.ticks),
+            self.split.node_stage, self.split.param_stage)
 
 
 def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
@@ -83,8 +129,42 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
             producer = graph.nodes[graph.values[vid].producer]
             spec = producer.strategy.output_spec(producer.outputs.index(vid)) if producer.strategy else None
             value_sh[vid] = spec_sharding(mesh, spec, len(graph.values[vid].shape))
-        fwd, bwd, update, zeros = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
-                                                 optimizer.transformation(), sens)
+        names = ns.param_names() + ns.rest.names()
+        named = {names[i]: param_sh[i] for i in sg.params}
+        named.update({names[n_params + i]: rest_sh[i] for i in sg.rest})
+        planned = Planned(sg.graph, StageLayout(mesh, named, dict(zip(sg.data, data_sh))), "train")
+        programs = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
+                                  optimizer.transformation(), sens)
         stages.append(Stage(sg, mesh, list(range(sg.stage * k, (sg.stage + 1) * k)), param_sh, rest_sh, data_sh,
-                            value_sh, fwd, bwd, update, zeros))
+                            value_sh, planned, dict(zip(PROGRAM_KINDS, programs))))
     return stages
+
+
+def stage_compiled(cache: ProgramCache, key: ProgramKey, st: Stage, kind: str, args: Sequence[Any]) -> Compiled:
+    """Program ``kind`` of stage ``st`` lowered for ``args`` (its first call's arguments: their shardings are
+    where the schedule keeps them) and compiled, once per (key, stage, kind); counted in ``cache``."""
+    found = st.compiled.get(kind)
+    if found is not None:
+        return found
+    jitted = st.jitted[kind]
+
+    def build() -> Compiled:
+        started, cpu = time.perf_counter(), time.process_time()
+        traced = jitted.trace(*args)
+        signature = StepSignature(jax.tree.map(_sharding_of, tuple(args)), None, traced.donate_argnums)
+        lowered = Lowered(st.planned, traced.lower(), signature, time.perf_counter() - started,
+                          time.process_time() - cpu)
+        cache.count("lowerings")
+        started = time.perf_counter()
+        executable = lowered.lowered.compile()
+        cache.count("compiles")
+        seconds = {"lowering": lowered.seconds, "XLA compile": time.perf_counter() - started}
+        return Compiled(st.planned, signature, executable, executable, seconds, jitted, lowered)
+
+    compiled, _ = cache.compiled.get_or_build((key, f"stage{st.sg.stage} {kind}"), build)
+    st.compiled[kind] = compiled
+    return compiled
+
+
+def _sharding_of(x: Any) -> Any:
+    return x.sharding if isinstance(x, jax.Array) else None

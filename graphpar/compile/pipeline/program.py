@@ -9,7 +9,8 @@ XLA's SPMD partitioner places every op of a program on all of the program's devi
 2. **compile** per stage ``s``, on mesh ``s`` (the ``s``-th group of consecutive ranks): a forward program (the
    stage's nodes under ``jax.vjp``, returning the activations it sends and the residuals its backward needs), a
    backward program (the residuals' VJP, accumulating parameter gradients over micro-batches) and an update program
-   (the optax update of the stage's parameters);
+   (the optax update of the stage's parameters), each lowered and compiled on its first call into the same stage
+   values as any program (``Lowered``, ``Compiled``, counted in :attr:`PipelineProgram.counts`);
 3. **run**: dispatch the programs in the schedule's order (``compile.pipeline_schedule``: GPipe or 1F1B), moving each
    activation to the next stage's devices and each activation gradient back with ``jax.device_put`` (counted in
    :class:`PipelineStats`), then one optimizer update per stage.
@@ -17,39 +18,43 @@ XLA's SPMD partitioner places every op of a program on all of the program's devi
 The loss is MindSpore's ``PipelineCell`` loss: the sum of the micro-batches' losses. Residuals are held only as the
 buffers of the forward's VJP object until that micro-batch's backward ran; :class:`PipelineStats` records the most
 micro-batches (and bytes) each stage held at once. Single process only: a multi-process job is refused by name.
+
+Like every program, :class:`PipelineProgram` is built on ``runtime.skeleton.Program``: its settings (checked) are
+one :class:`PipelineSettings` snapshot per compile key, its network state and stage cache are the skeleton's.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
 
 from graphpar import _context
-from graphpar._context import PYNATIVE_MODE, ParallelMode
+from graphpar._context import AutoParallelContext
 from graphpar.common.parameter import Parameter
-from graphpar.communication.devices import job_devices
 from graphpar.compile.lowering.graph_trace import trace_network
-from graphpar.compile.pipeline.build import Built, Stage, build_stages
+from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.pipeline.build import Built, Stage, build_stages, stage_compiled
 from graphpar.compile.pipeline.schedule import dispatch_order, stage_orders
+from graphpar.compile.pipeline.settings import PipelinePlan, PipelineSettings, read_pipeline_settings
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
 from graphpar.compile.pipeline.stage_programs import is_float
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
-from graphpar.compile.runtime.program import _ensure
-from graphpar.compile.lowering.network_state import NetworkState
-from graphpar.dump.pipeline import maybe_dump_begin, maybe_dump_execute, maybe_save_strategy
+from graphpar.compile.runtime.placement import ensure_placed
+from graphpar.compile.runtime.skeleton import Program
+from graphpar.compile.staging.cache import ProgramKey
+from graphpar.dump.pipeline import (
+    PipelineJob, ScheduleMeasure, maybe_dump_begin, maybe_dump_execute, maybe_save_strategy, stage_note)
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
 from graphpar.planner import strategy_file
 from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.pipeline import plan_graph
-
-_PIPELINE_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
 
 
 @dataclass
@@ -66,84 +71,65 @@ class PipelineStats:
     transfer_log: list[dict[str, Any]] = field(default_factory=list)  # the first step's transfers, for the dumps
 
 
-class PipelinePlanView:
-    """What ``Model`` and the dump writers read about the job: its devices, draws per step, mode settings."""
-
-    name = "pipeline"
-    pynative = False
-    first_rank = 0
-
-    def __init__(self, devices: list[jax.Device], pctx: Any, n_stages: int):
-        self.devices, self.pctx = devices, pctx
-        self.n = len(devices)
-        self.draws = len(devices) // n_stages  # one stage's devices read the global batch, as its data-parallel split
-
-
-class PipelineProgram:
+class PipelineProgram(Program[PipelineSettings]):
     """The train step of a ``TrainOneStepCell`` whose network is a ``PipelineCell`` and ``pipeline_stages > 1``."""
 
     MAX_IN_FLIGHT = 4  # programs queued on the devices at once (XLA:CPU deadlocks with long multi-device queues)
 
     def __init__(self, train_cell: Any):
-        pctx = _context.current_parallel()
-        self.pctx, self.n_stages = pctx, pctx.pipeline_stages
-        self.scheduler = pctx.pipeline_config["pipeline_scheduler"]
-        self.train_cell, self.optimizer, self.sens = train_cell, train_cell.optimizer, train_cell.sens
         pipe = train_cell.network
         if not isinstance(pipe, PipelineCell):
+            n_stages = _context.current_parallel().pipeline_stages
             raise PipelineError(f"TrainOneStepCell's network {type(pipe).__name__}",
-                                f"pipeline_stages={self.n_stages} needs the loss network wrapped in "
+                                f"pipeline_stages={n_stages} needs the loss network wrapped in "
                                 "nn.PipelineCell(network, micro_size)",
                                 "use TrainOneStepCell(nn.PipelineCell(WithLossCell(net, loss), micro_size), opt)")
-        if pctx.parallel_mode not in _PIPELINE_MODES:
-            raise PipelineError(f"parallel_mode={pctx.parallel_mode!r}",
-                                f"pipeline_stages={self.n_stages} runs in SEMI_AUTO_PARALLEL or AUTO_PARALLEL (as in "
-                                "MindSpore)", "set_auto_parallel_context(parallel_mode='semi_auto_parallel')")
-        if pctx.enable_parallel_optimizer:
-            raise PipelineError("enable_parallel_optimizer=True", f"the parallel optimizer is not combined with "
-                                f"pipeline_stages={self.n_stages} yet (each stage keeps whole optimizer state)",
-                                "use enable_parallel_optimizer=False with pipeline stages")
-        if _context.current().mode == PYNATIVE_MODE:
-            raise PipelineError("set_context(mode=PYNATIVE_MODE)", "pipeline parallel runs in GRAPH_MODE only (as "
-                                "in MindSpore)", "use set_context(mode=GRAPH_MODE)")
-        if jax.process_count() > 1:
-            raise PipelineError(f"a job of {jax.process_count()} processes",
-                                "graphpar's pipeline parallel drives every stage from one process and is not built "
-                                "for multi-process jobs", "run the pipelined job as one process driving all devices")
-        self.devices = job_devices(pctx.device_num)
-        n = len(self.devices)
-        if n % self.n_stages:
-            raise PipelineError(f"device_num={n}", f"is not divisible by pipeline_stages={self.n_stages}",
-                                f"use a device_num that is a multiple of {self.n_stages}")
-        self.micro_size = pipe.micro_size
-        if self.micro_size < self.n_stages:
-            raise PipelineError(f"PipelineCell micro_size={self.micro_size}",
-                                f"is smaller than pipeline_stages={self.n_stages} (MindSpore requires micro_size >= "
-                                "stages)", f"use micro_size >= {self.n_stages}")
-        self.network = pipe.network
+        super().__init__(f"{type(pipe.network).__name__} pipelined train step", pipe.network)
+        self.train_cell, self.optimizer, self.sens, self.pipe = train_cell, train_cell.optimizer, train_cell.sens, pipe
+        settings = self.settings  # the settings are checked when the program is built
         self.network.check_names()
-        pipe.set_train(True)
-        self.per_stage = n // self.n_stages
-        self.plan = PipelinePlanView(self.devices, pctx, self.n_stages)
-        self.stats = PipelineStats(peak_live_micro_batches=[0] * self.n_stages,
-                                   peak_residual_bytes=[0] * self.n_stages)
-        self.compile_seconds = 0.0
-        self._ns: NetworkState | None = None
-        self._flags: tuple[bool, ...] = ()
-        self._built: dict[tuple, Built] = {}
+        self.pipe.set_train(True)
+        self.stats = PipelineStats(peak_live_micro_batches=[0] * settings.job.n_stages,
+                                   peak_residual_bytes=[0] * settings.job.n_stages)
+        self._built: dict[ProgramKey, Built] = {}
         self._opt_written: Any = None
         self._stage_opt: list[Any] | None = None
         self._queue: collections.deque = collections.deque()
 
-    # --- state -------------------------------------------------------------------------------------------------
+    def read_settings(self) -> PipelineSettings:
+        return read_pipeline_settings(self.pipe)
+
+    def trainable(self) -> Sequence[Any]:
+        return self.optimizer.parameters
+
+    # --- what it reads of the settings --------------------------------------------------------------------------
     @property
-    def state(self) -> NetworkState:
-        """The network split into pure state; split again (and re-planned) when a Cell's training flag changed."""
-        flags = tuple(cell.training for _, cell in self.network.cells_and_names())
-        if self._ns is None or flags != self._flags:
-            self._ns, self._flags = NetworkState(self.network, self.optimizer.parameters), flags
-            self._built.clear()
-        return self._ns
+    def plan(self) -> PipelinePlan:
+        return self.settings.plan
+
+    @property
+    def job(self) -> PipelineJob:
+        return self.settings.job
+
+    @property
+    def pctx(self) -> AutoParallelContext:
+        return self.job.pctx
+
+    @property
+    def n_stages(self) -> int:
+        return self.job.n_stages
+
+    @property
+    def micro_size(self) -> int:
+        return self.job.micro_size
+
+    @property
+    def devices(self) -> tuple[jax.Device, ...]:
+        return self.job.devices
+
+    @property
+    def per_stage(self) -> int:
+        return self.job.per_stage
 
     # --- planning and compiling --------------------------------------------------------------------------------
     def _plan(self, ns: NetworkState, avals: list[jax.ShapeDtypeStruct]) -> Graph:
@@ -153,18 +139,21 @@ class PipelineProgram:
         return plan_graph(graph, PlanRequest(self.per_stage, pctx.parallel_mode, pctx.search_mode, "train",
                                              pctx.dataset_strategy, strategy_file.for_plan(pctx)))
 
-    def _build(self, ns: NetworkState, inputs: list[np.ndarray]) -> Built:
-        m = self.micro_size
-        avals = [jax.ShapeDtypeStruct((x.shape[0] // m,) + tuple(x.shape[1:]), jax.dtypes.canonicalize_dtype(x.dtype))
-                 for x in inputs]
+    def _build(self, ns: NetworkState, key: ProgramKey, avals: list[jax.ShapeDtypeStruct]) -> Built:
+        job = self.job
         graph = self._plan(ns, avals)
-        split = split_stages(graph, self.network, self.n_stages, len(ns.params.values()), len(ns.rest.values()))
-        stages = build_stages(graph, split, ns, self.devices, self.per_stage, self.optimizer, self.sens)
-        orders = stage_orders(self.scheduler, self.n_stages, m)
-        built = Built(graph, split, stages, dispatch_order(orders), orders)
+        self.orchestrator.cache.count("traces")
+        self.orchestrator.cache.count("plans")
+        split = split_stages(graph, self.network, job.n_stages, len(ns.params.values()), len(ns.rest.values()))
+        stages = build_stages(graph, split, ns, job.devices, job.per_stage, self.optimizer, self.sens)
+        orders = stage_orders(job.scheduler, job.n_stages, job.micro_size)
+        built = Built(key, graph, split, stages, dispatch_order(orders), orders)
         self._record_stages(ns, split)
-        maybe_dump_begin(built, self)
-        maybe_save_strategy(built, self, set(ns.param_names()))
+        if _context.current().save_graphs:  # each stage's dumps say which stage and ranks they describe
+            for st in stages:
+                st.sg.graph = st.sg.graph.with_plan(note=stage_note(job, st.sg.stage, st.ranks))
+        maybe_dump_begin(built.description(), job)
+        maybe_save_strategy(built.description(), job, set(ns.param_names()))
         return built
 
     def _record_stages(self, ns: NetworkState, split: StageSplit) -> None:
@@ -174,19 +163,21 @@ class PipelineProgram:
                 holder.set_metadata(pipeline_stage=split.param_stage[holder.name])
 
     def _get_built(self, ns: NetworkState, inputs: list[np.ndarray]) -> Built:
-        key = tuple((x.shape, str(x.dtype)) for x in inputs)
+        """The stages for this batch shape (planned on one micro-batch), built once per compile key."""
+        m = self.micro_size
+        avals = [jax.ShapeDtypeStruct((x.shape[0] // m,) + tuple(x.shape[1:]), jax.dtypes.canonicalize_dtype(x.dtype))
+                 for x in inputs]
+        key = ProgramKey.of("train", ns.structure, avals)
         built = self._built.get(key)
         if built is None:
-            built = self._built[key] = self._build(ns, inputs)
+            built = self._built[key] = self._build(ns, key, avals)
         return built
 
     # --- running -----------------------------------------------------------------------------------------------
-    def _call(self, st: Stage, kind: str, fn: Any, *args: Any) -> Any:
-        """Run one stage program; with ``save_graphs`` compile it ahead of time first, keeping its HLO."""
-        if _context.current().save_graphs and kind not in st.compiled:
-            compiled = fn.lower(*args).compile()
-            st.compiled[kind], st.hlo[kind] = compiled, compiled.as_text()
-        out = (st.compiled.get(kind) or fn)(*args)
+    def _call(self, built: Built, st: Stage, kind: str, *args: Any) -> Any:
+        """Run one stage program (compiled on its first call: ``build.stage_compiled``), at most
+        ``MAX_IN_FLIGHT`` queued."""
+        out = stage_compiled(self.orchestrator.cache, built.key, st, kind, args)(*args)
         self._queue.append(out)
         while len(self._queue) > self.MAX_IN_FLIGHT:
             # outputs donated to a later program since (accumulated gradients) are skipped
@@ -231,9 +222,9 @@ class PipelineProgram:
         pvals, rest = list(ns.params.values()), list(ns.rest.values())
         for st in stages:
             for i, sh in st.param_sh.items():
-                pvals[i] = _ensure(pvals[i], sh)
+                pvals[i] = ensure_placed(pvals[i], sh)
             for i, sh in st.rest_sh.items():
-                rest[i] = _ensure(rest[i], sh)
+                rest[i] = ensure_placed(rest[i], sh)
         opt = self._opt_states(ns, built, pvals)
         m, b = self.micro_size, arrays[0].shape[0] // self.micro_size if arrays else 0
         data = [[[jax.device_put(arrays[i][k * b:(k + 1) * b], sh) for i, sh in zip(st.sg.data, st.data_sh)]
@@ -255,7 +246,7 @@ class PipelineProgram:
                 sg = st.sg
                 if a.kind == "F":
                     recv = [inbox.pop((v, a.stage, a.micro)) for v in sg.received]
-                    sent, loss, new_rest, vjp = self._call(st, "forward", st.fwd, [pvals[i] for i in sg.params],
+                    sent, loss, new_rest, vjp = self._call(built, st, "forward", [pvals[i] for i in sg.params],
                                                            [rest[i] for i in sg.rest], data[a.stage][a.micro], recv)
                     for j, value in zip(sg.rest_out, new_rest):
                         rest[j] = value
@@ -275,9 +266,9 @@ class PipelineProgram:
                         parts = ct_box.pop((v, a.micro))
                         ct.append(parts[0] if len(parts) == 1 else sum(parts[1:], parts[0]))
                     if grads[a.stage] is None:
-                        grads[a.stage] = self._call(st, "zeros", st.zeros, [pvals[i] for i in sg.params])
+                        grads[a.stage] = self._call(built, st, "zeros", [pvals[i] for i in sg.params])
                     vjp = residual.pop((a.stage, a.micro))
-                    grads[a.stage], drecv = self._call(st, "backward", st.bwd, vjp, ct, grads[a.stage])
+                    grads[a.stage], drecv = self._call(built, st, "backward", vjp, ct, grads[a.stage])
                     del vjp
                     floats = [v for v in sg.received if is_float(built.graph.values[v])]
                     for v, d in zip(floats, drecv):
@@ -290,7 +281,7 @@ class PipelineProgram:
         for st in stages:
             if not st.sg.params:
                 continue
-            new, opt[st.sg.stage] = self._call(st, "update", st.update, [pvals[i] for i in st.sg.params],
+            new, opt[st.sg.stage] = self._call(built, st, "update", [pvals[i] for i in st.sg.params],
                                                grads[st.sg.stage], opt[st.sg.stage])
             for i, value in zip(st.sg.params, new):
                 pvals[i] = value
@@ -304,7 +295,11 @@ class PipelineProgram:
             self.stats.transfer_log = log
         if not built.dumped:
             built.dumped = True
-            maybe_dump_execute(built, self)
+            stats = self.stats
+            maybe_dump_execute(built.description(), self.job, ScheduleMeasure(stats.transfer_log, stats.transfers_last_step,
+                                                                stats.peak_live_micro_batches,
+                                                                stats.peak_residual_bytes),
+                               [st.hlo() for st in built.stages])
         # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled)
         total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
         return jax.device_put(total, self.devices[-1])

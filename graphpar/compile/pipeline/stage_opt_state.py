@@ -18,7 +18,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.compile.plans.layout import parameter_of, state_shardings
-from graphpar.compile.runtime.program import _ensure
+from graphpar.compile.runtime.placement import ensure_placed
 
 
 def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequence[dict[str, Any]],
@@ -37,7 +37,7 @@ def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequ
             value = flat.get(path)
             if value is None:  # a leaf the whole state lacks: its initial value
                 value = np.zeros(leaf.shape, leaf.dtype)
-            return _ensure(value, sharding)
+            return ensure_placed(value, sharding)
 
         states.append(jax.tree_util.tree_map_with_path(place, template, placed))
     return states

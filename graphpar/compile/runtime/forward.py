@@ -23,17 +23,17 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
-from graphpar.compile.staging.cache import CompileCounts, ProgramKey
-from graphpar.compile.plans.choose import choose_plan
-from graphpar.compile.plans.global_batch import gather_process_rows
 from graphpar.compile.lowering.graph_trace import call_network
-from graphpar.compile.staging.orchestrate import Orchestrator, lower
+from graphpar.compile.plans.choose import choose_plan
 from graphpar.compile.plans.execution import ExecutionPlan
-from graphpar.compile.staging.progress import CompileProgress
+from graphpar.compile.plans.global_batch import gather_process_rows
 from graphpar.compile.plans.planned import Planned
+from graphpar.compile.runtime.placement import global_aval, put_batch
+from graphpar.compile.runtime.skeleton import Program
+from graphpar.compile.staging.cache import ProgramKey
+from graphpar.compile.staging.orchestrate import lower
+from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
-from graphpar.compile.runtime.program import _global_aval, _put
-from graphpar.compile.lowering.network_state import NetworkState, current_state
 from graphpar.errors import DatasetError
 from graphpar.ir.recorder import cell_scope
 from graphpar.nn.cell import Cell
@@ -76,33 +76,31 @@ def _call_with_kwargs(model: Any, args: tuple, kwargs: dict) -> Any:
         return model(*args, **kwargs)
 
 
-class ForwardProgram:
+@dataclass(frozen=True)
+class ForwardSettings:
+    """What a forward call reads of the settings (once per compile key, ``runtime.skeleton``): its plan."""
+
+    plan: ExecutionPlan
+
+
+class ForwardProgram(Program[ForwardSettings]):
     """The compiled forward calls of one Cell."""
 
     def __init__(self, cell: Cell):
-        self.cell = cell
-        self.orchestrator = Orchestrator(f"{type(cell).__name__} forward")
-        self._plans: dict[tuple, ExecutionPlan] = {}
-        self._ns: NetworkState | None = None
+        super().__init__(f"{type(cell).__name__} forward", cell)
         self._copies: tuple[list, list] | None = None  # (network values, their copies in the program's layouts)
         self._memo: tuple[Any, Compiled] | None = None  # (what the last call looked like, its program)
 
     @property
+    def cell(self) -> Cell:
+        return self.network
+
+    def read_settings(self) -> ForwardSettings:
+        return ForwardSettings(choose_plan(self.network))
+
+    @property
     def plan(self) -> ExecutionPlan:
-        key = _context.compile_key()
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = choose_plan(self.cell)
-        return plan
-
-    @property
-    def state(self) -> NetworkState:
-        self._ns = current_state(self._ns, self.cell, [])
-        return self._ns
-
-    @property
-    def counts(self) -> CompileCounts:
-        return self.orchestrator.cache.counts
+        return self.settings.plan
 
     # --- building ----------------------------------------------------------------------------------------------
     def _input_shardings(self, planned: Planned, avals: Sequence[Any]) -> tuple[list, bool]:
@@ -120,7 +118,7 @@ class ForwardProgram:
 
     def _compiled(self, call: _Call) -> Compiled:
         ns, plan = self.state, self.plan
-        avals = [_global_aval(x) for x in call.inputs]
+        avals = [global_aval(x) for x in call.inputs]
         key = ProgramKey.of("forward", ns.structure, avals, (call.treedef, call.statics))
         with CompileProgress(self.orchestrator.what) as progress:
             planned = self.orchestrator.planned(plan, ns, avals, "forward", key, progress, call.network_call())
@@ -171,7 +169,7 @@ class ForwardProgram:
             elif s.is_fully_replicated and jax.process_count() > 1:
                 out.append(jax.device_put(gather_process_rows(np.asarray(x)), s))  # every process needs it all
             else:
-                out.append(_put(x, s))
+                out.append(put_batch(x, s))
         return out
 
     def _program(self, call: _Call) -> Compiled:
@@ -212,10 +210,12 @@ class ForwardProgram:
         return self._compiled(_Call.of(inputs, {})).planned
 
     def lower(self, *inputs: Any) -> jax.stages.Lowered:
-        """A fresh ``jax.stages.Lowered`` of the forward for ``inputs`` (``.compile().as_text()`` shows the
-        collectives)."""
+        """The ``jax.stages.Lowered`` of the forward for ``inputs`` (``.compile().as_text()`` shows the
+        collectives): the one the program was compiled from (in PYNATIVE_MODE, a lowering made now)."""
         call = _Call.of(inputs, {})
         compiled = self._compiled(call)
+        if compiled.lowered is not None:
+            return compiled.lowered.lowered
         ns = self.state
         arg_avals = ([jax.ShapeDtypeStruct(np.shape(v), jax.numpy.result_type(v), sharding=s)
                       for v, s in zip(ns.rest.values(), compiled.in_shardings[0])],

@@ -15,6 +15,10 @@ numbers, the batch's and the state's identity). Any other:
 
 The step function is composed in ``compile.step`` from named parts (objective → gradient → transform → update);
 :meth:`TrainProgram.step_parts` is where a feature (gradient accumulation, mixed precision) swaps one part.
+
+``TrainProgram`` is built on ``runtime.skeleton.Program``: what it reads of the settings (the plan, the
+micro-batches per step, the parallel optimizer's configuration) is one :class:`TrainSettings` snapshot per compile
+key, so a changed ``grad_accumulation_step`` reaches the next step as a changed plan does.
 """
 
 from __future__ import annotations
@@ -30,24 +34,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
+from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.lowering.opt_shard import OptimizerSharding
+from graphpar.compile.lowering.recompute import advise_cpu_scheduler
+from graphpar.compile.lowering.step import StepParts, optax_update, sink_loop, train_step
+from graphpar.compile.plans.choose import choose_plan
+from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.plans.layout import Layout, state_shardings
+from graphpar.compile.plans.planned import Planned
 from graphpar.compile.runtime import accumulate
 from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_signature, revision
-from graphpar.compile.staging.cache import CompileCounts, ProgramKey
-from graphpar.compile.plans.choose import choose_plan
-from graphpar.compile.plans.global_batch import from_process_zero, make_global
-from graphpar.compile.plans.layout import Layout, state_shardings
-from graphpar.compile.lowering.opt_shard import OptimizerSharding
-from graphpar.compile.staging.orchestrate import Orchestrator, lower
-from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.runtime.placement import ensure_placed, global_aval, put_batch
+from graphpar.compile.runtime.skeleton import Program
+from graphpar.compile.staging.cache import ProgramKey
+from graphpar.compile.staging.orchestrate import lower
 from graphpar.compile.staging.progress import CompileProgress
-from graphpar.compile.lowering.recompute import advise_cpu_scheduler
-from graphpar.compile.plans.planned import Planned
 from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
-from graphpar.compile.lowering.network_state import NetworkState, current_state
-from graphpar.compile.lowering.step import StepParts, optax_update, sink_loop, train_step
 from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
 from graphpar.nn.loss_scale import loss_scale_of, train_transformation
@@ -73,61 +78,66 @@ class ProgramStages:
         return self.planned.traced
 
 
-class TrainProgram:
+@dataclass(frozen=True)
+class TrainSettings:
+    """What the train step reads of the settings, snapshotted once per compile key (``runtime.skeleton``): the
+    execution plan, the micro-batches per step (a ``GradAccumulation`` wrapper's ``micro_size``, else
+    ``grad_accumulation_step``) and the parallel optimizer's configuration."""
+
+    plan: ExecutionPlan
+    micro_size: int
+    opt_config: OptimizerParallelConfig
+
+
+class TrainProgram(Program[TrainSettings]):
     """The compiled train steps of a ``TrainOneStepCell``, one per (structure, batch signature, context)."""
 
     MAX_IN_FLIGHT = 2
 
     def __init__(self, train_cell: Any):
-        self.train_cell = train_cell
         # bigger models: GradAccumulation / grad_accumulation_step and the parallel optimizer (compile.accumulate,
         # compile.opt_shard)
-        pctx = _context.current_parallel()
-        self.network, self.micro_size = unwrap_accumulation(train_cell.network, pctx.grad_accumulation_step)
-        self.opt_config = OptimizerParallelConfig.from_context(pctx)
+        network, _ = unwrap_accumulation(train_cell.network)
+        super().__init__(f"{type(network).__name__} train step", network)
+        self.train_cell = train_cell
         self._opt_sharding: OptimizerSharding | None = None
         self.optimizer = train_cell.optimizer
         self.sens = train_cell.sens
         self.network.check_names()
         self.network.set_train(True)
-        self.orchestrator = Orchestrator(f"{type(self.network).__name__} train step")
-        self._plans: dict[tuple, ExecutionPlan] = {}
-        self._ns: NetworkState | None = None
         self._bound: BoundStep | None = None  # the last call's program, bound to the state (the fast path)
         self._in_flight: collections.deque = collections.deque()  # losses of the steps still running
-        advise_cpu_scheduler(self.network, self.plan.devices[0].platform, self.opt_config.regather_for_backward)
+        _ = self.settings  # the plan is chosen when the program is built: settings it refuses are named now
 
     # --- what it is made of ------------------------------------------------------------------------------------
+    def read_settings(self) -> TrainSettings:
+        pctx = _context.current_parallel()
+        _, micro_size = unwrap_accumulation(self.train_cell.network, pctx.grad_accumulation_step)
+        opt_config = OptimizerParallelConfig.from_context(pctx)
+        plan = choose_plan(self.network, self.optimizer)
+        advise_cpu_scheduler(self.network, plan.devices[0].platform, opt_config.regather_for_backward)
+        return TrainSettings(plan, micro_size, opt_config)
+
+    def trainable(self) -> Sequence[Any]:
+        return self.optimizer.parameters
+
     @property
     def plan(self) -> ExecutionPlan:
-        """The execution plan for the context in force (chosen once per context)."""
-        key = _context.compile_key()
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = choose_plan(self.network, self.optimizer)
-        return plan
+        """The execution plan for the settings in force (chosen once per compile key)."""
+        return self.settings.plan
+
+    @property
+    def micro_size(self) -> int:
+        """Micro-batches per step under the settings in force (1: no gradient accumulation)."""
+        return self.settings.micro_size
+
+    @property
+    def opt_config(self) -> OptimizerParallelConfig:
+        return self.settings.opt_config
 
     @property
     def pynative(self) -> bool:
         return self.plan.pynative
-
-    @property
-    def state(self) -> NetworkState:
-        """The network split for the compiled step (re-split after any ``set_train`` in its tree)."""
-        self._ns = current_state(self._ns, self.network, self.optimizer.parameters)
-        return self._ns
-
-    @property
-    def counts(self) -> CompileCounts:
-        """How many traces, plans, lowerings and XLA compiles this program has run (read-only snapshot)."""
-        return self.orchestrator.cache.counts
-
-    @property
-    def compile_seconds(self) -> float:
-        """Seconds spent building every program so far (trace, plan, lower, XLA compile)."""
-        cache = self.orchestrator.cache
-        return (sum(p.seconds for p in cache.planned.entries.values())
-                + sum(sum(c.seconds.values()) for c in cache.compiled.entries.values()))
 
     def step_parts(self, planned: Planned, ns: NetworkState) -> StepParts:
         """The parts the step is composed of (see ``compile.step``); override or extend a part here."""
@@ -148,9 +158,9 @@ class TrainProgram:
     def optimizer_sharding(self, ns: NetworkState, layout: Layout) -> OptimizerSharding:
         """Storage (parallel optimizer) and compute shardings of the trainable parameters under ``layout``."""
         compute = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.param_names(), ns.params.values())]
-        cached = self._opt_sharding
-        if cached is None or cached.compute != compute:
-            cached = OptimizerSharding(self.opt_config, ns.param_names(), ns.params.values(), compute)
+        cached, config = self._opt_sharding, self.opt_config
+        if cached is None or cached.compute != compute or cached.config != config:
+            cached = OptimizerSharding(config, ns.param_names(), ns.params.values(), compute)
             self._opt_sharding = cached
         return cached
 
@@ -271,15 +281,15 @@ class TrainProgram:
         check_live([f"network state '{n}'" for n in ns.rest.names()], ns.rest.values())
         check_live(["optimizer state"] * len(jax.tree.leaves(opt_state)), jax.tree.leaves(opt_state))
         check_live([f"input {i} of the batch" for i in range(len(placed))], placed)
-        ns.params.write([_ensure(v, s) for v, s in zip(ns.params.values(), p_sh)])
-        ns.rest.write([_ensure(v, s) for v, s in zip(ns.rest.values(), r_sh)])
-        self.optimizer.opt_state = jax.tree.map(_ensure, opt_state, o_sh)
+        ns.params.write([ensure_placed(v, s) for v, s in zip(ns.params.values(), p_sh)])
+        ns.rest.write([ensure_placed(v, s) for v, s in zip(ns.rest.values(), r_sh)])
+        self.optimizer.opt_state = jax.tree.map(ensure_placed, opt_state, o_sh)
         return ns.params.values(), ns.rest.values()
 
     # --- inputs ------------------------------------------------------------------------------------------------
     def _step_avals(self, inputs: Sequence[Any], stacked: bool) -> list[jax.ShapeDtypeStruct]:
         """Global avals of one step's batch (checked against the plan)."""
-        avals = [_global_aval(x, stacked) for x in inputs]
+        avals = [global_aval(x, stacked) for x in inputs]
         self.plan.check_batch([tuple(a.shape) for a in avals])
         return avals
 
@@ -293,7 +303,7 @@ class TrainProgram:
             sharding = layout.input_sharding(i, tuple(a.shape))
             if stacked:
                 sharding = _stacked(sharding)
-            out.append(x if isinstance(x, jax.Array) and x.sharding == sharding else _put(x, sharding))
+            out.append(x if isinstance(x, jax.Array) and x.sharding == sharding else put_batch(x, sharding))
         return out
 
     def place_inputs(self, inputs: Sequence[Any], stacked: bool = False) -> list[jax.Array]:
@@ -310,7 +320,7 @@ class TrainProgram:
         """The planned stage of the train step for ``inputs`` (traced and planned if not cached yet)."""
         ns = self.state
         with CompileProgress(self.orchestrator.what) as progress:
-            return self._planned(ns, [_global_aval(x) for x in inputs], progress)[1]
+            return self._planned(ns, [global_aval(x) for x in inputs], progress)[1]
 
     def plan_graph(self, inputs: Sequence[Any]) -> Any:
         """The planned graph of the train step for ``inputs`` (None in PYNATIVE_MODE)."""
@@ -343,36 +353,10 @@ class TrainProgram:
         ns = self.state
         avals = self._step_avals(inputs, False)
         compiled = self._compiled(ns, avals, None)
-        signature, arg_avals = self._signature(ns, compiled.layout, avals,
-                                               self._opt_state(ns, compiled.layout), None)
-        lowered = lower(self._step(compiled.planned, ns), signature, arg_avals, compiled.planned)
+        lowered = compiled.lowered
+        if lowered is None:  # PYNATIVE_MODE: nothing is lowered; the step runs eagerly
+            signature, arg_avals = self._signature(ns, compiled.layout, avals,
+                                                   self._opt_state(ns, compiled.layout), None)
+            lowered = lower(self._step(compiled.planned, ns), signature, arg_avals, compiled.planned)
         return ProgramStages(compiled.planned, lowered, compiled)
-
-
-def _global_aval(x: Any, stacked: bool = False) -> jax.ShapeDtypeStruct:
-    """The global shape of a process-local batch input (rows of every process stacked on dimension 0); of one
-    step's batch when ``x`` is a stack of batches."""
-    shape = tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x))
-    dtype = x.dtype if isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)) else np.asarray(x).dtype
-    dtype = jax.dtypes.canonicalize_dtype(dtype)
-    if jax.process_count() > 1 and shape and not isinstance(x, jax.Array):
-        if not _context.current_parallel().loads_full_batch:
-            shape = (shape[0] * jax.process_count(),) + shape[1:]
-    return jax.ShapeDtypeStruct(shape, dtype)
-
-
-def _ensure(x: Any, sharding: jax.sharding.Sharding) -> Any:
-    if isinstance(x, jax.Array) and x.sharding == sharding:
-        return x
-    if jax.process_count() > 1 and (not isinstance(x, jax.Array) or x.is_fully_addressable):
-        return from_process_zero(np.asarray(x), sharding)
-    return jax.device_put(x, sharding)
-
-
-def _put(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
-    if jax.process_count() > 1 and isinstance(sharding, NamedSharding) and not isinstance(x, jax.Array):
-        return make_global(np.asarray(x), sharding)
-    if isinstance(sharding, SingleDeviceSharding) or not isinstance(x, jax.Array):
-        return jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, sharding)
-    return jax.device_put(x, sharding)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -32,7 +33,9 @@ from graphpar.communication.devices import all_devices
 from graphpar.communication.errors import CommunicationError
 from graphpar.communication.rank_axis import replica_axis
 from graphpar.communication.varying import varying_outputs
-from graphpar.compile.lowering.network_state import current_state
+from graphpar.compile.runtime.skeleton import Program
+from graphpar.compile.staging.cache import ProgramCache
+from graphpar.nn.cell import Cell
 from graphpar.nn.runner import needs_spmd as needs_spmd  # decided with the Cell; kept here for callers
 
 RANK_AXIS = "graphpar_rank"
@@ -64,15 +67,17 @@ def _place(value: Any, sharding: NamedSharding) -> jax.Array:
 
 
 class PerRankProgram:
-    """``fn(state, *args, **kwargs)`` compiled to run once per rank; one executable per input signature."""
+    """``fn(state, *args, **kwargs)`` compiled to run once per rank; one executable per input signature (each
+    trace counted in ``cache`` when one is given)."""
 
-    def __init__(self, fn: Callable[..., Any], name: str):
+    def __init__(self, fn: Callable[..., Any], name: str, cache: ProgramCache | None = None):
         self.fn = fn
         self.name = name
+        self._cache = cache
         self._compiled: dict[tuple, Callable] = {}
 
-    def __call__(self, state: Sequence[Any], args: tuple, kwargs: dict) -> Any:
-        mesh = _mesh()
+    def __call__(self, state: Sequence[Any], args: tuple, kwargs: dict, mesh: Mesh | None = None) -> Any:
+        mesh = mesh if mesh is not None else _mesh()
         leaves, treedef = jax.tree.flatten((args, kwargs))
         kinds = [_kind(leaf) for leaf in leaves]
         key = (treedef, tuple(k if k != _STATIC else ("static", repr(v)) for k, v in zip(kinds, leaves)),
@@ -114,6 +119,8 @@ class PerRankProgram:
             return [jnp.asarray(v) for v in flat]
 
         traced = jax.make_jaxpr(per_rank, axis_env=[(RANK_AXIS, n)])(state_avals, per_rank_avals)
+        if self._cache is not None:
+            self._cache.count("traces")
         dyn_kinds = [k for k in kinds if k != _STATIC]
         varying = varying_outputs(traced, [False] * len(state_avals) + [k == _SPLIT for k in dyn_kinds], RANK_AXIS)
 
@@ -140,23 +147,47 @@ class PerRankProgram:
         return run
 
 
-_programs: "weakref.WeakKeyDictionary[Any, tuple[Any, dict[Any, PerRankProgram]]]" = weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class PerRankSettings:
+    """What a per-rank call reads of the settings (once per compile key, ``runtime.skeleton``): the 1-D mesh of
+    every device of the job, in rank order (``device_target`` picks the devices)."""
+
+    mesh: Mesh
 
 
-def run_spmd(cell: Any, args: tuple, kwargs: dict) -> Any:
-    """Run ``cell(*args, **kwargs)`` once per rank of the job (see the module docstring for the convention).
-    Programs are kept per network structure (each Cell's ``training`` flag among it)."""
-    ns, programs = _programs.get(cell, (None, {}))
-    ns = current_state(ns, cell, [])
-    program = programs.get(ns.structure)
+class CellPerRankProgram(Program[PerRankSettings]):
+    """A Cell's top-level calls run once per rank: one :class:`PerRankProgram` per network structure (each Cell's
+    ``training`` flag among it), on the network's state."""
+
+    def __init__(self, cell: Cell):
+        super().__init__(f"{type(cell).__name__} per-rank call", cell)
+        self._calls: dict[Any, PerRankProgram] = {}
+
+    def read_settings(self) -> PerRankSettings:
+        return PerRankSettings(_mesh())
+
+    def call(self, args: tuple, kwargs: dict) -> Any:
+        ns = self.state
+        program = self._calls.get(ns.structure)
+        if program is None:
+            def call(state_vals, *a, _ns=ns, **kw):
+                model = _ns.merge(_ns.params.unflatten([]), _ns.rest.unflatten(state_vals))
+                return model.construct(*a, **kw)
+
+            program = self._calls[ns.structure] = PerRankProgram(call, f"{type(self.network).__name__} (per-rank "
+                                                                       "call)", self.orchestrator.cache)
+        return program(ns.rest.values(), args, kwargs, self.settings.mesh)
+
+
+_programs: "weakref.WeakKeyDictionary[Cell, CellPerRankProgram]" = weakref.WeakKeyDictionary()
+
+
+def run_spmd(cell: Cell, args: tuple, kwargs: dict) -> Any:
+    """Run ``cell(*args, **kwargs)`` once per rank of the job (see the module docstring for the convention)."""
+    program = _programs.get(cell)
     if program is None:
-        def call(state_vals, *a, _ns=ns, **kw):
-            model = _ns.merge(_ns.params.unflatten([]), _ns.rest.unflatten(state_vals))
-            return model.construct(*a, **kw)
-
-        program = programs[ns.structure] = PerRankProgram(call, f"{type(cell).__name__} (per-rank call)")
-    _programs[cell] = (ns, programs)
-    return program(ns.rest.values(), args, kwargs)
+        program = _programs[cell] = CellPerRankProgram(cell)
+    return program.call(args, kwargs)
 
 
 _fn_programs: "weakref.WeakKeyDictionary[Callable, PerRankProgram]" = weakref.WeakKeyDictionary()

@@ -83,7 +83,7 @@ class Orchestrator:
                 executable = lowered.lowered.compile()
             self.cache.count("compiles")
             seconds = {k: progress.seconds[k] for k in ("lowering", "XLA compile")}
-            return Compiled(planned, signature, executable, executable, seconds, fn)
+            return Compiled(planned, signature, executable, executable, seconds, fn, lowered)
 
         compiled, built = self.cache.compiled.get_or_build((key, variant), build)
         if not plan.pynative and _dumps_on() and ("execute", key, variant) not in self.cache.dumped:

@@ -29,6 +29,10 @@ class StepSignature:
 
 @dataclass(frozen=True)
 class Lowered:
+    """A step function of a planned graph in StableHLO with its signature. It holds what ``jax.stages.Lowered``
+    holds (the module text, the argument avals and shardings), never argument values: it is kept beside its
+    ``Compiled`` for ``as_text()``."""
+
     planned: Planned
     lowered: jax.stages.Lowered
     signature: StepSignature
@@ -49,6 +53,7 @@ class Compiled:
     executable: jax.stages.Compiled | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # per stage, as built
     fn: Callable[..., Any] | None = None  # the Python function compiled (to lower it again)
+    lowered: Lowered | None = None  # the stage it was compiled from (None in PYNATIVE_MODE)
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args)
