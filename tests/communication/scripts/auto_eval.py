@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 import graphpar as ms
+from graphpar.compile.plans.global_batch import to_host
 from graphpar import nn, ops
 from graphpar.communication import get_rank, init
 from graphpar.train import Model
@@ -40,7 +41,7 @@ if __name__ == "__main__":
     model.train(2, ShardedArrays(x, y, batch=2, num_shards=ms.communication.get_group_size(), shard_id=get_rank()))
     result = model.eval(ShardedArrays(x, y, batch=2, num_shards=ms.communication.get_group_size(),
                                       shard_id=get_rank()))
-    out = np.asarray(ms.compile.global_batch.to_host(model.predict(x[:8])))
+    out = np.asarray(to_host(model.predict(x[:8])))
     if get_rank() == 0:
         print(f"EVAL {result['loss']:.7g} {result['mae']:.7g}", flush=True)
         # predict's inputs are process-local rows: the global output stacks every process's 8 rows
