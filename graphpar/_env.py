@@ -149,6 +149,6 @@ def progress_bar_enabled() -> bool | None:
 
 
 def pass_checks_enabled() -> bool:
-    """``GRAPHPAR_CHECK_PASSES``: 1 checks the plan's invariants after every planning pass (``planner.pipeline``;
+    """``GRAPHPAR_CHECK_PASSES``: 1 checks the plan's invariants after every planning pass (``planner.planning``;
     the test suite sets it); unset or 0: no checks between passes (``verify`` still runs where the mode has it)."""
     return os.environ.get("GRAPHPAR_CHECK_PASSES", "") not in ("", "0", "false", "False")

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from graphpar.compile.plans.dry_run import ScriptPlan, plan_script
+from graphpar.compile.plans.dry_run import DryRunRequest, plan_script
 from graphpar.errors import GraphparError
 
 
@@ -27,7 +27,7 @@ def _devices(text: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.script):
         raise SystemExit(f"graphpar plan: no such script: {args.script}")
-    request = ScriptPlan(args.devices, args.platform, args.parallel_mode, args.search_mode)
+    request = DryRunRequest(args.devices, args.platform, args.parallel_mode, args.search_mode)
     try:
         summary = plan_script(args.script, args.args, request)
     except GraphparError as exc:  # the script's strategies do not fit N devices, a bad setting: one line, no trace

@@ -1,7 +1,7 @@
-"""What ``graphpar ir`` and a ``Plan`` show of dumps, as JSON-able dicts with stable keys.
+"""What ``graphpar ir`` and a ``PlanView`` show of dumps, as JSON-able dicts with stable keys.
 
 ``show_data``, ``summary_data``, ``diff_data`` and ``explain_data`` each turn dumps into one dict: ``graphpar ir
---json`` prints it as is; ``graphpar.viz.text`` renders it as tables (the text commands, ``Plan.summary()``) and
+--json`` prints it as is; ``graphpar.viz.text`` renders it as tables (the text commands, ``PlanView.summary()``) and
 ``graphpar.viz`` draws it in HTML.
 """
 

@@ -60,7 +60,7 @@ class GraphPlan:
     nodes). Frozen, so a pass that adds a decision returns a new graph (``Graph.with_plan``) and the invariant
     checks can tell its input was left alone; every layout is keyed by value id.
 
-    The planner's passes fill it (``graphpar.planner.pipeline``): ``choose_mesh`` the mesh, ``dataset_layouts``
+    The planner's passes fill it (``graphpar.planner.planning``): ``choose_mesh`` the mesh, ``dataset_layouts``
     the inputs' dataset layouts, ``place_parameters`` the storage layouts and conflicts, ``report_redistributions``
     the priced edges, ``search`` its record; the pipeline adds the request's purpose, note and optimizer slots and
     the passes' timings."""

@@ -3,7 +3,7 @@
 A thin adapter over the public compile entry points: ``TrainProgram.stages`` for a train cell (the compile cache's
 program, the one ``Model.train`` runs), ``ForwardProgram.planned`` / ``lower`` for any other Cell (its shared
 program, as ``net(x)`` and ``Model.eval`` use). The planned graph and the compiled HLO are turned into dump *text*
-by the dump writer's own functions and parsed by the dump reader, so a Plan, the files ``save_graphs`` writes and
+by the dump writer's own functions and parsed by the dump reader, so a PlanView, the files ``save_graphs`` writes and
 ``graphpar ir`` agree by construction (one source of truth). With ``save_graphs`` on, the dumps are written as
 well.
 """
@@ -24,7 +24,7 @@ from graphpar.errors import GraphparError
 from graphpar.nn.cell import Cell
 from graphpar.nn.wrap import TrainOneStepCell
 from graphpar.train.model import Model
-from graphpar.viz.plan import Plan
+from graphpar.viz.plan import PlanView
 
 
 class PlanError(GraphparError, ValueError):
@@ -71,8 +71,8 @@ def _xla_memory(compiled: Any) -> dict[str, int] | None:
             "generated code bytes": int(analysis.generated_code_size_in_bytes)}
 
 
-def plan(target: Any, *example_inputs: Any) -> Plan:
-    """The plan of ``target`` for ``example_inputs`` (a :class:`graphpar.viz.plan.Plan`).
+def plan(target: Any, *example_inputs: Any) -> PlanView:
+    """The plan of ``target`` for ``example_inputs`` (a :class:`graphpar.viz.plan.PlanView`).
 
     * a ``Model``: its train step, the very program ``Model.train`` runs; without inputs, for the batch shape of
       the last step it trained;
@@ -96,7 +96,7 @@ def plan(target: Any, *example_inputs: Any) -> Plan:
     if graph is None or compiled is None:
         raise PlanError(target, "this execution plan has no planned graph")
     hlo = compiled.as_text()
-    maybe_dump_execute(graph, exec_plan, hlo)  # save_graphs: the files match what this Plan holds
+    maybe_dump_execute(graph, exec_plan, hlo)  # save_graphs: the files match what this PlanView holds
     ranks = list(range(exec_plan.n))
     index = dump_index(graph)
     ctx = _context.current()
@@ -107,5 +107,5 @@ def plan(target: Any, *example_inputs: Any) -> Plan:
         begin = parse_text(begins[r], str(dump_path(where, r, "step_parallel_begin", index)))
         execute = parse_text(executes[r], str(dump_path(where, r, "execute", index)))
         sets[r] = DumpSet(str(where), index, begin, execute, indexes=[index], ranks=ranks)
-    return Plan(sets, str(where), _xla_memory(compiled))
+    return PlanView(sets, str(where), _xla_memory(compiled))
 

@@ -245,7 +245,7 @@ def dump_html(dump: Dump) -> str:
 
 
 def rows_html(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
-    """A list of dicts as a table (``Plan.collectives()``, ``Plan.memory()``)."""
+    """A list of dicts as a table (``PlanView.collectives()``, ``PlanView.memory()``)."""
     cells = [[escape(cell_text(r.get(c))) for c in columns] for r in rows]
     return wrap(table(columns, cells))
 

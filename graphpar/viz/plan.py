@@ -1,8 +1,8 @@
-"""``Plan``: one planned (and compiled) graph as its dumps describe it, for every rank, with views.
+"""``PlanView``: one planned (and compiled) graph as its dumps describe it, for every rank, with views.
 
-A Plan holds :class:`graphpar.dump.loading.DumpSet` s (begin + execute dump of one graph, per rank): built in
+A PlanView holds :class:`graphpar.dump.loading.DumpSet` s (begin + execute dump of one graph, per rank): built in
 memory by ``graphpar.parallel.plan`` (from the same text the dump writer writes) or read from a dump directory by
-:meth:`Plan.from_dumps`. Its text views are exactly what ``graphpar ir summary|explain|diff`` print (the same
+:meth:`PlanView.from_dumps`. Its text views are exactly what ``graphpar ir summary|explain|diff`` print (the same
 renderers, :mod:`graphpar.viz.text`), its ``_repr_html_`` draws the tables, grids, charts and graph of
 :mod:`graphpar.viz.html`.
 """
@@ -63,7 +63,7 @@ class Rows(list):
         return views.rows_html(self.columns, self)
 
 
-class Plan:
+class PlanView:
     """The dumps of one graph on every rank. ``rank`` picks the rank the views show by default (lowest)."""
 
     def __init__(self, sets: Mapping[int, DumpSet], source: str, xla_memory: Mapping[str, int] | None = None):
@@ -74,7 +74,7 @@ class Plan:
         self.xla_memory = dict(xla_memory) if xla_memory is not None else None
 
     @classmethod
-    def from_dumps(cls, path: str | Path, index: int | None = None) -> "Plan":
+    def from_dumps(cls, path: str | Path, index: int | None = None) -> "PlanView":
         """The plan of graph ``index`` (default: the newest train graph) from an ``ir_dumps`` directory (every
         ``rank_R`` in it), a ``rank_R`` directory or one dump file."""
         first = load(path, index)
@@ -132,7 +132,7 @@ class Plan:
 
         return Report(_captured(print_explain, data), data, html)
 
-    def diff(self, other: "Plan", show_all: bool = False, rank: int | None = None) -> Report:
+    def diff(self, other: "PlanView", show_all: bool = False, rank: int | None = None) -> Report:
         """Ops whose strategy or collective bytes differ between this plan (A) and ``other`` (B):
         ``graphpar ir diff``."""
         a, b = self.dumps(rank), other.dumps(rank)
@@ -194,7 +194,7 @@ class Plan:
 
     def __repr__(self) -> str:
         main = self.dumps().main
-        return (f"<Plan {main.graph} ({main.purpose}) on {main.n_ranks} devices, {main.parallel_mode}, "
+        return (f"<PlanView {main.graph} ({main.purpose}) on {main.n_ranks} devices, {main.parallel_mode}, "
                 f"{len(main.nodes)} ops, mesh {main.mesh}>")
 
 

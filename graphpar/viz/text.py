@@ -1,4 +1,4 @@
-"""Dumps as text: the tables ``graphpar ir show|summary|diff|explain`` print, and ``Plan``'s text views.
+"""Dumps as text: the tables ``graphpar ir show|summary|diff|explain`` print, and ``PlanView``'s text views.
 
 Each ``print_*`` renders one dict of :mod:`graphpar.dump.views` to standard output: ``rich`` tables on a terminal,
 plain aligned text otherwise (multi-line cells allowed).

@@ -12,7 +12,7 @@ from graphpar import Parameter, Tensor, nn, ops
 from graphpar.compile.plans.choose import choose_plan
 from graphpar.compile.lowering.network_state import current_state
 from graphpar.ir.graph import Graph, Node
-from graphpar.planner import pipeline
+from graphpar.planner import planning as pipeline
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
 

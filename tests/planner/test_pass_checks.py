@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from graphpar import _env
-from graphpar.planner import pipeline
+from graphpar.planner import planning as pipeline
 from graphpar.planner.passes.context import PlanContext, PlanRequest
 from graphpar.planner.passes.verify import PlanInvariantError
 from graphpar.planner.strategy import MeshInfo

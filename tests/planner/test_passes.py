@@ -1,4 +1,4 @@
-"""Each pass of the planning pipeline (``graphpar.planner.pipeline``) called directly on a traced graph: what it
+"""Each pass of the planning pipeline (``graphpar.planner.planning``) called directly on a traced graph: what it
 reads, what it adds, what it leaves alone, and the errors it raises."""
 
 import dataclasses

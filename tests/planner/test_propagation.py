@@ -251,7 +251,7 @@ def _propagated(train, inputs, reuse):
     from graphpar.planner.passes.hints import apply_hints
     from graphpar.planner.passes.context import PlanContext
     from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
-    from graphpar.planner.pipeline import plan_graph
+    from graphpar.planner.planning import plan_graph
 
     program = train.program
     traced = program.planned(inputs).traced.graph

@@ -18,7 +18,7 @@ from graphpar.dump.reader import read_dump
 from graphpar.nn import Momentum, MSELoss, TrainOneStepCell, WithLossCell
 from graphpar.parallel.plan_api import PlanError
 from graphpar.train import Model
-from graphpar.viz.plan import Plan
+from graphpar.viz.plan import PlanView
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from quickstart import Net  # noqa: E402  (seed 004's network, as the example ships it)
@@ -116,7 +116,7 @@ def test_html_views_have_one_row_per_op(auto_plan):
     assert 'data-tensor="input 1 %para1_w2"' in plan.explain("matmul2")._repr_html_()
     dump = read_dump(plan.dumps().execute.path)
     assert dump._repr_html_().count('<tr class="op-row">') == n
-    loaded = Plan.from_dumps(dumps)
+    loaded = PlanView.from_dumps(dumps)
     assert loaded.ranks == list(range(8)) and loaded.summary() == plan.summary()
 
 

@@ -54,7 +54,7 @@ from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
 from graphpar.planner import strategy_file
 from graphpar.planner.passes.context import PlanRequest
-from graphpar.planner.pipeline import plan_graph
+from graphpar.planner.planning import plan_graph
 
 
 @dataclass

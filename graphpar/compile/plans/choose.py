@@ -12,7 +12,7 @@ from graphpar._logging import notice_once
 from graphpar.communication.devices import job_devices
 from graphpar.compile.plans.dry_run import plan_only
 from graphpar.compile.plans.execution import DataParallelPlan, ExecutionPlan, StandAlonePlan
-from graphpar.compile.plans.semi_auto import planned_plan
+from graphpar.compile.plans.semi_auto import semi_auto_plan
 from graphpar.nn.cell import Cell
 from graphpar.ops.primitive import Primitive
 
@@ -64,11 +64,11 @@ def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
         if mode == ParallelMode.DATA_PARALLEL:
             return DataParallelPlan([_stand_alone_device()], pctx.gradients_mean, replicas=len(devices),
                                     pynative=True)
-        return planned_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices), optimizer=optimizer)
+        return semi_auto_plan(network, [_stand_alone_device()], pctx, n_virtual=len(devices), optimizer=optimizer)
     if mode == ParallelMode.DATA_PARALLEL:
         if pctx.dataset_strategy != "data_parallel":
             notice_once("dataset-strategy-data-parallel", f"parallel_mode='data_parallel': dataset_strategy="
                         f"{pctx.dataset_strategy!r} has no effect, as in MindSpore (it applies in SEMI_AUTO_PARALLEL "
                         "and AUTO_PARALLEL); each device trains on the batch it loads")
         return DataParallelPlan(devices, pctx.gradients_mean)
-    return planned_plan(network, devices, pctx, optimizer=optimizer)
+    return semi_auto_plan(network, devices, pctx, optimizer=optimizer)

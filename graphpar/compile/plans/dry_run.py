@@ -35,7 +35,7 @@ from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
 from graphpar.planner.passes.context import PlanRequest
-from graphpar.planner.pipeline import plan_graph
+from graphpar.planner.planning import plan_graph
 from graphpar.planner.cost import plan_cost, predicted_peak, sum_costs
 from graphpar.planner.memory_model import DEFAULT_OPTIMIZER_SLOTS, graph_optimizer_slots
 from graphpar.planner.search.settings import search_settings
@@ -149,7 +149,7 @@ def plan_for_devices(network: Any, *inputs: Any, devices: int, purpose: str = "t
     return summary
 
 
-class PlanOnlyPlan(ExecutionPlan):
+class DryRunPlan(ExecutionPlan):
     """The plan ``graphpar plan`` puts in place of the real one: plans for ``devices`` virtual devices, prints,
     and ends the script."""
 
@@ -183,7 +183,7 @@ class PlanOnlyPlan(ExecutionPlan):
 
 
 @dataclass(frozen=True)
-class ScriptPlan:
+class DryRunRequest:
     """What ``graphpar plan SCRIPT --devices N`` asks for: N virtual devices, the hardware the cost model prices,
     and the parallel and search modes replacing the script's own (None: the script's)."""
 
@@ -195,10 +195,10 @@ class ScriptPlan:
 
 # The request of the plan_script call under way (None outside one). The script runs as written, so its first
 # compile can learn of the request only from here; plan_script sets it and puts the previous value back.
-_requested: ScriptPlan | None = None
+_requested: DryRunRequest | None = None
 
 
-def plan_script(script: str, args: Sequence[str], request: ScriptPlan) -> PlanSummary | None:
+def plan_script(script: str, args: Sequence[str], request: DryRunRequest) -> PlanSummary | None:
     """Run ``script`` as ``python script *args`` would, until its first compiled step; that step is planned for
     ``request.devices`` virtual devices, its summary printed, and the script ended there. Returns the summary, or
     None when the script finished without compiling a step. The script's exceptions (a ``GraphparError`` when its
@@ -222,7 +222,7 @@ def plan_only(network: Any, optimizer: Any = None) -> ExecutionPlan | None:
         return None
     pctx = _context.current_parallel()
     script_devices = pctx.device_num or jax.device_count()
-    plan = PlanOnlyPlan(request.devices, script_devices, request.platform, optimizer)
+    plan = DryRunPlan(request.devices, script_devices, request.platform, optimizer)
     if request.parallel_mode:
         plan.pctx.parallel_mode = request.parallel_mode
     if request.search_mode:

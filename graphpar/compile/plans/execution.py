@@ -85,7 +85,7 @@ class ExecutionPlan:
         return Traced(graph, purpose, out_treedef)
 
     def request(self, graph: Graph, purpose: str) -> PlanRequest:
-        """What planning ``graph`` (traced for ``purpose``) reads under this plan (``planner.pipeline.plan_graph``).
+        """What planning ``graph`` (traced for ``purpose``) reads under this plan (``planner.planning.plan_graph``).
         Here: the graph runs whole on each device (replicas, if any, are outside it), on a one-device mesh."""
         return PlanRequest(1, self.pctx.parallel_mode, self.pctx.search_mode, purpose,
                            mesh=MeshInfo(("m0",), (1,)), note=self.dump_note, replicated=True)

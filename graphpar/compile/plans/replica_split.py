@@ -38,7 +38,7 @@ from jax.sharding import Mesh
 from graphpar._logging import notice_once
 from graphpar.compile.plans.planned import Planned
 from graphpar.ir.graph import Graph
-from graphpar.planner import pipeline
+from graphpar.planner import planning as pipeline
 
 
 def plan_graph(plan: Any, ns: Any, avals: Sequence[jax.ShapeDtypeStruct]) -> Planned:

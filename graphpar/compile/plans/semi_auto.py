@@ -32,7 +32,7 @@ from graphpar.planner.search.settings import search_settings
 from graphpar.planner.strategy import MeshInfo
 
 
-class PlannedPlan(ExecutionPlan):
+class SemiAutoPlan(ExecutionPlan):
     name = "planned"
 
     def __init__(self, network: Any, devices: Sequence[jax.Device], pctx: AutoParallelContext,
@@ -78,5 +78,5 @@ class PlannedPlan(ExecutionPlan):
         return self.mesh
 
 
-def planned_plan(network, devices, pctx, n_virtual=None, optimizer=None) -> PlannedPlan:
-    return PlannedPlan(network, devices, pctx, n_virtual, optimizer)
+def semi_auto_plan(network, devices, pctx, n_virtual=None, optimizer=None) -> SemiAutoPlan:
+    return SemiAutoPlan(network, devices, pctx, n_virtual, optimizer)

@@ -27,11 +27,11 @@ from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
 from graphpar.dump.writer import maybe_dump_begin, maybe_dump_execute
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
-from graphpar.planner.pipeline import plan_graph
+from graphpar.planner.planning import plan_graph
 
 
 def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str) -> Graph:
-    """A traced graph planned as the plan requests (``planner.pipeline.plan_graph``); writes the begin dump and
+    """A traced graph planned as the plan requests (``planner.planning.plan_graph``); writes the begin dump and
     the strategy file (if configured)."""
     request = plan.request(graph, purpose)
     graph = plan_graph(graph, request)

@@ -17,7 +17,7 @@ from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, enumerate_st
 @dataclass(frozen=True)
 class PlanRequest:
     """Everything planning reads besides the traced graph, read once by whoever asks for a plan (an execution
-    plan, the pipeline program, a dry run): ``planner.pipeline.plan_graph(graph, request)`` needs nothing else.
+    plan, the pipeline program, a dry run): ``planner.planning.plan_graph(graph, request)`` needs nothing else.
 
     ``mesh``: the mesh to plan on. The mode's ``choose_mesh`` pass (SEMI_AUTO / AUTO / HYBRID) chooses one from
     the hints and refuses one other than a given mesh (a program keeps one mesh); the other modes plan on it as

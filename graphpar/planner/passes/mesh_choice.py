@@ -1,5 +1,5 @@
 """Passes ``choose_mesh`` and ``dataset_layouts``: the mesh a graph is planned on, and the layouts its batch
-inputs arrive in. They come first in the SEMI_AUTO / AUTO / HYBRID pass lists (``planner.pipeline``), so every
+inputs arrive in. They come first in the SEMI_AUTO / AUTO / HYBRID pass lists (``planner.planning``), so every
 later pass reads both from the context.
 
 ``choose_mesh`` reads: the hints' device matrices (``strategy.hint_device_matrix``: with the repeat dimension),

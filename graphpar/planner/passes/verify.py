@@ -5,7 +5,7 @@ once per tensor; every parameter/input has a storage layout. A violation is a bu
 such (with the node), never silently lowered.
 
 :func:`check_layouts` is the part of these invariants that holds after *any* pass, when only some nodes are decided:
-the pipeline runs it between passes when ``GRAPHPAR_CHECK_PASSES`` is set (``planner.pipeline``; the test suite sets
+the pipeline runs it between passes when ``GRAPHPAR_CHECK_PASSES`` is set (``planner.planning``; the test suite sets
 it), so a broken layout is caught at the pass that made it, not at ``verify`` or in XLA.
 """
 
