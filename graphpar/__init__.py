@@ -1,10 +1,12 @@
 """graphpar: MindSpore's parallel-training surface, run by JAX/XLA on a device mesh.
 
 ``import graphpar as ms`` and a MindSpore script's calls work: ``ms.set_context``, ``ms.set_auto_parallel_context``,
-``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time but one registration:
-``graphpar.nn`` (the user surface, below the engine in graphpar's layers) runs compiled Cell calls and train steps
-through the runner that ``graphpar.compile`` implements, registered here (``nn.runner``). Importing any module of
-graphpar runs this file first, so the runner is in place before any Cell runs.
+``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time but three registrations, where
+a lower layer must reach a higher one (docs/architecture.md, "Layers"): ``graphpar.nn`` runs compiled Cell calls and
+train steps through the runner ``graphpar.compile`` implements (``nn.runner``); a Graph or a dump draws itself in a
+notebook with ``graphpar.viz`` (``ir.notebook``); ``get_auto_parallel_context("global_rank")`` defaults to the rank
+``graphpar.communication`` computes (``_context.register_rank_source``). Importing any module of graphpar runs this
+file first, so all three are in place before anything runs.
 """
 
 from graphpar import context as context
@@ -48,6 +50,11 @@ from graphpar.viz.notebook import register as _register_notebook_views
 _register_notebook_views()
 
 _register_runner(_CompiledCellRunner())
+
+# the settings' default global_rank is this process's rank, which the settings layer cannot compute
+from graphpar._context import register_rank_source as _register_rank_source
+from graphpar.communication import get_rank as _get_rank
+_register_rank_source(_get_rank)
 
 _LAZY = {"dataset", "communication", "train", "parallel", "models", "checkpoint", "amp"}
 

@@ -7,12 +7,7 @@ a job started by ``graphpar launch``, MindSpore's Dynamic Cluster variables, ``m
 themselves are ``graphpar.ops.AllGather`` & co. See docs/distributed.md.
 """
 
-from graphpar import _context
 from graphpar.communication.management import (  # noqa: F401
     GlobalComm, HCCL_WORLD_COMM_GROUP, MCCL_WORLD_COMM_GROUP, NCCL_WORLD_COMM_GROUP, create_group, destroy_group,
     get_group_rank_from_world_rank, get_group_size, get_local_rank, get_local_rank_size, get_process_count,
     get_process_index, get_rank, get_world_rank_from_group_rank, init, release)
-
-# get_auto_parallel_context("global_rank") defaults to this process's rank, which the settings layer below cannot
-# compute: it is registered here, when graphpar (which imports this package) is imported.
-_context.register_rank_source(get_rank)
