@@ -26,7 +26,6 @@ import numpy as np
 
 from graphpar._logging import notice_once
 from graphpar.compile.plans.global_batch import make_global
-from graphpar.dataset._pipeline import Dataset
 
 
 @runtime_checkable
@@ -49,11 +48,20 @@ class ShardableSource(Protocol):
     def with_shard(self, num_shards: int, shard_id: int) -> Any: ...
 
 
+def _is_pipeline(dataset: Any) -> bool:
+    """Whether ``dataset`` is a graphpar pipeline (it seeks, reads ahead and names its workers)."""
+    # local: graphpar.dataset loads grain (and orbax through it: 0.5 s, and absl's logging setup); only a train
+    # call with a dataset needs it, so that `import graphpar` does not pay for it
+    from graphpar.dataset._pipeline import Dataset
+
+    return isinstance(dataset, Dataset)
+
+
 def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True) -> Iterator[tuple]:
     """Batches of ``epoch`` from batch ``start`` on: graphpar datasets seek (``iter_epoch(epoch, start_batch)``),
     other iterables are read from the beginning and the first ``start`` batches dropped. ``read_ahead=False``: the
     caller reads ahead itself (a graphpar pipeline then runs on its thread)."""
-    if isinstance(dataset, Dataset):
+    if _is_pipeline(dataset):
         return iter(dataset.iter_epoch(epoch, start_batch=start, read_ahead=read_ahead))
     if isinstance(dataset, EpochSource):
         if start and "start_batch" in inspect.signature(dataset.iter_epoch).parameters:
@@ -233,7 +241,7 @@ class StallWatch:
         share = self.waited / elapsed
         if elapsed < self.MIN_SECONDS or share < self.THRESHOLD:
             return
-        how = f"num_parallel_workers={dataset.worker_count()}" if isinstance(dataset, Dataset) else "the dataset"
+        how = f"num_parallel_workers={dataset.worker_count()}" if _is_pipeline(dataset) else "the dataset"
         per_step = self.waited / (self.count - 1) * 1e3
         notice_once("feeding-stall", f"Model.train waited for the dataset {share:.0%} of epoch {epoch} "
                     f"({per_step:.1f} ms a step; {how}, device prefetch {depth}): the devices idle for data. "

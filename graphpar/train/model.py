@@ -16,7 +16,6 @@ from graphpar.communication import get_group_size
 from graphpar.compile.plans.global_batch import to_host
 from graphpar.compile.runtime.forward import ForwardProgram, program_for
 from graphpar.compile.runtime.program import TrainProgram
-from graphpar.dataset.config import get_device_prefetch_size
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
@@ -168,6 +167,10 @@ class Model:
         run_context = RunContext(cb)
         callback_list.on_train_begin(run_context)
         place = program.place_inputs if isinstance(program, TrainProgram) else None
+        # local: graphpar.dataset loads grain (and orbax through it: 0.5 s, and absl's logging setup); only
+        # training needs it, so that `import graphpar` does not pay for it
+        from graphpar.dataset.config import get_device_prefetch_size
+
         depth = get_device_prefetch_size()
         stream = None
         if dataset_sink_mode and sink_size != -1:
