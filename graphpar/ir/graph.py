@@ -58,14 +58,15 @@ class MeshInfo:
 class GraphPlan:
     """What planning decided about a graph as a whole, one typed field per decision (node strategies live on the
     nodes). Frozen, so a pass that adds a decision returns a new graph (``Graph.with_plan``) and the invariant
-    checks can tell its input was left alone; every layout is keyed by value id.
+    checks can tell its input was left alone; every layout is keyed by value id, every read hint by node id.
 
-    The planner's passes fill it (``graphpar.planner.planning``): ``choose_mesh`` the mesh, ``dataset_layouts``
-    the inputs' dataset layouts, ``place_parameters`` the storage layouts and conflicts, ``report_redistributions``
-    the priced edges, ``search`` its record; the pipeline adds the request's purpose, note and optimizer slots and
-    the passes' timings."""
+    The planner's passes fill it (``graphpar.planner.planning``): ``read_hints`` the hints, read once,
+    ``choose_mesh`` the mesh, ``dataset_layouts`` the inputs' dataset layouts, ``place_parameters`` the storage
+    layouts and conflicts, ``report_redistributions`` the priced edges, ``search`` its record; the pipeline adds the
+    request's purpose, note and optimizer slots and the passes' timings."""
 
     mesh: MeshInfo | None = None  # the mesh the graph is planned on
+    hints: Mapping[int, Any] = field(default_factory=dict)  # node id -> planner.passes.hints.ReadHint (read_hints)
     purpose: str = ""  # "train" (a step) or "forward"
     note: str = ""  # one line the begin dump shows (what runs this graph: data parallel replicas, a stage)
     input_specs: Mapping[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout

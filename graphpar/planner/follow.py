@@ -13,7 +13,7 @@ from graphpar._logging import notice_once
 from graphpar.ir.graph import Graph, Node
 from graphpar.planner.cost import replicated_spec
 from graphpar.planner.dims import DimSpec, carry_reshape
-from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, strategy_text
+from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec
 
 FOLLOWS_INPUT = frozenset({"Reshape", "reshape", "squeeze", "expand_dims"})
 
@@ -22,11 +22,12 @@ def follows_input(node: Node) -> bool:
     return node.kind in FOLLOWS_INPUT
 
 
-def ignore_hint(node: Node) -> None:
-    """The one-time warning for a ``shard()`` on an op whose layout follows its input."""
+def ignore_hint(node: Node, hint_text: str) -> None:
+    """The one-time warning for a ``shard()`` (``hint_text``: MindSpore's printing of it) on an op whose layout
+    follows its input."""
     notice_once(f"follow-hint:{node.instance_name}:{node.scope}",
                 f"op '{node.instance_name}' (scope {node.scope or '(top level)'}): {node.kind} takes its layout from "
-                f"its input, so shard({strategy_text(node.hint)}) is ignored (as MindSpore ignores a strategy set on "
+                f"its input, so shard({hint_text}) is ignored (as MindSpore ignores a strategy set on "
                 f"Reshape)")
 
 

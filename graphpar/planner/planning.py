@@ -6,8 +6,8 @@ a replica's graph (``compile.plans.replica_split``), a pipeline's graph (``compi
 run (``compile.plans.dry_run``) each describe what they want as a request and call it. Names drive the timers
 (``graph.plan.pass_seconds``) and the dumps. Each pass is ``(Graph, PlanContext) -> Graph`` and never mutates its
 input; the graph's decisions are its frozen ``graph.plan`` (``ir.graph.GraphPlan``). The SEMI_AUTO / AUTO / HYBRID
-lists begin with ``choose_mesh`` and ``dataset_layouts``; the context later passes read is remade from the
-graph's plan after a pass decides either.
+lists begin with ``read_hints`` (each ``shard()`` hint read once), ``choose_mesh`` and ``dataset_layouts``; the
+context later passes read is remade from the graph's plan after a pass decides the mesh or the dataset layouts.
 
 With ``GRAPHPAR_CHECK_PASSES=1`` (the test suite sets it) every pass's result is checked before the next pass runs
 (``passes.verify.check_pass``): the layouts decided so far are valid, the pass left its input and the graph's
@@ -25,7 +25,7 @@ from graphpar._context import ParallelMode
 from graphpar.ir.graph import Graph
 from graphpar.planner.passes.context import PlanContext, PlanRequest
 from graphpar.planner.passes.defaults import default_strategies
-from graphpar.planner.passes.hints import apply_hints
+from graphpar.planner.passes.hints import apply_hints, read_hints
 from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
 from graphpar.planner.passes.parameters import place_parameters
 from graphpar.planner.passes.propagate import propagate
@@ -38,6 +38,7 @@ from graphpar.planner.search.settings import SEARCH_MODES
 Pass = Callable[[Graph, PlanContext], Graph]
 
 SEMI_AUTO: tuple[tuple[str, Pass], ...] = (
+    ("read_hints", read_hints),
     ("choose_mesh", choose_mesh),
     ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),
@@ -50,6 +51,7 @@ SEMI_AUTO: tuple[tuple[str, Pass], ...] = (
 )
 
 SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
+    ("read_hints", read_hints),
     ("choose_mesh", choose_mesh),
     ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),
@@ -65,6 +67,7 @@ SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
 # AUTO_PARALLEL with search_mode "recursive_programming" / "dynamic_programming": hints and a strategy file are
 # constraints, the search decides every other op (planner/search/)
 SEARCH: tuple[tuple[str, Pass], ...] = (
+    ("read_hints", read_hints),
     ("choose_mesh", choose_mesh),
     ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),

@@ -191,7 +191,16 @@ def _with_entry(hint: tuple, i: int, entry: tuple) -> tuple:
 
 
 def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: MeshInfo) -> NodeStrategy:
-    """The strategy a user's ``shard()`` hint asks for, or a :class:`StrategyError` naming what is wrong.
+    """The strategy a user's ``shard()`` hint asks for, or a :class:`StrategyError` naming what is wrong: the hint
+    checked (:func:`check_hint`) and placed on ``mesh`` (:func:`place_hint`)."""
+    in_strategy, splits = check_hint(node, dims, hint, in_shapes, mesh.n_devices)
+    return place_hint(node, dims, in_strategy, splits, mesh, node.out_hint, out_shapes)
+
+
+def check_hint(node, dims: DimSpec, hint: tuple, in_shapes,
+               n_devices: int) -> tuple[tuple[tuple[int, ...], ...], dict[str, int]]:
+    """A user's ``shard()`` hint checked on ``n_devices`` devices, whatever the mesh's axes: its entries for the
+    tensor inputs and the split of each label split more than once, or a :class:`StrategyError`.
 
     Checks as MindSpore's ``CheckStrategy``: one entry per tensor input (``()`` for a scalar operand), one split
     per dimension, splits that divide their dimension, dimensions the op shares split alike (a 1 is a split too:
@@ -213,13 +222,13 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
         for d, (label, split, size) in enumerate(zip(row, entry, shape)):
             where = f"{names[i] if i < len(names) else f'input {i}'} dim {d}"
             if size % split:
-                prefer = {} if label is None else {label: _suggest(size, split, mesh.n_devices)}
+                prefer = {} if label is None else {label: _suggest(size, split, n_devices)}
                 raise StrategyError(op, full, f"{where} has size {size}, which the split {split} does not divide "
                                     f"(shapes {shapes})", scope, f"Use a divisor of {size}, e.g. "
-                                    f"{_repaired(dims, hint, shapes, mesh.n_devices, prefer)}")
+                                    f"{_repaired(dims, hint, shapes, n_devices, prefer)}")
             if split != 1 and (label is None or label in dims.fixed):
                 raise StrategyError(op, full, f"{node.kind} cannot split {where} (shapes {shapes})", scope,
-                                    f"Use 1 for {where}, e.g. {_repaired(dims, hint, shapes, mesh.n_devices)}")
+                                    f"Use 1 for {where}, e.g. {_repaired(dims, hint, shapes, n_devices)}")
             if label is None:
                 continue
             if label in splits and splits[label][0] != split:
@@ -227,31 +236,40 @@ def from_hint(node, dims: DimSpec, hint: tuple, in_shapes, out_shapes, mesh: Mes
                 raise StrategyError(op, full, f"{where} is split {split} but {prev_where} is split {prev}; "
                                     f"{node.kind} needs these dimensions split alike, a 1 included (shapes "
                                     f"{shapes})", scope, f"Split both by the same factor, e.g. "
-                                    f"{_repaired(dims, hint, shapes, mesh.n_devices, {label: prev})}")
+                                    f"{_repaired(dims, hint, shapes, n_devices, {label: prev})}")
             splits.setdefault(label, (split, where))
-    splits = {l: v for l, v in splits.items() if v[0] != 1}
-    total = int(np.prod([s for s, _ in splits.values()])) if splits else 1
-    if total > mesh.n_devices or mesh.n_devices % total:
-        raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {mesh.n_devices} "
+    split_of = {l: v[0] for l, v in splits.items() if v[0] != 1}
+    total = int(np.prod(list(split_of.values()))) if split_of else 1
+    if total > n_devices or n_devices % total:
+        raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {n_devices} "
                             f"(shapes {[tuple(s) for s in in_shapes]})", scope,
-                            f"Use splits whose product divides {mesh.n_devices}, e.g. "
-                            f"{_repaired(dims, hint, shapes, mesh.n_devices)}")
-    # place labels on consecutive mesh axes, in device-matrix order
+                            f"Use splits whose product divides {n_devices}, e.g. "
+                            f"{_repaired(dims, hint, shapes, n_devices)}")
+    return hint, split_of
+
+
+def place_hint(node, dims: DimSpec, in_strategy: tuple, splits: dict[str, int], mesh: MeshInfo,
+               out_hint: tuple | None, out_shapes) -> NodeStrategy:
+    """A checked hint (:func:`check_hint`: its tensor inputs' entries and per-label splits) placed on ``mesh``:
+    each label on consecutive mesh axes in device-matrix order, then ``out_hint`` (MindSpore's ``out_strategy``).
+    A :class:`StrategyError` when a split does not fit the mesh's axes or ``out_hint`` cannot hold."""
+    op, scope, hint = node.instance_name, node.scope, in_strategy
+    total = int(np.prod(list(splits.values()))) if splits else 1
     remaining = list(zip(mesh.names, mesh.sizes))
     repeat = mesh.n_devices // total
     if dims.repeat_first:
         remaining = _take(remaining, repeat, op, hint, scope)[1]
     axes: dict[str, tuple[str, ...]] = {}
     for label in dims.order:
-        want = splits.get(label, (1, ""))[0]
+        want = splits.get(label, 1)
         taken, remaining = _take(remaining, want, op, hint, scope)
         if taken:
             axes[label] = taken
     repeat_axes = tuple(n for n, _ in remaining) if not dims.repeat_first else tuple(
         n for n in mesh.names if n not in {a for g in axes.values() for a in g})
     strategy = NodeStrategy(dims, tuple(axes.items()), repeat_axes, mesh)
-    if node.out_hint is not None:
-        strategy = with_out_strategy(node, strategy, node.out_hint, out_shapes)
+    if out_hint is not None:
+        strategy = with_out_strategy(node, strategy, out_hint, out_shapes)
     return strategy
 
 

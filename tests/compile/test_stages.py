@@ -51,9 +51,10 @@ def test_plan_runs_the_pipeline_on_the_traced_graph():
     traced = program.plan.trace(program.state, _avals(), "train")
     graph = run_passes(program.plan, traced.graph, program.state, "train")
     assert in_strategies(graph) == PLAN
-    assert list(graph.plan.pass_seconds) == ["choose_mesh", "dataset_layouts", "apply_hints", "apply_strategy_file", "propagate",
-                                                "default_strategies", "place_parameters", "check_strategy_file",
-                                                "verify", "report_redistributions"]
+    assert list(graph.plan.pass_seconds) == ["read_hints", "choose_mesh", "dataset_layouts", "apply_hints",
+                                                "apply_strategy_file", "propagate", "default_strategies",
+                                                "place_parameters", "check_strategy_file", "verify",
+                                                "report_redistributions"]
     planned = program.planned([X, Y])
     assert isinstance(planned, Planned) and isinstance(planned.traced, Traced)
     assert in_strategies(planned.graph) == PLAN

@@ -1,6 +1,6 @@
 """Shared by the tests that call planning passes directly: a small network traced and given its PlanContext the way
 the compile stage does (``compile.staging.orchestrate.run_passes``: the plan's ``trace``, then its ``request``; the
-mesh and dataset layouts decided by the pipeline's first two passes)."""
+hints read, the mesh and dataset layouts decided by the pipeline's first three passes)."""
 
 import dataclasses
 
@@ -14,6 +14,7 @@ from graphpar.compile.lowering.network_state import current_state
 from graphpar.ir.graph import Graph, Node
 from graphpar.planner import planning as pipeline
 from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.hints import read_hints
 from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
 
 from .helpers import rand
@@ -40,8 +41,8 @@ class QuickstartNet(nn.Cell):
 
 def traced(net: nn.Cell, *shapes: tuple[int, ...], **parallel) -> tuple[Graph, PlanContext]:
     """``net`` with an MSE loss traced as a train step on global inputs of ``shapes``, and the PlanContext its
-    plan gives that graph under ``set_auto_parallel_context(**parallel)``: what the passes after ``choose_mesh``
-    and ``dataset_layouts`` read. ``pipeline.plan_graph(graph, ctx.request)`` plans it whole."""
+    plan gives that graph under ``set_auto_parallel_context(**parallel)``: what the passes after ``read_hints``,
+    ``choose_mesh`` and ``dataset_layouts`` read. ``pipeline.plan_graph(graph, ctx.request)`` plans it whole."""
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(**parallel)
     loss = nn.WithLossCell(net, nn.MSELoss())
@@ -49,7 +50,7 @@ def traced(net: nn.Cell, *shapes: tuple[int, ...], **parallel) -> tuple[Graph, P
     plan = choose_plan(loss)
     trace = plan.trace(ns, [jax.ShapeDtypeStruct(s, np.float32) for s in shapes], "train")
     request = plan.request(trace.graph, "train")
-    graph = pipeline.plan_graph(trace.graph, request, (("choose_mesh", choose_mesh),
+    graph = pipeline.plan_graph(trace.graph, request, (("read_hints", read_hints), ("choose_mesh", choose_mesh),
                                                        ("dataset_layouts", dataset_layouts)))
     return graph, PlanContext.of(request, graph.plan)
 

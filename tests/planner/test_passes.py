@@ -43,7 +43,7 @@ def test_traced_graph_and_context_are_the_quickstarts():
 def test_choose_mesh_expresses_the_hints_and_keeps_a_programs_mesh():
     graph, ctx = quickstart()
     assert (graph.plan.mesh, graph.plan.purpose) == (ctx.mesh, "train")
-    assert list(graph.plan.pass_seconds) == ["choose_mesh", "dataset_layouts"]
+    assert list(graph.plan.pass_seconds) == ["read_hints", "choose_mesh", "dataset_layouts"]
     assert hint_device_matrix(ctx.dims(node(graph, "matmul"), graph), QUICKSTART_HINT, 8) == (2, 4, 1)
     assert choose_mesh(graph, ctx).plan.mesh == ctx.mesh  # the program's own mesh: kept
     other = graph.with_plan(mesh=MeshInfo(("m0", "m1"), (4, 2)))

@@ -248,7 +248,7 @@ def test_out_strategy_splits_the_reduced_output():
 def _propagated(train, inputs, reuse):
     """(per node: strategy and provenance text, op_cost calls) of the propagate pass on ``train``'s traced graph."""
     from graphpar.planner.passes import propagate as pass_module
-    from graphpar.planner.passes.hints import apply_hints
+    from graphpar.planner.passes.hints import apply_hints, read_hints
     from graphpar.planner.passes.context import PlanContext
     from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
     from graphpar.planner.planning import plan_graph
@@ -256,7 +256,8 @@ def _propagated(train, inputs, reuse):
     program = train.program
     traced = program.planned(inputs).traced.graph
     request = program.plan.request(traced, "train")
-    traced = plan_graph(traced, request, (("choose_mesh", choose_mesh), ("dataset_layouts", dataset_layouts)))
+    traced = plan_graph(traced, request, (("read_hints", read_hints), ("choose_mesh", choose_mesh),
+                                          ("dataset_layouts", dataset_layouts)))
     ctx = PlanContext.of(request, traced.plan)
     calls = []
     real = pass_module.op_cost

@@ -1,36 +1,105 @@
-"""Pass ``apply_hints``: turn each user ``shard()`` hint into a validated strategy (provenance: user).
+"""Passes ``read_hints`` and ``apply_hints``: each user ``shard()`` hint read once, then placed on the chosen mesh
+as a validated strategy (provenance: user).
 
-Reads: node hints, shapes, the mesh. Adds: ``strategy`` and ``provenance`` on hinted nodes. Errors: a
-:class:`~graphpar.errors.StrategyError` for a hint that cannot hold (wrong rank, a split that does not divide its
-dimension, a product above the device count, contracted splits that disagree, a dimension the op cannot split).
-A hint on an op kind without a sharding rule is an error too: graphpar will not silently replicate it. A hint on an
-op whose layout follows its input (``Reshape``, ``graphpar.planner.follow``) is ignored with a one-time warning, as
-MindSpore ignores it.
+``read_hints`` (the first pass of the SEMI_AUTO / AUTO / HYBRID lists) reads: node hints and ``out_strategy``,
+shapes, the op rules, the request's device count. Adds: ``graph.plan.hints`` (node id -> a :class:`ReadHint`): the
+hint's device matrix with its repeat dimension (what ``choose_mesh`` expresses) and the outcome of MindSpore's
+``CheckStrategy`` (``strategy.check_hint``), which needs the device count but not the mesh's axes. It raises
+nothing: a hint that fails its checks is recorded as a :class:`RefusedHint` and ``apply_hints`` raises its error,
+so errors come where and in the order they always came (after ``choose_mesh`` and ``dataset_layouts``, in node
+order, beside the errors that need the mesh).
+
+``apply_hints`` reads: ``graph.plan.hints``, shapes, the mesh (never ``node.hint``). Adds: ``strategy`` and
+``provenance`` on hinted nodes. Errors: a :class:`~graphpar.errors.StrategyError` for a hint that cannot hold (wrong
+rank, a split that does not divide its dimension, a product above the device count, contracted splits that
+disagree, a dimension the op cannot split, a split that does not fit the mesh's axes, an ``out_strategy`` that
+cannot hold). A hint on an op kind without a sharding rule is an error too: graphpar will not silently replicate it.
+A hint on an op whose layout follows its input (``Reshape``, ``graphpar.planner.follow``) is ignored with a one-time
+warning, as MindSpore ignores it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from graphpar.errors import StrategyError
-from graphpar.ir.graph import Graph, Provenance
+from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.dims import shapes_of
 from graphpar.planner.follow import follows_input, ignore_hint
 from graphpar.planner.passes.context import PlanContext
-from graphpar.planner.strategy import from_hint
+from graphpar.planner.strategy import check_hint, hint_device_matrix, place_hint, strategy_text
+
+
+@dataclass(frozen=True)
+class ReadHint:
+    """One op's ``shard()`` hint as ``read_hints`` read it, independent of the mesh. ``text``: MindSpore's printing
+    of the hint (for messages); ``device_matrix``: the matrix it asks for with its repeat dimension, None when it
+    does not fit the op's rule or the device count (``choose_mesh`` then leaves it out)."""
+
+    text: str
+    device_matrix: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class CheckedHint(ReadHint):
+    """A hint that passed the checks: its entries for the tensor inputs (scalar operands' ``()`` dropped), the
+    split of each label split more than once, and the op's ``out_strategy`` (None: none given)."""
+
+    in_strategy: tuple[tuple[int, ...], ...]
+    splits: tuple[tuple[str, int], ...]
+    out_strategy: tuple | None
+
+
+@dataclass(frozen=True)
+class RefusedHint(ReadHint):
+    """A hint that failed its checks, or sits on an op kind without a sharding rule: ``apply_hints`` raises
+    ``error`` at the node's turn."""
+
+    error: StrategyError
+
+
+@dataclass(frozen=True)
+class IgnoredHint(ReadHint):
+    """A hint on an op whose layout follows its input: ``apply_hints`` warns once and ignores it."""
+
+
+def read_hint(node: Node, graph: Graph, ctx: PlanContext) -> ReadHint:
+    """What ``read_hints`` records for one hinted node (see the module docstring)."""
+    hint, text = node.hint, strategy_text(node.hint)
+    dims = ctx.dims(node, graph)
+    matrix = None if dims is None else hint_device_matrix(dims, hint, ctx.request.devices)
+    if follows_input(node):
+        return IgnoredHint(text, matrix)
+    if dims is None:
+        return RefusedHint(text, matrix, StrategyError(
+            node.instance_name, hint, f"graphpar has no sharding rule for {node.kind}", node.scope,
+            "Remove the shard() call; the op will be replicated"))
+    ins, _ = shapes_of(node, graph)
+    try:
+        in_strategy, splits = check_hint(node, dims, hint, ins, ctx.request.devices)
+    except StrategyError as error:
+        return RefusedHint(text, matrix, error)
+    return CheckedHint(text, matrix, in_strategy, tuple(splits.items()), node.out_hint)
+
+
+def read_hints(graph: Graph, ctx: PlanContext) -> Graph:
+    return graph.with_plan(hints={node.id: read_hint(node, graph, ctx) for node in graph.node_list()
+                                  if node.hint is not None})
 
 
 def apply_hints(graph: Graph, ctx: PlanContext) -> Graph:
     updates = {}
     for node in graph.node_list():
-        if node.hint is None:
+        read = graph.plan.hints.get(node.id)
+        if read is None:
             continue
-        if follows_input(node):
-            ignore_hint(node)
+        if isinstance(read, IgnoredHint):
+            ignore_hint(node, read.text)
             continue
+        if isinstance(read, RefusedHint):
+            raise read.error
         dims = ctx.dims(node, graph)
-        if dims is None:
-            raise StrategyError(node.instance_name, node.hint, f"graphpar has no sharding rule for {node.kind}",
-                                node.scope, "Remove the shard() call; the op will be replicated")
-        ins, outs = shapes_of(node, graph)
-        strategy = from_hint(node, dims, node.hint, ins, outs, ctx.mesh)
+        _, outs = shapes_of(node, graph)
+        strategy = place_hint(node, dims, read.in_strategy, dict(read.splits), ctx.mesh, read.out_strategy, outs)
         updates[node.id] = {"strategy": strategy, "provenance": Provenance("user")}
     return graph.with_annotations(updates)

@@ -2,8 +2,9 @@
 inputs arrive in. They come first in the SEMI_AUTO / AUTO / HYBRID pass lists (``planner.planning``), so every
 later pass reads both from the context.
 
-``choose_mesh`` reads: the hints' device matrices (``strategy.hint_device_matrix``: with the repeat dimension),
-the request's device count and the graph's mesh so far (a program's mesh, fixed by its first graph). Adds:
+``choose_mesh`` reads: the hints' device matrices as ``read_hints`` recorded them (``graph.plan.hints``, from
+``strategy.hint_device_matrix``: with the repeat dimension), the request's device count and the graph's mesh so far
+(a program's mesh, fixed by its first graph). Adds:
 ``graph.plan.mesh``, the common refinement of the matrices (``planner.mesh.mesh_axis_sizes``). A hint that does
 not fit the device count is left to ``apply_hints``, which says why. Errors: a :class:`ConfigError` when the graph
 needs a mesh other than the program's.
@@ -21,24 +22,21 @@ from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph, MeshInfo, Spec
 from graphpar.planner.mesh import axis_names, mesh_axis_sizes
 from graphpar.planner.passes.context import PlanContext
-from graphpar.planner.strategy import hint_device_matrix, strategy_text
 
 
-def hint_matrices(graph: Graph, ctx: PlanContext) -> list[tuple[str, tuple[int, ...]]]:
-    """Per hinted op that fits the device count, its description and its device matrix (with repeat)."""
+def hint_matrices(graph: Graph) -> list[tuple[str, tuple[int, ...]]]:
+    """Per hinted op that fits the device count, its description and its device matrix (with repeat), as
+    ``read_hints`` recorded them."""
     out = []
     for node in graph.node_list():
-        if node.hint is None:
-            continue
-        dims = ctx.dims(node, graph)
-        matrix = None if dims is None else hint_device_matrix(dims, node.hint, ctx.request.devices)
-        if matrix is not None:
-            out.append((f"'{node.instance_name}' {strategy_text(node.hint)} ({node.scope})", matrix))
+        read = graph.plan.hints.get(node.id)
+        if read is not None and read.device_matrix is not None:
+            out.append((f"'{node.instance_name}' {read.text} ({node.scope})", read.device_matrix))
     return out
 
 
 def choose_mesh(graph: Graph, ctx: PlanContext) -> Graph:
-    hinted = hint_matrices(graph, ctx)
+    hinted = hint_matrices(graph)
     sizes = mesh_axis_sizes(ctx.request.devices, [m for _, m in hinted], [o for o, _ in hinted])
     mesh = MeshInfo(axis_names(len(sizes)), sizes)
     if graph.plan.mesh is not None and graph.plan.mesh != mesh:
