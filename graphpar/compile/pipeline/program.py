@@ -5,7 +5,9 @@ XLA's SPMD partitioner places every op of a program on all of the program's devi
 
 1. **plan** (once per batch shape): trace the ``PipelineCell``'s network on one micro-batch, plan it with the usual
    pass pipeline on a mesh of ``device_num / pipeline_stages`` devices (the user's strategies are relative to one
-   stage's devices, as in MindSpore), and cut it into stages (``parallel.pipeline_stages``);
+   stage's devices, as in MindSpore), and cut it into stages (``parallel.pipeline_stages``); the graph is a
+   ``Traced`` then a ``Planned`` stage value, built through the orchestrator and cached like any program's
+   (:meth:`PipelineProgram.planned`);
 2. **compile** per stage ``s``, on mesh ``s`` (the ``s``-th group of consecutive ranks): a forward program (the
    stage's nodes under ``jax.vjp``, returning the activations it sends and the residuals its backward needs), a
    backward program (the residuals' VJP, accumulating parameter gradients over micro-batches) and an update program
@@ -45,14 +47,18 @@ from graphpar.compile.pipeline.settings import PipelinePlan, PipelineSettings, r
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
 from graphpar.compile.pipeline.stage_programs import is_float
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
+from graphpar.compile.plans.layout import GraphLayout, Layout
+from graphpar.compile.plans.planned import Planned, Traced
 from graphpar.compile.runtime.placement import ensure_placed
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
+from graphpar.compile.staging.progress import CompileProgress
 from graphpar.dump.pipeline import (
     PipelineJob, ScheduleMeasure, maybe_dump_begin, maybe_dump_execute, maybe_save_strategy, stage_note)
 from graphpar.ir.graph import Graph
 from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
 from graphpar.planner import strategy_file
+from graphpar.planner.mesh import make_mesh
 from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.planning import plan_graph
 
@@ -132,18 +138,31 @@ class PipelineProgram(Program[PipelineSettings]):
         return self.job.per_stage
 
     # --- planning and compiling --------------------------------------------------------------------------------
-    def _plan(self, ns: NetworkState, avals: list[jax.ShapeDtypeStruct]) -> Graph:
-        graph, _ = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
-        assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning
-        pctx = self.pctx  # each stage's devices plan the graph (one mesh of per_stage devices)
-        return plan_graph(graph, PlanRequest(self.per_stage, pctx.parallel_mode, pctx.search_mode, "train",
-                                             pctx.dataset_strategy, strategy_file.for_plan(pctx)))
+    def _planned(self, ns: NetworkState, key: ProgramKey, avals: list[jax.ShapeDtypeStruct]) -> Planned:
+        """The micro-batch graph traced and planned (``Traced`` then ``Planned``), once per compile key, in the
+        orchestrator's cache like any program's (counted, timed in :attr:`compile_seconds`)."""
+        pctx, job = self.pctx, self.job
+
+        def trace() -> Traced:
+            graph, out_treedef = trace_network(ns, avals, "train")  # outputs: [loss] + the new rest state
+            return Traced(graph, "train", out_treedef)
+
+        def passes(graph: Graph) -> Graph:
+            assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning
+            # each stage's devices plan the graph (one mesh of per_stage devices)
+            return plan_graph(graph, PlanRequest(self.per_stage, pctx.parallel_mode, pctx.search_mode, "train",
+                                                 pctx.dataset_strategy, strategy_file.for_plan(pctx)))
+
+        def layout(graph: Graph) -> Layout:
+            # where the plan puts the arrays on one stage's devices (stage 0's; each stage's own: its StageLayout)
+            return GraphLayout(make_mesh(job.devices[:job.per_stage], [graph.plan.mesh.sizes]), graph)
+
+        with CompileProgress(self.orchestrator.what) as progress:
+            return self.orchestrator.planned_by(key, "train", progress, trace, passes, layout)
 
     def _build(self, ns: NetworkState, key: ProgramKey, avals: list[jax.ShapeDtypeStruct]) -> Built:
         job = self.job
-        graph = self._plan(ns, avals)
-        self.orchestrator.cache.count("traces")
-        self.orchestrator.cache.count("plans")
+        graph = self._planned(ns, key, avals).graph
         split = split_stages(graph, self.network, job.n_stages, len(ns.params.values()), len(ns.rest.values()))
         stages = build_stages(graph, split, ns, job.devices, job.per_stage, self.optimizer, self.sens)
         orders = stage_orders(job.scheduler, job.n_stages, job.micro_size)
@@ -162,16 +181,31 @@ class PipelineProgram(Program[PipelineSettings]):
             if isinstance(holder, Parameter) and holder.name in split.param_stage:
                 holder.set_metadata(pipeline_stage=split.param_stage[holder.name])
 
-    def _get_built(self, ns: NetworkState, inputs: list[np.ndarray]) -> Built:
-        """The stages for this batch shape (planned on one micro-batch), built once per compile key."""
+    def _key(self, ns: NetworkState, inputs: list[np.ndarray]) -> tuple[ProgramKey, list[jax.ShapeDtypeStruct]]:
+        """The compile key and avals of one micro-batch of ``inputs`` (what the graph is traced and planned on)."""
         m = self.micro_size
         avals = [jax.ShapeDtypeStruct((x.shape[0] // m,) + tuple(x.shape[1:]), jax.dtypes.canonicalize_dtype(x.dtype))
                  for x in inputs]
-        key = ProgramKey.of("train", ns.structure, avals)
+        return ProgramKey.of("train", ns.structure, avals), avals
+
+    def _get_built(self, ns: NetworkState, inputs: list[np.ndarray]) -> Built:
+        """The stages for this batch shape (planned on one micro-batch), built once per compile key."""
+        key, avals = self._key(ns, inputs)
         built = self._built.get(key)
         if built is None:
             built = self._built[key] = self._build(ns, key, avals)
         return built
+
+    # --- inspection --------------------------------------------------------------------------------------------
+    def planned(self, inputs: Sequence[Any]) -> Planned:
+        """The planned micro-batch graph of the pipelined step for the global batch ``inputs`` (traced and planned
+        if not cached yet; its ``traced``: the traced stage), before it is cut into stages."""
+        ns = self.state
+        arrays = [np.asarray(x) for x in inputs]
+        for i, x in enumerate(arrays):
+            check_micro_split(i, x.shape, self.micro_size)
+        key, avals = self._key(ns, arrays)
+        return self._planned(ns, key, avals)
 
     # --- running -----------------------------------------------------------------------------------------------
     def _call(self, built: Built, st: Stage, kind: str, *args: Any) -> Any:

@@ -1,7 +1,8 @@
 """The one place that turns a network into a program: trace → plan → lower → compile, each stage a value.
 
 ``Orchestrator.planned`` traces the network (``plan.trace``) and runs the pass pipeline of the plan
-(``parallel.pipeline``) on it, writing the begin dump; ``Orchestrator.compiled`` lowers a step function of the
+(``parallel.pipeline``) on it, writing the begin dump (``Orchestrator.planned_by``: the same stages with the
+caller's tracing and passes, for the pipeline's micro-batch graph); ``Orchestrator.compiled`` lowers a step function of the
 planned graph with its shardings (``jax.jit(...).trace(...).lower()``), has XLA compile it, and writes the execute
 dump. Both are cached (``compile.cache``); both time their stages and tell the user about a slow compile
 (``compile.progress``). The executable that runs is always the one compiled here, with or without ``save_graphs``:
@@ -19,7 +20,8 @@ import jax
 from graphpar import _context
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
-from graphpar.compile.plans.planned import Planned
+from graphpar.compile.plans.layout import Layout
+from graphpar.compile.plans.planned import Planned, Traced
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
 from graphpar.compile.staging.frozen_heap import frozen_heap
 from graphpar.compile.staging.progress import CompileProgress
@@ -52,15 +54,8 @@ class Orchestrator:
         def build() -> Planned:
             if plan.pynative:
                 return Planned(None, plan.layout(None), purpose)
-            started = time.perf_counter()
-            with progress.stage("tracing"), frozen_heap():
-                traced = plan.trace(ns, avals, purpose, call)
-            self.cache.count("traces")
-            with progress.stage("planning"), frozen_heap():
-                graph = run_passes(plan, traced.graph, ns, purpose)
-            self.cache.count("plans")
-            return Planned(graph, plan.layout(graph), purpose, traced.out_treedef, time.perf_counter() - started,
-                           traced)
+            return self._trace_and_plan(purpose, progress, lambda: plan.trace(ns, avals, purpose, call),
+                                        lambda graph: run_passes(plan, graph, ns, purpose), plan.layout)
 
         planned, built = self.cache.planned.get_or_build(key, build)
         if not built and not plan.pynative and _dumps_on() and ("begin", key) not in self.cache.dumped:
@@ -68,6 +63,26 @@ class Orchestrator:
         if _dumps_on():
             self.cache.dumped.add(("begin", key))
         return planned
+
+    def planned_by(self, key: ProgramKey, purpose: str, progress: CompileProgress, trace: Callable[[], Traced],
+                   passes: Callable[[Graph], Graph], layout: Callable[[Graph], Layout]) -> Planned:
+        """The planned stage under ``key`` for a program whose tracing and planning are not an execution plan's
+        (the pipeline's micro-batch graph, ``compile.pipeline.program``): ``trace``, then ``passes`` on its graph,
+        built, timed, counted and cached as :meth:`planned` builds a plan's (its dumps are the caller's)."""
+        return self.cache.planned.get_or_build(key, lambda: self._trace_and_plan(purpose, progress, trace, passes,
+                                                                                 layout))[0]
+
+    def _trace_and_plan(self, purpose: str, progress: CompileProgress, trace: Callable[[], Traced],
+                        passes: Callable[[Graph], Graph], layout: Callable[[Graph], Layout]) -> Planned:
+        """Trace, then plan: each stage timed (``progress``) with the heap frozen, and counted."""
+        started = time.perf_counter()
+        with progress.stage("tracing"), frozen_heap():
+            traced = trace()
+        self.cache.count("traces")
+        with progress.stage("planning"), frozen_heap():
+            graph = passes(traced.graph)
+        self.cache.count("plans")
+        return Planned(graph, layout(graph), purpose, traced.out_treedef, time.perf_counter() - started, traced)
 
     def compiled(self, plan: ExecutionPlan, planned: Planned, key: ProgramKey, variant: str,
                  fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any],
