@@ -31,7 +31,7 @@ class ClusterEnv:
     ms_sched_port: int | None
     ms_worker_num: int | None
     ms_node_id: str | None
-    ms_enable_recovery: bool
+    ms_enable_recovery_text: str | None  # as set: read through ``ms_enable_recovery``, which refuses a non-boolean
     ms_recovery_path: str | None
     # OpenMPI
     ompi_world_size: int | None
@@ -61,6 +61,12 @@ class ClusterEnv:
             if name in self.invalid:
                 raise EnvVarError(name, self.invalid[name], "must be an integer")
 
+    @property
+    def ms_enable_recovery(self) -> bool:
+        """``MS_ENABLE_RECOVERY`` as a strict boolean: refused by name, where recovery is decided, when it is none
+        (``cluster_env`` itself never raises)."""
+        return bool(parse_flag("MS_ENABLE_RECOVERY", self.ms_enable_recovery_text))
+
     def present(self, name: str) -> bool:
         """Whether ``name`` was set (a valid or an invalid value)."""
         return name in self.invalid or bool(os.environ.get(name))
@@ -76,6 +82,28 @@ def _read_int(name: str, invalid: dict[str, str]) -> int | None:
     except ValueError:
         invalid[name] = value
         return None
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _read_flag(name: str) -> bool | None:
+    return parse_flag(name, os.environ.get(name))
+
+
+def parse_flag(name: str, value: str | None) -> bool | None:
+    """A boolean variable: 1/true/yes/on or 0/false/no/off (any case); None when unset or empty. Anything else is
+    refused by name: a typo must not switch a feature on (``MS_ENABLE_RECOVERY=off`` once read as true)."""
+    if value is None or value.strip() == "":
+        return None
+    word = value.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise EnvVarError(name, value, "must be a boolean: one of 1, true, yes, on (switch on) or 0, false, no, off "
+                                   "(switch off), in any case")
 
 
 def cluster_env() -> ClusterEnv:
@@ -102,7 +130,7 @@ def cluster_env() -> ClusterEnv:
         ms_sched_port=_int("MS_SCHED_PORT"),
         ms_worker_num=_int("MS_WORKER_NUM"),
         ms_node_id=os.environ.get("MS_NODE_ID") or None,
-        ms_enable_recovery=os.environ.get("MS_ENABLE_RECOVERY", "0") not in ("", "0", "false", "False"),
+        ms_enable_recovery_text=os.environ.get("MS_ENABLE_RECOVERY"),
         ms_recovery_path=os.environ.get("MS_RECOVERY_PATH") or None,
         ompi_world_size=_int("OMPI_COMM_WORLD_SIZE"),
         ompi_world_rank=_int("OMPI_COMM_WORLD_RANK"),
@@ -142,13 +170,10 @@ def data_path() -> str | None:
 
 def progress_bar_enabled() -> bool | None:
     """``GRAPHPAR_PROGRESS``: 1 forces the progress bar on, 0 off; unset means "when stdout is a terminal"."""
-    value = os.environ.get("GRAPHPAR_PROGRESS")
-    if value is None or value == "":
-        return None
-    return value not in ("0", "false", "False")
+    return _read_flag("GRAPHPAR_PROGRESS")
 
 
 def pass_checks_enabled() -> bool:
     """``GRAPHPAR_CHECK_PASSES``: 1 checks the plan's invariants after every planning pass (``planner.planning``;
     the test suite sets it); unset or 0: no checks between passes (``verify`` still runs where the mode has it)."""
-    return os.environ.get("GRAPHPAR_CHECK_PASSES", "") not in ("", "0", "false", "False")
+    return bool(_read_flag("GRAPHPAR_CHECK_PASSES"))

@@ -59,6 +59,12 @@ def _msrun(*argv: str):
     return resolve(msrun.launch_arguments(msrun.parser().parse_args(list(argv))))
 
 
+def _roll_back():
+    from graphpar.checkpoint import recovery
+
+    return recovery.should_roll_back()
+
+
 def _plan(kind: str):
     from graphpar import _env
     from graphpar.communication import bootstrap, process_plan
@@ -308,6 +314,9 @@ ROWS: list[Row] = [
     Row("env-pserver", "env", "MS_ROLE=MS_PSERVER", _dynamic, "graphpar.communication.errors:ClusterError",
         ("MS_ROLE='MS_PSERVER'", "Parameter Server", "'MS_SCHED'"),
         {"MS_ROLE": "MS_PSERVER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "2"}),
+    Row("env-not-boolean", "env", "MS_ENABLE_RECOVERY=maybe (a word that is no switch)", lambda t: _roll_back(),
+        ERR + "EnvVarError", ("MS_ENABLE_RECOVERY='maybe'", "must be a boolean", "0, false, no, off"),
+        {"MS_ENABLE_RECOVERY": "maybe"}),
     Row("env-worker-num", "env", "MS_ROLE=MS_WORKER MS_WORKER_NUM=abc", lambda t: _plan("dynamic_cluster"),
         ERR + "EnvVarError", ("MS_WORKER_NUM='abc'", "must be an integer"),
         {"MS_ROLE": "MS_WORKER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "abc"}),
