@@ -94,6 +94,11 @@ class SoftmaxCrossEntropyWithLogits(LossBase):
                 raise ValueError(f"SoftmaxCrossEntropyWithLogits(sparse=True): labels must have shape "
                                  f"({logits.shape[0]},) for logits {tuple(logits.shape)}, got "
                                  f"{tuple(labels.shape)}")
+            if not jnp.issubdtype(labels.dtype, jnp.integer):  # MindSpore's kernel takes int32/int64 only
+                raise TypeError(f"SoftmaxCrossEntropyWithLogits(sparse=True): labels are class indices and must have "
+                                f"an integer dtype (int32 or int64), got {labels.dtype}; a float label would be "
+                                "truncated to a class (2.7 -> 2). Cast the labels in the dataset "
+                                "(e.g. TypeCast(mstype.int32)) or pass sparse=False with one-hot labels")
             labels = self.one_hot(labels.astype(jnp.int32), logits.shape[-1], jnp.asarray(1.0, logits.dtype),
                                   jnp.asarray(0.0, logits.dtype))
         elif labels.shape != logits.shape:

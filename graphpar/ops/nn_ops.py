@@ -316,6 +316,9 @@ class SparseSoftmaxCrossEntropyWithLogits(Primitive):
         super().__init__(is_grad=is_grad)
 
     def compute(self, logits, labels):
+        if not jnp.issubdtype(labels.dtype, jnp.integer):  # MindSpore's kernel takes int32/int64 only
+            raise TypeError(f"SparseSoftmaxCrossEntropyWithLogits: labels are class indices and must have an integer "
+                            f"dtype (int32 or int64), got {labels.dtype}; a float label would be truncated to a class")
         log_p = jax.nn.log_softmax(logits, axis=-1)
         picked = jnp.take_along_axis(log_p, labels.astype(jnp.int32)[..., None], axis=-1)[..., 0]
         return -jnp.mean(picked)
