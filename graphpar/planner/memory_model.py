@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from graphpar.planner.state_paths import parameter_of
+
 __all__ = ["DEFAULT_OPTIMIZER_SLOTS", "compiled_peak_bytes", "keeps_input", "keeps_output", "optimizer_slots", "param_slots",
            "peak_bytes", "value_kept", "graph_optimizer_slots", "sole_keeper"]
 
@@ -167,13 +169,10 @@ def optimizer_slots(optimizer: Any, params: Mapping[str, Any]) -> dict[str, floa
     state = jax.eval_shape(optimizer.transformation().init, avals)
     out = {n: 0.0 for n in avals}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-        for entry in path:
-            name = entry.key if isinstance(entry, jax.tree_util.DictKey) else None
-            if name in avals and tuple(leaf.shape) == tuple(avals[name].shape):
-                size = float(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
-                out[name] += size / max(float(np.prod(avals[name].shape)) * np.dtype(avals[name].dtype).itemsize,
-                                        1.0)
-                break
+        name = parameter_of(path, avals)
+        if name is not None and tuple(leaf.shape) == tuple(avals[name].shape):
+            size = float(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+            out[name] += size / max(float(np.prod(avals[name].shape)) * np.dtype(avals[name].dtype).itemsize, 1.0)
     return out
 
 

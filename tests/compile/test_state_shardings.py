@@ -6,7 +6,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from graphpar.compile.plans.layout import parameter_of, state_shardings
+from graphpar.compile.plans.layout import state_shardings
+from graphpar.planner.state_paths import parameter_of
 
 
 def test_mirrored_leaves_follow_their_parameter_and_the_others_are_replicated():

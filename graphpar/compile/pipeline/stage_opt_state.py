@@ -17,7 +17,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from graphpar.compile.plans.layout import parameter_of, state_shardings
+from graphpar.compile.plans.layout import state_shardings
+from graphpar.planner.state_paths import parameter_of
 from graphpar.compile.runtime.placement import ensure_placed
 
 

@@ -9,7 +9,7 @@ layouts the ``place_parameters`` pass chose for every parameter, state leaf and 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from graphpar.ir.graph import Graph
+from graphpar.planner.state_paths import parameter_of
 from graphpar.planner.strategy import Spec, to_partition_spec
 
 
@@ -84,16 +85,6 @@ class GraphLayout(Layout):
 
     def input_sharding(self, index, shape):
         return self._sharding(self._inputs[index] if index < len(self._inputs) else None, shape)
-
-
-def parameter_of(path: Sequence[Any], names: Container[str]) -> str | None:
-    """The parameter an optimizer-state leaf at pytree ``path`` belongs to, or None for a shared leaf (a step
-    count): optax states mirror the parameter dict, so a parameter's leaves (momentum, Adam's moments) hold its name
-    in their path. The one place state leaves are matched to parameters."""
-    for entry in path:
-        if isinstance(entry, jax.tree_util.DictKey) and entry.key in names:
-            return entry.key
-    return None
 
 
 def state_shardings(tree: Any, params: Mapping[str, tuple[tuple[int, ...], jax.sharding.Sharding]],
