@@ -25,6 +25,7 @@ class ClusterEnv:
     cluster_timeout: int | None  # GRAPHPAR_CLUSTER_TIMEOUT, else MindSpore's MS_TOPO_TIMEOUT (seconds)
     heartbeat_timeout: int | None
     restart_count: int
+    job_id: str | None  # GRAPHPAR_JOB_ID: one value per `graphpar launch` (every worker, every restart)
     # MindSpore Dynamic Cluster
     ms_role: str | None
     ms_sched_host: str | None
@@ -125,6 +126,7 @@ def cluster_env() -> ClusterEnv:
         else _int("MS_TOPO_TIMEOUT"),
         heartbeat_timeout=_int("GRAPHPAR_HEARTBEAT_TIMEOUT"),
         restart_count=_int("GRAPHPAR_RESTART_COUNT") or 0,
+        job_id=(os.environ.get("GRAPHPAR_JOB_ID") or "").strip() or None,
         ms_role=os.environ.get("MS_ROLE") or None,
         ms_sched_host=os.environ.get("MS_SCHED_HOST") or None,
         ms_sched_port=_int("MS_SCHED_PORT"),

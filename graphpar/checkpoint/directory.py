@@ -1,7 +1,11 @@
-"""The checkpoints of one directory: which are complete, which is newest, which to delete.
+"""The checkpoints of one directory: which are complete, which is newest, which to delete, which prefix a new run
+writes under.
 
 ``ModelCheckpoint`` names its checkpoints ``{prefix}-{epoch}_{step}.ckpt`` (``step`` counted within the epoch, as
-MindSpore does). "Newest" means most recently committed (the manifest's ``saved_at``), which is also what a
+MindSpore does). A fresh run in a directory that already holds checkpoints of its prefix writes under
+``{prefix}_1`` (then ``_2``, ...), MindSpore's renaming (:func:`renamed_prefix`), so it never deletes an earlier
+run's checkpoints; the prefix and its renamed forms are one *family* (:func:`family_pattern`), which resuming
+searches. "Newest" means most recently committed (the manifest's ``saved_at``), which is also what a
 restarted job must roll back to. Deletion only ever happens after a newer checkpoint has been committed, so a crash
 in the middle of a save never leaves fewer complete checkpoints than before.
 """
@@ -21,6 +25,55 @@ from graphpar.checkpoint.store import TMP_MARKER
 def name_pattern(prefix: str | None) -> re.Pattern:
     head = re.escape(prefix) + r"-\d+_\d+" if prefix is not None else r".+"
     return re.compile(rf"^{head}\.ckpt$")
+
+
+def family_pattern(prefix: str) -> re.Pattern:
+    """Checkpoint names of ``prefix`` and of its renamed forms ``{prefix}_N`` (group 1: the prefix written)."""
+    return re.compile(rf"^({re.escape(prefix)}(?:_\d+)?)-\d+_\d+\.ckpt$")
+
+
+def prefix_of(path: str, prefix: str) -> str | None:
+    """The prefix (``prefix`` or a renamed ``{prefix}_N``) that checkpoint ``path`` was written under, or None when
+    its name is not of ``prefix``'s family."""
+    found = family_pattern(prefix).match(os.path.basename(os.path.normpath(path)))
+    return found.group(1) if found else None
+
+
+def renamed_prefix(directory: str, prefix: str) -> str:
+    """MindSpore's renaming: ``prefix`` when no checkpoint of it is in ``directory``, else ``{prefix}_N`` with N one
+    more than the largest suffix there (``{prefix}-...`` counts as 0). Every entry named like a checkpoint counts,
+    complete or not (another job's save in flight too)."""
+    if not os.path.isdir(directory):
+        return prefix
+    pattern = re.compile(rf"^{re.escape(prefix)}(?:_(\d+))?-.*\.ckpt$")
+    suffix = 0
+    for name in os.listdir(directory):
+        found = pattern.match(name.split(TMP_MARKER)[0])
+        if found:
+            suffix = max(suffix, int(found.group(1) or 0) + 1)
+    return f"{prefix}_{suffix}" if suffix else prefix
+
+
+def readable_checkpoints(directory: str, prefix: str) -> tuple[list[tuple[float, str, dict]], list[tuple[str, str]]]:
+    """The checkpoints of ``prefix``'s family with a manifest: ``(saved_at, path, manifest)`` of those whose manifest
+    reads, oldest first, and ``(path, reason)`` of those whose manifest is damaged (a directory without a manifest
+    is an unfinished save, see :func:`unfinished_saves`, and in neither list). Data files are not checked here."""
+    if not os.path.isdir(directory):
+        return [], []
+    pattern = family_pattern(prefix)
+    readable, damaged = [], []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not pattern.match(name) or not os.path.isdir(path) or \
+                not os.path.exists(os.path.join(path, manifest.MANIFEST)):
+            continue
+        try:
+            body = manifest.read(path)
+        except CheckpointError as exc:
+            damaged.append((path, exc.reason))
+            continue
+        readable.append((float(body.get("saved_at", os.path.getmtime(path))), path, body))
+    return sorted(readable, key=lambda item: (item[0], item[1])), damaged
 
 
 def checkpoint_dirs(directory: str, prefix: str | None = None) -> list[str]:
@@ -50,13 +103,14 @@ def latest_checkpoint(directory: str, prefix: str | None = None) -> str | None:
     return found[-1][1] if found else None
 
 
-def unfinished_saves(directory: str, prefix: str | None = None) -> list[str]:
-    """The checkpoints of ``prefix`` whose save never completed (orbax's temporary directory, or a directory
-    without a manifest), oldest first: what was still in flight when the job stopped. Their names are the final
-    checkpoint names (``fault-1_5.ckpt``), without orbax's temporary suffix."""
+def unfinished_saves(directory: str, prefix: str) -> list[tuple[float, str]]:
+    """``(mtime, name)`` of the checkpoints of ``prefix``'s family whose save never completed (orbax's temporary
+    directory, or a directory without a manifest), oldest first: what was still in flight when the job stopped.
+    ``mtime`` is that of what is on disk; ``name`` is the final checkpoint name (``fault-1_5.ckpt``), without orbax's
+    temporary suffix (so it need not exist)."""
     if not os.path.isdir(directory):
         return []
-    pattern = name_pattern(prefix)
+    pattern = family_pattern(prefix)
     found = []
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
@@ -65,7 +119,7 @@ def unfinished_saves(directory: str, prefix: str | None = None) -> list[str]:
             continue
         if TMP_MARKER in name or not os.path.exists(os.path.join(path, manifest.MANIFEST)):
             found.append((os.path.getmtime(path), os.path.join(directory, base)))
-    return [p for _, p in sorted(found)]
+    return sorted(found)
 
 
 def remove_stale(directory: str, prefix: str) -> list[str]:

@@ -10,8 +10,16 @@ removed when training finishes. A run rolls back when
 * ``MS_ENABLE_RECOVERY=1`` without ``MS_RECOVERY_PATH`` (then every start resumes from the newest checkpoint of the
   ``ModelCheckpoint`` directory, as a worker restarted by hand expects);
 
-and it rolls back to the newest complete checkpoint among the recovery file's and the ``ModelCheckpoint``
-callbacks' directories.
+and it rolls back to the newest intact checkpoint **of this job** among the recovery file's and the
+``ModelCheckpoint`` callbacks' directories.
+
+A job's identity (:func:`job_id`) is stamped into every checkpoint ``ModelCheckpoint`` writes, so that a restart
+never rolls back into another run's checkpoint (a previous, finished run in the same directory: its restart would
+otherwise "resume" that run's final state, train nothing and exit 0). The identity is ``GRAPHPAR_JOB_ID``, which
+``graphpar launch`` (and ``msrun``, run by it) sets once per launch and every restart inherits; under ``mpirun`` the
+Open MPI / PMIx job id; under SLURM the job id. A job started by hand (Dynamic Cluster workers, a plain ``python``)
+has none unless ``GRAPHPAR_JOB_ID`` is set to one value for all its workers: MindSpore keys its recovery on
+``MS_RECOVERY_PATH`` alone, and so does graphpar then (its record says whether a start is a recovery).
 """
 
 from __future__ import annotations
@@ -22,6 +30,18 @@ import os
 from graphpar import _env
 
 RECORD = "graphpar_recovery.json"
+
+
+def job_id() -> str | None:
+    """This job's identity (see the module docstring), or None when the launcher gives none."""
+    env = _env.cluster_env()
+    if env.job_id:
+        return env.job_id
+    if env.ompi_job_id:
+        return f"mpirun:{env.ompi_job_id}"
+    if env.slurm_job_id is not None:
+        return f"slurm:{env.slurm_job_id}"
+    return None
 
 
 def _record_path() -> str | None:

@@ -22,7 +22,7 @@ import jax
 
 from graphpar._logging import notice_once
 from graphpar.checkpoint import directory as ckpt_dir
-from graphpar.checkpoint import recovery, store
+from graphpar.checkpoint import manifest, recovery, store
 from graphpar.checkpoint.entries import assign, load_optimizer, network_variables, optimizer_of
 from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.serialization import checkpoint_path, whole_arrays
@@ -39,31 +39,73 @@ class SavesCheckpoints(Protocol):
     def prefix(self) -> str: ...
 
 
-def _newest(candidates: list[str]) -> str | None:
-    """The most recently committed of the complete checkpoints among ``candidates``."""
-    best = None
-    for path in candidates:
+def _found(cbs: Sequence[SavesCheckpoints]) -> tuple[list[tuple[float, str, dict]], list[tuple[str, str]]]:
+    """The checkpoints a rollback may choose from, newest first: those of the callbacks' prefix families in their
+    directories, and the one MS_RECOVERY_PATH's record names; plus ``(path, reason)`` of those whose manifest is
+    damaged."""
+    readable: dict[str, tuple[float, str, dict]] = {}
+    damaged: dict[str, str] = {}
+    for directory, prefix in sorted({(cb.directory, cb.prefix) for cb in cbs}):
+        good, bad = ckpt_dir.readable_checkpoints(directory, prefix)
+        readable.update((path, item) for item in good for path in [os.path.abspath(item[1])])
+        damaged.update((os.path.abspath(path), reason) for path, reason in bad)
+    recorded = recovery.recorded_checkpoint()
+    if recorded and os.path.abspath(recorded) not in readable and \
+            os.path.exists(os.path.join(recorded, manifest.MANIFEST)):
         try:
-            saved_at = float(store.read_manifest(path, verify=False).get("saved_at", 0.0))
-        except CheckpointError:
-            continue
-        if best is None or saved_at > best[0]:
-            best = (saved_at, os.path.abspath(path))
-    return best[1] if best else None
+            body = manifest.read(recorded)
+            readable[os.path.abspath(recorded)] = (float(body.get("saved_at", 0.0)), os.path.abspath(recorded), body)
+        except CheckpointError as exc:
+            damaged[os.path.abspath(recorded)] = exc.reason
+    newest_first = sorted(readable.values(), key=lambda item: (item[0], item[1]), reverse=True)
+    return newest_first, sorted(damaged.items())
 
 
-def _say_what_was_lost(cbs: Sequence[SavesCheckpoints], chosen: str) -> None:
-    """One line when a rollback cannot use the newest save: none complete (training starts over), or a newer save
-    was still being written when the job stopped (its steps are trained again). Names the directory and the save."""
+def _intact(path: str, body: dict) -> bool:
+    """Whether every file of checkpoint ``path`` matches its manifest; a damaged one is named with its fault."""
+    try:
+        manifest.verify(path, body)
+        return True
+    except CheckpointError as exc:
+        notice_once(f"resume-damaged:{path}", f"resume: skipping {path}: {exc.path}: {exc.reason}; trying the next "
+                    "older checkpoint", logging.WARNING)
+        return False
+
+
+def _pick(cbs: Sequence[SavesCheckpoints], job: str | None) -> tuple[str, list[tuple[str, str | None]]]:
+    """The newest intact checkpoint (of ``job`` when given), and ``(path, job)`` of the checkpoints of other jobs
+    it passed over. Damaged ones are named and skipped: one flipped byte must not block a rollback when older intact
+    checkpoints exist."""
+    newest_first, damaged = _found(cbs)
+    for path, reason in damaged:
+        notice_once(f"resume-manifest:{path}", f"resume: skipping {path}: {reason}", logging.WARNING)
+    foreign: list[tuple[str, str | None]] = []
+    for _, path, body in newest_first:
+        if job is not None and body.get("job") != job:
+            foreign.append((path, body.get("job")))
+        elif _intact(path, body):
+            return path, foreign
+    return "", foreign
+
+
+def _say_what_was_lost(cbs: Sequence[SavesCheckpoints], chosen: str, job: str | None,
+                       foreign: list[tuple[str, str | None]]) -> None:
+    """One line when a rollback cannot use the newest save: none complete (training starts over), only other runs'
+    checkpoints (this job starts over), or a newer save was still being written when the job stopped (its steps are
+    trained again). Names the directory and the save."""
     directories = sorted({cb.directory for cb in cbs})
-    unfinished = [(os.path.getmtime(p) if os.path.exists(p) else 0.0, p) for cb in cbs
-                  for p in ckpt_dir.unfinished_saves(cb.directory, cb.prefix)]
+    unfinished = [item for cb in cbs for item in ckpt_dir.unfinished_saves(cb.directory, cb.prefix)]
     chosen_time = os.path.getmtime(chosen) if chosen and os.path.exists(chosen) else 0.0
     newer = sorted(p for t, p in unfinished if not chosen or t >= chosen_time)
     where = ", ".join(directories) or "(no ModelCheckpoint directory)"
     lost = (f"; the newest save, {newer[-1]}, was still in flight when the job stopped and is incomplete"
             if newer else "")
-    if not chosen:
+    if not chosen and foreign:
+        other, other_job = foreign[0]
+        notice_once(f"resume-foreign:{where}", f"resume: {where} holds no checkpoint of this job ({job}), only "
+                    f"{len(foreign)} of other runs (the newest, {other}, of job {other_job or 'unknown'}), which a "
+                    f"rollback never resumes{lost}; training starts from step 0", logging.WARNING)
+    elif not chosen:
         notice_once(f"resume-none:{where}", f"resume: no complete checkpoint in {where}{lost}; training starts from the "
                     "beginning", logging.WARNING)
     elif newer:
@@ -73,7 +115,11 @@ def _say_what_was_lost(cbs: Sequence[SavesCheckpoints], chosen: str) -> None:
 def choose(resume: Any, cbs: Sequence[SavesCheckpoints]) -> str | None:
     """The checkpoint to resume from (process 0 decides, every process gets its answer), or None for a fresh
     start. ``resume``: False (only automatic recovery), True (newest of the ModelCheckpoint callbacks'), or a path;
-    ``cbs``: the ModelCheckpoint callbacks of the ``Model.train`` call."""
+    ``cbs``: the ModelCheckpoint callbacks of the ``Model.train`` call.
+
+    A rollback (a restart, a recovery) takes only this job's checkpoints (``recovery.job_id``): never another run's.
+    ``resume=True`` is the user asking to continue the training in that directory, so it takes the newest intact
+    checkpoint whichever run wrote it. Either way damaged checkpoints are named and passed over."""
     if resume not in (False, None, True) and not isinstance(resume, (str, os.PathLike)):
         raise TypeError(f"Model.train(resume={resume!r}): expected False, True or a checkpoint path")
     if isinstance(resume, (str, os.PathLike)):
@@ -88,18 +134,16 @@ def choose(resume: Any, cbs: Sequence[SavesCheckpoints]) -> str | None:
     chosen = ""
     if jax.process_index() == 0 and (resume is True or recovery.should_roll_back()):
         # checkpoints are written into process 0's directory, and process 0 decides for the job
-        candidates = [p for cb in cbs if (p := ckpt_dir.latest_checkpoint(cb.directory, cb.prefix))]
-        recorded = recovery.recorded_checkpoint()
-        if recorded:
-            candidates.append(recorded)
-        chosen = _newest(candidates) or ""
-        _say_what_was_lost(cbs, chosen)
+        job = None if resume is True else recovery.job_id()
+        chosen, foreign = _pick(cbs, job)
+        _say_what_was_lost(cbs, chosen, job, foreign)
     chosen = store.broadcast_text(chosen)
     return chosen or None
 
 
 def restore(train_network: Any, path: str) -> dict:
-    """Put the checkpoint's state into ``train_network`` (and its optimizer); returns its training progress."""
+    """Put the checkpoint's state into ``train_network`` (and its optimizer); returns its training progress, with
+    ``checkpoint``: ``path`` (a ModelCheckpoint resumed in its own directory keeps writing under its prefix)."""
     body = store.read_manifest(path)
     progress = body.get("train")
     if not progress:
@@ -123,7 +167,7 @@ def restore(train_network: Any, path: str) -> dict:
         load_optimizer(optimizer, arrays["optimizer"], f"resume from {path}", train_network)
     notice_once(f"resumed:{path}", f"resuming from {path} (epoch {progress['epoch']}, step {progress['step']})",
                 logging.WARNING)
-    return progress
+    return {**progress, "checkpoint": path}
 
 
 def training_finished() -> None:

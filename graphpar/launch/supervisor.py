@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 
+from graphpar._env import cluster_env
 from graphpar.checkpoint.recovery import recorded_checkpoint
 from graphpar.launch import environment
 from graphpar.launch.config import LaunchConfig
@@ -35,6 +38,13 @@ def _recorded_checkpoint() -> str:
     """``: <path>`` of the checkpoint MS_RECOVERY_PATH's record names (see graphpar.checkpoint.recovery), if any."""
     path = recorded_checkpoint()
     return f" ({path})" if path else ""
+
+
+def _job_id() -> str:
+    """This launch's job identity: GRAPHPAR_JOB_ID when the user set one (a job of several launchers, one per node,
+    shares it that way), else a new one. Every child of every attempt gets it, so checkpoints record which job wrote
+    them and a restart rolls back only into this job's, never into an earlier run's (graphpar.checkpoint.recovery)."""
+    return cluster_env().job_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -76,6 +86,7 @@ class Supervisor:
     config: LaunchConfig
     out: object = field(default=sys.stderr)
     _signal: int | None = None
+    job_id: str = field(default_factory=_job_id)  # the same for every attempt of this launch
 
     def say(self, line: str) -> None:
         print(f"[graphpar launch] {line}", file=self.out, flush=True)
@@ -126,6 +137,7 @@ class Supervisor:
             log.write(f"\n===== graphpar launch: restart {restart} =====\n".encode())
             log.flush()
         start = log.tell()
+        env = {**env, "GRAPHPAR_JOB_ID": self.job_id}
         popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                  start_new_session=True,
                                  preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)

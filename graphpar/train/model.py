@@ -162,7 +162,7 @@ class Model:
             cur_step_num=start_step, net_outputs=None,
             dataset_sink_mode=dataset_sink_mode, sink_size=per_call, train_dataset=train_dataset,
             parallel_mode=_context.current_parallel().parallel_mode, device_number=len(program.plan.devices),
-            mode="train", list_callback=callbacks)
+            mode="train", list_callback=callbacks, resumed_from=progress["checkpoint"] if progress else None)
         callback_list = CallbackList(with_progress_bar(callbacks))  # a live bar when stdout is a terminal
         run_context = RunContext(cb)
         callback_list.on_train_begin(run_context)

@@ -195,6 +195,28 @@ def _no_manifest(tmp: Path):
     return _ms().load_checkpoint(str(path))
 
 
+def _second_writer(tmp: Path):
+    """Another live process (a stand-in for job A: it holds the lock as ModelCheckpoint does) writes tmp/ckpt
+    under prefix 'net'; job B's ModelCheckpoint starts there."""
+    import subprocess
+
+    from graphpar.train.callback._callback import InternalCallbackParam, RunContext
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, json, os, socket, sys, time; os.makedirs(sys.argv[1]); "
+        "fd = os.open(os.path.join(sys.argv[1], '.net.graphpar-lock'), os.O_RDWR | os.O_CREAT); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname(), "
+        "'job': 'job-A', 'prefix': 'net', 'since': time.time()}).encode()); print('holding', flush=True); "
+        "time.sleep(60)"), str(tmp / "ckpt")], stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()
+        callback = __import__("graphpar.train", fromlist=["ModelCheckpoint"]).ModelCheckpoint("net", str(tmp / "ckpt"))
+        return callback.begin(RunContext(InternalCallbackParam(cur_step_num=0)))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def _cifar_truncated(tmp: Path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.dataset import dsfiles
@@ -419,6 +441,13 @@ ROWS: list[Row] = [
     Row("ckpt-prefix", "checkpoint", "ModelCheckpoint(prefix='a/b')",
         lambda t: __import__("graphpar.train", fromlist=["ModelCheckpoint"]).ModelCheckpoint(prefix="a/b"),
         ValueError, ("prefix='a/b'", "without '/'")),
+    Row("ckpt-second-writer", "checkpoint", "a second job with the ModelCheckpoint directory and prefix of a live one",
+        _second_writer, "graphpar.checkpoint.errors:CheckpointError",
+        ("ckpt", "another live job", "prefix 'net'", "job job-A", "its own ModelCheckpoint(directory=...)")),
+    Row("ckpt-directory-is-file", "checkpoint", "ModelCheckpoint(directory='notes.txt'), an existing file",
+        lambda t: (t / "notes.txt").write_text("notes") and __import__("graphpar.train", fromlist=["ModelCheckpoint"])
+        .ModelCheckpoint(directory=str(t / "notes.txt")), "graphpar.checkpoint.errors:CheckpointError",
+        ("notes.txt", "is an existing file, not a directory", "Give a directory")),
     Row("strategy-file-malformed", "files", "a strategy file with \"parallel_layout_item\": null",
         lambda t: _strategy_file(t, '{"parallel_layout_item": null}'), ERR + "ConfigError",
         ("strategy.json", "malformed strategy file")),
@@ -481,7 +510,12 @@ def markdown() -> str:
             "(`cpu:0-3`).",
             "* `set_ps_context(config_file_path=...)` with `enable_ssl=False`: one line says the file is not used.",
             "* A rollback that cannot use the newest checkpoint names the save that was in flight "
-            "(`checkpoints.md` §8).", ""]
+            "(`checkpoints.md` §8).",
+            "* A rollback (or `resume=True`) names every checkpoint it passes over: a damaged one (the file and its "
+            "fault, or a damaged manifest) and, for a restart, the checkpoints of other runs (`checkpoints.md` "
+            "§7, §8).",
+            "* A fresh `ModelCheckpoint` run in a directory with checkpoints of its prefix says it writes under "
+            "`{prefix}_N`; a lock left by a dead job is taken over with one line (`checkpoints.md` §3).", ""]
     return "\n".join(out)
 
 

@@ -7,19 +7,28 @@ epoch) holding the train network's Parameters and state, the optimizer's state, 
 ``Model.train(..., resume=True)`` continues from it (``checkpoint.resume`` reads the directories of the
 :func:`checkpoint_callbacks` of a ``Model.train`` call).
 
-Two deliberate differences: old checkpoints are deleted only *after* the new one is committed (MindSpore deletes
-first, which is why its recovery guide asks for ``keep_checkpoint_max >= 2``), and the prefix is not renamed to
-``{prefix}_1`` when checkpoints of that prefix exist (a restarted job must find its own checkpoints).
+A fresh run in a directory that already holds checkpoints of its prefix writes under ``{prefix}_1`` (``_2``, ...)
+as MindSpore does, and leaves the earlier run's checkpoints alone; a run that resumed from a checkpoint of that
+directory, or a restart of the same job (``recovery.job_id``), keeps writing under the prefix it resumed or wrote.
+One job at a time writes a directory + prefix (``checkpoint.writer_lock``): a second one is refused by name.
+
+One deliberate difference: old checkpoints are deleted only *after* the new one is committed (MindSpore deletes
+first, which is why its recovery guide asks for ``keep_checkpoint_max >= 2``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
+import jax
+
+from graphpar._logging import notice_once
 from graphpar.checkpoint import directory as ckpt_dir
-from graphpar.checkpoint import recovery, store
+from graphpar.checkpoint import recovery, store, writer_lock
+from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.serialization import SUFFIX, save_state
 from graphpar.nn.cell import Cell
 from graphpar.train.callback._callback import Callback, RunContext
@@ -114,8 +123,10 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"ModelCheckpoint(prefix={prefix!r}): the prefix must be a non-empty str without '/'")
         if config is not None and not isinstance(config, CheckpointConfig):
             raise TypeError(f"ModelCheckpoint(config): expected a CheckpointConfig, got {type(config).__name__}")
-        self._prefix = prefix
+        self._prefix = prefix  # as given; checkpoints are written under self._write_prefix (MindSpore's renaming)
+        self._write_prefix = prefix
         self._directory = os.path.abspath(directory if directory is not None else os.getcwd())
+        _refuse_a_file(self._directory)
         self._config = config or CheckpointConfig()
         self._latest_ckpt_file_name = ""
         self._last_triggered_step = 0
@@ -134,6 +145,12 @@ class ModelCheckpoint(Callback):
     def latest_ckpt_file_name(self) -> str:
         return self._latest_ckpt_file_name
 
+    @property
+    def write_prefix(self) -> str:
+        """The prefix this run's checkpoints are named with: ``prefix``, or ``{prefix}_N`` after MindSpore's renaming
+        (known once training has begun)."""
+        return self._write_prefix
+
     def begin(self, run_context: RunContext) -> None:
         cb_params = run_context.original_args()
         self._last_triggered_step = int(cb_params.get("cur_step_num", 0))
@@ -141,11 +158,42 @@ class ModelCheckpoint(Callback):
         if not self._agreed:
             self._directory = store.agree_on_path(self._directory, "ModelCheckpoint(directory)")
             self._agreed = True
-        import jax
-
-        if jax.process_index() == 0:
-            ckpt_dir.remove_stale(self._directory, self._prefix)
+        _refuse_a_file(self._directory)
+        # process 0 owns the directory for the job (lock, prefix, clean-up); every process learns its answer
+        answer = self._take_directory(cb_params.get("resumed_from")) if jax.process_index() == 0 else ""
+        answer = json.loads(store.broadcast_text(answer))
+        if "refused" in answer:
+            raise CheckpointError(*answer["refused"])
+        self._write_prefix = answer["prefix"]
         os.makedirs(self._directory, exist_ok=True)
+
+    def _take_directory(self, resumed_from: str | None) -> str:
+        """Process 0: take the directory's lock, choose the prefix to write under, clear what interrupted saves of it
+        left. JSON ``{"prefix": ...}``, or ``{"refused": [path, reason, fix]}`` when another live job holds it."""
+        try:
+            taken = writer_lock.acquire(self._directory, self._prefix)
+        except CheckpointError as exc:
+            return json.dumps({"refused": [exc.path, exc.reason, exc.fix]})
+        job = recovery.job_id()
+        previous = taken.previous
+        if previous is not None:
+            notice_once(f"ckpt-lock:{taken.path}:{previous.pid}", f"ModelCheckpoint: {taken.path} was left by "
+                        f"{previous.describe()}, which is no longer running; this process takes it over")
+        resumed_prefix = ckpt_dir.prefix_of(resumed_from, self._prefix) if resumed_from and \
+            os.path.dirname(os.path.abspath(resumed_from)) == self._directory else None
+        if resumed_prefix is not None:
+            prefix = resumed_prefix  # continuing that training: its checkpoints and ours are one series
+        elif previous is not None and job is not None and previous.job == job:
+            prefix = previous.prefix  # a restart of this job: write where its first attempt wrote
+        else:
+            prefix = ckpt_dir.renamed_prefix(self._directory, self._prefix)
+            if prefix != self._prefix:
+                notice_once(f"ckpt-renamed:{self._directory}:{prefix}", f"ModelCheckpoint: {self._directory} "
+                            f"already holds checkpoints of prefix '{self._prefix}' (an earlier run's); this run "
+                            f"writes {prefix}-<epoch>_<step>.ckpt and leaves them (MindSpore's renaming)")
+        writer_lock.record(taken, writer_lock.Owner.this_process(job, prefix))
+        ckpt_dir.remove_stale(self._directory, prefix)
+        return json.dumps({"prefix": prefix})
 
     def step_end(self, run_context: RunContext) -> None:
         self._save_ckpt(run_context.original_args())
@@ -153,6 +201,8 @@ class ModelCheckpoint(Callback):
     def end(self, run_context: RunContext) -> None:
         self._save_ckpt(run_context.original_args(), force_to_save=True)
         store.wait_for_saves()
+        if jax.process_index() == 0:
+            writer_lock.release(self._directory, self._prefix)
 
     def _check_save_ckpt(self, cb_params: Any, force_to_save: bool) -> bool:
         steps, seconds = self._config.save_checkpoint_steps, self._config.save_checkpoint_seconds
@@ -182,7 +232,8 @@ class ModelCheckpoint(Callback):
         if not self._check_save_ckpt(cb_params, force_to_save):
             return
         step_in_epoch = int((cb_params.cur_step_num - 1) % cb_params.batch_num + 1)
-        path = os.path.join(self._directory, f"{self._prefix}-{cb_params.cur_epoch_num}_{step_in_epoch}{SUFFIX}")
+        path = os.path.join(self._directory,
+                            f"{self._write_prefix}-{cb_params.cur_epoch_num}_{step_in_epoch}{SUFFIX}")
         self._last_triggered_step = cb_params.cur_step_num
         network = self._config.saved_network if self._config.saved_network is not None else cb_params.train_network
         progress = {"epoch": int(cb_params.cur_epoch_num), "step": int(cb_params.cur_step_num),
@@ -191,7 +242,7 @@ class ModelCheckpoint(Callback):
                     "sink_size": int(cb_params.get("sink_size", -1) or -1),
                     "dataset": {"epoch": int(cb_params.cur_step_num) // int(cb_params.batch_num),
                                 "position": int(cb_params.cur_step_num) % int(cb_params.batch_num)}}
-        config, directory, prefix = self._config, self._directory, self._prefix
+        config, directory, prefix = self._config, self._directory, self._write_prefix
 
         def on_commit() -> None:
             ckpt_dir.enforce_retention(directory, prefix, config.keep_checkpoint_max,
@@ -199,9 +250,15 @@ class ModelCheckpoint(Callback):
             recovery.record(path, progress)
 
         save_state(network, path, integrated_save=config.integrated_save, async_save=config.async_save,
-                   append_dict=self._append_dict(cb_params), extra={"train": progress, "prefix": prefix},
+                   append_dict=self._append_dict(cb_params), extra={"train": progress, "prefix": prefix, "job": recovery.job_id()},
                    on_commit=on_commit, agree=False)
         self._latest_ckpt_file_name = path
+
+
+def _refuse_a_file(directory: str) -> None:
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise CheckpointError(directory, "ModelCheckpoint(directory) is an existing file, not a directory",
+                              "Give a directory (it is created if missing) for the checkpoints, e.g. './ckpt'")
 
 
 def checkpoint_callbacks(callbacks: Any) -> list[ModelCheckpoint]:
