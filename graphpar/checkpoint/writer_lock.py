@@ -40,6 +40,10 @@ class Owner:
         return f"pid {self.pid} on {self.host}{job}, writing {self.prefix}-*.ckpt since " \
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.since))}"
 
+    def is_this_process(self) -> bool:
+        """Whether this record is this very process's (it replaced itself with ``os.execv``: same pid and host)."""
+        return self.pid == os.getpid() and self.host == socket.gethostname()
+
     @staticmethod
     def this_process(job: str | None, prefix: str) -> "Owner":
         return Owner(os.getpid(), socket.gethostname(), job, prefix, time.time())

@@ -177,13 +177,15 @@ class ModelCheckpoint(Callback):
         job = recovery.job_id()
         previous = taken.previous
         if previous is not None:
+            gone = "this process before it replaced itself (a recovery restart)" if previous.is_this_process() \
+                else "no longer running"
             notice_once(f"ckpt-lock:{taken.path}:{previous.pid}", f"ModelCheckpoint: {taken.path} was left by "
-                        f"{previous.describe()}, which is no longer running; this process takes it over")
+                        f"{previous.describe()}, which is {gone}; this process takes it over")
         resumed_prefix = ckpt_dir.prefix_of(resumed_from, self._prefix) if resumed_from and \
             os.path.dirname(os.path.abspath(resumed_from)) == self._directory else None
         if resumed_prefix is not None:
             prefix = resumed_prefix  # continuing that training: its checkpoints and ours are one series
-        elif previous is not None and job is not None and previous.job == job:
+        elif previous is not None and previous.job == job and (job is not None or recovery.should_roll_back()):
             prefix = previous.prefix  # a restart of this job: write where its first attempt wrote
         else:
             prefix = ckpt_dir.renamed_prefix(self._directory, self._prefix)
