@@ -39,6 +39,11 @@ def prefix_of(path: str, prefix: str) -> str | None:
     return found.group(1) if found else None
 
 
+def of_family(written: str, prefix: str) -> bool:
+    """Whether ``written`` is ``prefix`` or one of its renamed forms ``{prefix}_N``."""
+    return re.fullmatch(rf"{re.escape(prefix)}(?:_\d+)?", written) is not None
+
+
 def renamed_prefix(directory: str, prefix: str) -> str:
     """MindSpore's renaming: ``prefix`` when no checkpoint of it is in ``directory``, else ``{prefix}_N`` with N one
     more than the largest suffix there (``{prefix}-...`` counts as 0). Every entry named like a checkpoint counts,

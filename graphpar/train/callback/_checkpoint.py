@@ -185,7 +185,8 @@ class ModelCheckpoint(Callback):
             os.path.dirname(os.path.abspath(resumed_from)) == self._directory else None
         if resumed_prefix is not None:
             prefix = resumed_prefix  # continuing that training: its checkpoints and ours are one series
-        elif previous is not None and previous.job == job and (job is not None or recovery.should_roll_back()):
+        elif previous is not None and previous.job == job and ckpt_dir.of_family(previous.prefix, self._prefix) \
+                and (job is not None or recovery.should_roll_back()):
             prefix = previous.prefix  # a restart of this job: write where its first attempt wrote
         else:
             prefix = ckpt_dir.renamed_prefix(self._directory, self._prefix)
