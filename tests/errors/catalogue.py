@@ -216,6 +216,20 @@ def _strategy_file(tmp: Path, text: str):
     return strategy_file.read(str(path))
 
 
+def _strategy_of_another_network(tmp: Path):
+    """Train the tiny network with a MindSpore strategy file written for another one (an encoder's weight and
+    MatMul)."""
+    path = tmp / "encoder_strategy.json"
+    path.write_text(json.dumps({
+        "current_stage": 0,
+        "parallel_layout_item": {"encoder.weight": {"dev_matrix": [2, 4], "tensor_map": [0, -1],
+                                                    "tensor_shape": [32, 16]}},
+        "parallel_strategy_item": {"Default/network-WithLossCell/_backbone-Encoder/MatMul-op0":
+                                   {"stage": 0, "parallel_strategy": [[2, 4], [4, 1]]}}}))
+    _ms().set_auto_parallel_context(strategy_ckpt_config={"load_file": str(path)})
+    _train(in_strategy=((2, 1), (1, 1)))
+
+
 def _ops():
     from graphpar import ops
 
@@ -424,6 +438,9 @@ ROWS: list[Row] = [
         ("strategy.json", "malformed strategy file")),
     Row("strategy-file-json", "files", "strategy_ckpt_load_file that is not JSON",
         lambda t: _strategy_file(t, "{not json"), ERR + "ConfigError", ("strategy.json", "not a JSON strategy file")),
+    Row("strategy-file-other-network", "files", "strategy_ckpt_load_file written for another network (no op or "
+        "parameter name in common)", _strategy_of_another_network, ERR + "ConfigError",
+        ("encoder_strategy.json", "none of its 2 entries", "'encoder.weight'", "'w'", "MatMul-matmul")),
 ]
 
 
