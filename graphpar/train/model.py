@@ -16,6 +16,7 @@ from graphpar.communication import get_group_size
 from graphpar.compile.plans.global_batch import to_host
 from graphpar.compile.runtime.forward import ForwardProgram, program_for
 from graphpar.compile.runtime.program import TrainProgram
+from graphpar.errors import api_boundary
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
@@ -123,6 +124,7 @@ class Model:
         draws = 1 if _context.current_parallel().loads_full_batch else plan.draws
         return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
 
+    @api_boundary
     def train(self, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
               sink_size: int = -1, initial_epoch: int = 0, resume: Any = False) -> None:
         """Train ``epoch`` epochs (from ``initial_epoch``) on ``train_dataset``.
@@ -221,6 +223,7 @@ class Model:
         return progress
 
     # --- evaluation and prediction -----------------------------------------------------------------------------
+    @api_boundary
     def eval(self, valid_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False) -> dict[str, float]:
         """Metrics over one pass of ``valid_dataset`` (``{"acc": 0.93, "loss": 0.21}``)."""
         if not self._metrics:
@@ -255,6 +258,7 @@ class Model:
         self._network.set_train(True)
         return {name: metric.eval() for name, metric in self._metrics.items()}
 
+    @api_boundary
     def predict(self, *predict_data: Any) -> Any:
         """The network's output on ``predict_data`` (evaluation mode)."""
         self._network.set_train(False)
