@@ -81,6 +81,17 @@ class DeviceError(GraphparError, ValueError):
     """A device target or device count this machine cannot provide."""
 
 
+class RuntimeCheckError(GraphparError, ValueError):
+    """A value known only when a step ran failed an op's check (a class label outside ``[0, classes)``); raised
+    lazily, after the step (``ops.runtime_checks``). Fields: ``op`` (instance name), ``kind``, ``scope`` (Cell
+    scope), ``reason``; ``hint`` says what would be valid."""
+
+    def __init__(self, op: str, kind: str, scope: str, reason: str, hint: str):
+        self.op, self.kind, self.scope, self.reason, self.hint = op, kind, scope, reason, hint
+        where = f"op '{op}' ({kind})" + (f" in scope {scope}" if scope else "")
+        super().__init__(f"{where}: {reason}. {hint}")
+
+
 class EnvVarError(GraphparError, ValueError):
     """An environment variable whose value cannot be used (``variable``, ``value``), where it applies."""
 

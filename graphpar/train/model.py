@@ -20,6 +20,7 @@ from graphpar.errors import api_boundary
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
+from graphpar.ops import runtime_checks
 from graphpar.train.amp import build_train_network, check_level
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
 from graphpar.train.callback._checkpoint import checkpoint_callbacks
@@ -189,6 +190,7 @@ class Model:
                 losses = program.run_steps(stack_steps(batches))
                 cb.cur_step_num += per_call
                 cb.net_outputs = losses[-1]
+                runtime_checks.raise_pending()  # a failed op check of a finished step, before callbacks read
                 callback_list.on_train_step_end(run_context)
             else:
                 # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
@@ -199,11 +201,13 @@ class Model:
                     callback_list.on_train_step_begin(run_context)
                     cb.net_outputs = program.run_step(placed)
                     cb.cur_step_num += 1
+                    runtime_checks.raise_pending()  # a failed op check of a finished step, before callbacks read
                     callback_list.on_train_step_end(run_context)
                     if run_context.get_stop_requested():
                         break
                 batches.close()
                 batches.report(train_dataset, ep + 1, depth)
+            runtime_checks.flush()  # every step's op checks, before the epoch's callbacks (a checkpoint) run
             callback_list.on_train_epoch_end(run_context)
             if run_context.get_stop_requested():
                 break
@@ -254,6 +258,7 @@ class Model:
                     metric.update(outputs, label)
             cb.cur_step_num += 1
             callback_list.on_eval_step_end(run_context)
+        runtime_checks.flush()
         callback_list.on_eval_end(run_context)
         self._network.set_train(True)
         return {name: metric.eval() for name, metric in self._metrics.items()}

@@ -230,6 +230,21 @@ def _strategy_of_another_network(tmp: Path):
     _train(in_strategy=((2, 1), (1, 1)))
 
 
+def _labels_out_of_range(tmp: Path):
+    """Train a 4-class head with labels 4, 9 and -1 among the valid ones (sparse cross-entropy)."""
+    import graphpar.dataset as ds
+    from graphpar import nn
+    from graphpar.train import Model
+
+    x = np.tile(np.eye(4, dtype=np.float32), (4, 1))
+    y = np.arange(16, dtype=np.int32) % 4
+    y[[3, 9, 12]] = [4, 9, -1]
+    net = nn.Dense(4, 4)
+    Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+          nn.Momentum(net.trainable_params(), 0.1, 0.9)).train(1, ds.NumpySlicesDataset((x, y), ["x", "y"],
+                                                                                        shuffle=False).batch(16))
+
+
 def _ops():
     from graphpar import ops
 
@@ -419,6 +434,10 @@ ROWS: list[Row] = [
         lambda t: _ds().Cifar10Dataset(str(t / "none")), ERR + "DatasetError", ("dataset_dir", "does not exist")),
     Row("dataset-cifar-truncated", "dataset", "Cifar10Dataset on a truncated data_batch_1.bin", _cifar_truncated,
         ERR + "DatasetError", ("data_batch_1.bin", "truncated")),
+    Row("dataset-labels-out-of-range", "dataset", "labels 4, 9 and -1 into SoftmaxCrossEntropyWithLogits(sparse=True) "
+        "on a 4-class head", _labels_out_of_range, ERR + "RuntimeCheckError",
+        ("op 'one_hot' (OneHot)", "_loss_fn-SoftmaxCrossEntropyWithLogits", "[0, 4)", "from -1 to 9",
+         "class indices 0..3")),
     # --- checkpoints ------------------------------------------------------------------------------------------
     Row("ckpt-missing", "checkpoint", "load_checkpoint('missing.ckpt')",
         lambda t: _ms().load_checkpoint(str(t / "missing.ckpt")), "graphpar.checkpoint.errors:CheckpointError",
