@@ -488,6 +488,19 @@ def _message(row: Row) -> str:
     return "(no error)"
 
 
+_LATE_REPORTS_NOTES = (
+    "* A strategy `load_file` that partly matches the network: one warning names the entries it ignores (a file "
+    "none of whose entries, or none of whose parameters, belongs to the network is the error "
+    "`strategy-file-other-network`).",
+    "* A check made when a step runs (`dataset-labels-out-of-range`) is raised lazily, without a host sync per "
+    "step: at the next step's or call's dispatch, and at the latest at the end of the epoch (or of `Model.eval`); "
+    "the steps dispatched meanwhile have run.",
+    "* A graphpar error raised through a Cell call or `Model.train`/`eval`/`predict` shows the user's frames (the "
+    "call, the `construct` line) under one graphpar frame; an exception that is not a graphpar error keeps every "
+    "frame.",
+)
+
+
 def markdown() -> str:
     areas = {"context": "Context settings", "files": "Files (TLS configuration, strategy files)",
              "env": "Environment variables", "cli": "Command lines (graphpar launch, msrun)",
@@ -517,7 +530,8 @@ def markdown() -> str:
             "(`cpu:0-3`).",
             "* `set_ps_context(config_file_path=...)` with `enable_ssl=False`: one line says the file is not used.",
             "* A rollback that cannot use the newest checkpoint names the save that was in flight "
-            "(`checkpoints.md` §8).", ""]
+            "(`checkpoints.md` §8).",
+            *_LATE_REPORTS_NOTES, ""]
     return "\n".join(out)
 
 
