@@ -37,6 +37,7 @@ import numpy as np
 from graphpar.communication.rank_axis import current_axis
 from graphpar.errors import RuntimeCheckError
 from graphpar.ir import recorder as _recorder
+from graphpar.ops.primitive import Primitive
 
 _NONE = int(np.iinfo(np.int32).min)  # "no out-of-range index" in a reduced pair
 
@@ -77,7 +78,7 @@ def _record(site: CheckSite, pair: np.ndarray) -> None:
         _violations.append(Violation(site, int(rows[:, 0].max()), -int(rows[:, 1].max())))
 
 
-def check_index_range(indices: jax.Array, high: int, op: object, what: str) -> None:
+def check_index_range(indices: jax.Array, high: int, op: Primitive, what: str) -> None:
     """Check, in the program being traced, that ``indices`` lie in ``[0, high)`` (``op``: the graphpar op that
     takes them, for the message). Run eagerly (PYNATIVE_MODE), the same code records a violation at once."""
     index = jnp.asarray(indices).astype(jnp.int32).reshape(-1)
@@ -103,8 +104,9 @@ def raise_pending() -> None:
     site's, with the range of out-of-range values over every step that failed it."""
     if not _violations:
         return
-    found = list(_violations)
-    _violations.clear()
+    found = []
+    while _violations:  # popleft, not copy-then-clear: a callback may append meanwhile (XLA's threads)
+        found.append(_violations.popleft())
     site = found[0].site
     same = [v for v in found if v.site == site]
     low, high = min(v.smallest for v in same), max(v.largest for v in same)
