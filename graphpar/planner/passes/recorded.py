@@ -37,16 +37,18 @@ def _check_names(graph: Graph, record: StrategyFile, purpose: str) -> None:
     network: forcing nothing of it would plan as if no file were given); warn once, on a train step, for the
     entries a partly matching file names that the graph lacks (MindSpore warns "Not found strategy for" an op it
     cannot find in the file and falls back, so a partial match is not refused). A file whose parameters are all
-    foreign is refused too: its matching op keys are scaffolding both networks share (the loss Cell). A forward graph's op keys sit under
-    another root Cell than the train step's, so only its parameters are expected to match."""
+    foreign is refused too: its matching op keys are scaffolding both networks share (the loss Cell). A forward
+    graph's op keys sit under another root Cell than the train step's, so only its parameters are expected to
+    match."""
     found = match(record, graph)
     if found.foreign:
         which = (f"none of its {found.entries} entries name an op or a parameter of this network" if not found.matched
                  else f"none of its {found.params} parameters is one of this network's ({found.matched} of its "
                       f"{found.entries} entries match, all ops)")
         raise ConfigError("set_auto_parallel_context", "strategy_ckpt_config", {"load_file": record.path},
-                          reason=f"strategy file {record.path}: {which} (the file has ops {_some(found.unmatched_ops)}, "
-                                 f"parameters {_some(found.unmatched_params)}; the network has ops "
+                          reason=f"strategy file {record.path}: {which} (the file has ops "
+                                 f"{_some(found.unmatched_ops)}, parameters {_some(found.unmatched_params)}; the "
+                                 "network has ops "
                                  f"{_some(found.graph_ops)}, parameters {_some(found.graph_params)}); it was "
                                  "written for another network: load the file saved for this one (save_file) or "
                                  "drop load_file")
