@@ -1,15 +1,26 @@
-"""Error classes graphpar raises on bad user input.
+"""Error classes graphpar raises on bad user input, and the API boundary that shows them with the user's frames.
 
 Every error names its culprit (the op instance, the Cell scope, the strategy, the file, the setting) and says what
 would be valid, so a user never has to read a JAX traceback to find their mistake. They subclass the builtin error
 a Python user would expect (``ValueError`` for a bad value, ``TypeError`` for a bad type) so existing ``except``
 clauses keep working.
+
+A graphpar error is found deep inside graphpar (a shape error while a Cell is traced: ~30 frames of the compile
+stack, the tracer and JAX); its traceback would bury the user's own lines. :func:`api_boundary` (on the calls a user
+makes: a Cell call, ``Model.train``/``eval``/``predict``) re-raises a :class:`GraphparError` with graphpar's, JAX's
+and contextlib's frames taken out of its traceback and of the tracebacks of the errors chained to it, as JAX's own
+``traceback_util.api_boundary`` does for JAX's frames: what is left is the user's call site, their ``construct``
+lines and the one-line message. Other exceptions (a bug in graphpar) keep every frame.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import functools
+import types
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _choices(valid: Iterable[Any]) -> str:
@@ -70,6 +81,17 @@ class DeviceError(GraphparError, ValueError):
     """A device target or device count this machine cannot provide."""
 
 
+class RuntimeCheckError(GraphparError, ValueError):
+    """A value known only when a step ran failed an op's check (a class label outside ``[0, classes)``); raised
+    lazily, after the step (``ops.runtime_checks``). Fields: ``op`` (instance name), ``kind``, ``scope`` (Cell
+    scope), ``reason``; ``hint`` says what would be valid."""
+
+    def __init__(self, op: str, kind: str, scope: str, reason: str, hint: str):
+        self.op, self.kind, self.scope, self.reason, self.hint = op, kind, scope, reason, hint
+        where = f"op '{op}' ({kind})" + (f" in scope {scope}" if scope else "")
+        super().__init__(f"{where}: {reason}. {hint}")
+
+
 class EnvVarError(GraphparError, ValueError):
     """An environment variable whose value cannot be used (``variable``, ``value``), where it applies."""
 
@@ -87,3 +109,50 @@ class DeletedArrayError(GraphparError, RuntimeError):
         self.what = what
         super().__init__(f"the train step's {what} is a deleted array (donated to another jitted function or "
                          "deleted); give it a live value first (Parameter.set_data(...), a fresh batch)")
+
+
+_INTERNAL_MODULES = ("graphpar", "jax", "jaxlib", "contextlib")
+
+
+def _internal(frame: types.FrameType) -> bool:
+    """A frame of graphpar, JAX or contextlib (by the module its code belongs to)."""
+    module = str(frame.f_globals.get("__name__", ""))
+    return module.split(".", 1)[0] in _INTERNAL_MODULES
+
+
+def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without the frames of graphpar, JAX and contextlib (a new chain of the user's frames, in order)."""
+    kept = []
+    while tb is not None:
+        if not _internal(tb.tb_frame):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for entry in reversed(kept):
+        out = types.TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return out
+
+
+def _trim_chain(err: BaseException) -> None:
+    """Trim ``err``'s traceback and those of the exceptions chained to it (each once)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        exc.with_traceback(user_traceback(exc.__traceback__))
+        todo.extend((exc.__cause__, exc.__context__))
+
+
+def api_boundary(fn: F) -> F:
+    """``fn`` raising a :class:`GraphparError` with only the user's frames in its traceback (see the module)."""
+    @functools.wraps(fn)
+    def boundary(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GraphparError as err:
+            _trim_chain(err)
+            raise err  # its chain as it was; this frame is the one graphpar frame left above the user's
+    return boundary  # type: ignore[return-value]

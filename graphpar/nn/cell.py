@@ -23,7 +23,7 @@ from flax import nnx
 
 from graphpar.common import dtype as mstype
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
-from graphpar.errors import CellError
+from graphpar.errors import CellError, api_boundary
 from graphpar.ir import recorder as _recorder
 from graphpar.ops import _mixed_precision
 from graphpar.nn._recompute import RecomputeConfig, cell_config
@@ -278,6 +278,7 @@ class Cell(nnx.Module, pytree=False):
                     return f"{name}-{type(self).__name__}"
         return f"{self._scope_attr or 'network'}-{type(self).__name__}"
 
+    @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._amp_cast is not None and not _mixed_precision.entered(self):  # to_float / amp_level
             return _mixed_precision.call(self, args, kwargs)

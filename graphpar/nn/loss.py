@@ -12,7 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from graphpar.nn.cell import Cell
-from graphpar.ops import array_ops, math_ops, nn_ops
+from graphpar.ops import math_ops, nn_ops
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -86,7 +86,7 @@ class SoftmaxCrossEntropyWithLogits(LossBase):
         super().__init__(reduction)
         self.sparse = sparse
         self.softmax_cross_entropy = nn_ops.SoftmaxCrossEntropyWithLogits()
-        self.one_hot = array_ops.OneHot()
+        self.one_hot = nn_ops.LabelOneHot()  # refuses labels outside [0, classes), after the step
 
     def construct(self, logits, labels):
         if self.sparse:

@@ -11,8 +11,10 @@ from jax import lax
 
 from graphpar.communication import collectives
 from graphpar.communication.rank_axis import current_rank_axis
+from graphpar.ops.array_ops import OneHot
 from graphpar.ops.math_ops import _Unary
 from graphpar.ops.primitive import Primitive
+from graphpar.ops.runtime_checks import check_index_range
 
 
 def relu(x: jax.Array) -> jax.Array:
@@ -308,7 +310,9 @@ class SoftmaxCrossEntropyWithLogits(Primitive):
 
 
 class SparseSoftmaxCrossEntropyWithLogits(Primitive):
-    """``SparseSoftmaxCrossEntropyWithLogits(is_grad=False)(logits, labels)`` → mean loss over the batch."""
+    """``SparseSoftmaxCrossEntropyWithLogits(is_grad=False)(logits, labels)`` → mean loss over the batch. Labels
+    outside ``[0, classes)`` are refused after the step (``ops.runtime_checks``), as MindSpore's kernel refuses
+    them (unchecked, the gather below reads -1 as the last class and fills a label past the end with NaN)."""
 
     input_names = ("logits", "labels")
 
@@ -319,9 +323,26 @@ class SparseSoftmaxCrossEntropyWithLogits(Primitive):
         if not jnp.issubdtype(labels.dtype, jnp.integer):  # MindSpore's kernel takes int32/int64 only
             raise TypeError(f"SparseSoftmaxCrossEntropyWithLogits: labels are class indices and must have an integer "
                             f"dtype (int32 or int64), got {labels.dtype}; a float label would be truncated to a class")
+        check_index_range(labels, logits.shape[-1], self, "labels")  # raised lazily, after the step
         log_p = jax.nn.log_softmax(logits, axis=-1)
         picked = jnp.take_along_axis(log_p, labels.astype(jnp.int32)[..., None], axis=-1)[..., 0]
         return -jnp.mean(picked)
+
+
+class LabelOneHot(OneHot):
+    """``OneHot`` of class labels, which must lie in ``[0, depth)`` (``nn.SoftmaxCrossEntropyWithLogits(sparse=True)``
+    takes its one-hot labels from it). A plain ``OneHot`` maps an out-of-range index to an all-off row, as
+    MindSpore's does; for labels that row makes the sample's loss and gradient 0, where MindSpore's sparse kernel
+    raises, so this one records a range check (``ops.runtime_checks``). Its kind stays ``OneHot``: the same sharding
+    rule, the same node in the dumps."""
+
+    @property
+    def name(self) -> str:
+        return "OneHot"
+
+    def compute(self, indices, depth, on_value, off_value):
+        check_index_range(indices, int(depth), self, "labels")  # raised lazily, after the step
+        return super().compute(indices, depth, on_value, off_value)
 
 
 class Dropout(Primitive):

@@ -233,6 +233,45 @@ def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], re
                            OptimizerParallelConfig.from_context(pctx)))
 
 
+@dataclass(frozen=True)
+class FileMatch:
+    """How a loaded strategy file's entries meet a traced graph: its op entries (``parallel_strategy_item`` /
+    graphpar's ``strategies``) against the graph's node keys, its parameter entries (``parallel_layout_item``)
+    against the graph's parameter names."""
+
+    entries: int  # op and parameter entries in the file
+    matched: int
+    unmatched_ops: tuple[str, ...]
+    unmatched_params: tuple[str, ...]
+    graph_ops: tuple[str, ...]  # the graph's own op keys and parameter names, for the message
+    graph_params: tuple[str, ...]
+
+    params: int  # parameter entries in the file
+
+    @property
+    def unmatched(self) -> tuple[str, ...]:
+        return self.unmatched_ops + self.unmatched_params
+
+    @property
+    def foreign(self) -> bool:
+        """Written for another network: no entry matches, or the file records parameters and none of them is one
+        of this network's (op keys alone can match by a shared scaffolding: the same loss Cell)."""
+        return self.entries > 0 and (self.matched == 0 or
+                                     (self.params > 0 and len(self.unmatched_params) == self.params))
+
+
+def match(record: StrategyFile, graph: Graph) -> FileMatch:
+    """Which of ``record``'s entries name an op or a parameter of ``graph``."""
+    op_keys = [key for node_id, key in node_keys(graph).items() if graph.nodes[node_id].is_op]
+    params = [graph.values[v].name for v in graph.inputs if graph.values[v].kind == "param"]
+    have_ops, have_params = set(op_keys), set(params)
+    unmatched_ops = tuple(k for k in record.strategies if k not in have_ops)
+    unmatched_params = tuple(n for n in record.layouts if n not in have_params)
+    entries = len(record.strategies) + len(record.layouts)
+    return FileMatch(entries, entries - len(unmatched_ops) - len(unmatched_params), unmatched_ops, unmatched_params,
+                     tuple(op_keys), tuple(params), len(record.layouts))
+
+
 def for_plan(pctx: Any) -> StrategyFile | None:
     """The strategy file to force, when ``load_file`` is set."""
     path = (pctx.strategy_ckpt_config or {}).get("load_file")

@@ -16,9 +16,11 @@ from graphpar.communication import get_group_size
 from graphpar.compile.plans.global_batch import to_host
 from graphpar.compile.runtime.forward import ForwardProgram, program_for
 from graphpar.compile.runtime.program import TrainProgram
+from graphpar.errors import api_boundary
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
+from graphpar.ops import runtime_checks
 from graphpar.train.amp import build_train_network, check_level
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
 from graphpar.train.callback._checkpoint import checkpoint_callbacks
@@ -123,6 +125,7 @@ class Model:
         draws = 1 if _context.current_parallel().loads_full_batch else plan.draws
         return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
 
+    @api_boundary
     def train(self, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
               sink_size: int = -1, initial_epoch: int = 0, resume: Any = False) -> None:
         """Train ``epoch`` epochs (from ``initial_epoch``) on ``train_dataset``.
@@ -187,6 +190,7 @@ class Model:
                 losses = program.run_steps(stack_steps(batches))
                 cb.cur_step_num += per_call
                 cb.net_outputs = losses[-1]
+                runtime_checks.raise_pending()  # a failed op check of a finished step, before callbacks read
                 callback_list.on_train_step_end(run_context)
             else:
                 # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
@@ -197,11 +201,13 @@ class Model:
                     callback_list.on_train_step_begin(run_context)
                     cb.net_outputs = program.run_step(placed)
                     cb.cur_step_num += 1
+                    runtime_checks.raise_pending()  # a failed op check of a finished step, before callbacks read
                     callback_list.on_train_step_end(run_context)
                     if run_context.get_stop_requested():
                         break
                 batches.close()
                 batches.report(train_dataset, ep + 1, depth)
+            runtime_checks.flush()  # every step's op checks, before the epoch's callbacks (a checkpoint) run
             callback_list.on_train_epoch_end(run_context)
             if run_context.get_stop_requested():
                 break
@@ -221,6 +227,7 @@ class Model:
         return progress
 
     # --- evaluation and prediction -----------------------------------------------------------------------------
+    @api_boundary
     def eval(self, valid_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False) -> dict[str, float]:
         """Metrics over one pass of ``valid_dataset`` (``{"acc": 0.93, "loss": 0.21}``)."""
         if not self._metrics:
@@ -251,10 +258,12 @@ class Model:
                     metric.update(outputs, label)
             cb.cur_step_num += 1
             callback_list.on_eval_step_end(run_context)
+        runtime_checks.flush()
         callback_list.on_eval_end(run_context)
         self._network.set_train(True)
         return {name: metric.eval() for name, metric in self._metrics.items()}
 
+    @api_boundary
     def predict(self, *predict_data: Any) -> Any:
         """The network's output on ``predict_data`` (evaluation mode)."""
         self._network.set_train(False)

@@ -238,6 +238,35 @@ def _strategy_file(tmp: Path, text: str):
     return strategy_file.read(str(path))
 
 
+def _strategy_of_another_network(tmp: Path):
+    """Train the tiny network with a MindSpore strategy file written for another one (an encoder's weight and
+    MatMul)."""
+    path = tmp / "encoder_strategy.json"
+    path.write_text(json.dumps({
+        "current_stage": 0,
+        "parallel_layout_item": {"encoder.weight": {"dev_matrix": [2, 4], "tensor_map": [0, -1],
+                                                    "tensor_shape": [32, 16]}},
+        "parallel_strategy_item": {"Default/network-WithLossCell/_backbone-Encoder/MatMul-op0":
+                                   {"stage": 0, "parallel_strategy": [[2, 4], [4, 1]]}}}))
+    _ms().set_auto_parallel_context(strategy_ckpt_config={"load_file": str(path)})
+    _train(in_strategy=((2, 1), (1, 1)))
+
+
+def _labels_out_of_range(tmp: Path):
+    """Train a 4-class head with labels 4, 9 and -1 among the valid ones (sparse cross-entropy)."""
+    import graphpar.dataset as ds
+    from graphpar import nn
+    from graphpar.train import Model
+
+    x = np.tile(np.eye(4, dtype=np.float32), (4, 1))
+    y = np.arange(16, dtype=np.int32) % 4
+    y[[3, 9, 12]] = [4, 9, -1]
+    net = nn.Dense(4, 4)
+    Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+          nn.Momentum(net.trainable_params(), 0.1, 0.9)).train(1, ds.NumpySlicesDataset((x, y), ["x", "y"],
+                                                                                        shuffle=False).batch(16))
+
+
 def _ops():
     from graphpar import ops
 
@@ -427,6 +456,10 @@ ROWS: list[Row] = [
         lambda t: _ds().Cifar10Dataset(str(t / "none")), ERR + "DatasetError", ("dataset_dir", "does not exist")),
     Row("dataset-cifar-truncated", "dataset", "Cifar10Dataset on a truncated data_batch_1.bin", _cifar_truncated,
         ERR + "DatasetError", ("data_batch_1.bin", "truncated")),
+    Row("dataset-labels-out-of-range", "dataset", "labels 4, 9 and -1 into SoftmaxCrossEntropyWithLogits(sparse=True) "
+        "on a 4-class head", _labels_out_of_range, ERR + "RuntimeCheckError",
+        ("op 'one_hot' (OneHot)", "_loss_fn-SoftmaxCrossEntropyWithLogits", "[0, 4)", "from -1 to 9",
+         "class indices 0..3")),
     # --- checkpoints ------------------------------------------------------------------------------------------
     Row("ckpt-missing", "checkpoint", "load_checkpoint('missing.ckpt')",
         lambda t: _ms().load_checkpoint(str(t / "missing.ckpt")), "graphpar.checkpoint.errors:CheckpointError",
@@ -453,6 +486,9 @@ ROWS: list[Row] = [
         ("strategy.json", "malformed strategy file")),
     Row("strategy-file-json", "files", "strategy_ckpt_load_file that is not JSON",
         lambda t: _strategy_file(t, "{not json"), ERR + "ConfigError", ("strategy.json", "not a JSON strategy file")),
+    Row("strategy-file-other-network", "files", "strategy_ckpt_load_file written for another network (no op or "
+        "parameter name in common)", _strategy_of_another_network, ERR + "ConfigError",
+        ("encoder_strategy.json", "none of its 2 entries", "'encoder.weight'", "'w'", "MatMul-matmul")),
 ]
 
 
@@ -479,6 +515,19 @@ def _message(row: Row) -> str:
         ms.context.reset_auto_parallel_context()
         ms.set_ps_context(enable_ssl=False, config_file_path="", client_password="", server_password="")
     return "(no error)"
+
+
+_LATE_REPORTS_NOTES = (
+    "* A strategy `load_file` that partly matches the network: one warning names the entries it ignores (a file "
+    "none of whose entries, or none of whose parameters, belongs to the network is the error "
+    "`strategy-file-other-network`).",
+    "* A check made when a step runs (`dataset-labels-out-of-range`) is raised lazily, without a host sync per "
+    "step: at the next step's or call's dispatch, and at the latest at the end of the epoch (or of `Model.eval`); "
+    "the steps dispatched meanwhile have run.",
+    "* A graphpar error raised through a Cell call or `Model.train`/`eval`/`predict` shows the user's frames (the "
+    "call, the `construct` line) under one graphpar frame; an exception that is not a graphpar error keeps every "
+    "frame.",
+)
 
 
 def markdown() -> str:
@@ -515,7 +564,8 @@ def markdown() -> str:
             "fault, or a damaged manifest) and, for a restart, the checkpoints of other runs (`checkpoints.md` "
             "§7, §8).",
             "* A fresh `ModelCheckpoint` run in a directory with checkpoints of its prefix says it writes under "
-            "`{prefix}_N`; a lock left by a dead job is taken over with one line (`checkpoints.md` §3).", ""]
+            "`{prefix}_N`; a lock left by a dead job is taken over with one line (`checkpoints.md` §3).",
+            *_LATE_REPORTS_NOTES, ""]
     return "\n".join(out)
 
 

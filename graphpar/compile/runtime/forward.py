@@ -38,6 +38,7 @@ from graphpar.errors import DatasetError
 from graphpar.ir.recorder import cell_scope
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
+from graphpar.ops import runtime_checks
 
 
 def _is_input(leaf: Any) -> bool:
@@ -187,6 +188,8 @@ class ForwardProgram(Program[ForwardSettings]):
 
     def call(self, args: tuple, kwargs: dict) -> Any:
         """``cell(*args, **kwargs)`` through the compiled program."""
+        if runtime_checks.pending():  # an earlier call's op check failed (ops.runtime_checks): no device access
+            runtime_checks.raise_pending()
         call = _Call.of(args, kwargs)
         compiled = self._program(call)
         outs, new_rest = compiled(self._state_values(compiled), self._place(compiled, call.inputs))

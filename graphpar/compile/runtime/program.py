@@ -54,6 +54,7 @@ from graphpar.compile.staging.orchestrate import lower
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
 from graphpar.nn.grad_accumulation import unwrap_accumulation
+from graphpar.ops import runtime_checks
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
 from graphpar.nn.loss_scale import loss_scale_of, train_transformation
 
@@ -244,6 +245,8 @@ class TrainProgram(Program[TrainSettings]):
         return self._run(stacked_inputs, stacked=True)
 
     def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
+        if runtime_checks.pending():  # an earlier step's op check failed (ops.runtime_checks): no device access
+            runtime_checks.raise_pending()
         step = self._bound
         if step is not None:  # the training loop: a repeat of the last call runs in one frame
             loss = step.repeat(inputs, stacked)

@@ -22,7 +22,41 @@ from graphpar.planner.dims import shapes_of
 from graphpar.planner.follow import follows_input
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.strategy import from_hint, strategy_text
-from graphpar.planner.strategy_file import node_keys
+from graphpar.planner.strategy_file import StrategyFile, match, node_keys
+
+_EXAMPLES = 3  # names shown of a list in a message
+
+
+def _some(names: tuple[str, ...]) -> str:
+    shown = ", ".join(repr(n) for n in names[:_EXAMPLES])
+    return shown + (f" and {len(names) - _EXAMPLES} more" if len(names) > _EXAMPLES else "") if names else "none"
+
+
+def _check_names(graph: Graph, record: StrategyFile, purpose: str) -> None:
+    """Refuse a file none of whose entries names an op or a parameter of this graph (it was written for another
+    network: forcing nothing of it would plan as if no file were given); warn once, on a train step, for the
+    entries a partly matching file names that the graph lacks (MindSpore warns "Not found strategy for" an op it
+    cannot find in the file and falls back, so a partial match is not refused). A file whose parameters are all
+    foreign is refused too: its matching op keys are scaffolding both networks share (the loss Cell). A forward
+    graph's op keys sit under another root Cell than the train step's, so only its parameters are expected to
+    match."""
+    found = match(record, graph)
+    if found.foreign:
+        which = (f"none of its {found.entries} entries name an op or a parameter of this network" if not found.matched
+                 else f"none of its {found.params} parameters is one of this network's ({found.matched} of its "
+                      f"{found.entries} entries match, all ops)")
+        raise ConfigError("set_auto_parallel_context", "strategy_ckpt_config", {"load_file": record.path},
+                          reason=f"strategy file {record.path}: {which} (the file has ops "
+                                 f"{_some(found.unmatched_ops)}, parameters {_some(found.unmatched_params)}; the "
+                                 "network has ops "
+                                 f"{_some(found.graph_ops)}, parameters {_some(found.graph_params)}); it was "
+                                 "written for another network: load the file saved for this one (save_file) or "
+                                 "drop load_file")
+    if purpose == "train" and found.unmatched:
+        notice_once(f"strategy-file-unmatched:{record.path}",
+                    f"strategy file {record.path}: {found.matched} of its {found.entries} entries match this "
+                    f"network; {len(found.unmatched)} name no op or parameter of it and are ignored: "
+                    f"{_some(found.unmatched)}")
 
 
 def apply_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
@@ -34,6 +68,7 @@ def apply_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
                           reason=f"strategy file {record.path} was written for {record.device_num} devices but "
                                  f"this job plans for {ctx.mesh.n_devices}; write a strategy file on "
                                  f"{ctx.mesh.n_devices} devices (save_file) or drop load_file")
+    _check_names(graph, record, ctx.request.purpose)
     updates = {}
     keys = node_keys(graph)
     for node in graph.node_list():
