@@ -52,6 +52,7 @@ class ClusterEnv:
     rank_id: int | None = None
     rank_size: int | None = None
     device_id: int | None = None
+    job_id: str | None = None  # GRAPHPAR_JOB_ID: tells apart one-host jobs whose ranks meet through a file
     # variables set to something unusable: {name: value}. They are errors only where they apply (see ``check``).
     invalid: dict[str, str] = field(default_factory=dict)
 
@@ -148,6 +149,7 @@ def cluster_env() -> ClusterEnv:
         rank_id=_int("RANK_ID"),
         rank_size=_int("RANK_SIZE"),
         device_id=_int("DEVICE_ID"),
+        job_id=os.environ.get("GRAPHPAR_JOB_ID") or None,
         invalid=invalid,
     )
 

@@ -81,7 +81,7 @@ def test_openmpi_on_one_host_agrees_on_a_loopback_port(env, tmp_path, monkeypatc
     from graphpar.communication import rendezvous_file
 
     rendezvous_file.withdraw()
-    assert not list(tmp_path.glob("graphpar-coordinator-*"))
+    assert not list(tmp_path.glob("graphpar-*/coordinator-*"))
 
 
 def test_openmpi_across_hosts_uses_the_mpirun_host(env):
