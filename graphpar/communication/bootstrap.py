@@ -18,6 +18,7 @@ interfaces. On CPU, cross-process collectives use gloo.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -158,22 +159,24 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
 
 def _through_tls(plan: ProcessPlan, timeout: int) -> tuple[str, str]:
     """(coordinator address, bind address) to give JAX: the plan's own, or, with ``set_ps_context(enable_ssl=
-    True)``, the loopback ends of the TLS tunnel (see ``tls_tunnel``)."""
+    True)``, the local ends of the TLS tunnel (see ``tls_tunnel``): Unix sockets in 0700 directories of this user,
+    never a TCP port, so that no other user's process reaches the coordinator or borrows the certificate."""
     settings = tls_config.active()
     if settings is None:
         return plan.coordinator, plan.bind_address
     host, port = addresses.split_address(plan.bind_address, plan.source)
     if plan.process_id == 0:
-        internal = f"127.0.0.1:{addresses.free_port('127.0.0.1')}"
-        proxy = tls_tunnel.TlsProxy(settings, (host, port), addresses.split_address(internal, plan.source))
+        coordinator = tls_tunnel.PrivateSocketDir("coordinator.sock")
+        atexit.register(coordinator.remove)
+        proxy = tls_tunnel.TlsProxy(settings, (host, port), coordinator.path)
         _tunnels.append(proxy.start())
-        return internal, internal
+        return coordinator.address, coordinator.address
     remote = addresses.split_address(plan.coordinator, plan.source)
     forwarder = tls_tunnel.TlsForwarder(settings, (addresses.numeric_host(remote[0]), remote[1]))
     forwarder.probe(timeout)  # a refused certificate is an error now, naming it, before JAX starts
     _tunnels.append(forwarder.start())
-    local = f"127.0.0.1:{forwarder.port}"
-    return local, local
+    atexit.register(forwarder.close)
+    return forwarder.address, forwarder.address
 
 
 def _report_slow_formation(plan: ProcessPlan, timeout: int) -> None:

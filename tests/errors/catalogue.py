@@ -103,7 +103,7 @@ def _refused(tmp: Path, variant: str):
     configs = tls_certs.make(tmp / "certs")
     pw = tls_certs.PASSWORD.encode()
     proxy = tls_tunnel.TlsProxy(tls_config.load_settings(str(configs["server"]), pw, pw), ("127.0.0.1", free_port()),
-                                ("127.0.0.1", free_port()), log=io.StringIO()).start()
+                                str(tmp / "no-coordinator.sock"), log=io.StringIO()).start()
     try:
         tls_tunnel.TlsForwarder(tls_config.load_settings(str(configs[variant]), pw, pw), proxy.public).probe(10)
     finally:
