@@ -27,7 +27,8 @@ import jax
 
 from graphpar import _cluster, _env
 from graphpar._logging import notice_once
-from graphpar.communication import addresses, dynamic_cluster, process_plan, rendezvous_file, tls_config, tls_tunnel
+from graphpar.communication import (addresses, dynamic_cluster, process_plan, rendezvous_file, scheduler, tls_config,
+                                    tls_tunnel)
 from graphpar.communication.errors import ClusterError
 from graphpar.communication.process_plan import ProcessPlan
 
@@ -77,11 +78,8 @@ def _check_variables(env: _env.ClusterEnv, kind: str) -> None:
 
 
 def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
-    if tls_config.active() is not None:
-        raise ClusterError("set_ps_context(enable_ssl=True) with the Dynamic Cluster variables (MS_ROLE): the "
-                           "scheduler's rank assignment is not tunnelled through TLS; start the job with msrun/"
-                           "graphpar launch --node_rank N on each node (direct mode), mpirun or srun", "MS_ROLE")
-
+    """The scheduler role serves and exits here; a worker registers and gets its plan. With ``set_ps_context(
+    enable_ssl=True)`` both speak mutual TLS on the scheduler connection (``scheduler``, ``dynamic_cluster``)."""
     role = env.ms_role
     if role not in ("MS_SCHED", "MS_WORKER"):
         detail = " (Parameter Server training is not supported by graphpar)" if role == "MS_PSERVER" else ""
@@ -94,10 +92,10 @@ def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
         raise ClusterError(f"MS_WORKER_NUM={env.ms_worker_num} must be >= 1", "MS_WORKER_NUM")
     host = env.ms_sched_host or "127.0.0.1"
     if role == "MS_SCHED":
-        scheduler = dynamic_cluster.Scheduler(addresses.numeric_host(host), env.ms_sched_port,
-                                              env.ms_worker_num, timeout, recovery=env.ms_enable_recovery)
+        server = scheduler.Scheduler(addresses.numeric_host(host), env.ms_sched_port, env.ms_worker_num, timeout,
+                                     recovery=env.ms_enable_recovery, tls=tls_config.active())
         try:
-            status = scheduler.serve()
+            status = server.serve()
         except ClusterError as exc:
             print(f"[graphpar scheduler] {exc}", file=sys.stderr, flush=True)
             status = 1
@@ -106,7 +104,7 @@ def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
         sys.stderr.flush()
         os._exit(status)
     return dynamic_cluster.join(host, env.ms_sched_port, env.ms_worker_num, env.ms_node_id, timeout,
-                                env.local_devices, recovery=env.ms_enable_recovery)
+                                env.local_devices, recovery=env.ms_enable_recovery, tls=tls_config.active())
 
 
 def _local_device_ids(plan: ProcessPlan, platform: str) -> list[int] | None:
