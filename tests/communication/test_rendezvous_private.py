@@ -76,8 +76,14 @@ _RANK = textwrap.dedent("""
     from graphpar.communication import process_plan, rendezvous_file
     plan = process_plan.from_rank_table(_env.cluster_env(), 20)
     print(sys.argv[1], plan.process_id, plan.coordinator, flush=True)
-    if plan.process_id == 0:
-        import time; time.sleep(3)  # the job forms while rank 0 is alive
+    joined = sys.argv[2] + "/joined-" + sys.argv[1]
+    if plan.process_id == 0:  # the job forms while rank 0 is alive: wait for rank 1 to have read the address
+        import os, time
+        deadline = time.monotonic() + 60
+        while not os.path.exists(joined) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        open(joined, "w").close()
     rendezvous_file.withdraw()
 """)
 
@@ -86,14 +92,15 @@ def _job(name: str, tmp) -> subprocess.Popen:
     """One job of two ranks started by its own shell, as seed 003's run.sh does."""
     script = tmp / "rank.py"
     script.write_text(_RANK)
-    command = (f"RANK_ID=0 {sys.executable} {script} {name} & sleep 1.5; RANK_ID=1 {sys.executable} {script} {name} "
-               "& wait")
+    command = (f"RANK_ID=0 {sys.executable} {script} {name} {tmp} & sleep 1.5; "
+               f"RANK_ID=1 {sys.executable} {script} {name} {tmp} & wait")
     env = {**os.environ, "PYTHONPATH": ROOT, "RANK_SIZE": "2", "TMPDIR": str(tmp)}
     env.pop("GRAPHPAR_JOB_ID", None)
     return subprocess.Popen(["bash", "-c", command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
 
+@pytest.mark.dist
 def test_two_jobs_with_the_same_rank_size_do_not_collide(tmp_path):
     jobs = [_job("A", tmp_path), _job("B", tmp_path)]
     outputs = [job.communicate(timeout=60)[0] for job in jobs]
