@@ -15,6 +15,7 @@ The protocol is in :mod:`graphpar.communication.dynamic_cluster`. How the schedu
 
 from __future__ import annotations
 
+import re
 import selectors
 import socket
 import ssl
@@ -154,7 +155,11 @@ class Scheduler:
             if key.data is None:
                 self._accept()
             elif isinstance(key.data, Arrival):
-                self._on_arrival(key.data)
+                try:
+                    self._on_arrival(key.data)
+                except Exception as exc:  # noqa: BLE001 - one peer's surprise must not end the job's scheduler
+                    self.say(f"dropped the connection from {key.data.where()}: {type(exc).__name__}: {exc}")
+                    self._drop(key.data)
             else:
                 self._on_worker(key.data)
         now = time.monotonic()
@@ -258,7 +263,7 @@ class Scheduler:
             for other in self.workers:
                 if other.node_id == worker.node_id:
                     return f"MS_NODE_ID={worker.node_id} is already taken by {other.describe()}"
-            if worker.node_id.isdigit():
+            if re.fullmatch(r"[0-9]+", worker.node_id):
                 worker.fixed = int(worker.node_id)
                 if worker.fixed >= self.worker_num:
                     return (f"MS_NODE_ID={worker.node_id} fixes a rank outside MS_WORKER_NUM={self.worker_num}; "

@@ -8,8 +8,10 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from graphpar.communication import scheduler
+from graphpar.communication import scheduler, scheduler_messages
 from graphpar.communication.channel import Channel
 from graphpar.communication.process_plan import free_port
 
@@ -121,3 +123,23 @@ def test_a_malformed_message_from_a_registered_worker_is_logged_and_ignored():
         channel.close()
     thread.join(10)
     assert result.get("status") == 0
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                 max_size=3), max_leaves=8)
+_field = st.sampled_from(["op", "node_id", "worker_num", "pid", "hostname", "local_devices", "address", "failed",
+                          "reason", "process_id", "x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_field, _json, max_size=6),
+       st.sampled_from([scheduler_messages.WORKER_OPS, scheduler_messages.SCHEDULER_OPS, ("register",)]))
+def test_any_json_object_is_a_message_or_a_named_refusal(message, allowed):
+    try:
+        parsed = scheduler_messages.parse(message, allowed)
+    except scheduler_messages.ProtocolError as exc:
+        assert str(exc)
+        return
+    assert message["op"] in allowed and type(parsed).__name__ in ("Register", "CoordinatorReport", "Exit", "Assign",
+                                                                  "Stop")
