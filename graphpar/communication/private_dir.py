@@ -12,6 +12,7 @@ states the whole threat model.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 
@@ -50,8 +51,30 @@ def user_dir() -> str:
 
 
 def job_dir(prefix: str) -> str:
-    """A fresh 0700 directory with a random name under :func:`user_dir` (the caller removes it)."""
-    return tempfile.mkdtemp(prefix=prefix, dir=user_dir())
+    """A fresh 0700 directory ``{prefix}{pid}-{random}`` under :func:`user_dir` (the caller removes it). Those of
+    processes that are gone (killed before they could remove theirs) are swept away first."""
+    base = user_dir()
+    _sweep(base, prefix)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
+
+
+def _sweep(base: str, prefix: str) -> None:
+    for name in os.listdir(base):
+        owner = name[len(prefix):].split("-", 1)[0]
+        if not name.startswith(prefix) or not owner.isdigit() or alive(int(owner)):
+            continue
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def socket_path(directory: str, name: str) -> str:

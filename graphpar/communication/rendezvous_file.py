@@ -46,16 +46,6 @@ def _path(key: str) -> str:
     return os.path.join(private_dir.user_dir(), f"coordinator-{digest}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _read(path: str, since: float) -> dict | None:
     """The published record when ``path`` is a fresh one of this user's, from a live rank 0; None when absent or
     left by a dead or earlier job. A file that is not this user's alone is refused (UnsafePathError)."""
@@ -70,7 +60,7 @@ def _read(path: str, since: float) -> dict | None:
     if not isinstance(record, dict) or not isinstance(record.get("address"), str) \
             or not isinstance(record.get("pid"), int):
         return None
-    if info.st_mtime < since or not _alive(record["pid"]):
+    if info.st_mtime < since or not private_dir.alive(record["pid"]):
         return None
     return record
 

@@ -144,3 +144,22 @@ def test_key_and_certificate_files_written_for_openssl_are_private(configs, monk
     paths = modes.pop("paths")
     assert modes == {"cert.pem": 0o600, "key.pem": 0o600, "trust.pem": 0o600, "directory": 0o700}, modes
     assert not any(os.path.exists(path) for path in paths)
+
+
+def test_socket_directories_of_killed_processes_are_swept(tmp_path, monkeypatch):
+    """A process killed before it could remove its socket directory (SIGKILL) leaves it behind; the next one made
+    sweeps those of dead processes, and leaves live ones alone."""
+    import tempfile
+
+    from graphpar.communication import private_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = os.path.join(private_dir.user_dir(), f"tls-{gone.stdout.strip()}-abc")
+    live = os.path.join(private_dir.user_dir(), f"tls-{os.getppid()}-abc")
+    for path in (dead, live):
+        os.mkdir(path, 0o700)
+    made = tls_tunnel.PrivateSocketDir("x.sock")
+    assert not os.path.exists(dead) and os.path.isdir(live) and os.path.isdir(made.directory)
+    assert os.path.basename(made.directory).startswith(f"tls-{os.getpid()}-")
+    made.remove()
