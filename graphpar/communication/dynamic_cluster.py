@@ -79,6 +79,10 @@ def _secure(raw: socket.socket, tls: TlsSettings, where: str) -> ssl.SSLSocket:
     except ssl.SSLCertVerificationError as exc:
         raw.close()
         raise TlsError(untrusted_server_message(_PEER, where, tls, exc), where) from None
+    except socket.timeout:
+        raw.close()
+        raise TlsError(f"TLS: the {_PEER} at {where} did not complete the TLS handshake within "
+                       f"{HANDSHAKE_SECONDS:.0f} s", where) from None
     except (ssl.SSLEOFError, ConnectionResetError) as exc:
         raw.close()
         raise TlsError(f"TLS: the {_PEER} at {where} ended the TLS handshake ({handshake_reason(exc)}): it runs "
