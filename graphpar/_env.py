@@ -25,7 +25,8 @@ class ClusterEnv:
     cluster_timeout: int | None  # GRAPHPAR_CLUSTER_TIMEOUT, else MindSpore's MS_TOPO_TIMEOUT (seconds)
     heartbeat_timeout: int | None
     restart_count: int
-    job_id: str | None  # GRAPHPAR_JOB_ID: one value per `graphpar launch` (every worker, every restart)
+    job_id: str | None  # GRAPHPAR_JOB_ID: one value per `graphpar launch` (every worker, every restart); also
+    # tells apart one-host jobs whose ranks meet through a rendezvous file
     # MindSpore Dynamic Cluster
     ms_role: str | None
     ms_sched_host: str | None

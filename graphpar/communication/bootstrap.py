@@ -18,6 +18,7 @@ interfaces. On CPU, cross-process collectives use gloo.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -26,7 +27,8 @@ import jax
 
 from graphpar import _cluster, _env
 from graphpar._logging import notice_once
-from graphpar.communication import addresses, dynamic_cluster, process_plan, rendezvous_file, tls_config, tls_tunnel
+from graphpar.communication import (addresses, dynamic_cluster, process_plan, rendezvous_file, scheduler, tls_config,
+                                    tls_tunnel)
 from graphpar.communication.errors import ClusterError
 from graphpar.communication.process_plan import ProcessPlan
 
@@ -76,11 +78,8 @@ def _check_variables(env: _env.ClusterEnv, kind: str) -> None:
 
 
 def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
-    if tls_config.active() is not None:
-        raise ClusterError("set_ps_context(enable_ssl=True) with the Dynamic Cluster variables (MS_ROLE): the "
-                           "scheduler's rank assignment is not tunnelled through TLS; start the job with msrun/"
-                           "graphpar launch --node_rank N on each node (direct mode), mpirun or srun", "MS_ROLE")
-
+    """The scheduler role serves and exits here; a worker registers and gets its plan. With ``set_ps_context(
+    enable_ssl=True)`` both speak mutual TLS on the scheduler connection (``scheduler``, ``dynamic_cluster``)."""
     role = env.ms_role
     if role not in ("MS_SCHED", "MS_WORKER"):
         detail = " (Parameter Server training is not supported by graphpar)" if role == "MS_PSERVER" else ""
@@ -93,10 +92,10 @@ def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
         raise ClusterError(f"MS_WORKER_NUM={env.ms_worker_num} must be >= 1", "MS_WORKER_NUM")
     host = env.ms_sched_host or "127.0.0.1"
     if role == "MS_SCHED":
-        scheduler = dynamic_cluster.Scheduler(addresses.numeric_host(host), env.ms_sched_port,
-                                              env.ms_worker_num, timeout, recovery=env.ms_enable_recovery)
+        server = scheduler.Scheduler(addresses.numeric_host(host), env.ms_sched_port, env.ms_worker_num, timeout,
+                                     recovery=env.ms_enable_recovery, tls=tls_config.active())
         try:
-            status = scheduler.serve()
+            status = server.serve()
         except ClusterError as exc:
             print(f"[graphpar scheduler] {exc}", file=sys.stderr, flush=True)
             status = 1
@@ -105,7 +104,7 @@ def _dynamic_cluster(env: _env.ClusterEnv, timeout: int) -> ProcessPlan:
         sys.stderr.flush()
         os._exit(status)
     return dynamic_cluster.join(host, env.ms_sched_port, env.ms_worker_num, env.ms_node_id, timeout,
-                                env.local_devices, recovery=env.ms_enable_recovery)
+                                env.local_devices, recovery=env.ms_enable_recovery, tls=tls_config.active())
 
 
 def _local_device_ids(plan: ProcessPlan, platform: str) -> list[int] | None:
@@ -158,22 +157,24 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
 
 def _through_tls(plan: ProcessPlan, timeout: int) -> tuple[str, str]:
     """(coordinator address, bind address) to give JAX: the plan's own, or, with ``set_ps_context(enable_ssl=
-    True)``, the loopback ends of the TLS tunnel (see ``tls_tunnel``)."""
+    True)``, the local ends of the TLS tunnel (see ``tls_tunnel``): Unix sockets in 0700 directories of this user,
+    never a TCP port, so that no other user's process reaches the coordinator or borrows the certificate."""
     settings = tls_config.active()
     if settings is None:
         return plan.coordinator, plan.bind_address
     host, port = addresses.split_address(plan.bind_address, plan.source)
     if plan.process_id == 0:
-        internal = f"127.0.0.1:{addresses.free_port('127.0.0.1')}"
-        proxy = tls_tunnel.TlsProxy(settings, (host, port), addresses.split_address(internal, plan.source))
+        coordinator = tls_tunnel.PrivateSocketDir("coordinator.sock")
+        atexit.register(coordinator.remove)
+        proxy = tls_tunnel.TlsProxy(settings, (host, port), coordinator.path)
         _tunnels.append(proxy.start())
-        return internal, internal
+        return coordinator.address, coordinator.address
     remote = addresses.split_address(plan.coordinator, plan.source)
     forwarder = tls_tunnel.TlsForwarder(settings, (addresses.numeric_host(remote[0]), remote[1]))
     forwarder.probe(timeout)  # a refused certificate is an error now, naming it, before JAX starts
     _tunnels.append(forwarder.start())
-    local = f"127.0.0.1:{forwarder.port}"
-    return local, local
+    atexit.register(forwarder.close)
+    return forwarder.address, forwarder.address
 
 
 def _report_slow_formation(plan: ProcessPlan, timeout: int) -> None:

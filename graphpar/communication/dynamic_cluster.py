@@ -3,7 +3,7 @@ mapped onto ``jax.distributed``.
 
 The scheduler (``MS_ROLE=MS_SCHED``) trains nothing: inside ``init()`` it runs :class:`Scheduler`, a small
 rank-assignment service on ``MS_SCHED_HOST:MS_SCHED_PORT`` (bound to that address only), and exits when the
-workers have finished. The protocol is one JSON object per line over TCP:
+workers have finished. This module is the worker's side. The protocol is one JSON object per line over TCP:
 
 1. each worker connects (retrying until the cluster timeout, since workers may start first) and sends
    ``register`` with its ``MS_NODE_ID`` and ``MS_WORKER_NUM``;
@@ -18,6 +18,14 @@ workers have finished. The protocol is one JSON object per line over TCP:
    collective. With ``MS_ENABLE_RECOVERY=1`` it tells them to ``restart`` instead and forms the job again once
    every worker (the dead one restarted by hand with its ``MS_NODE_ID``) has registered (``rejoin``).
 
+Every message is checked field by field on arrival (:mod:`graphpar.communication.scheduler_messages`), and the
+scheduler (:mod:`graphpar.communication.scheduler`) serves all connections at once, each with a deadline. With
+``set_ps_context(enable_ssl=True, ...)`` in every process (MindSpore's scheduler runs the training script too, which
+calls it), the scheduler connection is mutual TLS with the job's certificates: the scheduler presents
+``server_cert_path``, each worker ``client_cert_path``, both checked against ``ca_cert_path`` and ``crl_path``; a
+worker whose certificate is refused fails at once with a TlsError naming it, and the scheduler logs the refusal. The
+JAX coordinator that worker 0 then opens goes through the TLS tunnel (:mod:`graphpar.communication.tls_tunnel`).
+
 Why the JAX coordinator lives in worker 0 and not in the scheduler: JAX's coordination service can only be started
 by a participating process through its public API, and the scheduler must not own devices.
 """
@@ -26,317 +34,180 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
-import selectors
+import queue
+import select
 import socket
+import ssl
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from graphpar.communication import scheduler_messages as messages
 from graphpar.communication.addresses import free_port
-from graphpar.communication.channel import Channel
+from graphpar.communication.channel import Channel, WireError
 from graphpar.communication.errors import ClusterError
 from graphpar.communication.process_plan import ProcessPlan
 from graphpar.communication.rejoin import reexec, wait_for_restart
+from graphpar.communication.tls_config import TlsError, TlsSettings
+from graphpar.communication.tls_context import (HANDSHAKE_SECONDS, handshake_reason, refused_message, ssl_context,
+                                                untrusted_server_message, warn_if_expiring)
+
+_PEER = "Dynamic Cluster scheduler"
 
 
-@dataclass
-class Worker:
-    """A registered worker, as the scheduler knows it."""
-
-    channel: Channel
-    node_id: str | None
-    host: str  # its address as the scheduler sees it
-    pid: int
-    hostname: str
-    fixed: int | None = None
-    process_id: int = -1
-    done: str | None = None  # "ok", "failed", "died"
-
-    def describe(self) -> str:
-        who = f"MS_NODE_ID={self.node_id}" if self.node_id is not None else "worker without MS_NODE_ID"
-        return f"{who} ({self.hostname} {self.host}, pid {self.pid})"
-
-
-@dataclass
-class Scheduler:
-    """The ``MS_SCHED`` role: assigns process indices, hands out the coordinator, supervises. ``serve()`` returns
-    the exit status of the scheduler process."""
-
-    host: str
-    port: int
-    worker_num: int
-    timeout: float
-    recovery: bool = False  # MS_ENABLE_RECOVERY: a dead worker makes the job form again instead of failing
-    say: Callable[[str], None] = field(default=lambda line: print(f"[graphpar scheduler] {line}", flush=True))
-    workers: list[Worker] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-
-    def serve(self) -> int:
-        try:
-            server = socket.create_server((self.host, self.port))
-        except OSError as exc:
-            raise ClusterError(f"Dynamic Cluster scheduler: cannot listen on MS_SCHED_HOST:MS_SCHED_PORT = "
-                               f"{self.host}:{self.port}: {exc}", "MS_SCHED_PORT") from exc
-        with server:
-            self.say(f"listening on {self.host}:{self.port} for MS_WORKER_NUM={self.worker_num} workers "
-                     f"(cluster timeout {self.timeout:.0f} s)")
-            while True:
-                if not self._gather(server):
-                    return 1
-                self._assign()
-                status = self._supervise(server)
-                if status is not None:
-                    return status
-                self.say(f"waiting for {self.worker_num} workers to register again (restart the dead worker with "
-                         f"its MS_NODE_ID; cluster timeout {self.timeout:.0f} s)")
-                self.workers, self.failures = [], []
-
-    # --- phase 1: registration -------------------------------------------------------------------------------
-    def _gather(self, server: socket.socket) -> bool:
-        deadline = time.monotonic() + self.timeout
-        server.settimeout(0.2)
-        while len(self.workers) < self.worker_num:
-            if time.monotonic() > deadline:
-                self._fail_formation()
-                return False
-            try:
-                sock, peer = server.accept()
-            except socket.timeout:
-                continue
-            self._register(Channel(sock), peer[0])
-        return True
-
-    def _register(self, channel: Channel, host: str) -> None:
-        try:
-            hello = channel.recv(timeout=10)
-        except (TimeoutError, ValueError):
-            channel.close()
-            return
-        if not hello or hello.get("op") != "register":
-            channel.close()
-            return
-        worker = Worker(channel, hello.get("node_id"), host, int(hello.get("pid", 0)), str(hello.get("hostname")))
-        reason = self._refusal(worker, hello)
-        if reason:
-            self.say(f"refused {worker.describe()}: {reason}")
-            channel.send({"op": "refused", "reason": f"Dynamic Cluster scheduler refused {worker.describe()}: "
-                                                      f"{reason}"})
-            channel.close()
-            return
-        self.workers.append(worker)
-        self.say(f"registered {worker.describe()} ({len(self.workers)}/{self.worker_num})")
-
-    def _refusal(self, worker: Worker, hello: dict[str, Any]) -> str | None:
-        if hello.get("worker_num") != self.worker_num:
-            return (f"its MS_WORKER_NUM={hello.get('worker_num')} differs from the scheduler's "
-                    f"MS_WORKER_NUM={self.worker_num}; every process of a job must use the same value")
-        if len(self.workers) >= self.worker_num:
-            return (f"the cluster already has MS_WORKER_NUM={self.worker_num} workers "
-                    f"({', '.join(w.describe() for w in self.workers)})")
-        if worker.node_id is not None:
-            for other in self.workers:
-                if other.node_id == worker.node_id:
-                    return f"MS_NODE_ID={worker.node_id} is already taken by {other.describe()}"
-            if re.fullmatch(r"\d+", worker.node_id):
-                worker.fixed = int(worker.node_id)
-                if worker.fixed >= self.worker_num:
-                    return (f"MS_NODE_ID={worker.node_id} fixes a rank outside MS_WORKER_NUM={self.worker_num}; "
-                            f"valid: 0..{self.worker_num - 1}")
-        return None
-
-    def _fail_formation(self) -> None:
-        taken = {w.fixed for w in self.workers if w.fixed is not None}
-        free = [i for i in range(self.worker_num) if i not in taken]
-        missing_count = self.worker_num - len(self.workers)
-        if self.workers and all(w.fixed is not None for w in self.workers):
-            missing = ", ".join(f"MS_NODE_ID={i}" for i in free)
-        else:
-            missing = f"{missing_count} worker(s) (process indices {free[-missing_count:]} unassigned)"
-        registered = ", ".join(w.describe() for w in self.workers) or "none"
-        message = (f"Dynamic Cluster: only {len(self.workers)} of MS_WORKER_NUM={self.worker_num} workers registered "
-                   f"with the scheduler at {self.host}:{self.port} within {self.timeout:.0f} s (MS_TOPO_TIMEOUT). "
-                   f"Missing: {missing}. Registered: {registered}. Start the missing worker(s) with the same "
-                   "MS_SCHED_HOST/MS_SCHED_PORT/MS_WORKER_NUM, or lower MS_WORKER_NUM.")
-        self.say(message)
-        for worker in self.workers:
-            worker.channel.send({"op": "failed", "reason": message})
-            worker.channel.close()
-        self.failures.append(message)
-
-    # --- phase 2: assignment ---------------------------------------------------------------------------------
-    def _assign(self) -> None:
-        free = iter(sorted(set(range(self.worker_num)) - {w.fixed for w in self.workers if w.fixed is not None}))
-        for worker in self.workers:  # registration order
-            worker.process_id = worker.fixed if worker.fixed is not None else next(free)
-        ordered = sorted(self.workers, key=lambda w: w.process_id)
-        by_host: dict[str, list[Worker]] = {}
-        for worker in ordered:
-            by_host.setdefault(worker.host, []).append(worker)
-
-        def assignment(worker: Worker, **extra: Any) -> dict[str, Any]:
-            peers = by_host[worker.host]
-            return {"op": "assign", "process_id": worker.process_id, "num_processes": self.worker_num,
-                    "local_process_id": peers.index(worker), "local_process_count": len(peers), **extra}
-
-        leader = ordered[0]
-        leader.channel.send(assignment(leader, advertise_host=leader.host))
-        try:
-            reply = leader.channel.recv(timeout=max(self.timeout, 30))
-        except TimeoutError:
-            reply = None
-        if not reply or reply.get("op") != "coordinator":
-            raise ClusterError(f"Dynamic Cluster: process 0 ({leader.describe()}) did not report its coordinator "
-                               "address")
-        coordinator = reply["address"]
-        for worker in ordered[1:]:
-            worker.channel.send(assignment(worker, coordinator=coordinator))
-        self.say(f"cluster formed: {self.worker_num} workers, JAX coordinator {coordinator}; "
-                 + ", ".join(f"process {w.process_id} = {w.describe()}" for w in ordered))
-
-    # --- phase 3: supervision --------------------------------------------------------------------------------
-    def _supervise(self, server: socket.socket) -> int | None:
-        """The job's exit status, or None when a failure in recovery mode asks for the job to form again."""
-        selector = selectors.DefaultSelector()
-        server.setblocking(False)
-        selector.register(server, selectors.EVENT_READ, None)
-        for worker in self.workers:
-            worker.channel.sock.setblocking(False)
-            selector.register(worker.channel.sock, selectors.EVENT_READ, worker)
-        alive = len(self.workers)
-        while alive:
-            for key, _ in selector.select(timeout=1.0):
-                if key.data is None:
-                    self._refuse_late(server)
-                    continue
-                worker: Worker = key.data
-                open_ = worker.channel.feed()
-                while (message := worker.channel.pending()) is not None:
-                    if message.get("op") == "exit":
-                        worker.done = "failed" if message.get("failed") else "ok"
-                if not open_:
-                    selector.unregister(worker.channel.sock)
-                    worker.channel.close()
-                    alive -= 1
-                    self._finished(worker)
-                    if self.recovery and self.failures:
-                        self._restart_survivors(selector)
-                        return None
-        selector.close()
-        if self.failures:
-            self.say(f"job failed: {'; '.join(self.failures)}")
-            return 1
-        self.say("all workers finished")
-        return 0
-
-    def _refuse_late(self, server: socket.socket) -> None:
-        try:
-            sock, peer = server.accept()
-        except OSError:
-            return
-        sock.setblocking(True)
-        self._register(Channel(sock), peer[0])  # refused: the cluster is full
-
-    def _restart_survivors(self, selector: selectors.BaseSelector) -> None:
-        for other in self.workers:
-            if not other.channel.closed:
-                other.channel.send({"op": "restart", "reason": f"Dynamic Cluster: {self.failures[-1]}"})
-                other.channel.close()
-        selector.close()
-
-    def _finished(self, worker: Worker) -> None:
-        if worker.done == "ok":
-            self.say(f"process {worker.process_id} ({worker.describe()}) exited")
-            return
-        what = "exited after an error" if worker.done == "failed" else "disconnected without exiting (killed?)"
-        message = f"process {worker.process_id} ({worker.describe()}) {what}"
-        self.failures.append(message)
-        if self.recovery:
-            self.say(message + "; MS_ENABLE_RECOVERY: restarting the other workers, the job forms again")
-            return
-        self.say(message + "; stopping the other workers")
-        for other in self.workers:
-            if not other.channel.closed:
-                other.channel.send({"op": "abort", "reason": f"Dynamic Cluster: {message}"})
-
-
-# --- the worker side ---------------------------------------------------------------------------------------------
-_session: dict[str, Any] = {}
-
-
-def join(host: str, port: int, worker_num: int, node_id: str | None, timeout: float,
-         local_devices: int | None, recovery: bool = False) -> ProcessPlan:
-    """Register with the scheduler and return this worker's plan (blocking until the cluster has formed)."""
-    deadline = time.monotonic() + timeout
+def _connect(host: str, port: int, deadline: float, timeout: float) -> socket.socket:
+    """A TCP connection to the scheduler, retried until ``deadline`` (workers may start before it)."""
     where = f"MS_SCHED_HOST:MS_SCHED_PORT = {host}:{port}"
-    sock = None
-    while sock is None:
+    while True:
         try:
-            sock = socket.create_connection((host, port), timeout=5)
+            return socket.create_connection((host, port), timeout=5)
         except OSError as exc:
             if time.monotonic() > deadline:
                 raise ClusterError(f"Dynamic Cluster: no scheduler answered at {where} within {timeout:.0f} s "
                                    f"(MS_TOPO_TIMEOUT): {exc}. Start one process of the job with MS_ROLE=MS_SCHED",
                                    "MS_SCHED_HOST") from exc
             time.sleep(0.2)
+
+
+def _secure(raw: socket.socket, tls: TlsSettings, where: str) -> ssl.SSLSocket:
+    """``raw`` after a mutual TLS handshake with the scheduler; a refusal is a TlsError naming the certificate."""
+    warn_if_expiring(tls.client, tls.warning_days, "client_cert_path")
+    raw.settimeout(HANDSHAKE_SECONDS)
+    try:
+        return ssl_context(tls, server=False).wrap_socket(raw)
+    except ssl.SSLCertVerificationError as exc:
+        raw.close()
+        raise TlsError(untrusted_server_message(_PEER, where, tls, exc), where) from None
+    except socket.timeout:
+        raw.close()
+        raise TlsError(f"TLS: the {_PEER} at {where} did not complete the TLS handshake within "
+                       f"{HANDSHAKE_SECONDS:.0f} s", where) from None
+    except (ssl.SSLEOFError, ConnectionResetError) as exc:
+        raw.close()
+        raise TlsError(f"TLS: the {_PEER} at {where} ended the TLS handshake ({handshake_reason(exc)}): it runs "
+                       "without TLS, or refused this worker; call the same set_ps_context(enable_ssl=True, ...) in "
+                       "the scheduler's script (MS_ROLE=MS_SCHED) and check its log", where) from None
+    except (ssl.SSLError, OSError) as exc:
+        raw.close()
+        raise TlsError(refused_message(_PEER, where, tls.client, handshake_reason(exc)), tls.client.path) from None
+
+
+def join(host: str, port: int, worker_num: int, node_id: str | None, timeout: float,
+         local_devices: int | None, recovery: bool = False, tls: TlsSettings | None = None) -> ProcessPlan:
+    """Register with the scheduler and return this worker's plan (blocking until the cluster has formed)."""
+    deadline = time.monotonic() + timeout
+    where = f"{host}:{port}"
+    sock = _connect(host, port, deadline, timeout)
+    if tls is not None:
+        sock = _secure(sock, tls, where)
     channel = Channel(sock)
     channel.send({"op": "register", "node_id": node_id, "worker_num": worker_num, "pid": os.getpid(),
-                  "hostname": socket.gethostname(), "local_devices": local_devices})
-    try:
-        reply = channel.recv(timeout=max(deadline - time.monotonic(), 0) + 30)
-    except TimeoutError:
-        reply = {"op": "failed", "reason": f"Dynamic Cluster: the scheduler at {where} gave no assignment within "
-                                           f"{timeout:.0f} s"}
-    if reply is None:
-        reply = {"op": "failed", "reason": f"Dynamic Cluster: the scheduler at {where} closed the connection"}
-    if reply.get("op") != "assign":
+                  "hostname": socket.gethostname()[:255], "local_devices": local_devices})
+    reply = _reply(channel, where, max(deadline - time.monotonic(), 0) + 30, timeout, tls)
+    if isinstance(reply, messages.Stop):
         channel.close()
-        raise ClusterError(reply.get("reason", f"Dynamic Cluster: unexpected answer {reply}"), "MS_WORKER_NUM")
-    if reply["process_id"] == 0:
-        coordinator = f"{reply['advertise_host']}:{free_port(reply['advertise_host'])}"
+        raise ClusterError(reply.reason, "MS_WORKER_NUM")
+    if reply.process_id == 0:
+        if reply.advertise_host is None:
+            raise ClusterError(f"Dynamic Cluster: the scheduler at {where} made this worker process 0 without "
+                               "saying where to open the coordinator (advertise_host)")
+        coordinator = f"{reply.advertise_host}:{free_port(reply.advertise_host)}"
         channel.send({"op": "coordinator", "address": coordinator})
+    elif reply.coordinator is None:
+        raise ClusterError(f"Dynamic Cluster: the scheduler at {where} assigned process {reply.process_id} without "
+                           "the coordinator address")
     else:
-        coordinator = reply["coordinator"]
-    _watch(channel, recovery)
-    return ProcessPlan("Dynamic Cluster", coordinator, reply["num_processes"], reply["process_id"],
-                       reply["local_process_id"], reply["local_process_count"], local_devices)
+        coordinator = reply.coordinator
+    SchedulerLink(channel, recovery).start()
+    return ProcessPlan("Dynamic Cluster", coordinator, reply.num_processes, reply.process_id,
+                       reply.local_process_id, reply.local_process_count, local_devices)
 
 
-def _watch(channel: Channel, recovery: bool = False) -> None:
-    """Keep the scheduler connection for the process's life: report the exit, obey ``abort``."""
-    _session["channel"] = channel
-    _session["failed"] = False
-    previous_hook = sys.excepthook
-
-    def excepthook(*args: Any) -> None:
-        _session["failed"] = True
-        previous_hook(*args)
-
-    sys.excepthook = excepthook
-
-    def report_exit() -> None:
-        if _session["failed"] and recovery:
-            wait_for_restart(10.0)  # a peer's death broke our collective: the scheduler's restart is on its way
-        channel.send({"op": "exit", "failed": _session["failed"]})
+def _reply(channel: Channel, where: str, wait: float, timeout: float, tls: TlsSettings | None) -> Any:
+    """The scheduler's answer to ``register``: an Assign or a Stop (refused, failed), checked."""
+    try:
+        message = channel.recv(timeout=wait)
+    except TimeoutError:
+        return messages.Stop("failed", f"Dynamic Cluster: the scheduler at {where} gave no assignment within "
+                                       f"{timeout:.0f} s")
+    except ssl.SSLError as exc:  # TLS 1.3: a refused client certificate shows at the first read
         channel.close()
+        raise TlsError(refused_message(_PEER, where, tls.client, handshake_reason(exc)), tls.client.path) from None
+    except WireError as exc:
+        raise ClusterError(f"Dynamic Cluster: the scheduler at {where} answered with {exc}") from None
+    if message is None:
+        return messages.Stop("failed", f"Dynamic Cluster: the scheduler at {where} closed the connection")
+    try:
+        return messages.parse(message, ("assign", "refused", "failed", "abort"))
+    except messages.ProtocolError as exc:
+        raise ClusterError(f"Dynamic Cluster: the scheduler at {where} sent a message this worker cannot use: "
+                           f"{exc}") from None
 
-    atexit.register(report_exit)
 
-    def listen() -> None:
+class SchedulerLink:
+    """The worker's connection to the scheduler for the rest of its life, owned by one thread (OpenSSL forbids two
+    threads on one TLS connection): it obeys ``abort`` and ``restart`` and, at exit, reports how this process ended.
+    """
+
+    def __init__(self, channel: Channel, recovery: bool):
+        self.channel = channel
+        self.recovery = recovery
+        self.failed = False
+        self._outbox: queue.Queue = queue.Queue()
+        self._wake_read, self._wake_write = os.pipe()
+        self._done = threading.Event()
+
+    def start(self) -> None:
+        previous_hook = sys.excepthook
+
+        def excepthook(*args: Any) -> None:
+            self.failed = True
+            previous_hook(*args)
+
+        sys.excepthook = excepthook
+        atexit.register(self._report_exit)
+        self.channel.sock.setblocking(False)
+        threading.Thread(target=self._run, name="graphpar-dynamic-cluster", daemon=True).start()
+
+    def _report_exit(self) -> None:
+        if self.failed and self.recovery:
+            wait_for_restart(10.0)  # a peer's death broke our collective: the scheduler's restart is on its way
+        self._outbox.put({"op": "exit", "failed": self.failed})
+        os.write(self._wake_write, b"x")
+        self._done.wait(5.0)
+
+    def _run(self) -> None:
+        sock = self.channel.sock
+        try:
+            while True:
+                buffered = isinstance(sock, ssl.SSLSocket) and sock.pending()
+                ready = [sock] if buffered else select.select([sock, self._wake_read], [], [], 1.0)[0]
+                if self._wake_read in ready:
+                    os.read(self._wake_read, 64)
+                    while not self._outbox.empty():
+                        self.channel.send(self._outbox.get())
+                    self.channel.close()
+                    return
+                if sock in ready and not self._read():
+                    return
+        finally:
+            self._done.set()
+
+    def _read(self) -> bool:
+        """Act on what the scheduler sent; False once it closed the connection."""
+        open_ = self.channel.feed()
         while True:
             try:
-                message = channel.recv(timeout=None)
-            except (TimeoutError, ValueError):
-                return
-            if message is None:
-                return
-            if message.get("op") == "abort":
-                sys.stderr.write(f"graphpar: stopping this worker: {message.get('reason')}\n")
+                message = self.channel.pending()
+                if message is None:
+                    return open_
+                order = messages.parse(message, ("abort", "restart"))
+            except (WireError, messages.ProtocolError) as exc:
+                sys.stderr.write(f"graphpar: ignored a malformed message from the Dynamic Cluster scheduler: {exc}\n")
+                continue
+            if order.op == "abort":
+                sys.stderr.write(f"graphpar: stopping this worker: {order.reason}\n")
                 sys.stderr.flush()
                 os._exit(1)
-            if message.get("op") == "restart":
-                reexec(str(message.get("reason")))
-
-    threading.Thread(target=listen, name="graphpar-dynamic-cluster", daemon=True).start()
+            reexec(order.reason)

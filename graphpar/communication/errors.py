@@ -17,3 +17,12 @@ class ClusterError(GraphparError, RuntimeError):
     def __init__(self, message: str, variable: str | None = None):
         self.variable = variable
         super().__init__(message)
+
+
+class UnsafePathError(ClusterError):
+    """A local rendezvous place (coordinator address file, the TLS tunnel's socket directory) that another user
+    could read or plant: owned by someone else, a symbolic link, or with group/other permissions. ``path`` names it."""
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        super().__init__(f"{path} {reason}")

@@ -178,7 +178,10 @@ def from_rank_table(env: ClusterEnv, timeout: float) -> ProcessPlan:
                            f"msrun --worker_num {env.rank_size} --local_worker_num {env.rank_size} script.py",
                            "RANK_ID")
     _check_index(source, "RANK_ID", env.rank_id, env.rank_size, "RANK_SIZE")
-    key = f"ranksize{env.rank_size}"
+    # the job: GRAPHPAR_JOB_ID, else the process that started the ranks (see rendezvous_file)
+    job = f"job {env.job_id}" if env.job_id else f"parent {rendezvous_file.launching_parent()}"
+    table = os.path.abspath(env.rank_table_file) if env.rank_table_file else ""
+    key = f"rank-table {job} RANK_SIZE={env.rank_size} RANK_TABLE_FILE={table}"
     if env.rank_table_file:
         devices, servers = _rank_table(env.rank_table_file)
         if len(servers) > 1:
@@ -189,7 +192,6 @@ def from_rank_table(env: ClusterEnv, timeout: float) -> ProcessPlan:
         if devices != env.rank_size:
             raise ClusterError(f"RANK_TABLE_FILE={env.rank_table_file!r} lists {devices} devices but RANK_SIZE="
                                f"{env.rank_size}; they must agree", "RANK_SIZE")
-        key = f"ranktable-{os.path.abspath(env.rank_table_file)}-{env.rank_size}"
     if env.coordinator:
         coordinator = env.coordinator
     else:

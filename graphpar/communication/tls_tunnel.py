@@ -3,115 +3,46 @@
 JAX's coordinator (a gRPC server inside process 0) has no TLS option. With ``set_ps_context(enable_ssl=True, ...)``
 (:mod:`graphpar.communication.tls_config`):
 
-* process 0 binds the coordinator to a free **loopback** port and runs a :class:`TlsProxy` on the job's public
-  coordinator address: every connection must complete a TLS 1.2+ handshake with a client certificate signed by the
-  configured CA (not revoked by the CRL, not expired) before a byte reaches the coordinator; a refused peer is
-  logged with its address and the reason;
-* every other process runs a :class:`TlsForwarder` on a loopback port and gives JAX that port as the coordinator:
-  each connection JAX opens is carried over mutual TLS to the proxy, which must present a certificate of the same
-  CA. Before JAX starts, :meth:`TlsForwarder.probe` makes one connection, so a refused certificate is an error
-  naming it at once (JAX would retry until its timeout and abort).
+* process 0 binds the coordinator to a **Unix socket** in a fresh 0700 directory of its user (no TCP port at all)
+  and runs a :class:`TlsProxy` on the job's public coordinator address: every connection must complete a TLS 1.2+
+  handshake with a client certificate signed by the configured CA (not revoked by the CRL, not expired) before a
+  byte reaches the coordinator; a refused peer is logged with its address and the reason;
+* every other process runs a :class:`TlsForwarder` on a Unix socket in such a directory and gives JAX that socket
+  (``unix:PATH``) as the coordinator: each connection JAX opens is carried over mutual TLS to the proxy, which must
+  present a certificate of the same CA. The forwarder lends its certificate to **its own process only**: it reads
+  the connecting process from the socket (``SO_PEERCRED``) and closes any connection from another pid, logging it.
+  Before JAX starts, :meth:`TlsForwarder.probe` makes one connection, so a refused certificate is an error naming
+  it at once (JAX would retry until its timeout and abort).
 
 After a successful handshake the proxy sends a short greeting; a TLS 1.3 client learns that the server rejected its
 certificate only when it next reads, so waiting for the greeting turns that into an error at connection time.
 
-Not covered (see docs/distributed.md): the collectives' data plane (gloo on CPU, NCCL on GPU) connects processes
-directly and is not encrypted, and the Dynamic Cluster scheduler's rank assignment is not tunnelled.
+Not covered (docs/distributed.md §7 has the threat model): the collectives' data plane (gloo on CPU, NCCL on GPU)
+connects processes directly and is not encrypted; processes of the job's own user on process 0's host can reach the
+coordinator's socket (the directory keeps other users out; the same user can read the keys anyway).
 """
 
 from __future__ import annotations
 
-import datetime
-import logging
 import os
 import select
 import shutil
 import socket
 import ssl
+import struct
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 
-from graphpar._logging import notice_once
-from graphpar.communication.tls_config import Identity, TlsError, TlsSettings
+from graphpar.communication import private_dir
+from graphpar.communication.tls_config import TlsError, TlsSettings
+from graphpar.communication.tls_context import (HANDSHAKE_SECONDS, handshake_reason, refused_message, ssl_context,
+                                                untrusted_server_message, warn_if_expiring)
 
 GREETING = b"graphpar-tls-ok\n"
-_HANDSHAKE_SECONDS = 15.0
 _CHUNK = 1 << 16
-
-
-def _pem(path: str) -> bytes:
-    """A certificate or CRL file as PEM (DER files converted)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
-
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if b"-----BEGIN" in data:
-        return data
-    for loader in (x509.load_der_x509_certificate, x509.load_der_x509_crl):
-        try:
-            return loader(data).public_bytes(serialization.Encoding.PEM)
-        except ValueError:
-            continue
-    raise TlsError(f"TLS: {path!r} is neither PEM nor a DER certificate/CRL", path)
-
-
-def _context(settings: TlsSettings, server: bool) -> ssl.SSLContext:
-    """A TLS 1.2+ context that presents ``settings``' server (or client) identity and requires the peer's
-    certificate, verified against the CA and the CRL."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if not server:
-        ctx.check_hostname = False  # identity is "signed by the job's CA", as in MindSpore; hosts move
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    identity = settings.server if server else settings.client
-    # ssl loads keys from files only: the key goes there encrypted with a one-time password, in a 0700 directory
-    # removed before this returns
-    from cryptography.hazmat.primitives import serialization
-
-    secret = os.urandom(24).hex().encode()
-    key_pem = serialization.load_pem_private_key(identity.key_pem, None).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(secret))
-    folder = tempfile.mkdtemp(prefix="graphpar-tls-")
-    try:
-        cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
-        for path, data in ((cert, identity.cert_pem), (key, key_pem)):
-            with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as fh:
-                fh.write(data)
-        ctx.load_cert_chain(cert, key, password=secret)
-        trust = os.path.join(folder, "trust.pem")
-        with open(trust, "wb") as fh:
-            fh.write(_pem(settings.ca_cert))
-            if settings.crl:
-                fh.write(b"\n" + _pem(settings.crl))
-        ctx.load_verify_locations(cafile=trust)
-    except ssl.SSLError as exc:
-        raise TlsError(f"TLS: the certificates of {settings.config_file} cannot be used: {exc}",
-                       settings.config_file) from None
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    if settings.crl:
-        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
-    if settings.cipher_list:
-        try:
-            ctx.set_ciphers(settings.cipher_list)
-        except ssl.SSLError:
-            raise TlsError(f"TLS: {settings.config_file}: cipher_list {settings.cipher_list!r} selects no cipher "
-                           "OpenSSL knows", "cipher_list") from None
-    return ctx
-
-
-def warn_if_expiring(identity: Identity, days: int, what: str) -> None:
-    """A warning when ``identity`` expires within ``days`` (MindSpore's cert_expire_warning_time_in_day)."""
-    left = identity.not_after - datetime.datetime.now(datetime.timezone.utc)
-    if left < datetime.timedelta(days=days):
-        state = "EXPIRED on" if left.total_seconds() < 0 else f"expires in {left.days} day(s), on"
-        notice_once(f"tls-expiry:{identity.path}", f"TLS: {what} {identity.path} ({identity.subject}) {state} "
-                    f"{identity.not_after:%Y-%m-%d %H:%M} UTC (cert_expire_warning_time_in_day={days})",
-                    logging.WARNING)
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def _pump(a: socket.socket, b: socket.socket) -> None:
@@ -138,30 +69,40 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
                 pass
 
 
-def _reason(exc: BaseException) -> str:
-    """OpenSSL's words for a failed handshake: the verify message, else the alert (``tlsv13 alert certificate
-    revoked``), else the error text."""
-    message = getattr(exc, "verify_message", None)
-    if message:
-        return str(message)
-    reason = getattr(exc, "reason", None)
-    if reason:
-        return str(reason).lower().replace("_", " ")
-    return str(exc) or type(exc).__name__
+@dataclass
+class PrivateSocketDir:
+    """A 0700 directory of this user holding one Unix socket (``path``); :meth:`remove` deletes both."""
+
+    name: str
+    directory: str = ""
+    path: str = ""
+
+    def __post_init__(self) -> None:
+        self.directory = private_dir.job_dir("tls-")
+        self.path = private_dir.socket_path(self.directory, self.name)
+
+    @property
+    def address(self) -> str:
+        """The socket as a gRPC target (what ``jax.distributed`` is given)."""
+        return f"unix:{self.path}"
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 @dataclass
 class TlsProxy:
-    """Process 0's side: TLS on ``public`` (host, port), forwarding authenticated connections to ``target``."""
+    """Process 0's side: TLS on ``public`` (host, port), forwarding authenticated connections to the coordinator's
+    Unix socket ``target``."""
 
     settings: TlsSettings
     public: tuple[str, int]
-    target: tuple[str, int]
+    target: str
     log: object = field(default=sys.stderr)
     _sock: socket.socket | None = None
 
     def start(self) -> "TlsProxy":
-        self._ctx = _context(self.settings, server=True)
+        self._ctx = ssl_context(self.settings, server=True)
         warn_if_expiring(self.settings.server, self.settings.warning_days, "server_cert_path")
         family = socket.AF_INET6 if ":" in self.public[0] else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
@@ -190,41 +131,57 @@ class TlsProxy:
             threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
 
     def _serve(self, conn: socket.socket, peer: tuple) -> None:
-        conn.settimeout(_HANDSHAKE_SECONDS)
+        conn.settimeout(HANDSHAKE_SECONDS)
         try:
             tls = self._ctx.wrap_socket(conn, server_side=True)
         except (ssl.SSLError, OSError) as exc:
             crl = f" and crl_path {self.settings.crl}" if self.settings.crl else ""
             print(f"[graphpar tls] refused a connection from {peer[0]}:{peer[1]} to the coordinator: "
-                  f"{_reason(exc)} (its certificate checked against ca_cert_path {self.settings.ca_cert}{crl})",
-                  file=self.log, flush=True)
+                  f"{handshake_reason(exc)} (its certificate checked against ca_cert_path {self.settings.ca_cert}"
+                  f"{crl})", file=self.log, flush=True)
             conn.close()
             return
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             tls.sendall(GREETING)
-            upstream = socket.create_connection(self.target, timeout=_HANDSHAKE_SECONDS)
+            upstream.settimeout(HANDSHAKE_SECONDS)
+            upstream.connect(self.target)
         except OSError:
             tls.close()
+            upstream.close()
             return
         tls.settimeout(None)
         upstream.settimeout(None)
         _pump(tls, upstream)
 
 
+def peer_process(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a connected Unix socket (Linux ``SO_PEERCRED``)."""
+    pid, uid, _ = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return pid, uid
+
+
 @dataclass
 class TlsForwarder:
-    """A worker's side: a loopback port whose connections are carried over mutual TLS to ``remote``."""
+    """A worker's side: a Unix socket, for this process's JAX client only, whose connections are carried over
+    mutual TLS to ``remote``."""
 
     settings: TlsSettings
     remote: tuple[str, int]
-    port: int = 0
+    log: object = field(default=sys.stderr)
+    socket_dir: PrivateSocketDir | None = None
 
     def __post_init__(self) -> None:
-        self._ctx = _context(self.settings, server=False)
+        self._ctx = ssl_context(self.settings, server=False)
+
+    @property
+    def address(self) -> str:
+        """``unix:PATH`` of the listening socket (after :meth:`start`)."""
+        return self.socket_dir.address
 
     def connect(self) -> ssl.SSLSocket:
         """One authenticated connection to the proxy (raises TlsError naming the refused certificate)."""
-        raw = socket.create_connection(self.remote, timeout=_HANDSHAKE_SECONDS)
+        raw = socket.create_connection(self.remote, timeout=HANDSHAKE_SECONDS)
         where = f"{self.remote[0]}:{self.remote[1]}"
         mine = self.settings.client
         try:
@@ -237,24 +194,16 @@ class TlsForwarder:
                 greeting += chunk
         except ssl.SSLCertVerificationError as exc:
             raw.close()
-            raise TlsError(f"TLS: the coordinator at {where} presented a certificate this worker does not trust: "
-                           f"{exc.verify_message} (checked against ca_cert_path {self.settings.ca_cert}"
-                           f"{' and crl_path ' + self.settings.crl if self.settings.crl else ''})", where) from None
+            raise TlsError(untrusted_server_message("coordinator", where, self.settings, exc), where) from None
         except (ssl.SSLError, OSError) as exc:
             raw.close()
-            raise TlsError(self._refused(where, mine, _reason(exc)), mine.path) from None
+            raise TlsError(refused_message("coordinator", where, mine, handshake_reason(exc)), mine.path) from None
         if greeting != GREETING:
             tls.close()
-            raise TlsError(self._refused(where, mine, "the connection was closed during the handshake"), mine.path)
+            raise TlsError(refused_message("coordinator", where, mine, "the connection was closed during the "
+                                                                         "handshake"), mine.path)
         tls.settimeout(None)
         return tls
-
-    @staticmethod
-    def _refused(where: str, mine: Identity, reason: str) -> str:
-        expired = mine.not_after < datetime.datetime.now(datetime.timezone.utc)
-        return (f"TLS: the coordinator at {where} refused this worker's certificate client_cert_path {mine.path} "
-                f"({mine.subject}{', expired on ' + format(mine.not_after, '%Y-%m-%d') if expired else ''}): "
-                f"{reason}. Use a certificate signed by the job's CA, not revoked and not expired")
 
     def probe(self, timeout: float) -> None:
         """Connect once (waiting up to ``timeout`` s for process 0 to listen), raising TlsError if refused."""
@@ -271,12 +220,18 @@ class TlsForwarder:
                 time.sleep(0.2)
 
     def start(self) -> "TlsForwarder":
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
+        self.socket_dir = PrivateSocketDir("forwarder.sock")
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(self.socket_dir.path)
+        os.chmod(self.socket_dir.path, 0o600)
         self._sock.listen(64)
-        self.port = self._sock.getsockname()[1]
         threading.Thread(target=self._accept, name="graphpar-tls-forwarder", daemon=True).start()
         return self
+
+    def close(self) -> None:
+        if self.socket_dir is not None:
+            self._sock.close()
+            self.socket_dir.remove()
 
     def _accept(self) -> None:
         while True:
@@ -284,13 +239,20 @@ class TlsForwarder:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            pid, uid = peer_process(conn)
+            if pid != os.getpid():
+                print(f"[graphpar tls] refused a local connection to the TLS forwarder {self.socket_dir.path} from "
+                      f"pid {pid} (uid {uid}): it carries this worker's client certificate for this process's own "
+                      f"JAX client (pid {os.getpid()}) only", file=self.log, flush=True)
+                conn.close()
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
             tls = self.connect()
         except (TlsError, OSError) as exc:
-            print(f"[graphpar tls] {exc}", file=sys.stderr, flush=True)
+            print(f"[graphpar tls] {exc}", file=self.log, flush=True)
             conn.close()
             return
         _pump(conn, tls)

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from graphpar import _env
-from graphpar.communication import dynamic_cluster, process_plan
+from graphpar.communication import dynamic_cluster, process_plan, scheduler
+from graphpar.communication.channel import Channel
 from graphpar.communication.errors import ClusterError
 
 _VARS = ("GRAPHPAR_COORDINATOR", "GRAPHPAR_NUM_PROCESSES", "GRAPHPAR_PROCESS_ID", "GRAPHPAR_LOCAL_PROCESS_ID",
@@ -81,7 +82,7 @@ def test_openmpi_on_one_host_agrees_on_a_loopback_port(env, tmp_path, monkeypatc
     from graphpar.communication import rendezvous_file
 
     rendezvous_file.withdraw()
-    assert not list(tmp_path.glob("graphpar-coordinator-*"))
+    assert not list(tmp_path.glob("graphpar-*/coordinator-*"))
 
 
 def test_openmpi_across_hosts_uses_the_mpirun_host(env):
@@ -113,7 +114,7 @@ def test_timeouts(env):
 def _scheduler(worker_num, timeout=10.0):
     port = process_plan.free_port()
     lines = []
-    sched = dynamic_cluster.Scheduler("127.0.0.1", port, worker_num, timeout, say=lines.append)
+    sched = scheduler.Scheduler("127.0.0.1", port, worker_num, timeout, say=lines.append)
     result = {}
     thread = threading.Thread(target=lambda: result.setdefault("status", sched.serve()), daemon=True)
     thread.start()
@@ -127,7 +128,7 @@ def _register(port, node_id=None, worker_num=2):
             break
         except OSError:
             threading.Event().wait(0.05)
-    channel = dynamic_cluster.Channel(sock)
+    channel = Channel(sock)
     channel.send({"op": "register", "node_id": node_id, "worker_num": worker_num, "pid": 1, "hostname": "h"})
     return channel
 
@@ -157,7 +158,7 @@ def test_scheduler_assigns_fixed_ids_then_registration_order():
 
 def test_scheduler_refuses_duplicate_and_out_of_range_ids():
     port, sched, thread, result, lines = _scheduler(2, timeout=2)
-    _register(port, "0")
+    first = _register(port, "0")  # kept open: a worker that disconnects before the job forms frees its place
     dup = _register(port, "0").recv(timeout=10)
     assert dup["op"] == "refused" and "MS_NODE_ID=0 is already taken" in dup["reason"]
     out = _register(port, "5").recv(timeout=10)
@@ -166,6 +167,7 @@ def test_scheduler_refuses_duplicate_and_out_of_range_ids():
     assert "MS_WORKER_NUM=3 differs" in wrong["reason"]
     thread.join(10)
     assert result["status"] == 1  # only one worker by the timeout
+    first.close()
 
 
 def test_too_few_workers_names_the_missing_one():

@@ -34,11 +34,14 @@ def settings(path):
 
 
 class Echo:
-    """Stands in for the coordinator: answers every connection with SECRET + what it received, counts them."""
+    """Stands in for the coordinator on a Unix socket: answers every connection with SECRET + what it received,
+    counts them."""
 
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
+    def __init__(self, path):
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(8)
         self.connections = 0
         threading.Thread(target=self.run, daemon=True).start()
 
@@ -46,19 +49,34 @@ class Echo:
         while True:
             conn, _ = self.sock.accept()
             self.connections += 1
-            data = conn.recv(100)
-            conn.sendall(b"SECRET:" + data)
+            try:
+                data = conn.recv(100)
+                if data:  # the probe's connection closes without a byte
+                    conn.sendall(b"SECRET:" + data)
+            except OSError:
+                pass
             conn.close()
 
 
 @pytest.fixture()
-def proxy(configs):
-    echo = Echo()
+def proxy(configs, tmp_path):
+    echo = Echo(tmp_path / "coordinator.sock")
     log = io.StringIO()
-    proxy = tls_tunnel.TlsProxy(settings(configs["server"]), ("127.0.0.1", free_port()), ("127.0.0.1", echo.port),
-                                log=log).start()
+    proxy = tls_tunnel.TlsProxy(settings(configs["server"]), ("127.0.0.1", free_port()), echo.path, log=log).start()
     yield proxy, echo, log
     proxy.close()
+
+
+def through(forwarder, data=b"hello"):
+    """What a client connecting to the forwarder's Unix socket gets back for ``data``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(forwarder.address.removeprefix("unix:"))
+        sock.sendall(data)
+        reply = b""
+        while chunk := sock.recv(100):
+            reply += chunk
+    return reply
 
 
 def test_a_valid_certificate_reaches_the_coordinator(configs, proxy):
@@ -66,12 +84,8 @@ def test_a_valid_certificate_reaches_the_coordinator(configs, proxy):
     forwarder = tls_tunnel.TlsForwarder(settings(configs["valid"]), proxy.public)
     forwarder.probe(10)
     forwarder.start()
-    with socket.create_connection(("127.0.0.1", forwarder.port)) as sock:
-        sock.sendall(b"hello")
-        reply = b""
-        while chunk := sock.recv(100):
-            reply += chunk
-    assert reply == b"SECRET:hello"
+    assert through(forwarder) == b"SECRET:hello"
+    forwarder.close()
 
 
 @pytest.mark.parametrize("variant,worker_says,coordinator_says", [
@@ -128,4 +142,4 @@ def test_wrong_password_and_missing_file_name_the_file(configs, tmp_path):
 def test_a_public_port_in_use_is_named(configs, proxy):
     proxy, echo, _ = proxy
     with pytest.raises(tls_config.TlsError, match=rf"127\.0\.0\.1:{proxy.public[1]} cannot be bound"):
-        tls_tunnel.TlsProxy(settings(configs["server"]), proxy.public, ("127.0.0.1", echo.port)).start()
+        tls_tunnel.TlsProxy(settings(configs["server"]), proxy.public, echo.path).start()

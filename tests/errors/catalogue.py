@@ -103,11 +103,48 @@ def _refused(tmp: Path, variant: str):
     configs = tls_certs.make(tmp / "certs")
     pw = tls_certs.PASSWORD.encode()
     proxy = tls_tunnel.TlsProxy(tls_config.load_settings(str(configs["server"]), pw, pw), ("127.0.0.1", free_port()),
-                                ("127.0.0.1", free_port()), log=io.StringIO()).start()
+                                str(tmp / "no-coordinator.sock"), log=io.StringIO()).start()
     try:
         tls_tunnel.TlsForwarder(tls_config.load_settings(str(configs[variant]), pw, pw), proxy.public).probe(10)
     finally:
         proxy.close()
+
+
+def _scheduler_refuses(tmp: Path, variant: str, scheduler_tls: bool):
+    """A Dynamic Cluster worker with the ``variant`` certificate registering with a scheduler on 127.0.0.1 that
+    speaks TLS (``scheduler_tls``) or not."""
+    import io
+    import threading
+
+    from graphpar.communication import dynamic_cluster, scheduler, tls_config
+    from graphpar.communication.process_plan import free_port
+    from tests.communication import tls_certs
+
+    configs = tls_certs.make(tmp / "certs")
+    pw = tls_certs.PASSWORD.encode()
+    port = free_port()
+    tls = tls_config.load_settings(str(configs["server"]), pw, pw) if scheduler_tls else None
+    log = io.StringIO()
+    server = scheduler.Scheduler("127.0.0.1", port, 2, 2.0, tls=tls, say=lambda line: print(line, file=log))
+    threading.Thread(target=server.serve, daemon=True).start()
+    worker = tls_config.load_settings(str(configs[variant]), pw, pw)
+    dynamic_cluster.join("127.0.0.1", port, 2, "0", 5, None, tls=worker)
+
+
+def _rendezvous_dir_loose(tmp: Path):
+    """The one-host rendezvous directory $TMPDIR/graphpar-<uid> left with mode 0755."""
+    import tempfile
+
+    from graphpar.communication import rendezvous_file
+
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp)
+    try:
+        (tmp / f"graphpar-{os.geteuid()}").mkdir()
+        os.chmod(tmp / f"graphpar-{os.geteuid()}", 0o755)
+        rendezvous_file.coordinator_for("job", True, 1)
+    finally:
+        tempfile.tempdir = saved
 
 
 def _tls_config(tmp: Path, **override) -> str:
@@ -349,11 +386,6 @@ ROWS: list[Row] = [
         "graphpar.communication.tls_config:TlsError", ("other_ca.p12", "unknown ca")),
     Row("tls-expired", "files", "a worker whose certificate expired", lambda t: _refused(t, "expired"),
         "graphpar.communication.tls_config:TlsError", ("expired.p12", "expired on", "certificate expired")),
-    Row("tls-dynamic-cluster", "env", "set_ps_context(enable_ssl=True, ...) with MS_ROLE=MS_WORKER",
-        lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=_tls_config(t),
-                                       client_password="graphpar-test-pw", server_password="graphpar-test-pw")
-        or _dynamic(t), "graphpar.communication.errors:ClusterError", ("enable_ssl=True", "not tunnelled", "msrun"),
-        {"MS_ROLE": "MS_WORKER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "2"}),
     # --- environment variables --------------------------------------------------------------------------------
     Row("env-not-integer", "env", "GRAPHPAR_NUM_PROCESSES=two (set by hand)", lambda t: _plan("launch"),
         ERR + "EnvVarError", ("GRAPHPAR_NUM_PROCESSES='two'", "must be an integer"),
@@ -392,6 +424,9 @@ ROWS: list[Row] = [
     Row("env-coordinator", "env", "GRAPHPAR_COORDINATOR=localhost (no port)", lambda t: _plan("launch"),
         "graphpar.communication.errors:ClusterError", ("'localhost' is not HOST:PORT",),
         {"GRAPHPAR_COORDINATOR": "localhost", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0"}),
+    Row("env-rendezvous-loose", "env", "RANK_SIZE=2 RANK_ID=0 with $TMPDIR/graphpar-<uid> of mode 0755",
+        _rendezvous_dir_loose, "graphpar.communication.errors:UnsafePathError",
+        ("graphpar-", "has mode 0755", "lets other users in", "expected 0700")),
     # --- command lines ----------------------------------------------------------------------------------------
     Row("cli-nproc", "cli", "graphpar launch --nproc 0 train.py", lambda t: _launch("--nproc", "0", "train.py"),
         "graphpar.launch.config:LaunchError", ("--nproc must be >= 1",)),
@@ -489,6 +524,13 @@ ROWS: list[Row] = [
     Row("strategy-file-other-network", "files", "strategy_ckpt_load_file written for another network (no op or "
         "parameter name in common)", _strategy_of_another_network, ERR + "ConfigError",
         ("encoder_strategy.json", "none of its 2 entries", "'encoder.weight'", "'w'", "MatMul-matmul")),
+    Row("tls-scheduler-other-ca", "files", "a Dynamic Cluster worker (set_ps_context(enable_ssl=True)) whose "
+        "certificate another CA signed", lambda t: _scheduler_refuses(t, "other_ca", True),
+        "graphpar.communication.tls_config:TlsError",
+        ("Dynamic Cluster scheduler", "refused this worker's certificate", "other_ca.p12", "unknown ca")),
+    Row("tls-scheduler-plain", "files", "set_ps_context(enable_ssl=True) in the workers but not in the scheduler's "
+        "script", lambda t: _scheduler_refuses(t, "valid", False), "graphpar.communication.tls_config:TlsError",
+        ("Dynamic Cluster scheduler", "runs without TLS", "set_ps_context(enable_ssl=True")),
 ]
 
 
@@ -565,6 +607,11 @@ def markdown() -> str:
             "§7, §8).",
             "* A fresh `ModelCheckpoint` run in a directory with checkpoints of its prefix says it writes under "
             "`{prefix}_N`; a lock left by a dead job is taken over with one line (`checkpoints.md` §3).",
+            "* A line to the Dynamic Cluster scheduler that is not a valid message (not JSON, an unknown op or field, "
+            "a field of the wrong type, over 64 KiB) is refused by name, the refusal sent back and logged, and the "
+            "scheduler serves on; a connection that does not register within 10 s is closed with one line.",
+            "* A connection to a worker's TLS forwarder from another process than the worker itself: closed, one line "
+            "names its pid (`distributed.md` §7).",
             *_LATE_REPORTS_NOTES, ""]
     return "\n".join(out)
 
