@@ -52,7 +52,8 @@ def register(subparsers) -> None:
     add("--log_dir", help="directory for worker_{i}.log and scheduler.log (default graphpar_logs)")
     add("--join", type=_bool, nargs="?", const=True, default=True,
         help="accepted for msrun compatibility: graphpar launch always waits for its processes")
-    add("--cluster_time_out", type=int, default=600, help="seconds to wait for every process to join (default 600)")
+    add("--cluster_time_out", type=int, default=None, help="seconds to wait for every process to join (default: "
+        "GRAPHPAR_CLUSTER_TIMEOUT or MS_TOPO_TIMEOUT when set, else 600)")
     add("--early-exit-grace", "--early_exit_grace", dest="early_exit_grace", type=float, default=None,
         metavar="SECONDS", help="a worker that ends its script cleanly while the others still run after SECONDS "
         "left the job early: stop the job naming it (default 60, or GRAPHPAR_EARLY_EXIT_GRACE; negative: no limit)")

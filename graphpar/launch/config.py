@@ -25,6 +25,7 @@ from graphpar.launch import hostfile
 
 DEFAULT_MASTER_PORT = 8118  # msrun's default
 DEFAULT_LOG_DIR = "graphpar_logs"
+DEFAULT_CLUSTER_TIMEOUT = 600  # msrun's --cluster_time_out default
 RECOVERY_RESTARTS = 3  # --max-restarts when MS_ENABLE_RECOVERY=1 and none is given
 
 
@@ -98,6 +99,19 @@ def _check_settings(args) -> None:
             _env.host_device_count()
     except EnvVarError as exc:
         raise LaunchError(f"graphpar launch: {exc}") from None
+
+
+def _cluster_timeout(args) -> int:
+    """``--cluster_time_out``, else the environment's GRAPHPAR_CLUSTER_TIMEOUT / MS_TOPO_TIMEOUT (the launcher
+    writes both for its workers, so one set by hand would otherwise be replaced without a word), else 600 s."""
+    if args.cluster_time_out is not None:
+        return args.cluster_time_out
+    env = _env.cluster_env()
+    try:
+        env.check("GRAPHPAR_CLUSTER_TIMEOUT" if env.present("GRAPHPAR_CLUSTER_TIMEOUT") else "MS_TOPO_TIMEOUT")
+    except EnvVarError as exc:
+        raise LaunchError(f"graphpar launch: {exc}") from None
+    return env.cluster_timeout if env.cluster_timeout is not None else DEFAULT_CLUSTER_TIMEOUT
 
 
 def _early_exit_grace(args) -> float:
@@ -175,7 +189,7 @@ def resolve(args) -> LaunchConfig:
         command=_command(list(args.command)), local_procs=local, total_procs=total,
         first_process=first if (not dynamic or node_rank >= 0) else None, devices_per_proc=args.devices_per_proc,
         master_addr=master_addr, master_port=port, log_dir=args.log_dir or DEFAULT_LOG_DIR,
-        cluster_timeout=args.cluster_time_out, max_restarts=max_restarts, dynamic_cluster=dynamic,
+        cluster_timeout=_cluster_timeout(args), max_restarts=max_restarts, dynamic_cluster=dynamic,
         run_scheduler=bool(args.scheduler or (dynamic and not args.dynamic_cluster and (
             node_rank == 0 or (node_rank < 0 and master_addr in hostfile.local_names())))),
         early_exit_grace=_early_exit_grace(args))

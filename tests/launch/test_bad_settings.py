@@ -120,3 +120,19 @@ def test_a_free_loopback_port_passes():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     assert port_check.bind_problem("127.0.0.1", port) is None
+
+
+def test_the_join_timeout_of_the_environment_is_used_and_checked(monkeypatch):
+    """The launcher writes GRAPHPAR_CLUSTER_TIMEOUT for its workers: one set by hand was replaced by 600 unseen."""
+    monkeypatch.setenv("GRAPHPAR_CLUSTER_TIMEOUT", "45")
+    assert resolve(parse("--nproc", "2", "train.py")).cluster_timeout == 45
+    assert resolve(parse("--nproc", "2", "--cluster_time_out", "30", "train.py")).cluster_timeout == 30
+    monkeypatch.setenv("GRAPHPAR_CLUSTER_TIMEOUT", "0")
+    with pytest.raises(LaunchError, match=r"GRAPHPAR_CLUSTER_TIMEOUT='0': out of range; valid: .*>= 1"):
+        resolve(parse("--nproc", "2", "train.py"))
+    monkeypatch.delenv("GRAPHPAR_CLUSTER_TIMEOUT")
+    monkeypatch.setenv("MS_TOPO_TIMEOUT", "0")
+    with pytest.raises(LaunchError, match=r"MS_TOPO_TIMEOUT='0'"):
+        resolve(parse("--nproc", "2", "train.py"))
+    monkeypatch.delenv("MS_TOPO_TIMEOUT")
+    assert resolve(parse("--nproc", "2", "train.py")).cluster_timeout == 600
