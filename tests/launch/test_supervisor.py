@@ -163,3 +163,15 @@ def test_a_jax_worker_that_leaves_early_is_named_at_once(tmp_path, mode):
         assert ("worker 1, process 1 (rank 1), failed: its script raised ValueError: process 1 gives up"
                 in result.stderr), result.stderr
     assert "worker 0, process 0 (rank 0), failed" not in result.stderr
+
+
+@pytest.mark.parametrize(("ending", "note"), [
+    ("pass", "ended"), ("import sys; sys.exit(0)", "ended"),
+    ("raise ValueError('no data\\nsecond line')", "raised ValueError: no data")])
+def test_a_worker_that_joined_notes_how_its_script_ended(tmp_path, ending, note):
+    """What the supervisor reads while JAX still holds the process in its shutdown barrier."""
+    path = tmp_path / "worker_0.log.exit"
+    script = f"from graphpar import _cluster\n_cluster.record_join(_cluster.HostPlacement())\n{ending}\n"
+    subprocess.run([sys.executable, "-c", script], env={**env(), "GRAPHPAR_EXIT_NOTE": str(path)},
+                   capture_output=True, timeout=60)
+    assert path.read_text() == note
