@@ -5,10 +5,13 @@ The note is needed because a worker that leaves a JAX job does not exit: JAX's e
 barrier until every other process arrives, up to 300 s, while those wait for it in their next collective; then
 JAX aborts them all and the first to die (usually worker 0) looked like the culprit.
 
-What counts as leaving early: in a job of several local workers, one ends its script without an error (exit status
-0, or the note ``ended``) while another keeps running for longer than the grace period (``--early-exit-grace`` /
-``GRAPHPAR_EARLY_EXIT_GRACE``, default 60 s). Uneven finishes within the grace are normal (a last checkpoint, one
-rank's summary); a script that raised is a failure at once (the note ``raised ...``), without waiting for its exit.
+What counts as leaving early: in a job of several local workers, one ends its script without an uncaught exception
+(exit status 0, or the note ``ended``) while another keeps running for longer than the grace period
+(``--early-exit-grace`` / ``GRAPHPAR_EARLY_EXIT_GRACE``, default 60 s), or fails meanwhile. Uneven finishes within
+the grace are normal (a last checkpoint, one rank's summary line); in a JAX job the others cannot legitimately run on
+much longer anyway, JAX's shutdown barrier giving up after 300 s. A negative grace waits without limit (processes
+that never talk to each other). A script that raised is a failure at once (the note ``raised ...``), without waiting
+for its exit. Only this node's workers are compared: the launcher sees no other node's.
 """
 
 from __future__ import annotations
