@@ -9,6 +9,8 @@ checks the devices of this machine only once the job has formed (no JAX backend 
 
 from __future__ import annotations
 
+import atexit
+import sys
 from dataclasses import dataclass
 
 import jax
@@ -42,6 +44,28 @@ def record_join(where: HostPlacement) -> None:
     global _joined, _placement
     _joined = True
     _placement = where
+    note = _env.exit_note_path()
+    if note is not None:
+        atexit.register(_note_exit, note)
+
+
+def _note_exit(path: str) -> None:
+    """Tell ``graphpar launch`` that this worker's script has ended, before JAX's own exit handler runs.
+
+    A worker that leaves a JAX job does not exit: JAX's exit handler waits in a shutdown barrier for every other
+    process, up to 300 s, while they wait for it in their next collective; then JAX aborts them all. The launcher
+    cannot tell this from a busy worker by looking at its process, so the worker writes ``ended`` (or ``raised
+    <exception>`` after an uncaught one) to ``path`` here. Exit handlers run last-registered first and JAX
+    registers its handler when it is imported, before any join, so this one runs first.
+    """
+    # sys.last_value exists only after an uncaught exception (Python sets it before running the exit handlers).
+    raised = vars(sys).get("last_value")
+    text = "ended" if raised is None else f"raised {type(raised).__name__}: {raised}".splitlines()[0]
+    try:
+        with open(path, "w") as out:
+            out.write(text)
+    except OSError:
+        pass  # the launcher is gone or its directory too: nobody to tell
 
 
 def convention(env: _env.ClusterEnv) -> str | None:

@@ -5,7 +5,10 @@ Reading is lazy (a function call), so importing graphpar never looks at the envi
 
 from __future__ import annotations
 
+import math
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from graphpar.errors import EnvVarError
@@ -56,12 +59,17 @@ class ClusterEnv:
     device_id: int | None = None
     # variables set to something unusable: {name: value}. They are errors only where they apply (see ``check``).
     invalid: dict[str, str] = field(default_factory=dict)
+    # integers outside what the setting allows: {name: (value, what is valid)}; they too read as unset
+    out_of_range: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def check(self, *names: str) -> None:
-        """Raise for the first of ``names`` that was set to a value that is not an integer."""
+        """Raise for the first of ``names`` that was set to a value that is not an integer or not in its range."""
         for name in names:
             if name in self.invalid:
                 raise EnvVarError(name, self.invalid[name], "must be an integer")
+            if name in self.out_of_range:
+                value, valid = self.out_of_range[name]
+                raise EnvVarError(name, value, f"out of range; valid: {valid}")
 
     @property
     def ms_enable_recovery(self) -> bool:
@@ -71,19 +79,41 @@ class ClusterEnv:
 
     def present(self, name: str) -> bool:
         """Whether ``name`` was set (a valid or an invalid value)."""
-        return name in self.invalid or bool(os.environ.get(name))
+        return name in self.invalid or name in self.out_of_range or bool(os.environ.get(name))
 
 
-def _read_int(name: str, invalid: dict[str, str]) -> int | None:
-    """The integer value of ``name``, None when unset; a value that is no integer is noted in ``invalid``."""
+def _join_timeout_valid(seconds: int) -> bool:
+    return seconds != 0
+
+
+# Integer variables with a range, and what is valid. Outside it, JAX or the socket layer failed deep: a zero join
+# timeout or a negative heartbeat timeout aborted the process in C++, MS_SCHED_PORT=99999 raised OverflowError.
+_RANGES: dict[str, tuple[Callable[[int], bool], str]] = {
+    "GRAPHPAR_CLUSTER_TIMEOUT": (_join_timeout_valid, "seconds to wait for every process to join, >= 1 (a negative "
+                                 "value waits a day, msrun's 'no limit'); 0 would give up at once"),
+    "MS_TOPO_TIMEOUT": (_join_timeout_valid, "seconds to wait for every process to join, >= 1 (a negative value "
+                        "waits a day, msrun's 'no limit'); 0 would give up at once"),
+    "GRAPHPAR_HEARTBEAT_TIMEOUT": (lambda seconds: seconds >= 1, "seconds without a heartbeat before a process "
+                                   "counts as dead, >= 1 (default 100)"),
+    "MS_SCHED_PORT": (lambda port: 1 <= port <= 65535, "a TCP port, 1..65535 (msrun's default 8118)"),
+}
+
+
+def _read_int(name: str, invalid: dict[str, str], out_of_range: dict[str, tuple[str, str]]) -> int | None:
+    """The integer value of ``name``, None when unset; a value that is no integer is noted in ``invalid``, one
+    outside the variable's range (``_RANGES``) in ``out_of_range``: both read as unset, refused where they apply."""
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return None
     try:
-        return int(value.strip())
+        number = int(value.strip())
     except ValueError:
         invalid[name] = value
         return None
+    if name in _RANGES and not _RANGES[name][0](number):
+        out_of_range[name] = (value, _RANGES[name][1])
+        return None
+    return number
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -112,9 +142,10 @@ def cluster_env() -> ClusterEnv:
     """The placement variables. A variable set to a non-integer reads as unset and is listed in ``invalid``:
     a launch convention that needs it refuses it by name (``ClusterEnv.check``), the others ignore it."""
     invalid: dict[str, str] = {}
+    out_of_range: dict[str, tuple[str, str]] = {}
 
     def _int(name: str) -> int | None:
-        return _read_int(name, invalid)
+        return _read_int(name, invalid, out_of_range)
 
     return ClusterEnv(
         coordinator=os.environ.get("GRAPHPAR_COORDINATOR") or None,
@@ -152,12 +183,66 @@ def cluster_env() -> ClusterEnv:
         rank_size=_int("RANK_SIZE"),
         device_id=_int("DEVICE_ID"),
         invalid=invalid,
+        out_of_range=out_of_range,
     )
 
 
 def xla_flags() -> str:
     """``XLA_FLAGS`` as set for this process (the launcher rewrites the CPU device count in its children's copy)."""
     return os.environ.get("XLA_FLAGS", "")
+
+
+HOST_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def host_device_count() -> int | None:
+    """The CPU device count ``XLA_FLAGS`` asks for (``--xla_force_host_platform_device_count=N``), None without one.
+
+    XLA reads the flag only when JAX's first backend starts, and then fails far from the cause: ``=abc`` prints
+    XLA's help for every flag and exits, ``=0`` fails with "Could not determine process_index". So the places that
+    may start a backend first (``set_context(device_target=...)``, ``graphpar launch``) read it here beforehand
+    and refuse a count that is not a whole number >= 1 by name. The last occurrence of the flag counts, as in XLA.
+    """
+    flags = xla_flags()
+    count = None
+    for token in flags.split():
+        if token != HOST_DEVICE_COUNT_FLAG and not token.startswith(HOST_DEVICE_COUNT_FLAG + "="):
+            continue
+        value = token.partition("=")[2]
+        if not re.fullmatch(r"\d+", value) or int(value) < 1:
+            raise EnvVarError("XLA_FLAGS", flags, f"{token} is no device count; valid: a whole number >= 1 of "
+                                                  f"CPU devices, e.g. {HOST_DEVICE_COUNT_FLAG}=8")
+        count = int(value)
+    return count
+
+
+DEFAULT_EARLY_EXIT_GRACE = 60.0  # seconds; see early_exit_grace
+
+
+def early_exit_grace() -> float:
+    """``GRAPHPAR_EARLY_EXIT_GRACE``: seconds ``graphpar launch`` lets the other workers of a job run on after one
+    ended its script cleanly, before it stops the job naming that worker (``--early-exit-grace`` overrides it).
+
+    Default 60 s: the tail of a run (a last checkpoint, one rank's summary) fits in it, and JAX gives up on a peer
+    that left anyway (its shutdown barrier times out after 300 s and aborts every process). A negative value lets
+    the others run without limit (jobs whose processes never talk to each other)."""
+    text = os.environ.get("GRAPHPAR_EARLY_EXIT_GRACE")
+    if text is None or text.strip() == "":
+        return DEFAULT_EARLY_EXIT_GRACE
+    try:
+        seconds = float(text.strip())
+    except ValueError:
+        seconds = math.nan
+    if math.isnan(seconds):
+        raise EnvVarError("GRAPHPAR_EARLY_EXIT_GRACE", text, "must be a number of seconds (e.g. 60; negative: no "
+                          "limit)")
+    return seconds
+
+
+def exit_note_path() -> str | None:
+    """``GRAPHPAR_EXIT_NOTE``: the file where a worker of ``graphpar launch`` notes that its script ended (written
+    by ``graphpar._cluster`` as Python exits, read by the launcher's supervisor)."""
+    return os.environ.get("GRAPHPAR_EXIT_NOTE") or None
 
 
 def process_environment() -> dict[str, str]:

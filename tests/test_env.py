@@ -6,6 +6,8 @@ final checkpoint; every value but "", "0", "false" and "False" counted as on.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from graphpar import _env
@@ -48,3 +50,68 @@ def test_other_switches_read_the_same_words(monkeypatch, value, expected):
     monkeypatch.setenv("GRAPHPAR_PROGRESS", "sometimes")
     with pytest.raises(EnvVarError, match="GRAPHPAR_PROGRESS"):
         _env.progress_bar_enabled()
+
+
+# --- issue 27, item 15: garbage settings are refused by name before anything starts ---------------------------
+@pytest.mark.parametrize("flags", ["--xla_force_host_platform_device_count=abc",
+                                   "--xla_force_host_platform_device_count=0",
+                                   "--xla_force_host_platform_device_count=-2",
+                                   "--xla_force_host_platform_device_count=8 --xla_force_host_platform_device_count="])
+def test_a_cpu_device_count_that_is_no_count_is_refused_by_name(monkeypatch, flags):
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    with pytest.raises(EnvVarError, match=r"XLA_FLAGS=.*is no device count; valid: a whole number >= 1"):
+        _env.host_device_count()
+
+
+def test_set_context_refuses_the_device_count_before_a_backend_reads_it(monkeypatch):
+    """XLA printed its help for every flag (=abc) or 'Could not determine process_index' (=0) when JAX started."""
+    import graphpar as ms
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x --xla_force_host_platform_device_count=abc")
+    with pytest.raises(EnvVarError, match="--xla_force_host_platform_device_count=abc is no device count"):
+        ms.set_context(device_target="CPU")
+
+
+@pytest.mark.parametrize(("flags", "count"), [("", None), ("--xla_dump_to=/tmp/x", None),
+                                              ("--xla_force_host_platform_device_count=8", 8),
+                                              ("--xla_force_host_platform_device_count=2 "
+                                               "--xla_force_host_platform_device_count=4", 4)])
+def test_a_usable_device_count_is_read(monkeypatch, flags, count):
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    assert _env.host_device_count() == count
+
+
+@pytest.mark.parametrize(("name", "value", "valid"), [
+    ("GRAPHPAR_CLUSTER_TIMEOUT", "0", ">= 1"), ("MS_TOPO_TIMEOUT", "0", ">= 1"),
+    ("GRAPHPAR_HEARTBEAT_TIMEOUT", "-5", ">= 1"), ("GRAPHPAR_HEARTBEAT_TIMEOUT", "0", ">= 1"),
+    ("MS_SCHED_PORT", "99999", "1..65535"), ("MS_SCHED_PORT", "0", "1..65535")])
+def test_integers_out_of_their_range_are_refused_by_name_where_they_apply(monkeypatch, name, value, valid):
+    """They aborted the process in C++ (a zero join timeout, a negative heartbeat timeout) or raised OverflowError
+    (MS_SCHED_PORT=99999) inside jax.distributed / the socket layer."""
+    monkeypatch.delenv("GRAPHPAR_CLUSTER_TIMEOUT", raising=False)
+    monkeypatch.setenv(name, value)
+    env = _env.cluster_env()  # reading never raises
+    assert env.present(name)
+    with pytest.raises(EnvVarError, match=rf"{name}='{value}': out of range; valid: .*{re.escape(valid)}"):
+        env.check(name)
+
+
+def test_in_range_timeouts_and_ports_are_read(monkeypatch):
+    monkeypatch.setenv("GRAPHPAR_CLUSTER_TIMEOUT", "-1")  # msrun's "no limit"
+    monkeypatch.setenv("GRAPHPAR_HEARTBEAT_TIMEOUT", "30")
+    monkeypatch.setenv("MS_SCHED_PORT", "8118")
+    env = _env.cluster_env()
+    env.check("GRAPHPAR_CLUSTER_TIMEOUT", "GRAPHPAR_HEARTBEAT_TIMEOUT", "MS_SCHED_PORT")
+    assert (env.cluster_timeout, env.heartbeat_timeout, env.ms_sched_port) == (-1, 30, 8118)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 60.0), ("", 60.0), ("5", 5.0), ("0.5", 0.5), ("-1", -1.0)])
+def test_the_early_exit_grace(monkeypatch, value, seconds):
+    if value is None:
+        monkeypatch.delenv("GRAPHPAR_EARLY_EXIT_GRACE", raising=False)
+    else:
+        monkeypatch.setenv("GRAPHPAR_EARLY_EXIT_GRACE", value)
+    assert _env.early_exit_grace() == seconds
+    monkeypatch.setenv("GRAPHPAR_EARLY_EXIT_GRACE", "nan")
+    with pytest.raises(EnvVarError, match="GRAPHPAR_EARLY_EXIT_GRACE='nan': must be a number of seconds"):
+        _env.early_exit_grace()

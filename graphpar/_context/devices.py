@@ -2,21 +2,24 @@
 
 They start a JAX backend, which must not happen before a multi-process job has formed (``jax.distributed`` refuses
 to initialize afterwards): while ``graphpar._cluster`` says a job is pending they pass, and
-``graphpar.communication.init()`` runs them again once the job has formed.
+``graphpar.communication.init()`` runs them again once the job has formed. The CPU device count of ``XLA_FLAGS`` is
+checked first, pending job or not: the first backend to start reads it, and XLA answers a bad one with its help
+text or an error about process indices.
 """
 
 from __future__ import annotations
 
 import jax
 
-from graphpar import _cluster
+from graphpar import _cluster, _env
 from graphpar.errors import DeviceError
 
 _JAX_PLATFORM = {"CPU": "cpu", "GPU": "gpu", "TPU": "tpu"}
 
 
 def check_platform(device_target: str) -> None:
-    """JAX must have a backend for ``device_target`` on this machine."""
+    """JAX must have a backend for ``device_target`` on this machine (and XLA_FLAGS a usable CPU device count)."""
+    _env.host_device_count()
     if _cluster.cluster_pending():  # no backend may start before init() joins the job; init() checks then
         return
     platform = _JAX_PLATFORM[device_target]

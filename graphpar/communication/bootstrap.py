@@ -27,8 +27,8 @@ import jax
 
 from graphpar import _cluster, _env
 from graphpar._logging import notice_once
-from graphpar.communication import (addresses, dynamic_cluster, process_plan, rendezvous_file, scheduler, tls_config,
-                                    tls_tunnel)
+from graphpar.communication import (addresses, dynamic_cluster, port_check, process_plan, rendezvous_file,
+                                    scheduler, tls_config, tls_tunnel)
 from graphpar.communication.errors import ClusterError
 from graphpar.communication.process_plan import ProcessPlan
 
@@ -136,6 +136,7 @@ def _join(plan: ProcessPlan, platform: str, timeout: int, heartbeat: int) -> Non
     ids = _local_device_ids(plan, platform)
     if ids is not None:
         kwargs["local_device_ids"] = ids
+    port_check.check_coordinator(plan)  # process 0 binds it: a busy port or another host's address, by name
     coordinator, bind = _through_tls(plan, timeout)
     # JAX aborts the process (uncatchable) when the job does not form in time; say why first.
     watchdog = threading.Timer(timeout, _report_slow_formation, (plan, timeout))

@@ -2,8 +2,8 @@
 
 Both spellings are accepted: ``--nproc N --devices-per-proc K`` and msrun's ``--worker_num``,
 ``--local_worker_num``, ``--master_addr``, ``--master_port``, ``--node_rank``, ``--log_dir``, ``--join``,
-``--cluster_time_out``; plus ``--hostfile`` (``HOST slots=N`` lines) and ``--max-restarts``. COMMAND is a program
-with its arguments (``python train.py --lr 0.1``) or a script path (run with this Python).
+``--cluster_time_out``; plus ``--hostfile`` (``HOST slots=N`` lines), ``--max-restarts`` and ``--early-exit-grace``.
+COMMAND is a program with its arguments (``python train.py --lr 0.1``) or a script path (run with this Python).
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ def register(subparsers) -> None:
     add("--log_dir", help="directory for worker_{i}.log and scheduler.log (default graphpar_logs)")
     add("--join", type=_bool, nargs="?", const=True, default=True,
         help="accepted for msrun compatibility: graphpar launch always waits for its processes")
-    add("--cluster_time_out", type=int, default=600, help="seconds to wait for every process to join (default 600)")
+    add("--cluster_time_out", type=int, default=None, help="seconds to wait for every process to join (default: "
+        "GRAPHPAR_CLUSTER_TIMEOUT or MS_TOPO_TIMEOUT when set, else 600)")
+    add("--early-exit-grace", "--early_exit_grace", dest="early_exit_grace", type=float, default=None,
+        metavar="SECONDS", help="a worker that ends its script cleanly while the others still run after SECONDS "
+        "left the job early: stop the job naming it (default 60, or GRAPHPAR_EARLY_EXIT_GRACE; negative: no limit)")
     add("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=None,
         help="restart all local workers up to K times after a failure; they resume from the newest complete "
              "checkpoint (default 0, or 3 when MS_ENABLE_RECOVERY=1)")
@@ -66,7 +70,7 @@ def register(subparsers) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         config = resolve(args)
+        return Supervisor(config).run()
     except (LaunchError, HostfileError) as exc:
         print(f"graphpar launch: error: {exc}", file=sys.stderr)
         return 2
-    return Supervisor(config).run()

@@ -19,10 +19,13 @@ from dataclasses import dataclass
 
 from graphpar import _env
 from graphpar.communication.addresses import free_port
+from graphpar.communication.port_check import check_listen_address
+from graphpar.errors import EnvVarError
 from graphpar.launch import hostfile
 
 DEFAULT_MASTER_PORT = 8118  # msrun's default
 DEFAULT_LOG_DIR = "graphpar_logs"
+DEFAULT_CLUSTER_TIMEOUT = 600  # msrun's --cluster_time_out default
 RECOVERY_RESTARTS = 3  # --max-restarts when MS_ENABLE_RECOVERY=1 and none is given
 
 
@@ -44,6 +47,7 @@ class LaunchConfig:
     max_restarts: int
     dynamic_cluster: bool
     run_scheduler: bool
+    early_exit_grace: float = _env.DEFAULT_EARLY_EXIT_GRACE  # seconds; negative: no limit (see launch.exits)
 
     def process_id(self, local_index: int) -> int | None:
         return None if self.first_process is None else self.first_process + local_index
@@ -81,8 +85,65 @@ def _positive(name: str, value: int | None) -> None:
         raise LaunchError(f"graphpar launch: {name} must be >= 1, got {value}")
 
 
+def _check_settings(args) -> None:
+    """Settings that used to fail inside the workers (or in C++), refused here by name before anything starts."""
+    if args.master_port is not None and not 1 <= args.master_port <= 65535:
+        raise LaunchError(f"graphpar launch: --master_port {args.master_port} is not a TCP port; valid: 1..65535 "
+                          "(or leave it out on one host to get a free one)")
+    if args.cluster_time_out == 0:
+        raise LaunchError("graphpar launch: --cluster_time_out 0 would give up on the other processes at once; "
+                          "valid: seconds >= 1 (default 600), or negative to wait without limit")
+    try:  # passed on to every worker as they are
+        _env.cluster_env().check("GRAPHPAR_HEARTBEAT_TIMEOUT")
+        if args.devices_per_proc is None:  # else the launcher writes the CPU device count itself
+            _env.host_device_count()
+    except EnvVarError as exc:
+        raise LaunchError(f"graphpar launch: {exc}") from None
+
+
+def _cluster_timeout(args) -> int:
+    """``--cluster_time_out``, else the environment's GRAPHPAR_CLUSTER_TIMEOUT / MS_TOPO_TIMEOUT (the launcher
+    writes both for its workers, so one set by hand would otherwise be replaced without a word), else 600 s."""
+    if args.cluster_time_out is not None:
+        return args.cluster_time_out
+    env = _env.cluster_env()
+    try:
+        env.check("GRAPHPAR_CLUSTER_TIMEOUT" if env.present("GRAPHPAR_CLUSTER_TIMEOUT") else "MS_TOPO_TIMEOUT")
+    except EnvVarError as exc:
+        raise LaunchError(f"graphpar launch: {exc}") from None
+    return env.cluster_timeout if env.cluster_timeout is not None else DEFAULT_CLUSTER_TIMEOUT
+
+
+def _early_exit_grace(args) -> float:
+    if args.early_exit_grace is None:
+        try:
+            return _env.early_exit_grace()
+        except EnvVarError as exc:
+            raise LaunchError(f"graphpar launch: {exc}") from None
+    return args.early_exit_grace
+
+
+def check_listen_address_here(config: LaunchConfig) -> None:
+    """When this node runs process 0 (whose coordinator binds ``--master_addr:--master_port``) or the Dynamic Cluster
+    scheduler, that address must be bindable here: a busy port or another host's address made JAX fail in every
+    worker with "Failed to start RPC server". Asked before any process starts (not in :func:`resolve`, which only
+    reads what was asked and may describe another node)."""
+    if config.run_scheduler:
+        who = "the Dynamic Cluster scheduler"
+    elif not config.dynamic_cluster and config.first_process == 0:
+        who = "process 0's coordinator"
+    else:
+        return
+    problem = check_listen_address(config.master_addr, config.master_port)
+    if problem is not None:
+        raise LaunchError(f"graphpar launch: {who} listens at --master_addr {config.master_addr} --master_port "
+                          f"{config.master_port} on this node, but {problem}; valid: a free port on an address of "
+                          "this host (leave --master_port out on one host to get a free one)")
+
+
 def resolve(args) -> LaunchConfig:
     """Turn parsed CLI arguments (see ``graphpar.launch.cli``) into a :class:`LaunchConfig`."""
+    _check_settings(args)
     if args.nproc is not None and args.local_worker_num is not None and args.nproc != args.local_worker_num:
         raise LaunchError(f"graphpar launch: --nproc {args.nproc} and --local_worker_num {args.local_worker_num} "
                           "disagree (they are two spellings of the same option)")
@@ -128,6 +189,7 @@ def resolve(args) -> LaunchConfig:
         command=_command(list(args.command)), local_procs=local, total_procs=total,
         first_process=first if (not dynamic or node_rank >= 0) else None, devices_per_proc=args.devices_per_proc,
         master_addr=master_addr, master_port=port, log_dir=args.log_dir or DEFAULT_LOG_DIR,
-        cluster_timeout=args.cluster_time_out, max_restarts=max_restarts, dynamic_cluster=dynamic,
+        cluster_timeout=_cluster_timeout(args), max_restarts=max_restarts, dynamic_cluster=dynamic,
         run_scheduler=bool(args.scheduler or (dynamic and not args.dynamic_cluster and (
-            node_rank == 0 or (node_rank < 0 and master_addr in hostfile.local_names())))))
+            node_rank == 0 or (node_rank < 0 and master_addr in hostfile.local_names())))),
+        early_exit_grace=_early_exit_grace(args))

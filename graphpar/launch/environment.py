@@ -5,7 +5,8 @@ Direct mode writes GRAPHPAR_COORDINATOR / _NUM_PROCESSES / _PROCESS_ID / _LOCAL_
 Dynamic Cluster mode writes MindSpore's MS_ROLE / MS_SCHED_HOST / MS_SCHED_PORT / MS_WORKER_NUM / MS_NODE_ID /
 MS_TOPO_TIMEOUT. Both get GRAPHPAR_LOCAL_DEVICES and, for CPU devices, ``XLA_FLAGS`` with
 ``--xla_force_host_platform_device_count`` (JAX reads it when its CPU backend starts, so it must be in the child's
-environment from the beginning). ``GRAPHPAR_RESTART_COUNT`` tells a restarted job which attempt it is.
+environment from the beginning). ``GRAPHPAR_RESTART_COUNT`` tells a restarted job which attempt it is;
+``GRAPHPAR_EXIT_NOTE`` where a worker notes that its script ended (see ``graphpar.launch.exits``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from graphpar.launch.config import LaunchConfig
 _COUNT_FLAG = "--xla_force_host_platform_device_count"
 # Variables of another convention that must not leak into a child (they would take precedence or confuse it).
 _PLACEMENT = ("GRAPHPAR_COORDINATOR", "GRAPHPAR_NUM_PROCESSES", "GRAPHPAR_PROCESS_ID", "GRAPHPAR_LOCAL_PROCESS_ID",
-              "GRAPHPAR_LOCAL_PROCESS_COUNT", "MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM",
-              "MS_NODE_ID", "RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE")
+              "GRAPHPAR_LOCAL_PROCESS_COUNT", "GRAPHPAR_EXIT_NOTE", "MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT",
+              "MS_WORKER_NUM", "MS_NODE_ID", "RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE")
 
 
 def replaced_variables() -> list[str]:
@@ -46,8 +47,13 @@ def _base(config: LaunchConfig, restart: int) -> dict[str, str]:
     return env
 
 
-def worker_environment(config: LaunchConfig, local_index: int, restart: int) -> dict[str, str]:
+def worker_environment(config: LaunchConfig, local_index: int, restart: int,
+                       exit_note: str | None = None) -> dict[str, str]:
+    """The environment of local worker ``local_index``; ``exit_note`` is where its script notes that it ended
+    (``GRAPHPAR_EXIT_NOTE``, see ``graphpar.launch.exits``)."""
     env = _base(config, restart)
+    if exit_note is not None:
+        env["GRAPHPAR_EXIT_NOTE"] = exit_note
     if config.devices_per_proc is not None:
         env["GRAPHPAR_LOCAL_DEVICES"] = str(config.devices_per_proc)
         env["XLA_FLAGS"] = xla_flags_with_devices(_env.xla_flags(), config.devices_per_proc)

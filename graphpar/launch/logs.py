@@ -1,11 +1,14 @@
-"""Log files of a launched job: streaming one of them to the console, quoting the end of another."""
+"""Log files of a launched job: their directory, streaming one of them to the console, quoting the end of another."""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
 from typing import TextIO
+
+from graphpar.launch.config import LaunchError
 
 
 class LogStream:
@@ -51,3 +54,16 @@ def last_lines(path: str, count: int = 20, start: int = 0) -> str:
         return f"(cannot read {path}: {exc})"
     lines = text.splitlines()[-count:]
     return "\n".join(lines) if lines else "(empty)"
+
+
+def prepare_log_dir(path: str) -> None:
+    """Create ``--log_dir`` and make sure files can be written in it, before any process starts: a directory that
+    cannot hold the logs once ended the launcher in a FileNotFoundError traceback."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise LaunchError(f"graphpar launch: --log_dir {path!r} cannot hold the workers' logs: "
+                          f"{exc.strerror or exc}; give a directory this user can create and write "
+                          "(default graphpar_logs in the current directory)") from None

@@ -25,8 +25,9 @@ import subprocess
 import sys
 
 from graphpar.launch.cli import _bool
-from graphpar.launch.config import LaunchError, resolve
+from graphpar.launch.config import LaunchError, check_listen_address_here, resolve
 from graphpar.launch.hostfile import HostfileError
+from graphpar.launch.logs import prepare_log_dir
 from graphpar.launch.supervisor import Supervisor
 
 DEFAULTS = {"worker_num": 8, "local_worker_num": 8, "master_addr": "127.0.0.1", "master_port": 8118,
@@ -63,7 +64,7 @@ def launch_arguments(args: argparse.Namespace) -> argparse.Namespace:
         master_addr=args.master_addr, master_port=args.master_port,
         node_rank=0 if single_node else args.node_rank,  # msrun ignores node_rank on one node
         hostfile=None, log_dir=args.log_dir, join=True, cluster_time_out=args.cluster_time_out,
-        max_restarts=None, scheduler=False, dynamic_cluster=False,
+        max_restarts=None, early_exit_grace=None, scheduler=False, dynamic_cluster=False,
         command=[args.task_script, *args.task_script_args])
 
 
@@ -88,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         config = resolve(launch_arguments(args))
+        if not args.join:  # the detached launcher checks these too, but its errors would go to msrun.log
+            prepare_log_dir(config.log_dir)
+            check_listen_address_here(config)
+            return _detach(args)
+        return Supervisor(config).run()
     except (LaunchError, HostfileError) as exc:
         print(f"msrun: error: {exc}", file=sys.stderr)
         return 2
-    if not args.join:
-        return _detach(args)
-    return Supervisor(config).run()
 
 
 if __name__ == "__main__":

@@ -82,6 +82,36 @@ def _dynamic(tmp: Path):
     return bootstrap._dynamic_cluster(_env.cluster_env(), 5)
 
 
+def _launch_started(*argv: str):
+    """``graphpar launch ARGV`` up to the checks made on this node before any process starts."""
+    from graphpar.launch.supervisor import Supervisor
+
+    return Supervisor(_launch(*argv)).run()
+
+
+def _while_port_busy(run: Callable[[int], object]):
+    """``run(port)`` while another socket listens on 127.0.0.1:port (as another job's coordinator would)."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        return run(busy.getsockname()[1])
+
+
+def _coordinator_of_process_0(address: str):
+    """The check process 0 makes before JAX binds ``address`` (the row's env sets the other placement variables
+    and GRAPHPAR_COORDINATOR itself, so that it is restored afterwards)."""
+    from graphpar.communication import port_check
+
+    os.environ["GRAPHPAR_COORDINATOR"] = address
+    return port_check.check_coordinator(_plan("launch"))
+
+
+def _set_context_cpu():
+    return _ms().set_context(device_target="CPU")
+
+
 def _rank_table(tmp: Path, servers: int, devices: int) -> str:
     table = {"version": "1.0", "server_count": str(servers), "server_list": [
         {"server_id": f"10.0.0.{s}", "device": [{"device_id": str(d), "device_ip": "192.1.27.6",
@@ -317,6 +347,7 @@ def _ds():
 
 
 ERR = "graphpar.errors:"
+_PROCESS_0 = {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0"}
 ROWS: list[Row] = [
     # --- context settings -------------------------------------------------------------------------------------
     Row("context-mode", "context", "set_context(mode=5)", lambda t: _ms().set_context(mode=5),
@@ -427,6 +458,33 @@ ROWS: list[Row] = [
     Row("env-rendezvous-loose", "env", "RANK_SIZE=2 RANK_ID=0 with $TMPDIR/graphpar-<uid> of mode 0755",
         _rendezvous_dir_loose, "graphpar.communication.errors:UnsafePathError",
         ("graphpar-", "has mode 0755", "lets other users in", "expected 0700")),
+    Row("env-host-device-count", "env", "XLA_FLAGS=--xla_force_host_platform_device_count=abc, then "
+        "set_context(device_target='CPU')", lambda t: _set_context_cpu(), ERR + "EnvVarError",
+        ("XLA_FLAGS=", "--xla_force_host_platform_device_count=abc is no device count", "whole number >= 1"),
+        {"XLA_FLAGS": "--xla_force_host_platform_device_count=abc"}),
+    Row("env-host-device-count-zero", "env", "XLA_FLAGS=--xla_force_host_platform_device_count=0, then "
+        "set_context(device_target='CPU')", lambda t: _set_context_cpu(), ERR + "EnvVarError",
+        ("--xla_force_host_platform_device_count=0 is no device count", "whole number >= 1"),
+        {"XLA_FLAGS": "--xla_force_host_platform_device_count=0"}),
+    Row("env-cluster-timeout-zero", "env", "GRAPHPAR_CLUSTER_TIMEOUT=0", lambda t: _plan("launch"),
+        ERR + "EnvVarError", ("GRAPHPAR_CLUSTER_TIMEOUT='0'", "out of range", ">= 1"),
+        {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0",
+         "GRAPHPAR_CLUSTER_TIMEOUT": "0"}),
+    Row("env-heartbeat-timeout", "env", "GRAPHPAR_HEARTBEAT_TIMEOUT=-5", lambda t: _plan("launch"),
+        ERR + "EnvVarError", ("GRAPHPAR_HEARTBEAT_TIMEOUT='-5'", "out of range", ">= 1"),
+        {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0",
+         "GRAPHPAR_HEARTBEAT_TIMEOUT": "-5"}),
+    Row("env-sched-port", "env", "MS_ROLE=MS_WORKER MS_SCHED_PORT=99999", lambda t: _plan("dynamic_cluster"),
+        ERR + "EnvVarError", ("MS_SCHED_PORT='99999'", "out of range", "1..65535"),
+        {"MS_ROLE": "MS_WORKER", "MS_SCHED_PORT": "99999", "MS_WORKER_NUM": "2"}),
+    Row("env-coordinator-busy", "env", "GRAPHPAR_COORDINATOR=127.0.0.1:PORT where PORT is taken (process 0)",
+        lambda t: _while_port_busy(lambda port: _coordinator_of_process_0(f"127.0.0.1:{port}")),
+        "graphpar.communication.errors:ClusterError", ("process 0 runs the job's coordinator", "is in use by another "
+                                                       "process", "valid: a free port"), _PROCESS_0),
+    Row("env-coordinator-not-local", "env", "GRAPHPAR_COORDINATOR=192.0.2.1:8118 in process 0, on another host",
+        lambda t: _coordinator_of_process_0("192.0.2.1:8118"), "graphpar.communication.errors:ClusterError",
+        ("192.0.2.1 is not an address of this machine", "valid: a free port on an address of process 0's host"),
+        _PROCESS_0),
     # --- command lines ----------------------------------------------------------------------------------------
     Row("cli-nproc", "cli", "graphpar launch --nproc 0 train.py", lambda t: _launch("--nproc", "0", "train.py"),
         "graphpar.launch.config:LaunchError", ("--nproc must be >= 1",)),
@@ -451,6 +509,27 @@ ROWS: list[Row] = [
     Row("msrun-local", "cli", "msrun --worker_num 2 --local_worker_num 4 train.py",
         lambda t: _msrun("--worker_num", "2", "--local_worker_num", "4", "train.py"),
         "graphpar.launch.config:LaunchError", ("4 processes exceed --worker_num 2",)),
+    Row("cli-master-port", "cli", "graphpar launch --master_port 70000 train.py",
+        lambda t: _launch("--master_port", "70000", "train.py"), "graphpar.launch.config:LaunchError",
+        ("--master_port 70000 is not a TCP port", "valid: 1..65535")),
+    Row("cli-cluster-timeout", "cli", "graphpar launch --cluster_time_out 0 train.py",
+        lambda t: _launch("--cluster_time_out", "0", "train.py"), "graphpar.launch.config:LaunchError",
+        ("--cluster_time_out 0", "valid: seconds >= 1")),
+    Row("cli-log-dir", "cli", "graphpar launch --log_dir /proc/x train.py",
+        lambda t: _launch_started("--log_dir", "/proc/x", "train.py"), "graphpar.launch.config:LaunchError",
+        ("--log_dir '/proc/x' cannot hold the workers' logs", "give a directory")),
+    Row("cli-master-port-busy", "cli", "graphpar launch --nproc 2 --master_port PORT train.py, PORT taken",
+        lambda t: _while_port_busy(lambda port: _launch_started("--nproc", "2", "--master_port", str(port),
+                                                                "--log_dir", str(t), "train.py")),
+        "graphpar.launch.config:LaunchError", ("process 0's coordinator listens at", "is in use by another process",
+                                               "valid: a free port")),
+    Row("cli-master-addr-not-local", "cli", "graphpar launch --nproc 2 --master_addr 192.0.2.1 train.py (node 0)",
+        lambda t: _launch_started("--nproc", "2", "--master_addr", "192.0.2.1", "--master_port", "8118",
+                                  "--log_dir", str(t), "train.py"), "graphpar.launch.config:LaunchError",
+        ("192.0.2.1 is not an address of this machine", "valid: a free port on an address of this host")),
+    Row("cli-heartbeat-timeout", "cli", "GRAPHPAR_HEARTBEAT_TIMEOUT=-5 graphpar launch --nproc 2 train.py",
+        lambda t: _launch("--nproc", "2", "train.py"), "graphpar.launch.config:LaunchError",
+        ("GRAPHPAR_HEARTBEAT_TIMEOUT='-5'", "out of range", ">= 1"), {"GRAPHPAR_HEARTBEAT_TIMEOUT": "-5"}),
     # --- strategies (errors that exist on main) ---------------------------------------------------------------
     Row("shard-type", "strategy", "ops.MatMul().shard('abc')", lambda t: _ops().MatMul().shard("abc"),
         ERR + "StrategyError", ("op 'MatMul'", "'abc'", "tuple of tuples")),
@@ -612,6 +691,10 @@ def markdown() -> str:
             "scheduler serves on; a connection that does not register within 10 s is closed with one line.",
             "* A connection to a worker's TLS forwarder from another process than the worker itself: closed, one line "
             "names its pid (`distributed.md` §7).",
+            "* A worker of `graphpar launch` that ends its script cleanly while the others still run after "
+            "`--early-exit-grace` (default 60 s, `GRAPHPAR_EARLY_EXIT_GRACE`): the launcher stops the job with one "
+            "line naming it (`worker 1, process 1, pid N, left the job early: ...`, its exit status, its log), the "
+            "other workers' ends listed as consequences (`distributed.md` §2).",
             *_LATE_REPORTS_NOTES, ""]
     return "\n".join(out)
 

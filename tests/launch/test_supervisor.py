@@ -100,3 +100,78 @@ def test_launch_with_a_scheduler_runs_dynamic_cluster(tmp_path):
     assert result.returncode == 0, result.stderr + result.stdout
     assert "[[0.]\n [1.]\n [2.]\n [3.]]" in result.stdout
     assert "all workers finished" in (tmp_path / "logs" / "scheduler.log").read_text()
+
+
+def test_a_worker_that_exits_0_early_is_named_as_the_cause(tmp_path):
+    """Process 1 exits 0 at once while process 0 runs on: after the grace the job stops, naming process 1 (its
+    rank, pid, exit status and log) in one line, and process 0's end as a consequence. It used to wait for process
+    0 (in a JAX job: ~304 s, then blame process 0)."""
+    started = time.monotonic()
+    result = subprocess.run(command(tmp_path, "--nproc", "2", "--early-exit-grace", "1", str(SCRIPTS /
+                                    "plain_worker.py"), "early-0", str(tmp_path)),
+                            env=env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 30
+    cause = next(line for line in result.stderr.splitlines() if "left the job early" in line)
+    assert re.search(r"worker 1, process 1, pid \d+, left the job early: it exited with status 0 while 1 other "
+                     r"worker\(s\) still ran; they still ran 1 s later \(--early-exit-grace", cause), cause
+    assert cause.endswith(str(tmp_path / "logs" / "worker_1.log"))
+    assert re.search(r"consequence: worker 0, process 0, pid \d+, still ran and was stopped by the launcher",
+                     result.stderr)
+    assert "worker 0, process 0, failed" not in result.stderr
+    assert (tmp_path / "signal_0").read_text() == "SIGTERM"
+
+
+def test_uneven_finishes_within_the_grace_succeed(tmp_path):
+    result = subprocess.run(command(tmp_path, "--nproc", "2", "--early-exit-grace", "20", str(SCRIPTS /
+                                    "plain_worker.py"), "uneven", str(tmp_path)),
+                            env=env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "left the job early" not in result.stderr
+
+
+def test_the_grace_comes_from_the_environment_and_a_negative_one_waits(tmp_path):
+    result = subprocess.run(command(tmp_path, "--nproc", "2", str(SCRIPTS / "plain_worker.py"), "uneven",
+                                    str(tmp_path)),
+                            env={**env(), "GRAPHPAR_EARLY_EXIT_GRACE": "-1"}, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    result = subprocess.run(command(tmp_path, "--nproc", "2", str(SCRIPTS / "plain_worker.py"), "uneven",
+                                    str(tmp_path)),
+                            env={**env(), "GRAPHPAR_EARLY_EXIT_GRACE": "soon"}, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert "GRAPHPAR_EARLY_EXIT_GRACE='soon': must be a number of seconds" in result.stderr
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("mode", ["exit-0", "raise"])
+def test_a_jax_worker_that_leaves_early_is_named_at_once(tmp_path, mode):
+    """In a JAX job the leaver does not exit (JAX holds it in a shutdown barrier for 300 s while process 0 waits in a
+    collective, then aborts both): the worker notes the end of its script, and the launcher names it."""
+    started = time.monotonic()
+    result = subprocess.run(command(tmp_path, "--nproc", "2", "--devices-per-proc", "1", "--early-exit-grace", "3",
+                                    "--cluster_time_out", "60", str(SCRIPTS / "jax_leaver.py"), mode),
+                            env=env(), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 120
+    if mode == "exit-0":
+        assert re.search(r"worker 1, process 1 \(rank 1\), pid \d+, left the job early: it ended its script with no "
+                         r"uncaught exception", result.stderr), result.stderr
+        assert "consequence: worker 0, process 0 (rank 0)" in result.stderr
+    else:
+        assert ("worker 1, process 1 (rank 1), failed: its script raised ValueError: process 1 gives up"
+                in result.stderr), result.stderr
+    assert "worker 0, process 0 (rank 0), failed" not in result.stderr
+
+
+@pytest.mark.parametrize(("ending", "note"), [
+    ("pass", "ended"), ("import sys; sys.exit(0)", "ended"),
+    ("raise ValueError('no data\\nsecond line')", "raised ValueError: no data")])
+def test_a_worker_that_joined_notes_how_its_script_ended(tmp_path, ending, note):
+    """What the supervisor reads while JAX still holds the process in its shutdown barrier."""
+    path = tmp_path / "worker_0.log.exit"
+    script = f"from graphpar import _cluster\n_cluster.record_join(_cluster.HostPlacement())\n{ending}\n"
+    subprocess.run([sys.executable, "-c", script], env={**env(), "GRAPHPAR_EXIT_NOTE": str(path)},
+                   capture_output=True, timeout=60)
+    assert path.read_text() == note

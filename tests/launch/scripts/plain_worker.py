@@ -1,6 +1,8 @@
 """A child for launcher tests that needs no JAX. Behaviour by argv[1]:
 fail-1: process 1 prints 'boom' and exits 3 (others sleep, recording the signal that stops them); restart: fails on the first attempt, succeeds after;
-sleep: records its pid and sleeps, writing 'got SIGINT' on SIGINT; ok: prints its placement and exits 0."""
+sleep: records its pid and sleeps, writing 'got SIGINT' on SIGINT; ok: prints its placement and exits 0;
+early-0: process 1 exits 0 at once while process 0 sleeps (recording the signal that stops it); uneven: process 1
+exits 0 at once, process 0 two seconds later."""
 
 import os
 import signal
@@ -32,6 +34,15 @@ if mode == "fail-1":  # process 1 fails only once process 0 can record the SIGTE
     signal.signal(signal.SIGTERM, record_signal_and_exit)
     open(ready, "w").close()
     time.sleep(60)
+if mode == "early-0":
+    if pid == 1:
+        print("done early", flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, record_signal_and_exit)
+    time.sleep(60)
+if mode == "uneven":
+    time.sleep(2 if pid == 0 else 0)
+    sys.exit(0)
 if mode == "restart":
     sys.exit(5 if restart == 0 and pid == 0 else 0)
 if mode == "sleep":
