@@ -54,6 +54,7 @@ class _RaisedByGraphpar(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.levelno >= logging.ERROR and record.exc_info is not None
+                    and record.threadName != threading.main_thread().name
                     and f"{os.sep}orbax{os.sep}checkpoint{os.sep}" in record.pathname)
 
 

@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 
 import graphpar as ms
+from graphpar import nn
 from graphpar.checkpoint import CheckpointError, load_checkpoint, replacing, save_checkpoint
 from graphpar.checkpoint.directory import remove_stale
 from graphpar.errors import ConfigError
 from graphpar.planner import strategy_file
+
+from .helpers import quickstart_net, rand
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -139,6 +142,18 @@ def test_strategy_save_file_that_is_a_directory(tmp_path):
     with pytest.raises(ConfigError, match="strategy.json: save_file is a directory; give the path of a file"):
         strategy_file.write(str(folder), {"parallel_layout_item": {}})
     assert os.listdir(folder) == [] and sorted(os.listdir(tmp_path)) == ["strategy.json"]  # no .tmp-PID file
+    # the same through planning a train step, as a script sets it
+    ms.reset_auto_parallel_context()
+    try:
+        ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation",
+                                     strategy_ckpt_config={"save_file": str(folder)})
+        net = quickstart_net()
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+        with pytest.raises(ConfigError, match="save_file is a directory"):
+            train.program.plan_graph([rand(16, 32), rand(16, 16, seed=3)])
+    finally:
+        ms.reset_auto_parallel_context()
+    assert os.listdir(folder) == [] and sorted(os.listdir(tmp_path)) == ["strategy.json"]
 
 
 def _without_override() -> list[str]:
