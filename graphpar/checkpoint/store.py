@@ -87,7 +87,8 @@ class PendingSave:
             self.thread.join()
         if self.error is not None:
             error, self.error = self.error, None
-            raise _save_failed(self.path, error) from None
+            # a file-system problem is said in full in one line; anything else keeps orbax's traceback as its cause
+            raise _save_failed(self.path, error) from (None if _os_error(error) else error)
 
 
 def _finish_save_then_terminate(signum: int, frame: Any) -> None:
