@@ -17,7 +17,7 @@ import re
 import shutil
 import time
 
-from graphpar.checkpoint import manifest
+from graphpar.checkpoint import manifest, replacing
 from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.store import TMP_MARKER
 
@@ -134,6 +134,7 @@ def remove_stale(directory: str, prefix: str) -> list[str]:
     if not os.path.isdir(directory):
         return removed
     pattern = name_pattern(prefix)
+    replacing.settle_directory(directory, pattern)  # finish replacements a killed save left (before the scan)
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         base = name.split(TMP_MARKER)[0]

@@ -18,8 +18,10 @@ The orbax tree is ``{"network": {name: array}, "optimizer": {path: array}, "appe
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,12 +33,13 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from graphpar._logging import notice_once
-from graphpar.checkpoint import manifest
+from graphpar.checkpoint import manifest, replacing, tensorstore_leak
 from graphpar.checkpoint.entries import Entry
 from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.slices import global_rank, rank_devices, stack_rows
 
-TMP_MARKER = ".orbax-checkpoint-tmp"
+TMP_MARKER = replacing.ORBAX_TMP
+FILE_MODE, DIRECTORY_MODE = 0o600, 0o700  # owner only (MindSpore: 0400 checkpoint files, 0600 strategy files)
 _lock = threading.Lock()
 _checkpointer: Any = None
 _pending: "PendingSave | None" = None
@@ -44,12 +47,28 @@ _barriers = iter(range(1 << 62))
 TERM_WAIT_SECONDS = 3.0  # under graphpar launch's 5 s between SIGTERM and SIGKILL
 
 
+class _RaisedByGraphpar(logging.Filter):
+    """Drops orbax's log of an exception on its background save thread: the same exception reaches
+    ``wait_until_finished``, and graphpar raises it as one :class:`CheckpointError` line (a read-only directory
+    would otherwise print pages of orbax traceback before it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and record.exc_info is not None
+                    and record.threadName != threading.main_thread().name
+                    and f"{os.sep}orbax{os.sep}checkpoint{os.sep}" in record.pathname)
+
+
 def _orbax() -> Any:
     global _checkpointer
     if _checkpointer is None:
         import orbax.checkpoint as ocp
 
-        _checkpointer = ocp.AsyncCheckpointer(ocp.PyTreeCheckpointHandler())
+        tensorstore_leak.contain()
+        logging.getLogger("absl").addFilter(_RaisedByGraphpar())
+        # one checkpointer for the process (orbax's own objects are reused); its temporary directory is created
+        # owner-only, so no other user can reach a file of a checkpoint at any time
+        _checkpointer = ocp.AsyncCheckpointer(ocp.PyTreeCheckpointHandler(),
+                                              file_options=ocp.options.FileOptions(path_permission_mode=DIRECTORY_MODE))
         atexit.register(wait_for_saves)
     return _checkpointer
 
@@ -68,7 +87,8 @@ class PendingSave:
             self.thread.join()
         if self.error is not None:
             error, self.error = self.error, None
-            raise CheckpointError(self.path, f"saving failed: {error}") from error
+            # a file-system problem is said in full in one line; anything else keeps orbax's traceback as its cause
+            raise _save_failed(self.path, error) from (None if _os_error(error) else error)
 
 
 def _finish_save_then_terminate(signum: int, frame: Any) -> None:
@@ -131,6 +151,54 @@ def agree_on_path(path: str, what: str) -> str:
     return chosen
 
 
+def _os_error(error: BaseException) -> OSError | None:
+    """The operating-system error at the root of ``error`` (orbax and tensorstore wrap them), if any."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.strerror:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _save_failed(path: str, error: BaseException) -> CheckpointError:
+    """One line for a save that failed: the directory and the file-system problem when there is one (a folder
+    made read-only, a full disk), not orbax's traceback."""
+    cause = _os_error(error)
+    if cause is None:
+        return CheckpointError(path, f"saving failed: {type(error).__name__}: {error}")
+    where = f" ({cause.filename})" if cause.filename and not str(cause.filename).startswith(path) else ""
+    return CheckpointError(os.path.dirname(path), f"cannot write checkpoint {os.path.basename(path)} into this "
+                           f"directory: {cause.strerror}{where}", "Make the directory writable by this process "
+                           "(and check the free space), or save into another directory")
+
+
+def _check_writable(folder: str, path: str) -> None:
+    """Create ``folder`` (owner-only) if missing and prove this process can write into it, so a read-only or
+    missing directory is one clear error before orbax starts (orbax would fail on a background thread, log
+    pages of tracebacks and leave its commit waiting)."""
+    try:
+        os.makedirs(folder, mode=DIRECTORY_MODE, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".graphpar-probe-", dir=folder))
+    except (FileExistsError, NotADirectoryError):
+        raise CheckpointError(folder, f"cannot write checkpoint {os.path.basename(path)} into it: it, or a folder "
+                              "above it, is a file, not a directory", "Save into a writable directory") from None
+    except OSError as exc:
+        raise _save_failed(path, OSError(exc.errno, exc.strerror)) from None
+
+
+def _owner_only(root: str) -> None:
+    """Files 0600 and directories 0700 under ``root`` (tensorstore creates them with the umask's 0644/0755;
+    ``root`` itself was created 0700, so nobody else could reach them meanwhile)."""
+    os.chmod(root, DIRECTORY_MODE)
+    for folder, folders, files in os.walk(root):
+        for name in folders:
+            os.chmod(os.path.join(folder, name), DIRECTORY_MODE)
+        for name in files:
+            os.chmod(os.path.join(folder, name), FILE_MODE)
+
+
 def _sharding_text(value: Any) -> dict | None:
     if not isinstance(value, jax.Array) or not isinstance(value.sharding, NamedSharding):
         return None  # a host value, or an array not laid out on a mesh
@@ -180,15 +248,21 @@ def _layout(entries: Sequence[Entry], integrated: bool,
 def write(path: str, entries: Sequence[Entry], *, integrated: bool = True, async_save: bool = False,
           extra: dict[str, Any] | None = None, on_commit: Callable[[], None] | None = None,
           row_ranks: list[int] | None = None) -> PendingSave:
-    """Save ``entries`` as the checkpoint directory ``path`` (replacing one of that name). Collective: every process
-    calls it. Returns the pending save (already committed unless ``async_save``). ``row_ranks``: the ranks of the rows
-    of entries that come as rows already (``Entry.slices``)."""
+    """Save ``entries`` as the checkpoint directory ``path``, replacing a graphpar checkpoint of that name on commit
+    (:mod:`graphpar.checkpoint.replacing`; anything else of that name is refused). Collective: every process calls
+    it. Returns the pending save (already committed unless ``async_save``). ``row_ranks``: the ranks of the rows of
+    entries that come as rows already (``Entry.slices``)."""
     global _pending
     wait_for_saves()
     if not entries:
         raise CheckpointError(path, "nothing to save (no Parameters or arrays were given)")
     path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    replacing.check_replaceable(path)
+    _check_writable(os.path.dirname(path), path)
+    if jax.process_index() == 0:
+        replacing.settle(path)  # a replacement of this name that a killed process left half done
+    barrier("settle")
+    target = replacing.staging(path)
     started = time.perf_counter()
     import orbax.checkpoint as ocp
 
@@ -199,14 +273,18 @@ def write(path: str, entries: Sequence[Entry], *, integrated: bool = True, async
         body["ranks"] = ranks
     checkpointer = _orbax()
     with _lock:
-        checkpointer.save(path, args=ocp.args.PyTreeSave(tree), force=True)
+        checkpointer.save(target, args=ocp.args.PyTreeSave(tree), force=True)
     pending = PendingSave(path)
 
     def commit() -> None:
         try:
             checkpointer.wait_until_finished()
             if jax.process_index() == 0:
-                manifest.write(path, {**body, "saved_at": time.time(), "files": manifest.file_checksums(path)})
+                _owner_only(target)
+                manifest.write(target, {**body, "saved_at": time.time(), "files": manifest.file_checksums(target)})
+                os.chmod(os.path.join(target, manifest.MANIFEST), FILE_MODE)
+                if target != path:  # committed: the new checkpoint replaces the old one
+                    replacing.swap(target, path)
                 if on_commit is not None:
                     on_commit()
         except BaseException as exc:  # noqa: BLE001 - surfaced by wait()
@@ -227,12 +305,14 @@ def write(path: str, entries: Sequence[Entry], *, integrated: bool = True, async
 
 
 def read_manifest(path: str, verify: bool = True) -> dict[str, Any]:
-    """The manifest of checkpoint ``path`` (waiting for a save of it in flight), its files verified."""
+    """The manifest of checkpoint ``path`` (waiting for a save of it in flight), its files verified. A replacement
+    of ``path`` that was interrupted is read where its committed checkpoint is (:func:`replacing.committed`)."""
     if _pending is not None and os.path.abspath(_pending.path) == os.path.abspath(path):
         wait_for_saves()
-    body = manifest.read(path)
+    where = replacing.committed(path)
+    body = manifest.read(where)
     if verify:
-        manifest.verify(path, body)
+        manifest.verify(where, body)
     return body
 
 
@@ -240,7 +320,7 @@ def read_arrays(path: str, body: dict[str, Any], groups: Sequence[str]) -> dict[
     """``{group: {name: numpy array}}`` of the entries of ``groups`` (stacked rows for a sliced checkpoint)."""
     import orbax.checkpoint as ocp
 
-    path = os.path.abspath(path)  # orbax wants absolute paths; a relative one means the current directory
+    path = os.path.abspath(replacing.committed(path))  # orbax wants absolute paths (relative: the current dir)
     wanted = [r for r in body["entries"] if r["group"] in groups]
     if not wanted:
         return {g: {} for g in groups}

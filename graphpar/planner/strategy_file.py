@@ -22,8 +22,10 @@ defaults fill in the rest, so the same network on the same devices gets exactly 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,12 +167,34 @@ def _text(data: Any, depth: int = 0) -> str:
     return json.dumps(data)
 
 
+def _unwritable(path: str, reason: str) -> ConfigError:
+    return ConfigError("set_auto_parallel_context", "strategy_ckpt_config", {"save_file": path},
+                       reason=f"strategy file {path}: {reason}")
+
+
 def write(path: str, data: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.write(_text(data))
-    os.replace(tmp, path)
+    """Write the strategy file ``path``: owner-only (0600, as MindSpore's ``StrategyCheckpoint::Save`` leaves it;
+    a directory it creates is 0700) and atomically (a private temporary file in the same directory, renamed over
+    ``path``). A ``path`` that cannot be written (a directory, a read-only folder) is a :class:`ConfigError` naming
+    it, and no temporary file is left behind."""
+    if os.path.isdir(path):
+        raise _unwritable(path, "save_file is a directory; give the path of a file in it, such as "
+                                f"{os.path.join(path, 'strategy.json')}")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)  # 0600
+    except OSError as exc:
+        raise _unwritable(path, f"cannot write into {folder}: {exc.strerror or exc}; give a writable save_file "
+                                "path") from None
+    try:
+        with os.fdopen(handle, "w") as fh:
+            fh.write(_text(data))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _unwritable(path, f"cannot be written: {exc.strerror or exc}; give a writable save_file path") from None
 
 
 def _bad(path: str, reason: str) -> ConfigError:
@@ -226,7 +250,7 @@ def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], re
         return
     import jax
 
-    if jax.process_index() != 0 or (graph.plan.purpose != "train" and os.path.exists(path)):
+    if jax.process_index() != 0 or (graph.plan.purpose != "train" and os.path.isfile(path)):
         return
     write(path, from_graph(graph, device_num, pctx.parallel_mode, trainable,
                            bool(config.get("only_trainable_params", True)), replicated,

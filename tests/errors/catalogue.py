@@ -284,6 +284,29 @@ def _second_writer(tmp: Path):
         holder.wait()
 
 
+def _save_over(tmp: Path, what: str):
+    """save_checkpoint over a name that holds a MindSpore checkpoint file, an unrelated folder, or below a file."""
+    from graphpar import Parameter, Tensor
+
+    path = tmp / "model.ckpt"
+    if what == "file":
+        path.write_bytes(b"MindSpore protobuf checkpoint")
+    elif what == "folder":
+        path.mkdir()
+        (path / "notes.txt").write_text("mine")
+    else:
+        (tmp / "results").write_text("a file, not a folder")
+        path = tmp / "results" / "model.ckpt"
+    return _ms().save_checkpoint([Parameter(Tensor(np.ones(4, np.float32)), "w")], str(path))
+
+
+def _strategy_save_file_folder(tmp: Path):
+    from graphpar.planner import strategy_file
+
+    (tmp / "strategy.json").mkdir()
+    return strategy_file.write(str(tmp / "strategy.json"), {"parallel_layout_item": {}})
+
+
 def _cifar_truncated(tmp: Path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.dataset import dsfiles
@@ -595,6 +618,16 @@ ROWS: list[Row] = [
         lambda t: (t / "notes.txt").write_text("notes") and __import__("graphpar.train", fromlist=["ModelCheckpoint"])
         .ModelCheckpoint(directory=str(t / "notes.txt")), "graphpar.checkpoint.errors:CheckpointError",
         ("notes.txt", "is an existing file, not a directory", "Give a directory")),
+    Row("ckpt-replace-file", "checkpoint", "save_checkpoint(net, 'model.ckpt') where model.ckpt is a MindSpore "
+        "checkpoint file", lambda t: _save_over(t, "file"), "graphpar.checkpoint.errors:CheckpointError",
+        ("model.ckpt", "is a file", "not a graphpar checkpoint", "another name")),
+    Row("ckpt-replace-folder", "checkpoint", "save_checkpoint(net, 'model.ckpt') where model.ckpt is an unrelated "
+        "folder", lambda t: _save_over(t, "folder"), "graphpar.checkpoint.errors:CheckpointError",
+        ("model.ckpt", "not a graphpar checkpoint", "another name")),
+    Row("ckpt-dir-unwritable", "checkpoint", "save_checkpoint(net, 'results/model.ckpt') where results is a file "
+        "(or a folder made read-only)", lambda t: _save_over(t, "below-a-file"),
+        "graphpar.checkpoint.errors:CheckpointError",
+        ("results", "cannot write checkpoint model.ckpt", "not a directory", "writable directory")),
     Row("strategy-file-malformed", "files", "a strategy file with \"parallel_layout_item\": null",
         lambda t: _strategy_file(t, '{"parallel_layout_item": null}'), ERR + "ConfigError",
         ("strategy.json", "malformed strategy file")),
@@ -610,6 +643,9 @@ ROWS: list[Row] = [
     Row("tls-scheduler-plain", "files", "set_ps_context(enable_ssl=True) in the workers but not in the scheduler's "
         "script", lambda t: _scheduler_refuses(t, "valid", False), "graphpar.communication.tls_config:TlsError",
         ("Dynamic Cluster scheduler", "runs without TLS", "set_ps_context(enable_ssl=True")),
+    Row("strategy-save-file-folder", "files", "strategy_ckpt_config={'save_file': 'strategy.json'} where "
+        "strategy.json is a folder", _strategy_save_file_folder, ERR + "ConfigError",
+        ("strategy.json", "save_file is a directory", "path of a file")),
 ]
 
 
