@@ -67,17 +67,18 @@ def readable_checkpoints(directory: str, prefix: str) -> tuple[list[tuple[float,
         return [], []
     pattern = family_pattern(prefix)
     readable, damaged = [], []
-    for name in sorted(os.listdir(directory)):
+    for name in _checkpoint_names(directory):
         path = os.path.join(directory, name)
-        if not pattern.match(name) or not os.path.isdir(path) or \
-                not os.path.exists(os.path.join(path, manifest.MANIFEST)):
+        stored = replacing.committed(path)
+        if not pattern.match(name) or not os.path.isdir(stored) or \
+                not os.path.exists(os.path.join(stored, manifest.MANIFEST)):
             continue
         try:
-            body = manifest.read(path)
+            body = manifest.read(stored)
         except CheckpointError as exc:
             damaged.append((path, exc.reason))
             continue
-        readable.append((float(body.get("saved_at", os.path.getmtime(path))), path, body))
+        readable.append((float(body.get("saved_at", os.path.getmtime(stored))), path, body))
     return sorted(readable, key=lambda item: (item[0], item[1])), damaged
 
 
@@ -86,19 +87,34 @@ def checkpoint_dirs(directory: str, prefix: str | None = None) -> list[str]:
     if not os.path.isdir(directory):
         return []
     pattern = name_pattern(prefix)
-    return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
-            if pattern.match(n) and os.path.isdir(os.path.join(directory, n))]
+    return [os.path.join(directory, n) for n in _checkpoint_names(directory)
+            if pattern.match(n) and os.path.isdir(replacing.committed(os.path.join(directory, n)))]
+
+
+def _checkpoint_names(directory: str) -> list[str]:
+    """The names in ``directory``, plus the name of each checkpoint that is on disk only as the committed half of an
+    interrupted replacement (``X.graphpar-new`` or ``X.graphpar-old`` while ``X`` is gone: see
+    :mod:`graphpar.checkpoint.replacing`), so a resume between the two renames still finds it."""
+    listed = os.listdir(directory)
+    names = set(listed)
+    for name in listed:
+        for suffix in (replacing.STAGED, replacing.RETIRED):
+            if name.endswith(suffix) and replacing.committed(os.path.join(directory, name[:-len(suffix)])) == \
+                    os.path.join(directory, name):
+                names.add(name[:-len(suffix)])
+    return sorted(names)
 
 
 def complete_checkpoints(directory: str, prefix: str | None = None) -> list[tuple[float, str, dict]]:
     """``(saved_at, path, manifest)`` of the complete checkpoints, oldest first."""
     out = []
     for path in checkpoint_dirs(directory, prefix):
+        stored = replacing.committed(path)
         try:
-            body = manifest.read(path)
+            body = manifest.read(stored)
         except CheckpointError:
             continue
-        out.append((float(body.get("saved_at", os.path.getmtime(path))), path, body))
+        out.append((float(body.get("saved_at", os.path.getmtime(stored))), path, body))
     return sorted(out, key=lambda item: (item[0], item[1]))
 
 

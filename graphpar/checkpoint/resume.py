@@ -22,7 +22,7 @@ import jax
 
 from graphpar._logging import notice_once
 from graphpar.checkpoint import directory as ckpt_dir
-from graphpar.checkpoint import manifest, recovery, store
+from graphpar.checkpoint import manifest, recovery, replacing, store
 from graphpar.checkpoint.entries import assign, load_optimizer, network_variables, optimizer_of
 from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.serialization import checkpoint_path, whole_arrays
@@ -64,7 +64,7 @@ def _found(cbs: Sequence[SavesCheckpoints]) -> tuple[list[tuple[float, str, dict
 def _intact(path: str, body: dict) -> bool:
     """Whether every file of checkpoint ``path`` matches its manifest; a damaged one is named with its fault."""
     try:
-        manifest.verify(path, body)
+        manifest.verify(replacing.committed(path), body)  # an interrupted replacement: its committed half
         return True
     except CheckpointError as exc:
         notice_once(f"resume-damaged:{path}", f"resume: skipping {path}: {exc.path}: {exc.reason}; trying the next "

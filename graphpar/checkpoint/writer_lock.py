@@ -80,7 +80,7 @@ def acquire(directory: str, prefix: str) -> Taken:
     path = lock_path(directory, prefix)
     if path in _held:
         return Taken(path, None)  # this process holds it already (a second Model.train with the same callback)
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)  # owner-only, as the checkpoints it will hold
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:

@@ -16,8 +16,8 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn
-from graphpar.checkpoint import CheckpointError, load_checkpoint, replacing, save_checkpoint
-from graphpar.checkpoint.directory import remove_stale
+from graphpar.checkpoint import CheckpointError, load_checkpoint, manifest, replacing, save_checkpoint
+from graphpar.checkpoint.directory import complete_checkpoints, readable_checkpoints, remove_stale
 from graphpar.errors import ConfigError
 from graphpar.planner import strategy_file
 
@@ -81,6 +81,12 @@ def test_a_kill_at_any_step_of_a_replacement_leaves_a_complete_checkpoint(tmp_pa
             save_checkpoint(_params(2.0), str(name))
     expected = 1.0 if step == "writing" else 2.0  # committed = the new manifest was written
     assert _value(name) == expected
+    # before any clean-up, what a resume reads (the directory's complete checkpoints) finds it under its own name,
+    # with the manifest of the committed one
+    [(_, found, body)] = complete_checkpoints(str(tmp_path), "model")
+    assert found == str(name) and body == manifest.read(replacing.committed(str(name)))
+    [(_, readable, _)], damaged = readable_checkpoints(str(tmp_path), "model")
+    assert readable == str(name) and not damaged
     # clean-up at the next start (ModelCheckpoint) or the next save of the name finishes the swap
     remove_stale(str(tmp_path), "model")
     assert sorted(os.listdir(tmp_path)) == [name.name]

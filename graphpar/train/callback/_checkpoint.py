@@ -165,7 +165,7 @@ class ModelCheckpoint(Callback):
         if "refused" in answer:
             raise CheckpointError(*answer["refused"])
         self._write_prefix = answer["prefix"]
-        os.makedirs(self._directory, exist_ok=True)
+        os.makedirs(self._directory, mode=0o700, exist_ok=True)  # owner-only, as the checkpoints in it
 
     def _take_directory(self, resumed_from: str | None) -> str:
         """Process 0: take the directory's lock, choose the prefix to write under, clear what interrupted saves of it
