@@ -48,15 +48,16 @@ def test_stage_strategies_dumps_and_strategy_file(tmp_path, capsys):
     """GPipe with tensor parallel inside each stage (strategies relative to a stage's 4 devices), the per-stage
     dumps, the schedule dump with every micro-batch's Send/Receive, the summary CLI and the strategy file's
     stages."""
+    micro, steps = 4, 5
+    # the reference first: it resets the parallel context, and `train.program` is the program of the context set
+    ref, want = _reference(steps)
     ir = tmp_path / "ir"
     ms.set_context(save_graphs=True, save_graphs_path=str(ir))
     x, y = mlp_data()
-    micro, steps = 4, 5
     strategy = tmp_path / "strategy.json"
     got, net, train = train_pipelined("mlp", 2, micro, "gpipe", x, y, steps, strategies=True,
                                       strategy_ckpt_config={"save_file": str(strategy)})
     ms.set_context(save_graphs=False)
-    ref, want = _reference(steps)
     np.testing.assert_allclose(got, ref, rtol=1e-5)
     for name, value in params(net).items():
         np.testing.assert_allclose(value, want[name], rtol=1e-5, atol=1e-6, err_msg=name)
