@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphpar._context import AlgoParameters
 from graphpar.ir.graph import Graph, GraphPlan, Node
+from graphpar.planner import algo_filters
 from graphpar.planner.dims import DimSpec, shapes_of
 from graphpar.planner.rules import rule_for
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, enumerate_strategies
@@ -36,6 +38,7 @@ class PlanRequest:
     mesh: MeshInfo | None = None
     note: str = ""  # the begin dump's note line
     replicated: bool = False
+    algo: AlgoParameters = AlgoParameters()  # set_algo_parameters (graphpar._context.algo)
 
 
 @dataclass
@@ -106,8 +109,13 @@ class PlanContext:
         if dims is None:
             return ()
         ins, outs = shapes_of(node, graph)
-        key = (dims, tuple(ins), tuple(outs))
+        algo = self.request.algo
+        filtered = algo_filters.active(algo)
+        key = (dims, tuple(ins), tuple(outs)) + ((node.kind,) if filtered else ())
         found = self._candidates.get(key)
         if found is None:
-            found = self._candidates[key] = tuple(enumerate_strategies(dims, ins, outs, self.mesh))
+            found = tuple(enumerate_strategies(dims, ins, outs, self.mesh))
+            if filtered:  # set_algo_parameters(fully_use_devices / tensor_slice_align_enable)
+                found = algo_filters.allowed(node.kind, found, ins, self.mesh, algo)
+            self._candidates[key] = found
         return found
