@@ -92,3 +92,35 @@ def test_a_plan_summary_and_a_graph():
     summary = ms.parallel.plan_for_devices(Net(), _x, _b, devices=32, purpose="forward")
     assert strategies(summary)["Default/network-Net/MatMul-op0"] == [[2, 4], [4, 1]]  # graphpar's own scopes
     assert strategies(summary.graph) == strategies(summary)
+
+
+class NetWithLoss(nn.Cell):
+    def __init__(self, network):
+        super().__init__()
+        self.network = network
+        self.loss = P.ReduceSum()
+
+    def construct(self, x, b):
+        return self.loss(self.network(x, b))
+
+
+class GradWrap(nn.Cell):
+    """MindSpore's parallel tests differentiate inside construct: the backward ops are JAX's transposes, not calls
+    of the forward ops (they carry no strategy of their own)."""
+
+    def __init__(self, network):
+        super().__init__()
+        self.network = network
+
+    def construct(self, x, b):
+        return ms.ops.GradOperation(get_all=True)(self.network)(x, b)
+
+
+def test_grad_wrap_keys_and_backward_ops():
+    context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
+    net = GradWrap(NetWithLoss(Net()))
+    net.set_train()
+    _cell_graph_executor.compile(net, _x, _b, phase="train")
+    found = _cell_graph_executor._get_shard_strategy(net)
+    assert found["Default/network-NetWithLoss/network-Net/MatMul-op0"] == [[2, 4], [4, 1]]
+    assert [k for k in found if "MatMul" in k] == ["Default/network-NetWithLoss/network-Net/MatMul-op0"]
