@@ -41,6 +41,17 @@ class PlanRequest:
     algo: AlgoParameters = AlgoParameters()  # set_algo_parameters (graphpar._context.algo)
 
 
+def _with_residuals(node: Node, spec: DimSpec, outs: list) -> DimSpec:
+    """A staged op differentiated inside ``construct`` (``GradOperation`` in a Cell) is traced as JAX's partial
+    evaluation leaves it: the op's outputs, then the residuals its backward reads (a Gather's index arithmetic).
+    Those extra outputs get no split (the rule describes the op's own outputs, which come first)."""
+    extra = len(outs) - len(spec.outputs)
+    if extra <= 0 or node.body is not None or not node.is_op:
+        return spec
+    padding = tuple(tuple(None for _ in shape) for shape in outs[len(spec.outputs):])
+    return dataclasses.replace(spec, outputs=spec.outputs + padding)
+
+
 @dataclass
 class PlanContext:
     """The request, the mesh and the dataset layouts of the graph being planned, and caches of rule lookups.
@@ -94,6 +105,7 @@ class PlanContext:
                 spec = rule(node, graph)
                 if spec is not None:
                     ins, outs = shapes_of(node, graph)
+                    spec = _with_residuals(node, spec, outs)
                     if len(spec.inputs) != len(ins) or len(spec.outputs) != len(outs) or any(
                             len(r) != len(s) for r, s in zip(spec.inputs + spec.outputs, ins + outs)):
                         spec = None  # the rule does not describe this call (an unusual signature): be safe

@@ -124,3 +124,31 @@ def test_grad_wrap_keys_and_backward_ops():
     found = _cell_graph_executor._get_shard_strategy(net)
     assert found["Default/network-NetWithLoss/network-Net/MatMul-op0"] == [[2, 4], [4, 1]]
     assert [k for k in found if "MatMul" in k] == ["Default/network-NetWithLoss/network-Net/MatMul-op0"]
+
+
+class GatherNet(nn.Cell):
+    """MindSpore's Gather tests: a constant index (so the op is staged, not inlined) under GradWrap."""
+
+    def __init__(self, strategy1=None, strategy2=None, target=""):
+        super().__init__()
+        self.gatherv2 = P.Gather().shard(strategy1).set_device(target)
+        self.mul = P.Mul().shard(strategy2)
+        self.index = Tensor(np.random.default_rng(0).integers(0, 32, size=(64, 64)), dtype=ms.int32)
+
+    def construct(self, x, y):
+        return self.mul(self.gatherv2(x, self.index, 1), y)
+
+
+def test_a_staged_op_under_grad_wrap_keeps_its_strategy_and_numbers():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(64, 32)).astype(np.float32), rng.normal(size=(64, 64, 64)).astype(np.float32)
+    net = GradWrap(NetWithLoss(GatherNet(((2, 4), (1, 1)), ((4, 2, 1), (4, 2, 1)))))
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    expected = net(x, y)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
+    _cell_graph_executor.compile(net, x, y)
+    found = _cell_graph_executor._get_shard_strategy(net)
+    assert [v for k, v in found.items() if "/Gather-op" in k] == [[[2, 4], [1, 1]]]
+    for got, want in zip(net(x, y), expected):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
