@@ -1,12 +1,13 @@
 """graphpar: MindSpore's parallel-training surface, run by JAX/XLA on a device mesh.
 
 ``import graphpar as ms`` and a MindSpore script's calls work: ``ms.set_context``, ``ms.set_auto_parallel_context``,
-``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time but three registrations, where
+``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time but four registrations, where
 a lower layer must reach a higher one (docs/architecture.md, "Layers"): ``graphpar.nn`` runs compiled Cell calls and
 train steps through the runner ``graphpar.compile`` implements (``nn.runner``); a Graph or a dump draws itself in a
 notebook with ``graphpar.viz`` (``ir.notebook``); ``get_auto_parallel_context("global_rank")`` defaults to the rank
-``graphpar.communication`` computes (``_context.register_rank_source``). Importing any module of graphpar runs this
-file first, so all three are in place before anything runs.
+``graphpar.communication`` computes (``_context.register_rank_source``); ``common.api``'s
+``_cell_graph_executor`` plans through ``graphpar.compile`` (``common.api.register_graph_compiler``). Importing
+any module of graphpar runs this file first, so all four are in place before anything runs.
 """
 
 from graphpar import context as context
@@ -15,11 +16,15 @@ from graphpar import ops as ops
 from graphpar._context import GRAPH_MODE as GRAPH_MODE
 from graphpar._context import PYNATIVE_MODE as PYNATIVE_MODE
 from graphpar._context import ParallelMode as ParallelMode
+from graphpar._context import get_algo_parameters as get_algo_parameters
 from graphpar._context import get_auto_parallel_context as get_auto_parallel_context
 from graphpar._context import get_context as get_context
+from graphpar._context import reset_algo_parameters as reset_algo_parameters
 from graphpar._context import reset_auto_parallel_context as reset_auto_parallel_context
+from graphpar._context import set_algo_parameters as set_algo_parameters
 from graphpar._context import set_auto_parallel_context as set_auto_parallel_context
 from graphpar._context import set_context as set_context
+from graphpar._context import set_op_strategy_config as set_op_strategy_config
 from graphpar.common import dtype as dtype
 from graphpar.common.dtype import (  # noqa: F401
     bfloat16, bool_, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
@@ -30,6 +35,8 @@ from graphpar.common.parameter import ParameterTuple as ParameterTuple
 from graphpar.common.seed import get_seed as get_seed
 from graphpar.common.seed import set_seed as set_seed
 from graphpar.common.tensor import Tensor as Tensor
+from graphpar.common.api import register_graph_compiler as _register_graph_compiler
+from graphpar.compile.cell_executor import CellGraphCompiler as _CellGraphCompiler
 from graphpar.compile.cell_runner import CompiledCellRunner as _CompiledCellRunner
 from graphpar.context import get_ps_context as get_ps_context
 from graphpar.context import set_ps_context as set_ps_context
@@ -50,6 +57,8 @@ from graphpar.viz.notebook import register as _register_notebook_views
 _register_notebook_views()
 
 _register_runner(_CompiledCellRunner())
+# mindspore.common.api's _cell_graph_executor plans through the engine (graphpar.common.api)
+_register_graph_compiler(_CellGraphCompiler())
 
 # the settings' default global_rank is this process's rank, which the settings layer cannot compute
 from graphpar._context import register_rank_source as _register_rank_source

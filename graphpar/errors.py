@@ -46,6 +46,10 @@ class ConfigError(GraphparError, ValueError):
         super().__init__(message)
 
 
+class SettingTypeError(ConfigError, TypeError):
+    """A setting given a value of the wrong type (MindSpore's ``args_type_check`` raises ``TypeError``)."""
+
+
 class UnknownSettingError(ConfigError):
     """A keyword that the context API does not know."""
 
@@ -53,8 +57,11 @@ class UnknownSettingError(ConfigError):
         super().__init__(api, key, valid=sorted(valid), reason=f"unknown setting {key!r}")
 
 
-class StrategyError(GraphparError, ValueError):
+class StrategyError(GraphparError, ValueError, RuntimeError):
     """A ``shard()`` strategy that is malformed or cannot hold on the inputs and devices it meets.
+
+    A ``ValueError`` (a bad value) and a ``RuntimeError``: MindSpore reports a strategy that fails when the network
+    is compiled as ``RuntimeError``, so a ported ``pytest.raises(RuntimeError)`` (or ``except RuntimeError``) holds.
 
     Fields: ``op`` (instance name or class), ``scope`` (Cell scope, when known), ``strategy`` (what was given) and
     ``reason``; ``hint`` says what would be valid.
@@ -67,6 +74,12 @@ class StrategyError(GraphparError, ValueError):
         if hint:
             message += f". {hint}"
         super().__init__(message)
+
+
+class StrategyTypeError(StrategyError, TypeError):
+    """A ``shard()`` strategy of the wrong *type* (not a tuple of tuples, a split that is not an int): MindSpore's
+    ``Primitive.shard`` raises ``TypeError`` there, so this is both a :class:`StrategyError` (its fields, its
+    message) and a ``TypeError`` (a ported ``pytest.raises(TypeError)`` holds)."""
 
 
 class CellError(GraphparError, TypeError):

@@ -21,10 +21,14 @@ def _fresh_context(tmp_path, monkeypatch):
 
     _context.reset_context()
     _context.reset_auto_parallel_context()
+    _context.reset_algo_parameters()
+    _context.reset_op_strategy_config()
     graphpar.set_context(save_graphs_path=str(tmp_path / "ir_dumps"))
     yield
     _context.reset_context()
     _context.reset_auto_parallel_context()
+    _context.reset_algo_parameters()
+    _context.reset_op_strategy_config()
 
 
 @pytest.fixture()

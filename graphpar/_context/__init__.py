@@ -8,6 +8,15 @@ before the network is compiled).
 holds the settings and the API over them.
 """
 
+from graphpar._context.algo import AlgoParameters as AlgoParameters
+from graphpar._context.algo import OpStrategyConfig as OpStrategyConfig
+from graphpar._context.algo import current_algo as current_algo
+from graphpar._context.algo import current_op_strategy_config as current_op_strategy_config
+from graphpar._context.algo import get_algo_parameters as get_algo_parameters
+from graphpar._context.algo import reset_algo_parameters as reset_algo_parameters
+from graphpar._context.algo import reset_op_strategy_config as reset_op_strategy_config
+from graphpar._context.algo import set_algo_parameters as set_algo_parameters
+from graphpar._context.algo import set_op_strategy_config as set_op_strategy_config
 from graphpar._context.devices import check_device_id as check_device_id
 from graphpar._context.devices import check_platform as check_platform
 from graphpar._context.state import AutoParallelContext as AutoParallelContext

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 
+from graphpar._context.algo import current_algo, current_op_strategy_config
 from graphpar._context.devices import check_device_id, check_platform
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
@@ -294,14 +295,16 @@ def compile_key() -> tuple:
     on every step, so it stays a few microseconds). ``save_graphs`` is not part of it: dumping never changes the
     program that runs."""
     own = tuple([getattr(_context, name) for name in _compiled_fields(type(_context))])
-    return own + tuple([_frozen(getattr(_auto_parallel, name)) for name in _compiled_fields(type(_auto_parallel))])
+    return own + tuple([_frozen(getattr(_auto_parallel, name)) for name in _compiled_fields(type(_auto_parallel))]
+                       ) + (current_algo(), current_op_strategy_config())
 
 
 def settings() -> tuple:
     """The settings :func:`compile_key` reads, as they are (dicts not frozen): cheaper to build and to compare
     (``==`` compares dicts by value) for a per-step "has anything changed" check against a deep copy taken when a
     program was chosen. Equal settings give equal compile keys."""
-    return _fields_getter(type(_context))(_context) + _fields_getter(type(_auto_parallel))(_auto_parallel)
+    return (_fields_getter(type(_context))(_context) + _fields_getter(type(_auto_parallel))(_auto_parallel)
+            + (current_algo(), current_op_strategy_config()))
 
 
 @functools.cache

@@ -38,6 +38,7 @@ from graphpar.ir.recorder import OP_EQN_PREFIX, TraceRecorder, recording
 
 _JIT_PRIMS = ("jit", "pjit", "closed_call", "core_call")
 _WRAPPER = re.compile(r"^(?:[a-z_]+\()+(.*?)\)+$")
+_TRANSPOSED = re.compile(r"(?:^|/)transpose\(")
 _MARKER = re.compile(r"(?:^|/)" + OP_EQN_PREFIX + r"(\d+)(?:/|$)")
 
 
@@ -170,7 +171,9 @@ class _Builder:
         scope = clean_scope("/".join(s for s in (scope_prefix, str(eqn.source_info.name_stack)) if s))
         if prim in _JIT_PRIMS:
             name = str(eqn.params.get("name", ""))
-            if name.startswith(OP_EQN_PREFIX):
+            # a staged op's transpose (a GradOperation inside construct) keeps the op's name: it is the op's
+            # backward, computed by JAX, not a call of the op: its equations are walked as raw ones
+            if name.startswith(OP_EQN_PREFIX) and not _TRANSPOSED.search(str(eqn.source_info.name_stack)):
                 call = self.recorder.calls[int(name[len(OP_EQN_PREFIX):])]
                 node = self.add_node(eqn, call.kind, call.instance_name, call.scope, call.attrs,
                                      call.in_strategy, call.out_strategy, in_ids, True, call.input_names,

@@ -257,6 +257,11 @@ class Cell(nnx.Module, pytree=False):
     def set_grad(self, requires_grad: bool = True) -> "Cell":
         return self
 
+    def set_auto_parallel(self) -> "Cell":
+        """MindSpore's ``Cell.set_auto_parallel()`` (deprecated there): it marked a Cell for the parallel planner,
+        which graphpar runs on every Cell compiled under SEMI_AUTO / AUTO_PARALLEL, so there is nothing to mark."""
+        return self
+
     @property
     def cls_name(self) -> str:
         return type(self).__name__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -145,6 +146,15 @@ class Gather(Primitive):
 
 
 GatherV2 = Gather
+
+
+class TensorToScalar(Primitive):
+    """``TensorToScalar()(x)``: a one-element tensor as a scalar. Called eagerly it returns a Python number; inside
+    a traced ``construct`` a value has no Python number yet, so it is a 0-d tensor (what a scalar is in XLA)."""
+
+    def compute(self, x):
+        out = jnp.reshape(x, ())
+        return out if isinstance(out, jax.core.Tracer) else out.item()
 
 
 class Select(Primitive):

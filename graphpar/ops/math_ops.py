@@ -81,6 +81,9 @@ class Add(_Binary):
     fn = staticmethod(jnp.add)
 
 
+TensorAdd = Add  # MindSpore's deprecated name of Add: the same primitive ("Add" in dumps and strategy files)
+
+
 class Sub(_Binary):
     fn = staticmethod(jnp.subtract)
 

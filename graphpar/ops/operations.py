@@ -2,15 +2,16 @@
 
 from graphpar.ops.array_ops import (  # noqa: F401
     Cast, Concat, Depend, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice,
-    Split, Squeeze, Stack, StridedSlice, Tile, Transpose)
+    Split, Squeeze, Stack, StridedSlice, TensorToScalar, Tile, Transpose)
 from graphpar.ops.comm_ops import (  # noqa: F401
     AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
+from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401
 from graphpar.ops.math_ops import (  # noqa: F401
     Abs, Add, AddN, Argmax, Argmin, ArgMaxWithValue, BatchMatMul, Ceil, Cos, CumSum, Div, Equal, Erf, Exp, Floor,
     FloorDiv, FloorMod, Greater, GreaterEqual, Identity, Less, LessEqual, Log, LogicalAnd, LogicalNot, LogicalOr,
     MatMul, Maximum, Minimum, Mul, Neg, NotEqual, OnesLike, Pow, RealDiv, Reciprocal, ReduceAll, ReduceAny,
     ReduceMax, ReduceMean, ReduceMin, ReduceProd, ReduceSum, Rsqrt, Sigmoid, Sign, Sin, Sqrt, Square,
-    SquaredDifference, StopGradient, Sub, Tanh, ZerosLike)
+    SquaredDifference, StopGradient, Sub, Tanh, TensorAdd, ZerosLike)
 from graphpar.ops.nn_ops import (  # noqa: F401
     AdaptiveAvgPool2D, AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm,
     LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,

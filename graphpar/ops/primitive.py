@@ -20,12 +20,15 @@ import jax
 import numpy as np
 from flax import nnx
 
+from graphpar._logging import notice_once
+from graphpar.errors import StrategyError
 from graphpar.ir import construct_errors
 from graphpar.ir import recorder as _recorder
 from graphpar.ops._mixed_precision import cast_tree
 from graphpar.ops.strategy import Strategy, check_ranks, check_structure
 
 
+_DEVICE_TARGETS = ("CPU", "GPU", "Ascend")  # MindSpore's Primitive.set_device accepts these
 _STAGE = object()  # _inline_call's answer for a call that must be staged as a jit equation
 
 
@@ -80,6 +83,11 @@ class Primitive:
     def instance_name(self) -> str:
         return self._instance_name or _snake(self.name)
 
+    @property
+    def primitive_target(self) -> str | None:
+        """The target :meth:`set_device` recorded (MindSpore reads it as ``prim.primitive_target``)."""
+        return self.attrs.get("primitive_target")
+
     def set_prim_instance_name(self, instance_name: str) -> "Primitive":
         self._instance_name = instance_name
         return self
@@ -96,16 +104,47 @@ class Primitive:
         self.attrs["recompute"] = mode
         return self
 
-    def shard(self, in_strategy: Any, out_strategy: Any = None) -> "Primitive":
+    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "Primitive":
         """Record a sharding strategy: one tuple per tensor input, one split per dimension.
 
         The structure is checked now; ranks are checked when the network is traced, divisibility and device count
         when the parallel plan is made. STAND_ALONE and DATA_PARALLEL accept and ignore strategies, as MindSpore.
+        ``shard(None)`` (MindSpore's default) sets no strategy: the op is planned as if ``shard`` had not been
+        called (the mode's default, propagation or the search decides), and clears one given before. An
+        ``out_strategy`` needs an ``in_strategy`` (MindSpore raises ``ValueError``, so does this).
         """
+        if in_strategy is None:
+            if out_strategy is not None:
+                raise StrategyError(self.name, out_strategy, "an out_strategy needs an in_strategy, and "
+                                    "in_strategy is None", hint="Give both, e.g. shard(((2, 4), (4, 1)), ((8, 1),)),"
+                                    " or neither")
+            self.in_strategy = self.out_strategy = None
+            return self
         n_inputs = None if self.input_names is None else len(self.input_names)
         self.in_strategy = check_structure(self.name, in_strategy, n_inputs, "in_strategy", self.input_names)
+        self.out_strategy = None
         if out_strategy is not None:
             self.out_strategy = check_structure(self.name, out_strategy, None, "out_strategy")
+        return self
+
+    def set_device(self, device_target: str) -> "Primitive":
+        """MindSpore's ``Primitive.set_device(device_target)``: the device this op runs on ("CPU" for a Gather whose
+        table lives on the host, "GPU", "Ascend"), recorded as the attribute ``primitive_target`` (it shows in the
+        IR dumps' ``primitive_attrs``).
+
+        On a JAX mesh one compiled program runs every op on the mesh's devices, so the target moves no
+        computation: the op is planned and placed like any other (said once per op kind in a notice). ``""`` (what
+        MindSpore's tests pass for "no target") records no target."""
+        if device_target == "":
+            self.attrs.pop("primitive_target", None)
+            return self
+        if device_target not in _DEVICE_TARGETS:
+            raise ValueError(f"{self.name}.set_device({device_target!r}): the target must be one of "
+                             f"{', '.join(map(repr, _DEVICE_TARGETS))} (or '' for none)")
+        notice_once(f"set_device:{self.name}:{device_target}",
+                    f"{self.name}.set_device({device_target!r}) is recorded as primitive_target in the IR; graphpar "
+                    f"runs every op of a compiled program on the mesh's devices, so it moves no computation")
+        self.attrs["primitive_target"] = device_target
         return self
 
     # --- execution ---------------------------------------------------------------------------------------------

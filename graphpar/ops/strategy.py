@@ -1,6 +1,8 @@
 """Structural checks of ``shard()`` strategies: the part that needs no shapes and no devices.
 
-A strategy is a tuple with one tuple per tensor input; each entry is a positive int that splits that dimension.
+A strategy is a tuple with one tuple per tensor input; each entry is a positive int that splits that dimension. A
+strategy of the wrong type (a list, a float split) is a :class:`~graphpar.errors.StrategyTypeError`, a ``TypeError``
+as in MindSpore's ``Primitive.shard``; a wrong value (a split of 0, the wrong number of entries) a ``StrategyError``.
 Checks that need input shapes (rank, divisibility) run at trace time (``check_ranks``); checks that need the device
 count run when the plan is made (``graphpar.parallel``).
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from graphpar.errors import StrategyError
+from graphpar.errors import StrategyError, StrategyTypeError
 
 Strategy = tuple[tuple[int, ...], ...]
 
@@ -34,17 +36,17 @@ def check_structure(op: str, strategy: Any, n_inputs: int | None, what: str = "i
     example = _example(n_inputs)
     names = f" ({', '.join(input_names)})" if input_names else ""
     if not isinstance(strategy, tuple):
-        raise StrategyError(op, strategy, f"{what} must be a tuple of tuples, got {type(strategy).__name__}",
+        raise StrategyTypeError(op, strategy, f"{what} must be a tuple of tuples, got {type(strategy).__name__}",
                             hint=f"Write it with tuples, one per input{names}, e.g. {example}")
     for i, entry in enumerate(strategy):
         if not isinstance(entry, tuple):
-            raise StrategyError(
+            raise StrategyTypeError(
                 op, strategy, f"{what}[{i}] must be a tuple (one split per dimension of input {i}), got "
                 f"{type(entry).__name__} {entry!r}",
                 hint=f"Nest one tuple per input{names}, e.g. {example}; a single-input op takes ((8, 1),)")
         for d in entry:
             if isinstance(d, bool) or not isinstance(d, int):
-                raise StrategyError(op, strategy, f"{what}[{i}] holds {d!r} ({type(d).__name__}); every split "
+                raise StrategyTypeError(op, strategy, f"{what}[{i}] holds {d!r} ({type(d).__name__}); every split "
                                     "must be a positive int", hint=f"e.g. {example}")
             if d <= 0:
                 raise StrategyError(op, strategy, f"{what}[{i}] holds the split {d}; every split must be a "

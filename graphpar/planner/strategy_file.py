@@ -29,6 +29,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphpar import _context
+from graphpar._context import ParallelMode
+from graphpar._logging import notice_once
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
 from graphpar.planner.mesh import axis_names, mesh_axis_sizes
@@ -242,12 +245,31 @@ def _parse(path: str, data: dict) -> StrategyFile:
     return StrategyFile(path, extra.get("device_num"), strategies, layouts)
 
 
+def _op_config(pctx: Any, mode: str) -> str:
+    """The path of ``set_op_strategy_config(mode, path)`` when it applies to this plan (AUTO_PARALLEL with sharding
+    propagation, as MindSpore), else ""; set under another mode, that is said once."""
+    config = _context.current_op_strategy_config()
+    if not config.path or config.mode != mode:
+        return ""
+    if pctx.parallel_mode != ParallelMode.AUTO_PARALLEL or pctx.search_mode != "sharding_propagation":
+        notice_once(f"op-strategy-config:{config.mode}", f"set_op_strategy_config(mode={config.mode!r}) applies "
+                    f"to AUTO_PARALLEL with search_mode='sharding_propagation' only; with parallel_mode="
+                    f"{pctx.parallel_mode!r}, search_mode={pctx.search_mode!r} no op strategy is saved or loaded")
+        return ""
+    return config.path
+
+
 def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], replicated: bool = False) -> None:
-    """Write the plan to the configured ``save_file`` (process 0; train graphs, or the first graph planned)."""
+    """Write the plan to the configured ``save_file`` (process 0; train graphs, or the first graph planned), and
+    to ``set_op_strategy_config(mode="SAVE", path)``'s file (the same format)."""
     config = pctx.strategy_ckpt_config or {}
-    path = config.get("save_file")
-    if not path:
-        return
+    for path in (config.get("save_file"), _op_config(pctx, "SAVE")):
+        if path:
+            _save(path, graph, pctx, device_num, trainable, replicated)
+
+
+def _save(path: str, graph: Graph, pctx: Any, device_num: int, trainable: set[str], replicated: bool) -> None:
+    config = pctx.strategy_ckpt_config or {}
     import jax
 
     if jax.process_index() != 0 or (graph.plan.purpose != "train" and os.path.isfile(path)):
@@ -297,6 +319,12 @@ def match(record: StrategyFile, graph: Graph) -> FileMatch:
 
 
 def for_plan(pctx: Any) -> StrategyFile | None:
-    """The strategy file to force, when ``load_file`` is set."""
+    """The strategy file to force: ``strategy_ckpt_config``'s ``load_file``, or ``set_op_strategy_config(mode=
+    "LOAD", path)``'s file (both at once is refused: which to force would be a guess)."""
     path = (pctx.strategy_ckpt_config or {}).get("load_file")
+    op_path = _op_config(pctx, "LOAD")
+    if path and op_path:
+        raise ConfigError("set_op_strategy_config", "path", op_path, reason=f"mode='LOAD' from {op_path!r} while "
+                          f"strategy_ckpt_config loads {path!r}: load one of them")
+    path = path or op_path
     return read(path) if path else None

@@ -223,7 +223,7 @@ def _train(mistake: str = "", in_dim: int = 8, **strategy):
     net = _Net.make(mistake)
     if strategy:
         net.matmul.shard(strategy["in_strategy"])
-        _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+        _ms().set_auto_parallel_context(parallel_mode=strategy.get("parallel_mode", "semi_auto_parallel"))
     x = np.ones((16, in_dim), np.float32)
     y = np.ones((16, 4), np.float32)
     data = ds.NumpySlicesDataset((x, y), ["x", "y"], shuffle=False).batch(8)
@@ -320,6 +320,17 @@ def _cifar_truncated(tmp: Path):
         pass
 
 
+def _fully_use_devices(tmp: Path):
+    """Train the tiny network under AUTO_PARALLEL with a strategy using 2 of 8 devices and fully_use_devices."""
+    ms = _ms()
+    ms.set_algo_parameters(fully_use_devices=True)
+    ms.set_auto_parallel_context(search_mode="sharding_propagation")
+    try:
+        _train(in_strategy=((2, 1), (1, 1)), parallel_mode="auto_parallel")
+    finally:
+        ms.reset_algo_parameters()
+
+
 def _strategy_file(tmp: Path, text: str):
     from graphpar.planner import strategy_file
 
@@ -413,6 +424,15 @@ ROWS: list[Row] = [
         lambda t: _ms().set_ps_context(enable_ssl=True), ERR + "ConfigError", ("needs config_file_path",)),
     Row("ps-unknown", "context", "set_ps_context(scheduler_port=1)", lambda t: _ms().set_ps_context(scheduler_port=1),
         ERR + "UnknownSettingError", ("'scheduler_port'",)),
+    Row("algo-unknown-key", "context", "set_algo_parameters(fully_use=True)",
+        lambda t: _ms().set_algo_parameters(fully_use=True), ERR + "ConfigError",
+        ("unknown key 'fully_use'", "'fully_use_devices'")),
+    Row("algo-type", "context", "set_algo_parameters(elementwise_op_strategy_follow='yes')",
+        lambda t: _ms().set_algo_parameters(elementwise_op_strategy_follow="yes"), ERR + "SettingTypeError",
+        ("elementwise_op_strategy_follow must be a bool", "str")),
+    Row("op-strategy-config-path", "context", "set_op_strategy_config(mode='SAVE', path='ops.json')",
+        lambda t: _ms().set_op_strategy_config(mode="SAVE", path="ops.json"), KeyError,
+        ("path='ops.json'", "must be absolute")),
     # --- TLS files --------------------------------------------------------------------------------------------
     Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),
@@ -555,16 +575,24 @@ ROWS: list[Row] = [
         ("GRAPHPAR_HEARTBEAT_TIMEOUT='-5'", "out of range", ">= 1"), {"GRAPHPAR_HEARTBEAT_TIMEOUT": "-5"}),
     # --- strategies (errors that exist on main) ---------------------------------------------------------------
     Row("shard-type", "strategy", "ops.MatMul().shard('abc')", lambda t: _ops().MatMul().shard("abc"),
-        ERR + "StrategyError", ("op 'MatMul'", "'abc'", "tuple of tuples")),
+        ERR + "StrategyTypeError", ("op 'MatMul'", "'abc'", "tuple of tuples")),
     Row("shard-zero", "strategy", "ops.MatMul().shard(((2, 0), (1, 1)))",
         lambda t: _ops().MatMul().shard(((2, 0), (1, 1))), ERR + "StrategyError", ("split 0", "positive int")),
     Row("shard-float", "strategy", "ops.MatMul().shard(((2.0, 1), (1, 1)))",
-        lambda t: _ops().MatMul().shard(((2.0, 1), (1, 1))), ERR + "StrategyError", ("2.0 (float)",)),
+        lambda t: _ops().MatMul().shard(((2.0, 1), (1, 1))), ERR + "StrategyTypeError", ("2.0 (float)",)),
     Row("shard-arity", "strategy", "ops.MatMul().shard(((2, 1),))", lambda t: _ops().MatMul().shard(((2, 1),)),
         ERR + "StrategyError", ("2 tensor input(s) (x, y)", "has 1 entry")),
     Row("shard-rank", "strategy", "self.matmul.shard(((2, 1, 1), (1, 1))) on 2-D inputs, then train",
         lambda t: _train(in_strategy=((2, 1, 1), (1, 1))), ERR + "StrategyError",
         ("op 'matmul'", "(2, 1, 1)")),
+    Row("shard-out-without-in", "strategy", "ops.MatMul().shard(None, ((8, 1),))",
+        lambda t: _ops().MatMul().shard(None, ((8, 1),)), ERR + "StrategyError",
+        ("an out_strategy needs an in_strategy", "or neither")),
+    Row("set-device-target", "strategy", "ops.Gather().set_device('NPU')",
+        lambda t: _ops().Gather().set_device("NPU"), ValueError, ("'NPU'", "'CPU', 'GPU', 'Ascend'")),
+    Row("algo-fully-use-devices", "strategy", "set_algo_parameters(fully_use_devices=True), AUTO_PARALLEL, "
+        "self.matmul.shard(((2, 1), (1, 1))) on 8 devices, then train", _fully_use_devices, ERR + "StrategyError",
+        ("op 'matmul'", "fully_use_devices=True", "uses 2 of the 8 devices", "fully_use_devices=False")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

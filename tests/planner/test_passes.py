@@ -108,10 +108,16 @@ def test_propagate_gives_the_quickstarts_relu_and_matmul2():
     assert in_strategies(out)["sub"] == ((8, 1), (8, 1)) and node(out, "sub").provenance.source == matmul2.id
 
 
-def test_propagate_needs_a_configured_op():
+def test_propagate_without_a_configured_op_starts_from_the_dataset():
+    # MindSpore's _VirtualDataset is a configured op under sharding propagation: with no shard() anywhere, the ops
+    # reading the batch are chosen against its data-parallel layout and the rest follow
     graph, ctx = quickstart(hint=None)
-    with pytest.raises(StrategyError, match="needs at least one op with a shard"):
-        propagate(graph, ctx)
+    out = propagate(graph, ctx)
+    assert in_strategies(out)["matmul"] == ((8, 1), (1, 1))
+    assert node(out, "matmul").provenance.detail == "from the dataset layout"
+    assert {k: in_strategies(out)[k] for k in DATA_PARALLEL} == DATA_PARALLEL
+    with pytest.raises(StrategyError, match="nothing to propagate from"):
+        propagate(graph, dataclasses.replace(ctx, input_specs={}))
 
 
 def test_default_strategies_give_mindspores_batch_split_and_keep_decided_nodes():

@@ -151,7 +151,9 @@ def test_semi_auto_unhinted_ops_are_data_parallel():
     assert graph.find("relu")[0].provenance.kind == "default"
 
 
-def test_auto_without_any_hint_is_a_clear_error():
+def test_auto_without_any_hint_propagates_from_the_dataset():
+    # MindSpore's _VirtualDataset is a configured op under sharding propagation (its data-parallel strategy), so a
+    # network without any shard() is planned from the batch's layout: the Dense layer's MatMul splits the batch
     class Plain(nn.Cell):
         def __init__(self):
             super().__init__()
@@ -160,9 +162,11 @@ def test_auto_without_any_hint_is_a_clear_error():
         def construct(self, x):
             return self.fc(x)
 
-    with pytest.raises(StrategyError) as err:
-        forward(Plain(), rand(16, 32), mode="auto_parallel", search_mode="sharding_propagation")
-    assert "shard()" in str(err.value) and "search_mode" in str(err.value)
+    x, net = rand(16, 32), Plain()
+    out, _, graph = forward(net, x, mode="auto_parallel", search_mode="sharding_propagation")
+    (matmul,) = [n for n in graph.node_list() if n.kind == "MatMul"]
+    assert matmul.strategy.in_strategy() == ((8, 1), (1, 1)) and matmul.provenance.kind == "propagated"
+    np.testing.assert_allclose(np.asarray(out), np.asarray(reference(net, x)), rtol=1e-5, atol=1e-6)
 
 
 def test_auto_with_a_search_mode_searches_the_unhinted_ops():

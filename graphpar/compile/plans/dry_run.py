@@ -111,7 +111,7 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     graph = plan_graph(graph, PlanRequest(
         devices, mode, search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
         search_settings(mode, search_mode, _context.current().max_device_memory, platform),
-        graph_optimizer_slots(graph, optimizer)))
+        graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
     info = graph.plan.mesh
     training = purpose == "train"
     per_node = plan_cost(graph, info, training=training)

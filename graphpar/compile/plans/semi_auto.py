@@ -65,7 +65,8 @@ class SemiAutoPlan(ExecutionPlan):
                            strategy_file.for_plan(pctx),
                            search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory,
                                            self.devices[0].platform),
-                           graph_optimizer_slots(graph, self.optimizer), mesh=self.info)
+                           graph_optimizer_slots(graph, self.optimizer), mesh=self.info,
+                           algo=_context.current_algo())
 
     def layout(self, graph: Graph | None) -> Layout:
         if graph is None or self.pynative:

@@ -91,13 +91,15 @@ _ACTIVATIONS = {"relu": ReLU, "relu6": ReLU6, "gelu": GELU, "sigmoid": Sigmoid, 
                 "softmax": Softmax, "logsoftmax": LogSoftmax}
 
 
-def get_activation(name: str | Cell | None) -> Cell | None:
-    """MindSpore's ``nn.get_activation``: a Cell from its lower-case name."""
+def get_activation(name: str | Cell | None, prim_name: str | None = None) -> Cell | None:
+    """MindSpore's ``nn.get_activation(name, prim_name=None)``: a Cell from its lower-case name; ``prim_name`` (the
+    asking layer) prefixes the error, as MindSpore's."""
     if name is None or isinstance(name, Cell):
         return name
     cls = _ACTIVATIONS.get(str(name).lower())
     if cls is None:
-        raise ValueError(f"unknown activation {name!r}; valid: {', '.join(sorted(_ACTIVATIONS))}")
+        who = f"For '{prim_name}', the" if prim_name else "The"
+        raise ValueError(f"{who} activation {name!r} is unknown; valid: {', '.join(sorted(_ACTIVATIONS))}")
     return cls()
 
 

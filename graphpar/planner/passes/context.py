@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphpar._context import AlgoParameters
 from graphpar.ir.graph import Graph, GraphPlan, Node
+from graphpar.planner import algo_filters
 from graphpar.planner.dims import DimSpec, shapes_of
 from graphpar.planner.rules import rule_for
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, enumerate_strategies
@@ -36,6 +38,18 @@ class PlanRequest:
     mesh: MeshInfo | None = None
     note: str = ""  # the begin dump's note line
     replicated: bool = False
+    algo: AlgoParameters = AlgoParameters()  # set_algo_parameters (graphpar._context.algo)
+
+
+def _with_residuals(node: Node, spec: DimSpec, outs: list) -> DimSpec:
+    """A staged op differentiated inside ``construct`` (``GradOperation`` in a Cell) is traced as JAX's partial
+    evaluation leaves it: the op's outputs, then the residuals its backward reads (a Gather's index arithmetic).
+    Those extra outputs get no split (the rule describes the op's own outputs, which come first)."""
+    extra = len(outs) - len(spec.outputs)
+    if extra <= 0 or node.body is not None or not node.is_op:
+        return spec
+    padding = tuple(tuple(None for _ in shape) for shape in outs[len(spec.outputs):])
+    return dataclasses.replace(spec, outputs=spec.outputs + padding)
 
 
 @dataclass
@@ -91,6 +105,7 @@ class PlanContext:
                 spec = rule(node, graph)
                 if spec is not None:
                     ins, outs = shapes_of(node, graph)
+                    spec = _with_residuals(node, spec, outs)
                     if len(spec.inputs) != len(ins) or len(spec.outputs) != len(outs) or any(
                             len(r) != len(s) for r, s in zip(spec.inputs + spec.outputs, ins + outs)):
                         spec = None  # the rule does not describe this call (an unusual signature): be safe
@@ -106,8 +121,13 @@ class PlanContext:
         if dims is None:
             return ()
         ins, outs = shapes_of(node, graph)
-        key = (dims, tuple(ins), tuple(outs))
+        algo = self.request.algo
+        filtered = algo_filters.active(algo)
+        key = (dims, tuple(ins), tuple(outs)) + ((node.kind,) if filtered else ())
         found = self._candidates.get(key)
         if found is None:
-            found = self._candidates[key] = tuple(enumerate_strategies(dims, ins, outs, self.mesh))
+            found = tuple(enumerate_strategies(dims, ins, outs, self.mesh))
+            if filtered:  # set_algo_parameters(fully_use_devices / tensor_slice_align_enable)
+                found = algo_filters.allowed(node.kind, found, ins, self.mesh, algo)
+            self._candidates[key] = found
         return found

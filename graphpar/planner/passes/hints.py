@@ -20,8 +20,10 @@ warning, as MindSpore ignores it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from graphpar._context import ParallelMode
 from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.dims import shapes_of
@@ -79,7 +81,21 @@ def read_hint(node: Node, graph: Graph, ctx: PlanContext) -> ReadHint:
         in_strategy, splits = check_hint(node, dims, hint, ins, ctx.request.devices)
     except StrategyError as error:
         return RefusedHint(text, matrix, error)
+    used = math.prod(splits.values())
+    if _fully_use_checked(ctx) and used not in (1, ctx.request.devices):
+        # MindSpore's CheckStrategyUsedDevices (set_algo_parameters(fully_use_devices=True), AUTO_PARALLEL)
+        return RefusedHint(text, matrix, StrategyError(
+            node.instance_name, hint, f"set_algo_parameters(fully_use_devices=True) but the strategy uses {used} of "
+            f"the {ctx.request.devices} devices", node.scope,
+            "Use every device (or none: all ones), or call set_algo_parameters(fully_use_devices=False)"))
     return CheckedHint(text, matrix, in_strategy, tuple(splits.items()), node.out_hint)
+
+
+def _fully_use_checked(ctx: PlanContext) -> bool:
+    """Whether user strategies must use every device: fully_use_devices under AUTO_PARALLEL's propagation and
+    dynamic programming (recursive programming reads no user strategy check, as in MindSpore)."""
+    return (ctx.request.algo.fully_use_devices and ctx.mode == ParallelMode.AUTO_PARALLEL
+            and ctx.search_mode != "recursive_programming")
 
 
 def read_hints(graph: Graph, ctx: PlanContext) -> Graph:

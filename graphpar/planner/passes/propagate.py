@@ -23,7 +23,9 @@ the MSE loss after a row-parallel MatMul keeps that MatMul's replicated layout, 
 program. Remaining ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
 ``graphpar.planner.follow``) carry that layout as soon as their input is decided. Configured nodes are never
 changed: a conflict becomes a redistribution, priced and reported. Nodes no configured node reaches are left to
-``default_strategies``.
+``default_strategies``. A network without any ``shard()`` propagates from the dataset, as MindSpore's does (its
+``_VirtualDataset`` is a configured op there, holding the dataset strategy): the ops reading a network input are
+chosen first, priced against the inputs' dataset layouts (the batch split, or whole under ``full_batch``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost, reduce_scatter_saving
 from graphpar.planner.follow import follow_strategy, follows_input, input_for_output, value_layout
 from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.elementwise_follow import follow_consumers
 from graphpar.planner.strategy import NodeStrategy
 
 _EPS = 1e-6
@@ -253,51 +256,80 @@ def propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool = True) -> Gra
             gc.enable()
 
 
+@dataclass(frozen=True)
+class _Dataset:
+    """The dataset as the source of propagation (MindSpore's ``_VirtualDataset``, a configured op under sharding
+    propagation); ``id`` matches no node."""
+
+    id: int = -1
+
+
+_DATASET = _Dataset()
+
+
 def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
     configured = [n for n in graph.node_list() if n.strategy is not None and n.provenance is not None
                   and n.provenance.kind == "user"]
+    readers: list[Node] = []
     if not configured:
-        raise StrategyError(
-            "(network)", None, "AUTO_PARALLEL with search_mode='sharding_propagation' needs at least one op with a "
-            "shard() strategy to propagate from, and this network has none", None,
-            "Call .shard(...) on at least one op (e.g. the first MatMul), or use search_mode='recursive_programming' "
-            "or parallel_mode=ParallelMode.DATA_PARALLEL")
+        # MindSpore makes the _VirtualDataset a configured op (its dataset strategy: the batch split, or whole under
+        # full_batch), so a network without any shard() propagates from the dataset layouts.
+        readers = [n for n in graph.node_list() if n.strategy is None and any(
+            vid in ctx.input_specs and graph.values[vid].is_array for vid in n.inputs)]
+        if not readers:
+            raise StrategyError(
+                "(network)", None, "AUTO_PARALLEL with search_mode='sharding_propagation' has nothing to propagate "
+                "from: no op has a shard() strategy and no op reads a network input", None,
+                "Call .shard(...) on at least one op (e.g. the first MatMul), or use "
+                "search_mode='recursive_programming' or parallel_mode=ParallelMode.DATA_PARALLEL")
     grads = grad_values(graph)
     tail = loss_tail(graph)
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
     provenance: dict[int, Provenance] = {}
     memo: dict[tuple, tuple] | None = {} if reuse_choices else None
     queue = deque(configured)
+
+    def decide(neighbour: Node, current: Node | _Dataset) -> None:
+        if follows_input(neighbour):
+            dims = ctx.dims(neighbour, graph)
+            src = value_layout(graph, neighbour.inputs[0], strategies, ctx.input_specs)
+            if src is None and dims is not None and isinstance(current, Node):
+                uses = [k for k, vid in enumerate(current.inputs) if vid == neighbour.outputs[0]]
+                if uses:  # reached from its consumer: the input layout that carries to what the consumer wants
+                    src = input_for_output(neighbour, graph, ctx.mesh, strategies[current.id].input_spec(uses[0]))
+            if dims is None or src is None:
+                return  # decided once its input is (or by the defaults)
+            strategy = follow_strategy(neighbour, dims, graph, ctx.mesh, src)
+            edges = _edges(_local(neighbour, graph, ctx, strategies, current, grads, lookahead=False), strategy,
+                           ctx.mesh)[0]
+            own = op_cost(graph, neighbour, strategy, ctx.mesh, needs_grad=grads)
+            strategies[neighbour.id] = strategy
+            provenance[neighbour.id] = Provenance("propagated", _source_id(current), edges.comm_bytes,
+                                                  "follows input layout", breakdown(edges, own))
+            queue.append(neighbour)
+            return
+        picked = choose(neighbour, graph, ctx, strategies, current, grads, memo, tail)
+        if picked is None:
+            return  # no rule: left to the fallback in default_strategies
+        best, edges, own = picked
+        detail = "from the dataset layout" if isinstance(current, _Dataset) else ""
+        strategies[neighbour.id] = best
+        provenance[neighbour.id] = Provenance("propagated", _source_id(current), edges.comm_bytes, detail,
+                                              breakdown(edges, own))
+        queue.append(neighbour)
+
+    for reader in readers:
+        if reader.id not in strategies:
+            decide(reader, _DATASET)
     while queue:
         current = queue.popleft()
         for neighbour in graph.neighbors(current):
-            if neighbour.id in strategies:
-                continue
-            if follows_input(neighbour):
-                dims = ctx.dims(neighbour, graph)
-                src = value_layout(graph, neighbour.inputs[0], strategies, ctx.input_specs)
-                if src is None and dims is not None:
-                    uses = [k for k, vid in enumerate(current.inputs) if vid == neighbour.outputs[0]]
-                    if uses:  # reached from its consumer: the input layout that carries to what the consumer wants
-                        src = input_for_output(neighbour, graph, ctx.mesh, strategies[current.id].input_spec(uses[0]))
-                if dims is None or src is None:
-                    continue  # decided once its input is (or by the defaults)
-                strategy = follow_strategy(neighbour, dims, graph, ctx.mesh, src)
-                edges = _edges(_local(neighbour, graph, ctx, strategies, current, grads, lookahead=False), strategy,
-                               ctx.mesh)[0]
-                own = op_cost(graph, neighbour, strategy, ctx.mesh, needs_grad=grads)
-                strategies[neighbour.id] = strategy
-                provenance[neighbour.id] = Provenance("propagated", current.id, edges.comm_bytes,
-                                                      "follows input layout", breakdown(edges, own))
-                queue.append(neighbour)
-                continue
-            picked = choose(neighbour, graph, ctx, strategies, current, grads, memo, tail)
-            if picked is None:
-                continue  # no rule: left to the fallback in default_strategies
-            best, edges, own = picked
-            strategies[neighbour.id] = best
-            provenance[neighbour.id] = Provenance("propagated", current.id, edges.comm_bytes,
-                                                  breakdown=breakdown(edges, own))
-            queue.append(neighbour)
+            if neighbour.id not in strategies:
+                decide(neighbour, current)
+    follow_consumers(graph, ctx, strategies, provenance)
     updates = {nid: {"strategy": strategies[nid], "provenance": prov} for nid, prov in provenance.items()}
     return graph.with_annotations(updates)
+
+
+def _source_id(current: Node | _Dataset) -> int | None:
+    return current.id if isinstance(current, Node) else None

@@ -16,6 +16,9 @@ _BINARY = ("Add", "Sub", "Mul", "RealDiv", "Div", "FloorDiv", "FloorMod", "Maxim
            "LogicalOr", "Select", "AddN", "Depend")
 
 
+ELEMENTWISE = frozenset(_UNARY + _BINARY)  # what set_algo_parameters(elementwise_op_strategy_follow) calls elementwise
+
+
 @register(*_UNARY, *_BINARY)
 def _elementwise(node, graph):
     ins, outs = shapes_of(node, graph)
@@ -174,6 +177,17 @@ def _conv2d(node, graph):
     w = (o, c, None, None)
     order = ("n", "c", "o") if group == 1 else ("n",)
     return DimSpec((x, w), (("n", o, None, None),), order)
+
+
+@register("Conv2DTranspose")
+def _conv2d_transpose(node, graph):
+    # MindSpore's Conv2DTransposeInfo: dout (n, o, h, w) and weight (o, i, kh, kw); o (dout's channels, the forward
+    # conv's out_channel) is contracted, i is the output's channel. As Conv2D here, h/w and the kernel stay whole.
+    group = node.attrs.get("group", 1)
+    o = "c" if group == 1 else None
+    i = "o" if group == 1 else None
+    order = ("n", "c", "o") if group == 1 else ("n",)
+    return DimSpec((("n", o, None, None), (o, i, None, None)), (("n", i, None, None),), order)
 
 
 @register("MaxPool", "AvgPool")

@@ -9,15 +9,22 @@ whatever the device count: 1,024 devices (ten axes of 2) are searched as five gr
 may be split 2, 4, 8, 16, 64, 128, ... but not every power of two. The small groups sit on the right, where
 MindSpore's device matrices put model-parallel splits (the batch label comes first and takes the left axes).
 
+``set_algo_parameters``: ``tensor_slice_align_enable`` drops the MatMul candidates of unaligned slices before the
+choice of the candidates using the most devices; ``enable_algo_approxi`` then keeps the ``ceil(1 / epsilon)`` of least
+own cost (``planner.algo_filters``).
+
 A node with a strategy already (a ``shard()`` hint, a strategy file) has exactly that candidate: hints are
 constraints. A node without a sharding rule has the replicated fallback only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from graphpar.ir.graph import Graph, Node, Provenance
+from graphpar.planner.algo_filters import allowed, approximated
+from graphpar.planner.cost import op_cost
 from graphpar.planner.dims import shapes_of
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.defaults import fallback_strategy
@@ -81,7 +88,15 @@ def node_candidates(node: Node, graph: Graph, ctx: PlanContext) -> Candidates:
         if key not in seen:
             seen.add(key)
             out.append(real)
+    algo = ctx.request.algo
+    if out and algo.tensor_slice_align_enable:
+        out = list(allowed(node.kind, out, ins, mesh, dataclasses.replace(algo, fully_use_devices=False)))
     if out:
         most = max(s.devices_used for s in out)
         out = [s for s in out if s.devices_used == most]  # MindSpore's fully_use_devices
+    if out and algo.enable_algo_approxi:
+        def own(cand: NodeStrategy) -> tuple:
+            cost = op_cost(graph, node, cand, mesh, needs_grad=frozenset())
+            return (round(cost.comm_bytes, 3), round(cost.flops, 3))
+        out = list(approximated(out, algo, own))
     return Candidates(tuple(out) or (replicated_strategy(dims, mesh),), False)

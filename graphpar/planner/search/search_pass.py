@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.elementwise_follow import follow_consumers
 from graphpar.planner.search.costs import Cost
 from graphpar.planner.search.ilp import Infeasible, Solution, solve_ilp
 from graphpar.planner.search.record import SearchRecord
@@ -154,6 +155,13 @@ def search(graph: Graph, ctx: PlanContext) -> Graph:
         detail = f"{ctx.search_mode}, {solution.method}" + (
             f", shared by {tied[node.id]} copies of its layer" if tied[node.id] > 1 else "")
         updates[node.id] = {"strategy": chosen[node.id], "provenance": Provenance("searched", detail=detail)}
+    followed = {nid: u["provenance"] for nid, u in updates.items() if not problem.variables[
+        problem.var_of[nid]].choices.fixed}
+    before = dict(chosen)
+    follow_consumers(graph, ctx, chosen, followed)  # set_algo_parameters(elementwise_op_strategy_follow)
+    for nid, strategy in chosen.items():
+        if strategy is not before[nid]:
+            updates[nid] = {"strategy": strategy, "provenance": followed[nid]}
     records = _records(problem, solution, ctx, pricer, chosen, storage)
     for nid, record in records.items():
         if nid in updates:

@@ -1,0 +1,90 @@
+"""``graphpar.common.api``: MindSpore's ``mindspore.common.api`` entry points that tests and tools use to compile a
+network without running it and to read the strategies its plan chose.
+
+``_cell_graph_executor.compile(net, *inputs)`` plans ``net`` (a ``TrainOneStepCell``: its train step; any other
+Cell: its forward) under the context in force, for the ``device_num`` devices the context names, none of which
+need exist (MindSpore compiles there for a simulated cluster the same way). A strategy that cannot hold raises
+when it is compiled, as MindSpore's (``StrategyError`` is a ``RuntimeError`` too). ``_get_shard_strategy(net)``
+returns what that compile chose, keyed as MindSpore keys it (``"Default/network-Net/MatMul-op0": [[2, 4], [4,
+1]]``; ``graphpar.compile.plans.op_strategies``), or, for a train cell ``Model.train`` ran, what its step runs.
+
+This module sits in the ``common`` layer, below the engine: the engine's side (:class:`GraphCompiler`) is
+registered by the root ``graphpar/__init__.py`` (``graphpar.compile.cell_executor``), as ``nn.runner`` is.
+The executor keeps each Cell's last compiled strategies, as MindSpore's graph executor keeps its compiled phases:
+that is the contract of ``_get_shard_strategy``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Protocol
+
+from graphpar.errors import GraphparError
+
+
+class GraphCompiler(Protocol):
+    """What the executor needs from the engine."""
+
+    def compile(self, obj: Any, args: tuple) -> dict[str, list]:
+        """Plan ``obj`` for ``args`` under the context in force; its op strategies (empty when the mode plans
+        none: STAND_ALONE, DATA_PARALLEL)."""
+        ...
+
+    def trained(self, obj: Any) -> dict[str, list] | None:
+        """The op strategies of the step ``obj`` last ran (a train cell after ``Model.train``), or None."""
+        ...
+
+
+class CompilerMissingError(GraphparError, RuntimeError):
+    """The executor was used before ``graphpar.compile`` registered its side (``graphpar/__init__.py`` does)."""
+
+
+class NotCompiledError(GraphparError, ValueError):
+    """``_get_shard_strategy(obj)`` for a Cell neither compiled by the executor nor run as a train step."""
+
+
+_compiler: GraphCompiler | None = None
+
+
+def register_graph_compiler(compiler: GraphCompiler) -> None:
+    """Install the engine's side (called once, by the root ``graphpar/__init__.py``)."""
+    global _compiler
+    _compiler = compiler
+
+
+def _engine() -> GraphCompiler:
+    if _compiler is None:
+        raise CompilerMissingError("no graph compiler is registered: import graphpar (its __init__ registers it)")
+    return _compiler
+
+
+class _CellGraphExecutor:
+    """MindSpore's ``_cell_graph_executor`` (and its older name ``_executor``): compile a Cell, read its plan."""
+
+    def __init__(self) -> None:
+        self._strategies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def compile(self, obj: Any, *args: Any, phase: str = "predict", **kwargs: Any) -> tuple[str, bool]:
+        """Plan ``obj`` for ``args``. ``phase`` is MindSpore's name for the compiled graph ("train", "predict"); a
+        ``TrainOneStepCell`` plans its train step and any other Cell its forward, whatever it says."""
+        if kwargs:
+            raise TypeError(f"_cell_graph_executor.compile(): unexpected keyword argument(s) {sorted(kwargs)}; it "
+                            "takes the Cell, its inputs and phase=")
+        self._strategies[obj] = _engine().compile(obj, args)
+        return phase, True
+
+    def _get_shard_strategy(self, obj: Any) -> dict[str, list]:
+        """``{op key: one list of splits per input}`` of ``obj``'s last compile (see the module docstring)."""
+        if obj in self._strategies:
+            return dict(self._strategies[obj])
+        found = _engine().trained(obj)
+        if found is None:
+            raise NotCompiledError(f"_get_shard_strategy({type(obj).__name__}): this Cell was not compiled; call "
+                                   "_cell_graph_executor.compile(cell, *inputs) (or train it) first")
+        return found
+
+    _get_strategy = _get_shard_strategy  # MindSpore 1.x's name
+
+
+_cell_graph_executor = _CellGraphExecutor()
+_executor = _cell_graph_executor  # MindSpore 1.x's name

@@ -1,0 +1,106 @@
+"""Each op's strategy, named as MindSpore names it, and plans made for that without devices.
+
+MindSpore's unit tests read a compiled network's strategies as ``{"Default/network-Net/MatMul-op0": [[2, 4], [4,
+1]], ...}`` (``_cell_graph_executor._get_shard_strategy(net)``) and look ops up by kind (``re.search("MatMul-op",
+key)``). :func:`strategy_table` gives a planned graph's strategies in that form: the key is the op's Cell scope,
+its MindSpore kind and ``-op`` with a number counted over the graph's ops in graph order (MindSpore counts every
+node it names, so its numbers are not reproducible beyond "the first MatMul of a graph of MatMuls"; the kind is what
+a test should match); the value is one list of splits per tensor input (``[]`` for a scalar operand and for an op
+whose layout follows its input, e.g. Reshape, as MindSpore's). :func:`plan_cell` plans a Cell (a ``TrainOneStepCell``'s
+train step, any other Cell's forward) for the devices the context names, without those devices: the trace and the
+pass list are the ones a real job runs (``plan_graph``), nothing is lowered, and a configured strategy file (or
+``set_op_strategy_config(mode="SAVE")``'s) is written as a compile writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from graphpar import _context
+from graphpar._context import ParallelMode
+from graphpar.compile.lowering.graph_trace import trace_network
+from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.ir.graph import Graph
+from graphpar.nn.wrap import TrainOneStepCell
+from graphpar.planner import strategy_file
+from graphpar.planner.follow import follows_input
+from graphpar.planner.memory_model import graph_optimizer_slots
+from graphpar.planner.passes.context import PlanRequest
+from graphpar.planner.planning import plan_graph
+from graphpar.planner.search.settings import search_settings
+
+_PLANNED_MODES = (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL, ParallelMode.HYBRID_PARALLEL)
+
+
+def _mindspore_scope(scope: str, top: str | None) -> str:
+    """graphpar labels the Cell a forward is traced from ``network-{Class}`` under ``Default``; MindSpore compiles
+    that Cell as the root itself, ``Default``."""
+    if top is None:
+        return scope
+    root = f"Default/network-{top}"
+    if scope == root or scope.startswith(root + "/"):
+        return "Default" + scope[len(root):]
+    return scope
+
+
+def strategy_keys(graph: Graph, top: str | None = None) -> dict[int, str]:
+    """Node id -> ``"{scope}/{Kind}-op{n}"`` for every op node, ``n`` counted over the ops in graph order.
+    ``top``: the class of the Cell a forward graph was traced from (its scope is MindSpore's root, ``Default``)."""
+    keys = {}
+    for n, node in enumerate(x for x in graph.node_list() if x.is_op):
+        scope = _mindspore_scope(node.scope, top)
+        keys[node.id] = f"{scope}/{node.kind}-op{n}" if scope else f"{node.kind}-op{n}"
+    return keys
+
+
+def strategy_table(graph: Graph, top: str | None = None) -> dict[str, list[list[int]]]:
+    """Each op's strategy keyed as MindSpore's tests and strategy files key it (see the module docstring);
+    ``top`` as :func:`strategy_keys`."""
+    table = {}
+    for nid, key in strategy_keys(graph, top).items():
+        node = graph.nodes[nid]
+        if node.strategy is None:
+            continue
+        table[key] = [] if follows_input(node) else [list(row) for row in node.strategy.in_strategy()]
+    return table
+
+
+def _aval(x: Any) -> jax.ShapeDtypeStruct:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x
+    array = x if hasattr(x, "dtype") and hasattr(x, "shape") else np.asarray(x)
+    return jax.ShapeDtypeStruct(tuple(array.shape), np.dtype(array.dtype))
+
+
+def table_of_cell(cell: Any, inputs: Sequence[Any]) -> dict[str, list[list[int]]]:
+    """:func:`strategy_table` of :func:`plan_cell` (empty when nothing is planned), scopes as MindSpore names them
+    for ``cell`` compiled at the root."""
+    graph = plan_cell(cell, inputs)
+    if graph is None:
+        return {}
+    return strategy_table(graph, None if isinstance(cell, TrainOneStepCell) else type(cell).__name__)
+
+
+def plan_cell(cell: Any, inputs: Sequence[Any]) -> Graph | None:
+    """``cell`` traced for ``inputs`` (global shapes) and planned under the context in force, for its
+    ``device_num`` devices (virtual: none is used); None in STAND_ALONE / DATA_PARALLEL, which plan no op."""
+    pctx = _context.current_parallel()
+    train = isinstance(cell, TrainOneStepCell)
+    network = cell.network if train else cell
+    purpose = "train" if train else "forward"
+    ns = NetworkState(network, network.trainable_params())
+    graph, _ = trace_network(ns, [_aval(x) for x in inputs], purpose)
+    if pctx.parallel_mode not in _PLANNED_MODES:
+        return None
+    devices = _context.get_auto_parallel_context("device_num")
+    optimizer = cell.optimizer if train else None
+    graph = plan_graph(graph, PlanRequest(
+        devices, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
+        search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu"),
+        graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
+    strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()))
+    return graph
