@@ -23,7 +23,9 @@ from flax import nnx
 from graphpar.ir import construct_errors
 from graphpar.ir import recorder as _recorder
 from graphpar.ops._mixed_precision import cast_tree
+from graphpar.errors import StrategyError
 from graphpar.ops.strategy import Strategy, check_ranks, check_structure
+from graphpar.planner.layout import is_layout_strategy
 
 
 _STAGE = object()  # _inline_call's answer for a call that must be staged as a jit equation
@@ -106,6 +108,10 @@ class Primitive:
         self.in_strategy = check_structure(self.name, in_strategy, n_inputs, "in_strategy", self.input_names)
         if out_strategy is not None:
             self.out_strategy = check_structure(self.name, out_strategy, None, "out_strategy")
+        if (self.out_strategy is not None
+                and is_layout_strategy(self.in_strategy) != is_layout_strategy(self.out_strategy)):
+            raise StrategyError(self.name, out_strategy, "in_strategy and out_strategy must both be written with "
+                                "layouts or both with tuples of ints", hint="Write out_strategy as in_strategy is")
         return self
 
     # --- execution ---------------------------------------------------------------------------------------------

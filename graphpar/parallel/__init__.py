@@ -2,12 +2,16 @@
 
 ``plan(network_or_train_cell, *example_inputs)`` shows a plan in memory; ``plan_for_devices(...)`` makes one for a
 device count this machine does not have; ``graphpar.parallel.nn`` holds MindSpore 2.x's ``Pipeline`` and
-``GradAccumulation``. This package is a facade at the top of the layers (docs/architecture.md): it re-exports from
-the engine (``graphpar.planner`` decides strategies and layouts, ``graphpar.compile`` runs them) and holds no logic.
+``GradAccumulation``; ``Layout``, ``shard`` and ``function.reshard`` are MindSpore 2.x's explicit layouts. This
+package is a facade at the top of the layers (docs/architecture.md): it re-exports from the engine (``graphpar.planner`` decides strategies and layouts, ``graphpar.compile`` runs them) and holds no logic.
 """
 
 from graphpar.compile.plans.dry_run import PlanSummary as PlanSummary
+from graphpar.nn.functional_shard import shard as shard
+from graphpar.ops.layout_ops import reshard as reshard
+from graphpar.parallel import function as function
+from graphpar.planner.layout import Layout as Layout
 from graphpar.compile.plans.dry_run import plan_for_devices as plan_for_devices
 from graphpar.parallel.plan_api import plan as plan
 
-__all__ = ["plan", "plan_for_devices", "PlanSummary"]
+__all__ = ["plan", "plan_for_devices", "PlanSummary", "Layout", "shard", "reshard", "function"]
