@@ -7,10 +7,10 @@ package is a facade at the top of the layers (docs/architecture.md): it re-expor
 """
 
 from graphpar.compile.plans.dry_run import PlanSummary as PlanSummary
-from graphpar.nn.functional_shard import shard as shard
 from graphpar.ops.layout_ops import reshard as reshard
 from graphpar.parallel import function as function
-from graphpar.planner.layout import Layout as Layout
+from graphpar.parallel.shard import Layout as Layout
+from graphpar.parallel.shard import shard as shard  # the function; the module stays importable by its path
 from graphpar.compile.plans.dry_run import plan_for_devices as plan_for_devices
 from graphpar.parallel.plan_api import plan as plan
 

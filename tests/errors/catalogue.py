@@ -542,6 +542,17 @@ ROWS: list[Row] = [
     Row("shard-rank", "strategy", "self.matmul.shard(((2, 1, 1), (1, 1))) on 2-D inputs, then train",
         lambda t: _train(in_strategy=((2, 1, 1), (1, 1))), ERR + "StrategyError",
         ("op 'matmul'", "(2, 1, 1)")),
+    Row("layout-alias", "strategy", "Layout((2, 4), ('dp', 'mp'))('dp', 'tp')",
+        lambda t: _ms().Layout((2, 4), ("dp", "mp"))("dp", "tp"), ERR + "LayoutError",
+        ("'tp'", "not an alias", "('dp', 'mp')")),
+    Row("layout-alias-twice", "strategy", "Layout((2, 4), ('dp', 'mp'))('dp', 'dp')",
+        lambda t: _ms().Layout((2, 4), ("dp", "mp"))("dp", "dp"), ERR + "LayoutError",
+        ("alias 'dp' twice", "at most once per tensor")),
+    Row("layout-devices", "strategy", "self.matmul.shard((layout('dp', 'mp'), layout('mp', 'None'))) with "
+        "layout = Layout((2, 2), ('dp', 'mp')) on 8 devices, then train",
+        lambda t: _train(in_strategy=(_ms().Layout((2, 2), ("dp", "mp"))("dp", "mp"),
+                                      _ms().Layout((2, 2), ("dp", "mp"))("mp", "None"))), ERR + "StrategyError",
+        ("op 'matmul'", "holds 4 devices but the job has 8", "product is 8")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",
