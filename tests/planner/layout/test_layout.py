@@ -13,6 +13,7 @@ import pytest
 import graphpar as ms
 from graphpar import nn, ops
 from graphpar.dump.hlo import parse_collectives
+from graphpar.dump.reader import parse_node
 from graphpar.errors import LayoutError, StrategyError
 from graphpar.parallel import Layout
 
@@ -159,3 +160,6 @@ def test_begin_dump_prints_the_layouts_as_mindspore(tmp_path):
             "'alias_name': (dp, sp, mp)}, {'device_matrix': (2, 2, 2), 'tensor_map': (0, -1), "
             "'interleaved_parallel': false, 'alias_name': (dp, sp, mp)})") in line
     assert "{in_strategy: ((2, 2), (2, 1))}" in line
+    node = parse_node(line, 1)  # graphpar ir reads it back: the strategy, and the layouts as MindSpore printed them
+    assert node.in_strategy == ((2, 2), (2, 1))
+    assert node.primitive_attrs["in_layout"].startswith("({'device_matrix': (2, 2, 2), 'tensor_map': (2, 0)")

@@ -153,3 +153,16 @@ def test_a_strategy_file_mindspore_wrote_is_read_by_its_op_names(tmp_path):
                                        "field": 0, "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}}}))
     graph = _train_plan(Layered(hinted=False), strategy_ckpt_config={"load_file": str(path)})
     assert graph.find("matmul")[0].strategy.in_strategy() == ((4, 2), (2, 1))
+
+
+def test_a_layout_hinted_network_trains_as_it_does_on_one_device():
+    def losses(net, parallel):
+        ms.reset_auto_parallel_context()
+        if parallel:
+            ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation",
+                                         full_batch=True)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+        x, y = rand(16, 32), rand(16, 16, seed=3)
+        return [float(train(x, y)) for _ in range(3)]
+
+    np.testing.assert_allclose(losses(Layered(), True), losses(Layered(hinted=False), False), rtol=1e-5)
