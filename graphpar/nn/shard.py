@@ -20,9 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-
 from graphpar._logging import notice_once
+from graphpar.common.tensor import Tensor
 from graphpar.errors import StrategyError
 from graphpar.ops.layout_ops import Reshard
 from graphpar.planner.layout import Layout
@@ -100,8 +99,11 @@ def resolve_parameters(spec: ShardSpec, names: dict[str, str]) -> ShardSpec:
 
 
 def _pin(value: Any, layout: Any) -> Any:
-    if layout is None or not isinstance(value, jax.Array):
+    if layout is None:
         return value
+    if not isinstance(value, Tensor):  # a jax.Array or a Parameter
+        raise StrategyError("shard", layout, f"a layout is given for an input or output that is not a tensor "
+                            f"({type(value).__name__})", hint="Write None for it")
     return Reshard(layout).set_prim_instance_name("shard")(value)
 
 

@@ -166,3 +166,24 @@ def test_a_layout_hinted_network_trains_as_it_does_on_one_device():
         return [float(train(x, y)) for _ in range(3)]
 
     np.testing.assert_allclose(losses(Layered(), True), losses(Layered(hinted=False), False), rtol=1e-5)
+
+
+def test_functional_shard_of_a_function_pins_its_inputs_inside_construct():
+    matmul = ops.MatMul()
+    sharded = shard(lambda a, b: matmul(a, b), in_strategy=(LAYOUT("dp", "None"), LAYOUT("None", "mp")))
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = ms.Parameter(ms.Tensor(rand(32, 16, seed=1)), "w")
+
+        def construct(self, x):
+            return sharded(x, self.w)
+
+    x = rand(16, 32)
+    out, hlo, graph = forward(Net(), x, **PROPAGATION)
+    assert [n.strategy.input_specs for n in graph.node_list() if n.kind == "Reshard"] == [
+        ((("m0",), ()),), (((), ("m1", "m2")),)]
+    assert graph.find("mat_mul")[0].strategy.in_strategy() == ((2, 1), (1, 4))
+    assert collectives(hlo) == {}
+    np.testing.assert_allclose(np.asarray(out), x @ rand(32, 16, seed=1), rtol=1e-5, atol=1e-5)
