@@ -38,6 +38,9 @@ from graphpar.common.tensor import Tensor as Tensor
 from graphpar.common.api import register_graph_compiler as _register_graph_compiler
 from graphpar.compile.cell_executor import CellGraphCompiler as _CellGraphCompiler
 from graphpar.compile.cell_runner import CompiledCellRunner as _CompiledCellRunner
+from graphpar.nn.functional_shard import shard as shard
+from graphpar.ops.layout_ops import reshard as reshard
+from graphpar.planner.layout import Layout as Layout
 from graphpar.context import get_ps_context as get_ps_context
 from graphpar.context import set_ps_context as set_ps_context
 from graphpar.nn.runner import register_runner as _register_runner

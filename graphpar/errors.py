@@ -82,6 +82,19 @@ class StrategyTypeError(StrategyError, TypeError):
     message) and a ``TypeError`` (a ported ``pytest.raises(TypeError)`` holds)."""
 
 
+class LayoutError(GraphparError, ValueError):
+    """A ``Layout`` (``graphpar.parallel.Layout``) built or called with a value MindSpore refuses too: an unknown or
+    repeated alias, a device matrix and alias names of different lengths. Fields: ``device_matrix``,
+    ``alias_name``, ``reason``; ``hint`` says what would be valid."""
+
+    def __init__(self, device_matrix: Any, alias_name: Any, reason: str, hint: str | None = None):
+        self.device_matrix, self.alias_name, self.reason, self.hint = device_matrix, alias_name, reason, hint
+        message = f"Layout({device_matrix!r}, {alias_name!r}): {reason}"
+        if hint:
+            message += f". {hint}"
+        super().__init__(message)
+
+
 class CellError(GraphparError, TypeError):
     """A Cell that is defined or used in a way graphpar cannot run (no construct, duplicate names, ...)."""
 

@@ -26,6 +26,7 @@ from graphpar.dump.format import (
     FORMAT_VERSION, attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
 from graphpar.dump.hlo import Collective, parse_collectives
 from graphpar.ir.graph import Graph, Node
+from graphpar.planner.layout import is_layout_strategy
 from graphpar.planner.predict import predicted_costs
 from graphpar.planner.search.report import search_lines
 from graphpar.planner.wire import wire_bytes
@@ -128,7 +129,10 @@ def _node_line(graph: Graph, node: Node, per_device: bool, predicted: float | No
         shape = local_shape(v.shape, s.output_spec(j), mesh) if per_device and v.is_array else v.shape
         outs.append(tensor_type(v.dtype, shape))
     prim_attrs = dict(node.attrs)
-    if node.hint is not None:
+    if is_layout_strategy(node.hint):  # MindSpore's spelling for a strategy written with Layout objects
+        prim_attrs["in_layout"] = node.hint
+        prim_attrs["out_layout"] = node.out_hint
+    elif node.hint is not None:
         prim_attrs["in_strategy"] = node.hint
         prim_attrs["out_strategy"] = node.out_hint
     args = ", ".join(value_ref(graph.values[v]) for v in node.inputs)

@@ -13,6 +13,7 @@ scope (``Default/network-WithLossCell/_backbone-Net``).
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,7 @@ from graphpar.ir import recorder as _recorder
 from graphpar.ops import _mixed_precision
 from graphpar.nn._recompute import RecomputeConfig, cell_config
 from graphpar.nn.runner import top_level_call
+from graphpar.nn.shard import call_sharded, check_shard, resolve_parameters
 from graphpar.ops.primitive import Primitive
 
 _CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
@@ -74,6 +76,7 @@ class Cell(nnx.Module, pytree=False):
     ``construct``."""
 
     _amp_cast: Any = None  # a nn._mixed_precision.CellCast once to_float (or amp) set one
+    _shard_spec: Any = None  # a nn.shard.ShardSpec once shard() set one
     _recompute: RecomputeConfig | None = None  # set by recompute(); read through recompute_config
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -298,7 +301,19 @@ class Cell(nnx.Module, pytree=False):
                 return runner(self, args, kwargs)
             return self.construct(*args, **kwargs)
         with _recorder.cell_scope(self._scope_label(recorder), self, self.recompute_config):
+            if self._shard_spec is not None:  # Cell.shard / shard(cell, ...): layout constraints around construct
+                return call_sharded(self._shard_spec, functools.partial(self.construct, **kwargs),
+                                    dict(self.parameters_and_names()), args)
             return self.construct(*args, **kwargs)
+
+    def shard(self, in_strategy: Any, out_strategy: Any = None, parameter_plan: Any = None, device: str = "Ascend",
+              level: int = 0) -> "Cell":
+        """MindSpore 2.x's ``Cell.shard``: the layouts of this Cell's inputs, outputs and named Parameters (each a
+        called ``Layout``, a tuple of ints or None), its ops planned by sharding propagation (``graphpar.nn.shard``)."""
+        spec = check_shard(in_strategy, out_strategy, parameter_plan, device, level)
+        paths = dict(self.parameters_and_names())
+        self._shard_spec = resolve_parameters(spec, {**{p.name: n for n, p in paths.items()}, **{n: n for n in paths}})
+        return self
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}<"]

@@ -11,6 +11,7 @@ from jax import lax
 
 from graphpar.errors import StrategyError
 from graphpar.ops.primitive import Primitive
+from graphpar.planner.layout import is_layout_strategy
 
 
 class Reshape(Primitive):
@@ -184,7 +185,7 @@ class OneHot(Primitive):
         output form is translated: the depth split at ``axis`` leaves the input strategy and, when it is not 1,
         becomes the output strategy (the depth takes the devices the indices' strategy repeats on)."""
         hint = self.in_strategy
-        if not hint or not shapes or len(hint[0]) != len(shapes[0]) + 1:
+        if not hint or is_layout_strategy(hint) or not shapes or len(hint[0]) != len(shapes[0]) + 1:
             return hint, self.out_strategy
         axis = self.attrs["axis"] % len(hint[0])
         depth = hint[0][axis]

@@ -25,7 +25,9 @@ from graphpar.errors import StrategyError
 from graphpar.ir import construct_errors
 from graphpar.ir import recorder as _recorder
 from graphpar.ops._mixed_precision import cast_tree
+from graphpar.errors import StrategyError
 from graphpar.ops.strategy import Strategy, check_ranks, check_structure
+from graphpar.planner.layout import is_layout_strategy
 
 
 _DEVICE_TARGETS = ("CPU", "GPU", "Ascend")  # MindSpore's Primitive.set_device accepts these
@@ -125,6 +127,10 @@ class Primitive:
         self.out_strategy = None
         if out_strategy is not None:
             self.out_strategy = check_structure(self.name, out_strategy, None, "out_strategy")
+        if (self.out_strategy is not None
+                and is_layout_strategy(self.in_strategy) != is_layout_strategy(self.out_strategy)):
+            raise StrategyError(self.name, out_strategy, "in_strategy and out_strategy must both be written with "
+                                "layouts or both with tuples of ints", hint="Write out_strategy as in_strategy is")
         return self
 
     def set_device(self, device_target: str) -> "Primitive":

@@ -3,6 +3,8 @@
 A strategy is a tuple with one tuple per tensor input; each entry is a positive int that splits that dimension. A
 strategy of the wrong type (a list, a float split) is a :class:`~graphpar.errors.StrategyTypeError`, a ``TypeError``
 as in MindSpore's ``Primitive.shard``; a wrong value (a split of 0, the wrong number of entries) a ``StrategyError``.
+MindSpore 2.x also takes a tuple of ``Layout`` objects (``(layout("dp", "mp"), layout("mp", "None"))``), one per
+tensor input, each called with its tensor map; ``out_strategy`` is then written with layouts too.
 Checks that need input shapes (rank, divisibility) run at trace time (``check_ranks``); checks that need the device
 count run when the plan is made (``graphpar.parallel``).
 """
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from graphpar.errors import StrategyError, StrategyTypeError
+from graphpar.planner.layout import Layout, is_layout_strategy
 
 Strategy = tuple[tuple[int, ...], ...]
 
@@ -35,6 +38,12 @@ def check_structure(op: str, strategy: Any, n_inputs: int | None, what: str = "i
     """
     example = _example(n_inputs)
     names = f" ({', '.join(input_names)})" if input_names else ""
+    if is_layout_strategy(strategy):
+        return _check_layouts(op, strategy, n_inputs, what, names)
+    if isinstance(strategy, tuple) and any(isinstance(e, Layout) for e in strategy):
+        raise StrategyError(op, strategy, f"{what} mixes Layout objects and tuples of ints",
+                            hint="Write every entry as a called Layout (layout('dp', 'None')) or every entry as a "
+                                 f"tuple of ints, e.g. {example}")
     if not isinstance(strategy, tuple):
         raise StrategyTypeError(op, strategy, f"{what} must be a tuple of tuples, got {type(strategy).__name__}",
                             hint=f"Write it with tuples, one per input{names}, e.g. {example}")
@@ -58,6 +67,23 @@ def check_structure(op: str, strategy: Any, n_inputs: int | None, what: str = "i
     return strategy
 
 
+def _check_layouts(op: str, strategy: tuple, n_inputs: int | None, what: str, names: str) -> tuple:
+    for i, layout in enumerate(strategy):
+        if layout.entries is None:
+            raise StrategyError(op, strategy, f"{what}[{i}] is a Layout without its tensor map",
+                                hint="Call the layout with one alias (or 'None') per dimension, e.g. "
+                                     "layout('dp', 'None')")
+    if n_inputs is not None and what == "in_strategy" and len(strategy) != n_inputs:
+        raise StrategyError(op, strategy, f"{op} takes {n_inputs} tensor input(s){names} but the strategy has "
+                            f"{len(strategy)} layouts", hint="Give one layout per input")
+    return strategy
+
+
+def entry_rank(entry: tuple | Layout) -> int:
+    """How many dimensions a strategy entry describes: a tuple's length, a layout's tensor-map length."""
+    return len(entry.entries) if isinstance(entry, Layout) else len(entry)
+
+
 def check_ranks(op: str, scope: str, strategy: Strategy, shapes: Sequence[tuple[int, ...]],
                 input_names: Sequence[str]) -> None:
     """At trace time: one entry per tensor input, each as long as that input's rank."""
@@ -66,9 +92,9 @@ def check_ranks(op: str, scope: str, strategy: Strategy, shapes: Sequence[tuple[
                             f"{list(shapes)} but the strategy has {len(strategy)} entries", scope=scope,
                             hint="Give one tuple per tensor input")
     for i, (entry, shape) in enumerate(zip(strategy, shapes)):
-        if len(entry) != len(shape):
+        if entry_rank(entry) != len(shape):
             name = input_names[i] if i < len(input_names) else f"input {i}"
             ones = tuple([1] * len(shape))
-            raise StrategyError(op, strategy, f"entry {i} {entry} has {len(entry)} split(s) but {name} has rank "
+            raise StrategyError(op, strategy, f"entry {i} {entry} has {entry_rank(entry)} split(s) but {name} has rank "
                                 f"{len(shape)} (shape {tuple(shape)})", scope=scope,
                                 hint=f"Give one split per dimension, e.g. {ones} for no split")

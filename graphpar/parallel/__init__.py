@@ -4,8 +4,9 @@
 device count this machine does not have; ``graphpar.parallel.nn`` holds MindSpore 2.x's ``Pipeline`` and
 ``GradAccumulation``; ``strategies(...)`` each op's strategy keyed as MindSpore's tests and strategy files key it;
 ``set_algo_parameters`` / ``get_algo_parameters`` / ``reset_algo_parameters`` / ``set_op_strategy_config`` the
-settings of AUTO_PARALLEL's planner. This package is a facade at the top of the layers (docs/architecture.md): it re-exports from
-the engine (``graphpar.planner`` decides strategies and layouts, ``graphpar.compile`` runs them) and holds no logic.
+settings of AUTO_PARALLEL's planner; ``Layout``, ``shard`` and ``function.reshard`` are MindSpore 2.x's explicit
+layouts. This package is a facade at the top of the layers (docs/architecture.md): it re-exports from the engine
+(``graphpar.planner`` decides strategies and layouts, ``graphpar.compile`` runs them) and holds no logic.
 """
 
 from graphpar._context import get_algo_parameters as get_algo_parameters
@@ -13,9 +14,13 @@ from graphpar._context import reset_algo_parameters as reset_algo_parameters
 from graphpar._context import set_algo_parameters as set_algo_parameters
 from graphpar._context import set_op_strategy_config as set_op_strategy_config
 from graphpar.compile.plans.dry_run import PlanSummary as PlanSummary
+from graphpar.ops.layout_ops import reshard as reshard
+from graphpar.parallel import function as function
+from graphpar.parallel.shard import Layout as Layout
+from graphpar.parallel.shard import shard as shard  # the function; the module stays importable by its path
 from graphpar.compile.plans.dry_run import plan_for_devices as plan_for_devices
 from graphpar.parallel.plan_api import plan as plan
 from graphpar.parallel.strategies import strategies as strategies
 
 __all__ = ["plan", "plan_for_devices", "PlanSummary", "strategies", "set_algo_parameters", "get_algo_parameters",
-           "reset_algo_parameters", "set_op_strategy_config"]
+           "reset_algo_parameters", "set_op_strategy_config", "Layout", "shard", "reshard", "function"]

@@ -22,6 +22,7 @@ from graphpar.errors import StrategyError
 from graphpar.ir.graph import MeshInfo as MeshInfo  # re-exported: the planner's name for the mesh
 from graphpar.ir.graph import Spec as Spec
 from graphpar.planner.dims import DimSpec, with_repeat
+from graphpar.planner.layout import is_layout_strategy
 
 
 def hint_device_matrix(dims: DimSpec, hint: Sequence[Sequence[int]], n_devices: int) -> tuple[int, ...] | None:
@@ -43,7 +44,10 @@ def hint_device_matrix(dims: DimSpec, hint: Sequence[Sequence[int]], n_devices: 
 
 
 def strategy_text(strategy: Sequence[Sequence[int]]) -> str:
-    """MindSpore's printing: ``((2, 4), (4))`` (no trailing comma for one-element tuples)."""
+    """MindSpore's printing: ``((2, 4), (4))`` (no trailing comma for one-element tuples); a strategy written with
+    layouts prints each as MindSpore's dictionary."""
+    if is_layout_strategy(strategy):
+        return "(" + ", ".join(repr(layout) for layout in strategy) + ")"
     return "(" + ", ".join("(" + ", ".join(str(d) for d in row) + ")" for row in strategy) + ")"
 
 

@@ -15,7 +15,12 @@ strategy checkpoint, which MindSpore itself reads and writes, plus a ``graphpar`
                                            "in_strategy": [[2, 4], [4, 1]], "out_strategy": null,
                                            "provenance": "user"}}}}
 
-An op's key is its Cell scope, kind and instance name; the k-th repeat of a key in graph order gets ``#k``. Loading
+An op given ``Layout`` objects also records them (``"in_layout"`` / ``"out_layout"``: per tensor, MindSpore's
+``dev_matrix`` and ``tensor_map`` with the layout's ``alias_name``), so loading places it on the same device-matrix
+axes, not only with the same number of pieces per dimension.
+
+An op's key is its Cell scope, kind and instance name; the k-th repeat of a key in graph order gets ``#k``. A file
+MindSpore wrote names ops ``{Kind}_{first Parameter input}`` (:func:`mindspore_keys`); loading finds them by either. Loading
 (the ``apply_strategy_file`` pass) gives every op found in the file its recorded strategy, then propagation and the
 defaults fill in the rest, so the same network on the same devices gets exactly the same plan.
 """
@@ -34,6 +39,7 @@ from graphpar._context import ParallelMode
 from graphpar._logging import notice_once
 from graphpar.errors import ConfigError
 from graphpar.ir.graph import Graph
+from graphpar.planner.layout import Layout, from_tensor_map, is_layout_strategy
 from graphpar.planner.mesh import axis_names, mesh_axis_sizes
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig, shard_parameter, shard_step
 from graphpar.planner.tensor_layout import from_mesh_spec, rank_slices
@@ -67,6 +73,8 @@ class RecordedStrategy:
     scope: str
     in_strategy: tuple
     out_strategy: tuple | None
+    in_layout: tuple[Layout, ...] | None = None  # the op's shard() layouts, when it was given Layout objects
+    out_layout: tuple[Layout, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,34 @@ def node_keys(graph: Graph) -> dict[int, str]:
         seen[base] = count + 1
         out[node.id] = base if count == 0 else f"{base}#{count}"
     return out
+
+
+def mindspore_keys(graph: Graph) -> dict[int, str]:
+    """The key MindSpore's strategy files give an op: ``{Kind}_{name of its first Parameter input}``
+    (``MatMul_fc1.weight``; its ``StrategyCheckpoint`` keys ``prim->name() + "_" + param name``). Ops reading no
+    Parameter have none, as in MindSpore; a key already taken by an earlier op stays with it."""
+    out: dict[int, str] = {}
+    taken: set[str] = set()
+    for node in graph.node_list():
+        if not node.is_op:
+            continue
+        params = [graph.values[v].name for v in node.inputs if graph.values[v].kind == "param"]
+        if params and f"{node.kind}_{params[0]}" not in taken:
+            out[node.id] = f"{node.kind}_{params[0]}"
+            taken.add(out[node.id])
+    return out
+
+
+def layout_json(layout: Layout) -> dict[str, Any]:
+    """A layout as a strategy file records it: MindSpore's ``dev_matrix`` and ``tensor_map`` (device-matrix axes
+    counted from the right, -1 unsplit, a list for a dimension split over several axes), with its alias names."""
+    return {"dev_matrix": list(layout.device_matrix), "alias_name": list(layout.alias_name),
+            "tensor_map": [list(e) if isinstance(e, tuple) else e for e in layout.tensor_map]}
+
+
+def _layouts(items: Any) -> tuple[Layout, ...] | None:
+    return None if items is None else tuple(from_tensor_map(i["dev_matrix"], i["alias_name"], i["tensor_map"])
+                                            for i in items)
 
 
 def _tuples(value: Any) -> tuple | None:
@@ -148,6 +184,10 @@ def from_graph(graph: Graph, device_num: int, parallel_mode: str, trainable: set
             strategies[key] = {"kind": node.kind, "instance_name": node.instance_name, "scope": node.scope,
                                "in_strategy": in_strategy, "out_strategy": out_strategy,
                                "provenance": node.provenance.kind if node.provenance else None}
+            if is_layout_strategy(node.hint) and node.provenance is not None and node.provenance.kind == "user":
+                strategies[key]["in_layout"] = [layout_json(layout) for layout in node.hint]
+                strategies[key]["out_layout"] = (None if node.out_hint is None else
+                                                 [layout_json(layout) for layout in node.out_hint])
     return {"current_stage": 0, "parallel_strategy_item": ms_strategies, "parallel_layout_item": ms_layouts,
             "graphpar": {"version": VERSION, "parallel_mode": parallel_mode, "device_num": device_num,
                          "mesh": None if replicated else {"axis_names": list(mesh.names),
@@ -238,7 +278,8 @@ def _parse(path: str, data: dict) -> StrategyFile:
     strategies = {}
     for key, item in (extra.get("strategies") or {}).items():
         strategies[key] = RecordedStrategy(key, item["kind"], item["instance_name"], item.get("scope", ""),
-                                           _tuples(item["in_strategy"]), _tuples(item.get("out_strategy")))
+                                           _tuples(item["in_strategy"]), _tuples(item.get("out_strategy")),
+                                           _layouts(item.get("in_layout")), _layouts(item.get("out_layout")))
     if not extra:  # MindSpore's own file: op strategies by node name, without graphpar's keys
         for key, item in data.get("parallel_strategy_item", {}).items():
             strategies[key] = RecordedStrategy(key, "", "", "", _tuples(item["parallel_strategy"]), None)
@@ -309,6 +350,7 @@ class FileMatch:
 def match(record: StrategyFile, graph: Graph) -> FileMatch:
     """Which of ``record``'s entries name an op or a parameter of ``graph``."""
     op_keys = [key for node_id, key in node_keys(graph).items() if graph.nodes[node_id].is_op]
+    op_keys += list(mindspore_keys(graph).values())
     params = [graph.values[v].name for v in graph.inputs if graph.values[v].kind == "param"]
     have_ops, have_params = set(op_keys), set(params)
     unmatched_ops = tuple(k for k in record.strategies if k not in have_ops)

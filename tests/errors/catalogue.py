@@ -593,6 +593,17 @@ ROWS: list[Row] = [
     Row("algo-fully-use-devices", "strategy", "set_algo_parameters(fully_use_devices=True), AUTO_PARALLEL, "
         "self.matmul.shard(((2, 1), (1, 1))) on 8 devices, then train", _fully_use_devices, ERR + "StrategyError",
         ("op 'matmul'", "fully_use_devices=True", "uses 2 of the 8 devices", "fully_use_devices=False")),
+    Row("layout-alias", "strategy", "Layout((2, 4), ('dp', 'mp'))('dp', 'tp')",
+        lambda t: _ms().Layout((2, 4), ("dp", "mp"))("dp", "tp"), ERR + "LayoutError",
+        ("'tp'", "not an alias", "('dp', 'mp')")),
+    Row("layout-alias-twice", "strategy", "Layout((2, 4), ('dp', 'mp'))('dp', 'dp')",
+        lambda t: _ms().Layout((2, 4), ("dp", "mp"))("dp", "dp"), ERR + "LayoutError",
+        ("alias 'dp' twice", "at most once per tensor")),
+    Row("layout-devices", "strategy", "self.matmul.shard((layout('dp', 'mp'), layout('mp', 'None'))) with "
+        "layout = Layout((2, 2), ('dp', 'mp')) on 8 devices, then train",
+        lambda t: _train(in_strategy=(_ms().Layout((2, 2), ("dp", "mp"))("dp", "mp"),
+                                      _ms().Layout((2, 2), ("dp", "mp"))("mp", "None"))), ERR + "StrategyError",
+        ("op 'matmul'", "holds 4 devices but the job has 8", "product is 8")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

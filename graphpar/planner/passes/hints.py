@@ -28,6 +28,8 @@ from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.dims import shapes_of
 from graphpar.planner.follow import follows_input, ignore_hint
+from graphpar.planner.layout import is_layout_strategy
+from graphpar.planner.layout_hint import LayoutHint, check_layout_hint, place_layout_hint
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.strategy import check_hint, hint_device_matrix, place_hint, strategy_text
 
@@ -53,6 +55,14 @@ class CheckedHint(ReadHint):
 
 
 @dataclass(frozen=True)
+class CheckedLayoutHint(ReadHint):
+    """A hint written with ``Layout`` objects that passed the checks (``planner.layout_hint``): ``device_matrix``
+    is the layout's own (its device axes), which the mesh must refine."""
+
+    layout: LayoutHint
+
+
+@dataclass(frozen=True)
 class RefusedHint(ReadHint):
     """A hint that failed its checks, or sits on an op kind without a sharding rule: ``apply_hints`` raises
     ``error`` at the node's turn."""
@@ -69,7 +79,15 @@ def read_hint(node: Node, graph: Graph, ctx: PlanContext) -> ReadHint:
     """What ``read_hints`` records for one hinted node (see the module docstring)."""
     hint, text = node.hint, strategy_text(node.hint)
     dims = ctx.dims(node, graph)
-    matrix = None if dims is None else hint_device_matrix(dims, hint, ctx.request.devices)
+    if is_layout_strategy(hint) and not follows_input(node) and dims is not None:
+        ins, outs = shapes_of(node, graph)
+        try:
+            checked = check_layout_hint(node, dims, hint, node.out_hint, ins, outs, ctx.request.devices)
+        except StrategyError as error:
+            return RefusedHint(text, None, error)
+        return CheckedLayoutHint(text, checked.device_matrix, checked)
+    matrix = None if dims is None or is_layout_strategy(hint) else hint_device_matrix(dims, hint,
+                                                                                           ctx.request.devices)
     if follows_input(node):
         return IgnoredHint(text, matrix)
     if dims is None:
@@ -115,6 +133,10 @@ def apply_hints(graph: Graph, ctx: PlanContext) -> Graph:
         if isinstance(read, RefusedHint):
             raise read.error
         dims = ctx.dims(node, graph)
+        if isinstance(read, CheckedLayoutHint):
+            updates[node.id] = {"strategy": place_layout_hint(dims, read.layout, ctx.mesh),
+                                "provenance": Provenance("user")}
+            continue
         _, outs = shapes_of(node, graph)
         strategy = place_hint(node, dims, read.in_strategy, dict(read.splits), ctx.mesh, read.out_strategy, outs)
         updates[node.id] = {"strategy": strategy, "provenance": Provenance("user")}

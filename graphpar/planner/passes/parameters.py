@@ -8,6 +8,10 @@ redistributed to all of them, and the choice is reported (begin dump; a warning 
 two *user-hinted* ops demand different layouts of one Parameter, that is MindSpore's "strategies of a shared
 parameter must agree" error: a :class:`~graphpar.errors.StrategyError` names both ops, their strategies and what
 would be valid. Non-trainable state (BatchNorm statistics, keys, constants) is stored replicated and sliced where read.
+
+A layout constraint read by a Parameter (``Reshard``: ``reshard(param, layout)``, or ``shard(cell,
+parameter_plan=...)``) is the Parameter's layout: it is stored so, whatever its other consumers would prefer (they
+get it redistributed, reported as above); a user-hinted consumer that disagrees is the error above.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from graphpar.ir.graph import Graph
 from graphpar.planner.cost import redistribution_bytes, replicated_spec
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.strategy import strategy_text
+
+PIN_KIND = "Reshard"  # ops.layout_ops.Reshard: a layout constraint
 
 
 def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
@@ -40,6 +46,7 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
             specs[vid] = distinct[0] if distinct else replicated_spec(len(value.shape))
             continue
         hinted = [(n, k, s) for n, k, s in wants if n.provenance is not None and n.provenance.kind == "user"]
+        pinned = [s for n, _, s in hinted if n.kind == PIN_KIND]
         if len({s for _, _, s in hinted}) > 1:
             (a, ka, _), (b, kb, _) = hinted[0], next(h for h in hinted[1:] if h[2] != hinted[0][2])
             raise StrategyError(
@@ -54,7 +61,8 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
             return sum(redistribution_bytes(spec, s, value.shape, value.itemsize, ctx.mesh) for _, _, s in wants)
 
         searched = graph.plan.search.storage.get(vid) if graph.plan.search is not None else None  # the search priced this choice
-        best = searched if searched is not None else min(distinct, key=lambda s: (cost(s), distinct.index(s)))
+        best = pinned[0] if pinned else searched if searched is not None else min(
+            distinct, key=lambda s: (cost(s), distinct.index(s)))
         specs[vid] = best
         report = {"parameter": value.name, "chosen": best, "cost_bytes": cost(best),
                   "wanted": [(n.instance_name, n.id, s) for n, _, s in wants]}

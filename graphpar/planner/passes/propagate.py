@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost, reduce_scatter_saving
+from graphpar.planner.dims import shapes_of
 from graphpar.planner.follow import follow_strategy, follows_input, input_for_output, value_layout
+from graphpar.planner.layout_hint import aligned_strategies
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.elementwise_follow import follow_consumers
 from graphpar.planner.strategy import NodeStrategy
@@ -203,6 +205,21 @@ def loss_tail(graph: Graph) -> frozenset[int]:
     return frozenset(tail)
 
 
+def _aligned(node: Node, graph: Graph, dims, local: _Local, cands: tuple, mesh) -> tuple[NodeStrategy, ...]:
+    """The strategies that keep a decided neighbour's layout (``layout_hint.aligned_strategies``) which no
+    enumerated candidate has, after them (a tie keeps the enumerated one)."""
+    rows = [(dims.inputs[i], src) for i, _, src, *_ in local.ins]
+    rows += [(dims.outputs[j], spec) for j, _, _, decided, _ in local.outs for spec, _ in decided]
+    ins, outs = shapes_of(node, graph)
+    known = {(c.input_specs, c.output_specs) for c in cands}
+    extra = []
+    for cand in aligned_strategies(dims, rows, ins, outs, mesh):
+        if (cand.input_specs, cand.output_specs) not in known:
+            known.add((cand.input_specs, cand.output_specs))
+            extra.append(cand)
+    return tuple(extra)
+
+
 def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
            grads: frozenset[int], memo: dict[tuple, tuple] | None = None,
            tail: frozenset[int] = frozenset()) -> Choice | None:
@@ -224,6 +241,7 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
         if cand is None:
             return None
         return cand, edges, op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
+    cands = cands + _aligned(node, graph, dims, local, cands, mesh)
     best_key, best = None, None
     for index, cand in enumerate(cands):
         edges, forward, changes = _edges(local, cand, mesh)

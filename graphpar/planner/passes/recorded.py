@@ -21,8 +21,10 @@ from graphpar.ir.graph import Graph, Provenance
 from graphpar.planner.dims import shapes_of
 from graphpar.planner.follow import follows_input
 from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.layout import is_layout_strategy
+from graphpar.planner.layout_hint import check_layout_hint, place_layout_hint
 from graphpar.planner.strategy import from_hint, strategy_text
-from graphpar.planner.strategy_file import StrategyFile, match, node_keys
+from graphpar.planner.strategy_file import StrategyFile, match, mindspore_keys, node_keys
 
 _EXAMPLES = 3  # names shown of a list in a message
 
@@ -70,30 +72,47 @@ def apply_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
                                  f"{ctx.mesh.n_devices} devices (save_file) or drop load_file")
     _check_names(graph, record, ctx.request.purpose)
     updates = {}
-    keys = node_keys(graph)
+    keys, ms_keys = node_keys(graph), mindspore_keys(graph)
     for node in graph.node_list():
-        recorded = record.strategies.get(keys[node.id])
+        recorded = record.strategies.get(keys[node.id]) or record.strategies.get(ms_keys.get(node.id, ""))
         if recorded is None or recorded.in_strategy is None or follows_input(node):
             continue
         dims = ctx.dims(node, graph)
         if dims is None:
             continue  # no sharding rule: replicated whatever the file says
         ins, outs = shapes_of(node, graph)
-        probe = dataclasses.replace(node, hint=recorded.in_strategy, out_hint=recorded.out_strategy)
+        given = recorded.in_layout or recorded.in_strategy
+        probe = dataclasses.replace(node, hint=given, out_hint=recorded.out_layout or recorded.out_strategy)
         try:
-            strategy = from_hint(probe, dims, recorded.in_strategy, ins, outs, ctx.mesh)
+            strategy = _placed(probe, dims, ins, outs, ctx)
         except StrategyError as exc:
             raise StrategyError(node.instance_name, recorded.in_strategy, f"recorded in strategy file "
                                 f"{record.path}, but it does not fit this job: {exc.reason}", node.scope,
                                 "Plan with the network and device count the file was written for, or drop "
                                 "strategy_ckpt_config['load_file']") from exc
-        if node.hint is not None and tuple(tuple(r) for r in node.hint) != recorded.in_strategy:
+        if node.hint is not None and _normal(node.hint) != _normal(given):
             notice_once(f"strategy-file:{keys[node.id]}", f"op '{node.instance_name}' (scope {node.scope}): "
                         f"shard({strategy_text(node.hint)}) is overridden by the strategy file {record.path}, which "
-                        f"records {strategy_text(recorded.in_strategy)}")
+                        f"records {strategy_text(given)}")
         updates[node.id] = {"strategy": strategy, "provenance": Provenance("user",
                                                                            detail=f"strategy file {record.path}")}
     return graph.with_annotations(updates)
+
+
+def _normal(hint: tuple) -> tuple:
+    return hint if is_layout_strategy(hint) else tuple(tuple(r) for r in hint)
+
+
+def _placed(probe, dims, ins, outs, ctx: PlanContext):
+    """The recorded strategy on this job's mesh: layouts on their own device-matrix axes, tuples as hints are."""
+    if not is_layout_strategy(probe.hint):
+        return from_hint(probe, dims, probe.hint, ins, outs, ctx.mesh)
+    checked = check_layout_hint(probe, dims, probe.hint, probe.out_hint, ins, outs, ctx.mesh.n_devices)
+    try:
+        return place_layout_hint(dims, checked, ctx.mesh)
+    except ValueError as exc:
+        raise StrategyError(probe.instance_name, probe.hint, str(exc), probe.scope,
+                            "Plan with the strategies the file was written with") from None
 
 
 def check_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:

@@ -230,3 +230,11 @@ def _softmax_ce(node, graph):
 @register("SparseSoftmaxCrossEntropyWithLogits")
 def _sparse_softmax_ce(node, graph):
     return DimSpec((("n", "c"), ("n",)), ((),), ("n", "c"), frozenset({"c"}))
+
+
+@register("Reshard")
+def _reshard(node, graph):
+    """``reshard(x, layout)`` (``ops.layout_ops.Reshard``): an identity whose hint pins the value's layout; the
+    output keeps the input's labels, so the hint is the layout of both."""
+    ins, outs = shapes_of(node, graph)
+    return elementwise(ins, outs)
