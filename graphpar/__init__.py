@@ -1,12 +1,13 @@
 """graphpar: MindSpore's parallel-training surface, run by JAX/XLA on a device mesh.
 
 ``import graphpar as ms`` and a MindSpore script's calls work: ``ms.set_context``, ``ms.set_auto_parallel_context``,
-``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time but three registrations, where
+``ms.nn``, ``ms.ops``, ``ms.dataset``, ``ms.train.Model``. Nothing runs at import time but four registrations, where
 a lower layer must reach a higher one (docs/architecture.md, "Layers"): ``graphpar.nn`` runs compiled Cell calls and
 train steps through the runner ``graphpar.compile`` implements (``nn.runner``); a Graph or a dump draws itself in a
 notebook with ``graphpar.viz`` (``ir.notebook``); ``get_auto_parallel_context("global_rank")`` defaults to the rank
-``graphpar.communication`` computes (``_context.register_rank_source``). Importing any module of graphpar runs this
-file first, so all three are in place before anything runs.
+``graphpar.communication`` computes (``_context.register_rank_source``); a Tensor, being a ``jax.Array``, gets
+MindSpore's ``asnumpy()`` / ``numpy()`` / ``dim()`` (``common.tensor.install_methods``). Importing any module of
+graphpar runs this file first, so all four are in place before anything runs.
 """
 
 from graphpar import context as context
@@ -30,6 +31,7 @@ from graphpar.common.parameter import ParameterTuple as ParameterTuple
 from graphpar.common.seed import get_seed as get_seed
 from graphpar.common.seed import set_seed as set_seed
 from graphpar.common.tensor import Tensor as Tensor
+from graphpar.common.tensor import install_methods as _install_tensor_methods
 from graphpar.compile.cell_runner import CompiledCellRunner as _CompiledCellRunner
 from graphpar.context import get_ps_context as get_ps_context
 from graphpar.context import set_ps_context as set_ps_context
@@ -50,6 +52,9 @@ from graphpar.viz.notebook import register as _register_notebook_views
 _register_notebook_views()
 
 _register_runner(_CompiledCellRunner())
+
+# MindSpore's Tensor methods jax.Array lacks (asnumpy, numpy, dim): a Tensor is a jax.Array
+_install_tensor_methods()
 
 # the settings' default global_rank is this process's rank, which the settings layer cannot compute
 from graphpar._context import register_rank_source as _register_rank_source

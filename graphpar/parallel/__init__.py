@@ -8,6 +8,7 @@ the engine (``graphpar.planner`` decides strategies and layouts, ``graphpar.comp
 
 from graphpar.compile.plans.dry_run import PlanSummary as PlanSummary
 from graphpar.compile.plans.dry_run import plan_for_devices as plan_for_devices
+from graphpar.parallel import nn as nn
 from graphpar.parallel.plan_api import plan as plan
 
-__all__ = ["plan", "plan_for_devices", "PlanSummary"]
+__all__ = ["nn", "plan", "plan_for_devices", "PlanSummary"]
