@@ -5,6 +5,7 @@ from graphpar.ops.array_ops import (  # noqa: F401
     Split, Squeeze, Stack, StridedSlice, Tile, Transpose)
 from graphpar.ops.comm_ops import (  # noqa: F401
     AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
+from graphpar.ops.debug_ops import Print  # noqa: F401
 from graphpar.ops.math_ops import (  # noqa: F401
     Abs, Add, AddN, Argmax, Argmin, ArgMaxWithValue, BatchMatMul, Ceil, Cos, CumSum, Div, Equal, Erf, Exp, Floor,
     FloorDiv, FloorMod, Greater, GreaterEqual, Identity, Less, LessEqual, Log, LogicalAnd, LogicalNot, LogicalOr,
