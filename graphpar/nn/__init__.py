@@ -8,6 +8,7 @@ from graphpar.nn.cell import CellList as CellList
 from graphpar.nn.cell import SequentialCell as SequentialCell
 from graphpar.nn.grad_reducer import DistributedGradReducer as DistributedGradReducer
 from graphpar.nn.grad_reducer import PipelineGradReducer as PipelineGradReducer
+from graphpar.nn.micro_interleaved import MicroBatchInterleaved as MicroBatchInterleaved
 from graphpar.nn.layer import *  # noqa: F401,F403
 from graphpar.nn.learning_rate_schedule import (  # noqa: F401
     CosineDecayLR, ExponentialDecayLR, InverseDecayLR, LearningRateSchedule, NaturalExpDecayLR, PolynomialDecayLR,
