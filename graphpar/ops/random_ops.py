@@ -56,6 +56,13 @@ class KeyedDropout(Primitive):
     def name(self) -> str:
         return "Dropout"
 
+    def shard(self, in_strategy: Any, out_strategy: Any = None) -> "KeyedDropout":
+        """MindSpore's Dropout strategy has one entry, ``x``'s (``((8, 1),)``); the key is graphpar's input, never
+        split, so its ``()`` is added (a two-entry strategy with the key's ``()`` is accepted too)."""
+        if isinstance(in_strategy, tuple) and len(in_strategy) == 1:
+            in_strategy = in_strategy + ((),)
+        return super().shard(in_strategy, out_strategy)
+
     def __call__(self, x: Any, key: Any = None) -> Any:
         if key is None:
             raise TypeError("KeyedDropout needs a PRNG key as its second input; ops.Dropout draws its own")

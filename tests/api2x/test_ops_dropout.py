@@ -62,3 +62,17 @@ def test_inside_compiled_programs(mode):
     again = _run(mode)
     for a, b in zip((first, second, key_before, key_after, weight), again):
         np.testing.assert_array_equal(a, b)
+
+
+def test_mindspores_one_entry_strategy():
+    class Sharded(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.drop = ops.Dropout(0.8).shard(((8, 1),))  # MindSpore's form: x only
+
+        def construct(self, x):
+            return self.drop(x)[0]
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    assert Sharded().drop.in_strategy == ((8, 1), ())
+    assert Sharded()(jnp.ones((8, 4))).shape == (8, 4)
