@@ -21,9 +21,10 @@ a counter counts finite steps modulo ``scale_window``; when it reaches ``scale_w
 scale is multiplied by ``scale_factor`` (unless that product overflows float32); a step that is not finite divides
 the scale by ``scale_factor`` (never below 1) and resets the counter. ``adjust`` returns True, as MindSpore's.
 
-The scale and the counter are Parameters (``scale_value``, ``counter``; never trained) of a Cell, as MindSpore keeps
-them in Parameters: read ``loss_scaler.scale_value.asnumpy()``. Outside a compiled program they change in place;
-a compiled step that closes over the scaler carries them as network state, like a Dropout key.
+The scale and the counter are Parameters (``scale_value``, ``counter``; never trained), as MindSpore keeps them: read
+``loss_scaler.scale_value.asnumpy()``. The scaler is a Cell (MindSpore's is a ``jit_class``; it is not called
+itself) so that a compiled step closing over it finds them as state, like a Dropout key; outside a compiled program
+they change in place.
 """
 
 from __future__ import annotations
@@ -76,9 +77,6 @@ class LossScaler(Cell):
 
     def adjust(self, grads_finite: Any) -> Any:
         raise NotImplementedError
-
-    def construct(self, *inputs: Any) -> Any:
-        return self.scale(inputs[0] if len(inputs) == 1 else inputs)
 
 
 class StaticLossScaler(LossScaler):
