@@ -1,7 +1,8 @@
 """A MindSpore 2.x data-parallel training loop in the style of the documentation's samples, with the imports
 changed only (the body is a function, run once per mode): MNIST from ``MNIST_Data/train/`` (the train pair alone),
 ``ms.value_and_grad(..., has_aux=True)``, ``nn.DistributedGradReducer``, ``optimizer(grads)``,
-``amp.DynamicLossScaler`` and ``amp.all_finite``, the loss read with ``.asnumpy()``. Prints one JSON line per run: the losses and the final scale."""
+``amp.DynamicLossScaler`` and ``amp.all_finite``, the loss read with ``.asnumpy()``. Prints one JSON line per run:
+the losses and the final scale."""
 
 import json
 import os
