@@ -304,7 +304,8 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-_NOT_COMPILED = frozenset({"save_graphs_setting", "save_graphs_path_setting"})  # dumps describe a program, never change it
+# dumps describe a program, never change it
+_NOT_COMPILED = frozenset({"save_graphs_setting", "save_graphs_path_setting"})
 
 
 @functools.cache
