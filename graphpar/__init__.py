@@ -6,8 +6,9 @@ a lower layer must reach a higher one (docs/architecture.md, "Layers"): ``graphp
 train steps through the runner ``graphpar.compile`` implements (``nn.runner``); a Graph or a dump draws itself in a
 notebook with ``graphpar.viz`` (``ir.notebook``); ``get_auto_parallel_context("global_rank")`` defaults to the rank
 ``graphpar.communication`` computes (``_context.register_rank_source``); ``common.api``'s
-``_cell_graph_executor`` plans through ``graphpar.compile`` (``common.api.register_graph_compiler``). Importing
-any module of graphpar runs this file first, so all four are in place before anything runs.
+``_cell_graph_executor`` plans through ``graphpar.compile`` (``common.api.register_graph_compiler``); a Tensor,
+being a ``jax.Array``, gets MindSpore's ``asnumpy()`` / ``numpy()`` / ``dim()`` (``common.tensor.install_methods``).
+Importing any module of graphpar runs this file first, so all five are in place before anything runs.
 """
 
 from graphpar import context as context
@@ -37,6 +38,7 @@ from graphpar.common.seed import set_seed as set_seed
 from graphpar.common.tensor import Tensor as Tensor
 from graphpar.common.api import register_graph_compiler as _register_graph_compiler
 from graphpar.compile.cell_executor import CellGraphCompiler as _CellGraphCompiler
+from graphpar.common.tensor import install_methods as _install_tensor_methods
 from graphpar.compile.cell_runner import CompiledCellRunner as _CompiledCellRunner
 from graphpar.nn.functional_shard import shard as shard
 from graphpar.ops.layout_ops import reshard as reshard
@@ -49,6 +51,7 @@ from graphpar.ops.composite import value_and_grad as value_and_grad
 from graphpar.train import (  # noqa: F401
     Callback, DynamicLossScaleManager, FixedLossScaleManager, LossMonitor, LossScaleManager, Model, RunContext,
     TimeMonitor)
+from graphpar.train.export import export as export
 from graphpar.train.serialization import (  # noqa: F401
     build_searched_strategy, load_checkpoint, load_distributed_checkpoint, load_param_into_net,
     merge_sliced_parameter, save_checkpoint, transform_checkpoints)
@@ -62,6 +65,9 @@ _register_notebook_views()
 _register_runner(_CompiledCellRunner())
 # mindspore.common.api's _cell_graph_executor plans through the engine (graphpar.common.api)
 _register_graph_compiler(_CellGraphCompiler())
+
+# MindSpore's Tensor methods jax.Array lacks (asnumpy, numpy, dim): a Tensor is a jax.Array
+_install_tensor_methods()
 
 # the settings' default global_rank is this process's rank, which the settings layer cannot compute
 from graphpar._context import register_rank_source as _register_rank_source

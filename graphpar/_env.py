@@ -265,3 +265,20 @@ def pass_checks_enabled() -> bool:
     """``GRAPHPAR_CHECK_PASSES``: 1 checks the plan's invariants after every planning pass (``planner.planning``;
     the test suite sets it); unset or 0: no checks between passes (``verify`` still runs where the mode has it)."""
     return bool(_read_flag("GRAPHPAR_CHECK_PASSES"))
+
+
+def save_graphs_level() -> int | None:
+    """``MS_DEV_SAVE_GRAPHS``: MindSpore 2.x's IR-dump level, 0 (off) to 3; None when unset or empty. Any other
+    value is refused by name where dumps are decided (MindSpore accepts exactly these four)."""
+    value = os.environ.get("MS_DEV_SAVE_GRAPHS")
+    if value is None or value.strip() == "":
+        return None
+    if value.strip() not in ("0", "1", "2", "3"):
+        raise EnvVarError("MS_DEV_SAVE_GRAPHS", value, "must be an IR-dump level: 0 (off), 1, 2 or 3 (MindSpore's "
+                                                       "levels; graphpar writes the same dumps for 1, 2 and 3)")
+    return int(value)
+
+
+def save_graphs_path() -> str | None:
+    """``MS_DEV_SAVE_GRAPHS_PATH``: where MindSpore 2.x writes IR dumps; None when unset or empty."""
+    return os.environ.get("MS_DEV_SAVE_GRAPHS_PATH") or None

@@ -24,6 +24,7 @@ from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
     PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_bool, check_dataset_strategy, check_parallel_optimizer_config,
     check_pipeline_config, check_writable_dir, parse_memory)
+from graphpar import _env
 from graphpar._logging import notice_once
 from graphpar.errors import ConfigError, DeviceError, GraphparError, UnknownSettingError
 
@@ -57,9 +58,31 @@ class Context(_Revised):
     mode: int = GRAPH_MODE
     device_target: str = "CPU"
     device_id: int = 0
-    save_graphs: int = 0
-    save_graphs_path: str = "ir_dumps"
+    save_graphs_setting: int = 0  # set_context(save_graphs=...); read through save_graphs
+    save_graphs_path_setting: str = "ir_dumps"  # set_context(save_graphs_path=...); read through save_graphs_path
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
+
+    @property
+    def save_graphs(self) -> int:
+        """The IR-dump level: MindSpore 2.x's ``MS_DEV_SAVE_GRAPHS`` when set (it takes precedence over
+        ``set_context(save_graphs=...)``, as in MindSpore, whose compiler reads the variable when it dumps), else the
+        ``set_context`` value. Read when a program is compiled, so a script may set the variable after its imports,
+        as MindSpore's samples do."""
+        level = _env.save_graphs_level()
+        return self.save_graphs_setting if level is None else level
+
+    @save_graphs.setter
+    def save_graphs(self, value: int) -> None:
+        self.save_graphs_setting = value
+
+    @property
+    def save_graphs_path(self) -> str:
+        """Where dumps go: ``MS_DEV_SAVE_GRAPHS_PATH`` when set, else ``set_context(save_graphs_path=...)``."""
+        return _env.save_graphs_path() or self.save_graphs_path_setting
+
+    @save_graphs_path.setter
+    def save_graphs_path(self, value: str) -> None:
+        self.save_graphs_path_setting = value
 
 
 @dataclass
@@ -282,7 +305,8 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-_NOT_COMPILED = frozenset({"save_graphs", "save_graphs_path"})  # dumps describe a program, never change it
+# dumps describe a program, never change it
+_NOT_COMPILED = frozenset({"save_graphs_setting", "save_graphs_path_setting"})
 
 
 @functools.cache

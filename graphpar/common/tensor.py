@@ -2,8 +2,8 @@
 
 A graphpar Tensor *is* a ``jax.Array`` (JAX no longer accepts array-like wrapper objects in its primitives, so a
 wrapper could not be "usable wherever a jax.Array is"). ``Tensor(...)`` builds one the way MindSpore does, and
-``isinstance(x, Tensor)`` is true for every ``jax.Array`` and every ``Parameter``. MindSpore's ``t.asnumpy()`` is
-``np.asarray(t)`` (or :func:`asnumpy`).
+``isinstance(x, Tensor)`` is true for every ``jax.Array`` and every ``Parameter``. MindSpore's Tensor methods that
+``jax.Array`` lacks (``asnumpy()``, ``numpy()``, ``dim()``) are attached to ``jax.Array`` by :func:`install_methods`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 from graphpar.common._convert import to_array
 from graphpar.common.initializer import initializer
 from graphpar.common.parameter import Parameter
+from graphpar.errors import CellError
 
 
 class _TensorMeta(type):
@@ -49,3 +50,40 @@ def asnumpy(x: Any) -> np.ndarray:
     if isinstance(x, Parameter):
         return x.asnumpy()
     return np.asarray(x)
+
+
+def _asnumpy(self: jax.Array) -> np.ndarray:
+    """MindSpore's ``Tensor.asnumpy()``: the value as a numpy array on the host (a copy, as MindSpore's)."""
+    return np.array(self)
+
+
+def _dim(self: jax.Array) -> int:
+    """MindSpore's ``Tensor.dim()``: the number of dimensions."""
+    return self.ndim
+
+
+def _not_in_program(method: str):
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise CellError(
+            f"Tensor.{method}() inside a compiled program (a GRAPH_MODE construct, a jitted step): the value is not "
+            "computed yet, as in MindSpore's graph mode. Return the tensor from the program and call "
+            f".{method}() on the result, print it with ops.Print(), or run in PYNATIVE_MODE")
+    refuse.__name__ = method
+    return refuse
+
+
+def install_methods() -> None:
+    """Give every ``jax.Array`` MindSpore's Tensor methods that ``jax.Array`` lacks: ``asnumpy()``, ``numpy()``,
+    ``dim()``. The others MindSpore samples use (``.shape``, ``.dtype``, ``.astype``, ``.item``, ``.size``,
+    ``.ndim``, ``.reshape``, ``.sum``, ``.mean``, ``.copy``, ``.tolist``) are ``jax.Array``'s own, with the same
+    meaning. Called once by ``graphpar/__init__.py``: a Tensor *is* a ``jax.Array``, so the methods go on that class,
+    as JAX itself attaches its array methods; on a tracer (inside a compiled program) ``asnumpy()`` / ``numpy()``
+    say why there is no value yet rather than raising a bare AttributeError."""
+    for name, method in (("asnumpy", _asnumpy), ("numpy", _asnumpy), ("dim", _dim)):
+        if name not in vars(jax.Array):
+            setattr(jax.Array, name, method)
+    for name in ("asnumpy", "numpy"):
+        if name not in vars(jax.core.Tracer):
+            setattr(jax.core.Tracer, name, _not_in_program(name))
+    if "dim" not in vars(jax.core.Tracer):
+        setattr(jax.core.Tracer, "dim", _dim)

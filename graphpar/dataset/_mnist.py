@@ -24,13 +24,20 @@ _IMAGES_MAGIC, _LABELS_MAGIC = 2051, 2049
 _PREFIX = {"train": "train", "test": "t10k"}
 
 
-def _find(root: Path, prefix: str, kind: str) -> Path:
-    """``{prefix}-{kind}`` with MNIST's spellings (``-`` or ``.`` before idx, optional ``.gz``)."""
+def _lookup(root: Path, prefix: str, kind: str) -> Path | None:
+    """``{prefix}-{kind}`` with MNIST's spellings (``-`` or ``.`` before idx, optional ``.gz``), None if absent."""
     stem, idx = kind.split("-", 1)
     for name in (f"{prefix}-{stem}-{idx}", f"{prefix}-{stem}.{idx}"):
         for candidate in (root / name, root / f"{name}.gz"):
             if candidate.is_file():
                 return candidate
+    return None
+
+
+def _find(root: Path, prefix: str, kind: str) -> Path:
+    found = _lookup(root, prefix, kind)
+    if found is not None:
+        return found
     raise DatasetError(f"MnistDataset: {str(root / f'{prefix}-{kind}')!r} (or .gz) not found; expected the idx "
                        "files train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
                        "t10k-labels-idx1-ubyte")
@@ -123,9 +130,31 @@ class _MnistReader:
         return {**self.__dict__, "_arrays": None}
 
 
+def _present_splits(root: Path) -> list[str]:
+    """The splits whose idx files ``root`` holds, train first: what ``usage="all"`` (MindSpore's default) reads.
+    MindSpore reads whichever image/label files the directory holds (the samples' ``MNIST_Data/train/`` holds the
+    train pair only); a split with one file of its pair, or a directory with none, is refused by name."""
+    splits = []
+    for split, prefix in _PREFIX.items():
+        images = _lookup(root, prefix, "images-idx3-ubyte")
+        labels = _lookup(root, prefix, "labels-idx1-ubyte")
+        if (images is None) != (labels is None):
+            missing = f"{prefix}-labels-idx1-ubyte" if labels is None else f"{prefix}-images-idx3-ubyte"
+            raise DatasetError(f"MnistDataset: {str(root)!r} holds {(images or labels).name} but not {missing} "
+                               f"(or .gz); the {split} images and labels come in pairs")
+        if images is not None:
+            splits.append(split)
+    if not splits:
+        raise DatasetError(f"MnistDataset: {str(root)!r} holds no MNIST idx files; expected train-images-idx3-ubyte "
+                           "with train-labels-idx1-ubyte, and/or t10k-images-idx3-ubyte with t10k-labels-idx1-ubyte "
+                           "(plain or .gz)")
+    return splits
+
+
 class MnistDataset(SourceDataset):
     """MNIST from the idx files in ``dataset_dir``: ``image`` (28x28x1 uint8) and ``label`` (uint32).
-    ``usage``: "train", "test" or "all"/None."""
+    ``usage``: "train", "test", or "all"/None (MindSpore's default): every split whose files the directory holds,
+    train before test."""
 
     def __init__(self, dataset_dir: str | os.PathLike, usage: str | None = None, num_samples: int | None = None,
                  num_parallel_workers: int | None = None, shuffle: bool | None = None, sampler: Any = None,
@@ -133,7 +162,7 @@ class MnistDataset(SourceDataset):
         check_no_cache(cache, "MnistDataset")
         self.usage = check_usage(usage, ("train", "test", "all"), "MnistDataset")
         root = require_dir(dataset_dir, "MnistDataset")
-        parts = ["train", "test"] if self.usage == "all" else [self.usage]
+        parts = _present_splits(root) if self.usage == "all" else [self.usage]
         pairs = [(_find(root, _PREFIX[p], "images-idx3-ubyte"), _find(root, _PREFIX[p], "labels-idx1-ubyte"))
                  for p in parts]
         super().__init__(_MnistReader(pairs), ["image", "label"], num_samples=num_samples,

@@ -27,6 +27,7 @@ from graphpar.common.parameter import DEFAULT_NAME, Parameter
 from graphpar.errors import CellError, api_boundary
 from graphpar.ir import recorder as _recorder
 from graphpar.ops import _mixed_precision
+from graphpar.nn import _comm_fusion
 from graphpar.nn._recompute import RecomputeConfig, cell_config
 from graphpar.nn.runner import top_level_call
 from graphpar.nn.shard import call_sharded, check_shard, resolve_parameters
@@ -241,6 +242,11 @@ class Cell(nnx.Module, pytree=False):
         both programs."""
         for _, cell in self.cells_and_names():
             cell.training = bool(mode)
+        return self
+
+    def set_comm_fusion(self, fusion_type: int, recurse: bool = True) -> "Cell":
+        """MindSpore's gradient-AllReduce fusion groups; XLA fuses by size instead (``nn._comm_fusion``)."""
+        _comm_fusion.set_comm_fusion(self, fusion_type, recurse)
         return self
 
     def recompute(self, **kwargs: Any) -> "Cell":

@@ -67,6 +67,19 @@ class L1Loss(LossBase):
         return self.get_loss(self.abs(self.sub(logits, labels)))
 
 
+class MAELoss(LossBase):
+    """``MAELoss(reduction='mean')``: the mean absolute error |logits - labels|, the two broadcast against each
+    other (MindSpore's ``(3,)`` logits against ``(2, 3)`` labels give a ``(2, 3)`` loss with ``reduction='none'``)."""
+
+    def __init__(self, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.sub = math_ops.Sub()
+        self.abs = math_ops.Abs()
+
+    def construct(self, logits, labels):
+        return self.get_loss(self.abs(self.sub(logits, labels)))
+
+
 class SmoothL1Loss(LossBase):
     def __init__(self, beta: float = 1.0, reduction: str = "none"):
         super().__init__(reduction)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import errors as flax_errors
 from flax import nnx
 
 class CastCell(Protocol):
@@ -110,6 +111,18 @@ def entered(cell: Any) -> bool:
     return _entered.get() == id(cell)
 
 
+def _put(param: Any, value: Any) -> None:
+    """Store ``value`` in ``param`` for the duration of one call. Inside a traced step the network is merged in the
+    trace and NNX's setter works; under ``value_and_grad`` / ``grad`` of a function that closes over Cells the
+    Parameters were made outside the trace and hold its tracers (``ops.composite`` swaps them in), and NNX refuses
+    that cross-trace update with a ``TraceContextError``: the value slot is then written directly, as
+    ``ops.composite`` does. The caller restores the original in a ``finally``, so no tracer outlives the call."""
+    try:
+        param.set_raw_value(value)
+    except flax_errors.TraceContextError:
+        object.__setattr__(param, "_raw_value", value)
+
+
 def _swap_params(cell: CastCell, dtype: np.dtype | None) -> list[tuple[Any, Any, Any]]:
     """Read ``cell``'s own floating Parameters as ``dtype``: (holder, original value, cast value) per swap."""
     if dtype is None:
@@ -119,7 +132,7 @@ def _swap_params(cell: CastCell, dtype: np.dtype | None) -> list[tuple[Any, Any,
         value = param.get_raw_value()
         if is_float(value) and value.dtype != dtype:
             cast = value.astype(dtype)
-            param.set_raw_value(cast)
+            _put(param, cast)
             swapped.append((param, value, cast))
     return swapped
 
@@ -128,6 +141,6 @@ def _restore_params(swapped: list[tuple[Any, Any, Any]]) -> None:
     for param, original, cast in swapped:
         now = param.get_raw_value()
         if now is cast:
-            param.set_raw_value(original)
+            _put(param, original)
         else:  # the Cell assigned a new value (moving statistics): keep it, in the Parameter's own dtype
-            param.set_raw_value(jnp.asarray(now).astype(original.dtype))
+            _put(param, jnp.asarray(now).astype(original.dtype))

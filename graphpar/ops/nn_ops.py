@@ -14,6 +14,7 @@ from graphpar.communication.rank_axis import current_rank_axis
 from graphpar.ops.array_ops import OneHot
 from graphpar.ops.math_ops import _Unary
 from graphpar.ops.primitive import Primitive
+from graphpar.ops.random_ops import Dropout as Dropout  # noqa: F401 (MindSpore's nn op, re-exported)
 from graphpar.ops.runtime_checks import check_index_range
 
 
@@ -343,32 +344,6 @@ class LabelOneHot(OneHot):
     def compute(self, indices, depth, on_value, off_value):
         check_index_range(indices, int(depth), self, "labels")  # raised lazily, after the step
         return super().compute(indices, depth, on_value, off_value)
-
-
-class Dropout(Primitive):
-    """``Dropout(keep_prob=0.5)(x, key)`` → ``(output, mask)``.
-
-    graphpar ops are pure, so the random key is an input (MindSpore's op keeps hidden state); ``nn.Dropout`` holds
-    and advances its own key.
-    """
-
-    input_names = ("x", "key")
-
-    def __init__(self, keep_prob: float = 0.5, Seed0: int = 0, Seed1: int = 0):  # noqa: N803 (MindSpore names)
-        if not 0.0 < keep_prob <= 1.0:
-            raise ValueError(f"Dropout: keep_prob must be in (0, 1], got {keep_prob}")
-        super().__init__(keep_prob=keep_prob)
-
-    def __call__(self, x, key=None):
-        if key is None:
-            raise TypeError("ops.Dropout needs a PRNG key as its second input (graphpar ops hold no hidden "
-                            "state); use nn.Dropout, which keeps and advances its own key")
-        return super().__call__(x, key)
-
-    def compute(self, x, key):
-        keep = self.attrs["keep_prob"]
-        mask = jax.random.bernoulli(key, keep, jnp.shape(x))
-        return jnp.where(mask, x / keep, jnp.zeros_like(x)), mask
 
 
 class L2Normalize(Primitive):

@@ -6,6 +6,7 @@ from graphpar.ops.array_ops import (  # noqa: F401
 from graphpar.ops.comm_ops import (  # noqa: F401
     AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
 from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401
+from graphpar.ops.debug_ops import Print  # noqa: F401
 from graphpar.ops.math_ops import (  # noqa: F401
     Abs, Add, AddN, Argmax, Argmin, ArgMaxWithValue, BatchMatMul, Ceil, Cos, CumSum, Div, Equal, Erf, Exp, Floor,
     FloorDiv, FloorMod, Greater, GreaterEqual, Identity, Less, LessEqual, Log, LogicalAnd, LogicalNot, LogicalOr,

@@ -19,8 +19,10 @@ from graphpar.parallel import function as function
 from graphpar.parallel.shard import Layout as Layout
 from graphpar.parallel.shard import shard as shard  # the function; the module stays importable by its path
 from graphpar.compile.plans.dry_run import plan_for_devices as plan_for_devices
+from graphpar.parallel import nn as nn
 from graphpar.parallel.plan_api import plan as plan
 from graphpar.parallel.strategies import strategies as strategies
 
-__all__ = ["plan", "plan_for_devices", "PlanSummary", "strategies", "set_algo_parameters", "get_algo_parameters",
-           "reset_algo_parameters", "set_op_strategy_config", "Layout", "shard", "reshard", "function"]
+__all__ = ["nn", "plan", "plan_for_devices", "PlanSummary", "strategies", "set_algo_parameters",
+           "get_algo_parameters", "reset_algo_parameters", "set_op_strategy_config", "Layout", "shard", "reshard",
+           "function"]

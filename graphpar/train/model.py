@@ -16,7 +16,7 @@ from graphpar.communication import get_group_size
 from graphpar.compile.plans.global_batch import to_host
 from graphpar.compile.runtime.forward import ForwardProgram, program_for
 from graphpar.compile.runtime.program import TrainProgram
-from graphpar.errors import api_boundary
+from graphpar.errors import CellError, api_boundary
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell
@@ -27,6 +27,10 @@ from graphpar.train.callback._checkpoint import checkpoint_callbacks
 from graphpar.train.callback._progress import with_progress_bar
 from graphpar.train.feeding import BatchFeeder, StallWatch, prefetched, stack_steps
 from graphpar.train.metrics import get_metrics
+from graphpar.train.predict_layout import parameter_layouts
+
+_PLANNED_MODES = (_context.ParallelMode.SEMI_AUTO_PARALLEL, _context.ParallelMode.AUTO_PARALLEL,
+                  _context.ParallelMode.HYBRID_PARALLEL)
 
 
 class _OneDevice:
@@ -264,6 +268,20 @@ class Model:
         return {name: metric.eval() for name, metric in self._metrics.items()}
 
     @api_boundary
+    def infer_predict_layout(self, *predict_data: Any) -> dict[str, list[Any]]:
+        """The predict network's parameter layouts for ``predict_data``, in MindSpore's ``parameter_layout_dict``
+        format (``train.predict_layout``); empty outside SEMI_AUTO / AUTO. GRAPH_MODE only, as MindSpore's."""
+        if _context.current().mode != _context.GRAPH_MODE:
+            raise CellError("Model.infer_predict_layout: the layouts come from the compiled predict program, which "
+                            "PYNATIVE_MODE does not build; call set_context(mode=GRAPH_MODE) first (MindSpore's "
+                            "rule)")
+        if _context.current_parallel().parallel_mode not in _PLANNED_MODES:
+            return {}
+        self._network.set_train(False)
+        if self._predict_program is None:
+            self._predict_program = program_for(self._network)
+        return parameter_layouts(self._predict_program.planned(*predict_data))
+
     def predict(self, *predict_data: Any) -> Any:
         """The network's output on ``predict_data`` (evaluation mode)."""
         self._network.set_train(False)

@@ -380,6 +380,41 @@ def _ds():
     return ds
 
 
+
+def _asnumpy_in_jit():
+    import jax
+    import jax.numpy as jnp
+
+    _ms()
+    return jax.jit(lambda x: x.asnumpy())(jnp.ones(2))
+
+
+def _interleaved_uneven():
+    ms, nn = _ms(), _ms().nn
+    net = nn.MicroBatchInterleaved(nn.WithLossCell(nn.Dense(8, 4), nn.MSELoss()), 3)
+    return net(ms.Tensor(np.ones((32, 8), np.float32)), ms.Tensor(np.ones((32, 4), np.float32)))
+
+
+def _predict_layout_pynative():
+    ms = _ms()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        return ms.Model(ms.nn.Dense(4, 2)).infer_predict_layout(ms.Tensor(np.ones((2, 4), np.float32)))
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+
+
+def _mnist_half_pair(tmp: Path):
+    header = np.array([2051, 1, 28, 28], dtype=">u4").tobytes()
+    (tmp / "train-images-idx3-ubyte").write_bytes(header + bytes(28 * 28))
+    return _ds().MnistDataset(str(tmp))
+
+
+def _export(tmp: Path, file_format: str, **kwargs):
+    ms = _ms()
+    return ms.export(ms.nn.Dense(2, 2), ms.Tensor(np.ones((1, 2), np.float32)), file_name=str(tmp / "net"),
+                     file_format=file_format, **kwargs)
+
 ERR = "graphpar.errors:"
 _PROCESS_0 = {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0"}
 ROWS: list[Row] = [
@@ -528,6 +563,8 @@ ROWS: list[Row] = [
         lambda t: _coordinator_of_process_0("192.0.2.1:8118"), "graphpar.communication.errors:ClusterError",
         ("192.0.2.1 is not an address of this machine", "valid: a free port on an address of process 0's host"),
         _PROCESS_0),
+    Row("env-save-graphs", "env", "MS_DEV_SAVE_GRAPHS=yes", lambda t: _ms().get_context("save_graphs"),
+        ERR + "EnvVarError", ("MS_DEV_SAVE_GRAPHS='yes'", "0 (off), 1, 2 or 3"), {"MS_DEV_SAVE_GRAPHS": "yes"}),
     # --- command lines ----------------------------------------------------------------------------------------
     Row("cli-nproc", "cli", "graphpar launch --nproc 0 train.py", lambda t: _launch("--nproc", "0", "train.py"),
         "graphpar.launch.config:LaunchError", ("--nproc must be >= 1",)),
@@ -618,6 +655,21 @@ ROWS: list[Row] = [
     Row("initializer-name", "construct", "initializer('gaussian', [4])",
         lambda t: __import__("graphpar").common.initializer.initializer("gaussian", [4]), ValueError,
         ("unknown initializer 'gaussian'", "normal")),
+    Row("construct-asnumpy", "construct", "`x.asnumpy()` inside a jitted function or a GRAPH_MODE construct",
+        lambda t: _asnumpy_in_jit(), ERR + "CellError",
+        ("Tensor.asnumpy() inside a compiled program", "ops.Print()", "PYNATIVE_MODE")),
+    Row("construct-micro-interleaved", "construct", "MicroBatchInterleaved(net, 3) on a batch of 32 rows",
+        lambda t: _interleaved_uneven(), ERR + "CellError",
+        ("MicroBatchInterleaved(interleave_num=3)", "input 0 has 32 rows", "divisible by 3")),
+    Row("construct-pipeline-grad-reducer", "construct", "nn.PipelineGradReducer(optimizer.parameters)",
+        lambda t: _ms().nn.PipelineGradReducer([]), ERR + "CellError",
+        ("PipelineGradReducer", "functional loop", "is not built", "nn.PipelineCell")),
+    Row("construct-grad-reducer-group", "construct", "nn.DistributedGradReducer(params, group='my_group')",
+        lambda t: _ms().nn.DistributedGradReducer([], group="my_group"), ERR + "CellError",
+        ("group='my_group'", "sub-group is not built", "world group")),
+    Row("construct-predict-layout-pynative", "construct", "Model.infer_predict_layout(x) in PYNATIVE_MODE",
+        lambda t: _predict_layout_pynative(), ERR + "CellError",
+        ("infer_predict_layout", "PYNATIVE_MODE", "GRAPH_MODE")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",
@@ -636,6 +688,12 @@ ROWS: list[Row] = [
         "on a 4-class head", _labels_out_of_range, ERR + "RuntimeCheckError",
         ("op 'one_hot' (OneHot)", "_loss_fn-SoftmaxCrossEntropyWithLogits", "[0, 4)", "from -1 to 9",
          "class indices 0..3")),
+    Row("dataset-mnist-half-pair", "dataset", "MnistDataset(dir) on a directory with train-images-idx3-ubyte "
+        "but no train-labels-idx1-ubyte", _mnist_half_pair, ERR + "DatasetError",
+        ("holds train-images-idx3-ubyte but not train-labels-idx1-ubyte", "come in pairs")),
+    Row("dataset-slice-patches", "dataset", "vision.SlicePatches(0, 2)",
+        lambda t: _ds().vision.SlicePatches(0, 2), ERR + "DatasetError",
+        ("SlicePatches", "num_height must be a positive int", "got 0")),
     # --- checkpoints ------------------------------------------------------------------------------------------
     Row("ckpt-missing", "checkpoint", "load_checkpoint('missing.ckpt')",
         lambda t: _ms().load_checkpoint(str(t / "missing.ckpt")), "graphpar.checkpoint.errors:CheckpointError",
@@ -685,6 +743,12 @@ ROWS: list[Row] = [
     Row("strategy-save-file-folder", "files", "strategy_ckpt_config={'save_file': 'strategy.json'} where "
         "strategy.json is a folder", _strategy_save_file_folder, ERR + "ConfigError",
         ("strategy.json", "save_file is a directory", "path of a file")),
+    Row("export-format", "files", "ms.export(net, x, file_name='net', file_format='ONNX')",
+        lambda t: _export(t, "ONNX"), ERR + "ConfigError",
+        ("file_format='ONNX' is not built", "jax.export artifact", "valid choices: 'MINDIR'")),
+    Row("export-options", "files", "ms.export(net, x, file_name='net', file_format='MINDIR', enc_key=b'...')",
+        lambda t: _export(t, "MINDIR", enc_key=b"0" * 16), ERR + "ConfigError",
+        ("export options ['enc_key'] are not built", "file_format='MINDIR'")),
 ]
 
 

@@ -25,3 +25,11 @@ class Border(Enum):
     EDGE = "edge"
     REFLECT = "reflect"
     SYMMETRIC = "symmetric"
+
+
+class SliceMode(Enum):
+    """How ``SlicePatches`` treats an image whose sides the patch counts do not divide: ``PAD`` pads the bottom and
+    right edges with ``fill_value`` up to whole patches, ``DROP`` drops the remainder."""
+
+    PAD = 0
+    DROP = 1

@@ -7,16 +7,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from flax import nnx
 
 from graphpar.common import dtype as mstype
 from graphpar.common.initializer import HeUniform, Uniform, initializer
 from graphpar.common.parameter import Parameter
-from graphpar.common.seed import host_generator
 from graphpar.communication.rank_axis import fold_in_replica
 from graphpar.nn.cell import Cell
-from graphpar.ops import array_ops, math_ops, nn_ops
+from graphpar.ops import array_ops, math_ops, nn_ops, random_ops
+from graphpar.ops.random_ops import RngKey, new_key
 
 
 class ReLU(Cell):
@@ -158,16 +156,6 @@ class Dense(Cell):
         return f"input_channels={self.in_channels}, output_channels={self.out_channels}, has_bias={self.has_bias}"
 
 
-class RngKey(nnx.Variable):
-    """The random key a stochastic Cell (Dropout) carries and advances on every training call."""
-
-
-def _new_key() -> jax.Array:
-    gen = host_generator()  # a numpy Generator after set_seed, numpy's global RandomState before
-    draw = gen.integers if isinstance(gen, np.random.Generator) else gen.randint
-    return jax.random.key_data(jax.random.PRNGKey(int(draw(0, 2**31 - 1))))
-
-
 class Dropout(Cell):
     """``Dropout(keep_prob=None, p=None)``: zero elements with probability ``p`` (= 1 - keep_prob, default 0.5)
     in training, identity in evaluation. The key is part of the Cell's state, so runs with the same seed give the
@@ -182,8 +170,8 @@ class Dropout(Cell):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
         self.p = float(p)
-        self.dropout = nn_ops.Dropout(keep_prob=1.0 - self.p) if p > 0 else None
-        self.rng = RngKey(_new_key())
+        self.dropout = random_ops.KeyedDropout(keep_prob=1.0 - self.p) if p > 0 else None
+        self.rng = RngKey(new_key())
 
     def construct(self, x):
         if not self.training or self.dropout is None:

@@ -14,7 +14,8 @@ ELEMENTWISE = frozenset({
     "real", "imag", "conj", "shift_left", "shift_right_logical", "shift_right_arithmetic", "population_count",
 })
 SILENT_REPLICATED.update({"random_bits", "random_split", "random_fold_in", "random_seed", "random_wrap",
-                          "random_unwrap", "threefry2x32", "iota"})
+                          "random_unwrap", "threefry2x32", "iota",
+                          "debug_print", "debug_callback"})  # ops.Print: prints the whole value, has no output
 
 
 @register(*ELEMENTWISE)
