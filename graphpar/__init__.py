@@ -31,6 +31,8 @@ from graphpar.common.seed import get_seed as get_seed
 from graphpar.common.seed import set_seed as set_seed
 from graphpar.common.tensor import Tensor as Tensor
 from graphpar.compile.cell_runner import CompiledCellRunner as _CompiledCellRunner
+from graphpar.compile.functional.jit import JitConfig as JitConfig
+from graphpar.compile.functional.jit import jit as jit
 from graphpar.context import get_ps_context as get_ps_context
 from graphpar.context import set_ps_context as set_ps_context
 from graphpar.nn.runner import register_runner as _register_runner

@@ -1,0 +1,83 @@
+"""The Cells a Python function reaches through its free variables, as MindSpore's graph compiler resolves them.
+
+MindSpore compiles a ``@jit`` function by resolving every name it reads (closure cells, module globals, default
+arguments, the ``self`` of a method and its attributes) and, for a Cell, its Parameters; that is how the Parameters of a ``net`` the
+step never receives as an argument become inputs of the compiled graph. :func:`reachable_cells` does the same walk:
+functions are followed into the code objects they contain (nested functions, lambdas, comprehensions), their
+closures and the globals they name; bound methods into their object (and a plain object's attributes); ``functools.partial`` into its function and
+arguments; lists, tuples and dicts into their items; a Cell is collected and not entered (its whole tree is one
+piece of state). Any other object is left alone: state kept on a plain object is not reached (pass the Cell, or
+use a Cell method).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from graphpar.nn.cell import Cell
+
+_MAX_DEPTH = 12  # functions calling functions calling ...: a bound on the walk, far beyond a training script's
+
+
+def _code_names(code: types.CodeType) -> Iterator[str]:
+    """Global names read by ``code`` and the code objects nested in it."""
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_names(const)
+
+
+def _references(obj: Any) -> Iterator[Any]:
+    """The objects ``obj`` refers to, for the kinds the walk enters."""
+    if isinstance(obj, types.MethodType):
+        yield obj.__self__
+        yield obj.__func__
+        if not isinstance(obj.__self__, Cell):  # a method of a plain object reads its state through self.<name>
+            try:
+                yield from vars(obj.__self__).values()
+            except TypeError:  # an object without a __dict__
+                pass
+    elif isinstance(obj, types.FunctionType):
+        for cell in obj.__closure__ or ():
+            try:
+                yield cell.cell_contents
+            except ValueError:  # an empty closure cell (a name bound after the function was made)
+                continue
+        scope = obj.__globals__
+        for name in _code_names(obj.__code__):
+            if name in scope:
+                yield scope[name]
+        yield from obj.__defaults__ or ()
+        yield from (obj.__kwdefaults__ or {}).values()
+    elif isinstance(obj, functools.partial):
+        yield obj.func
+        yield from obj.args
+        yield from obj.keywords.values()
+    elif isinstance(obj, (list, tuple)):
+        yield from obj
+    elif isinstance(obj, dict):
+        yield from obj.values()
+
+
+def reachable_cells(*roots: Any) -> list[Cell]:
+    """Every Cell reachable from ``roots`` through free variables, in the order first reached (deterministic:
+    the order names appear in the code)."""
+    found: dict[int, Cell] = {}
+    seen: set[int] = set()
+
+    def walk(obj: Any, depth: int) -> None:
+        if id(obj) in seen or depth > _MAX_DEPTH or isinstance(obj, (types.ModuleType, type)):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, Cell):
+            found.setdefault(id(obj), obj)
+            return
+        for ref in _references(obj):
+            walk(ref, depth + 1)
+
+    for root in roots:
+        walk(root, 0)
+    return list(found.values())

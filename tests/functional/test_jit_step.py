@@ -1,0 +1,130 @@
+"""``@ms.jit`` on MindSpore 2.x's functional training step: planned and compiled as ``Model.train``'s step.
+
+The step closes over a network and an optimizer; ``graphpar.jit`` makes their Parameters and the optimizer's state
+the compiled program's inputs and outputs, plans the differentiated function's graph with the same planner call
+(``planner.planning.plan_graph``), and writes the trained values back into the Parameters after every call."""
+
+import numpy as np
+import pytest
+
+import graphpar as ms
+from graphpar import nn
+from graphpar.errors import JitError
+
+from tests.functional.steps import X, Y, Net, dump_file, dump_text, functional_loop, model_train
+
+
+def test_semi_auto_functional_loop_equals_model_train_losses_parameters_and_dumps(tmp_path):
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    losses, net, _, _ = functional_loop(dumps=tmp_path / "jit", through_loss_cell=True)
+    expected, net_ref, _ = model_train(dumps=tmp_path / "model")
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    for p, q in zip(net.get_parameters(), net_ref.get_parameters()):
+        np.testing.assert_allclose(p.asnumpy(), q.asnumpy(), rtol=1e-6)
+    for rank in (0, 5):
+        for kind in ("step_parallel_begin", "18_execute"):
+            assert dump_text(tmp_path / "jit", rank, kind) == dump_text(tmp_path / "model", rank, kind)
+    execute = "\n".join(dump_text(tmp_path / "jit", 0, "18_execute"))
+    assert "MatMul(" in execute and "in_strategy: ((2, 4), (4, 1))" in execute and "AllReduce(" in execute
+
+
+def test_the_docs_forward_fn_with_logits_trains_as_model_train_does(tmp_path):
+    """``forward_fn`` returning ``(loss, logits)`` with ``has_aux=True``, the loss network called directly."""
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    losses, net, optimizer, train_step = functional_loop(steps=4, dumps=tmp_path)
+    expected, _, _ = model_train(steps=4)
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    assert losses[-1] < losses[0]
+    begin = dump_file(tmp_path, 0, "step_parallel_begin")
+    assert "# graph: forward_fn_train" in begin and "scope: (Default/network-Net)" in begin
+    sharded = [p for p in net.get_parameters() if p.name == "w1"][0].get_value()
+    assert len(sharded.sharding.device_set) == 8  # the trained Parameter lives on the mesh, not on device 0
+    assert optimizer.opt_state is not None
+    (program,) = train_step.programs.values()
+    assert program.counts.compiles == 1 and program.counts.traces == 1  # one program for the whole loop
+
+
+def test_sharding_propagation_and_data_parallel_loops_equal_model_train(tmp_path):
+    for settings in ({"parallel_mode": "auto_parallel", "search_mode": "sharding_propagation"},
+                     {"parallel_mode": "data_parallel", "gradients_mean": True}):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(**settings)
+        losses, _, _, _ = functional_loop(dumps=tmp_path / settings["parallel_mode"])
+        expected, _, _ = model_train()
+        np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    propagated = dump_file(tmp_path / "auto_parallel", 0, "step_parallel_begin")
+    relu = next(l for l in propagated.splitlines() if "{instance name: relu}" in l)
+    assert "propagated from matmul" in relu
+    data_parallel = dump_file(tmp_path / "data_parallel", 0, "18_execute")
+    assert "cause: gradient reduction" in data_parallel
+
+
+def test_auto_parallel_wrapper_plans_the_step_in_its_mode_only(tmp_path):
+    from graphpar.parallel import AutoParallel
+    from graphpar.parallel.auto_parallel import AutoParallel as same
+
+    assert AutoParallel is same
+    losses, _, _, _ = functional_loop(dumps=tmp_path, wrap=lambda step: AutoParallel(step, parallel_mode="semi_auto"))
+    assert ms.get_auto_parallel_context("parallel_mode") == "stand_alone"  # the wrapper's mode was its call's only
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    expected, _, _ = model_train()
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    assert "in_strategy: ((2, 4), (4, 1))" in dump_file(tmp_path, 0, "step_parallel_begin")
+    with pytest.raises(JitError, match="AutoParallel.parallel_mode='semi'.; valid: 'semi_auto', 'sharding_propagation'"):
+        AutoParallel(lambda x: x, parallel_mode="semi")
+    with pytest.raises(JitError, match=r"AutoParallel.hsdp\(\) is not built"):
+        AutoParallel(lambda x: x).hsdp()
+
+
+def test_eager_gradient_in_a_parallel_mode_says_once_that_it_is_unplanned(notices):
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    net, loss_fn = Net(), nn.MSELoss()
+
+    def forward_fn(data, label):
+        return loss_fn(net(data), label)
+
+    grad_fn = ms.value_and_grad(forward_fn, None, net.trainable_params())
+    for _ in range(2):
+        grad_fn(X, Y)
+    said = [r.getMessage() for r in notices.records if "runs eagerly on one device" in r.getMessage()]
+    assert len(said) == 1 and "value_and_grad of 'forward_fn'" in said[0] and "@ms.jit" in said[0]
+
+
+def test_grad_and_grad_operation_steps_and_the_method_form_compile_the_same_step():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    expected, _, _ = model_train()
+
+    net = Net()
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    optimizer = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+    grad_op = ms.ops.GradOperation(get_by_list=True)
+
+    @ms.jit
+    def grad_operation_step(data, label):
+        loss = loss_net(data, label)
+        optimizer(grad_op(loss_net, optimizer.parameters)(data, label))
+        return loss
+
+    class Trainer:
+        def __init__(self):
+            self.net = Net()
+            self.loss_net = nn.WithLossCell(self.net, nn.MSELoss())
+            self.optimizer = nn.Momentum(self.net.trainable_params(), 0.05, 0.9)
+            self.grad_fn = ms.grad(self.loss_net, None, self.optimizer.parameters)
+
+        @ms.jit
+        def step(self, data, label):
+            self.optimizer(self.grad_fn(data, label))
+
+    trainer = Trainer()
+    for _ in range(3):
+        trainer.step(X, Y)
+    with_grad_op = [float(grad_operation_step(X, Y)) for _ in range(3)]
+    np.testing.assert_allclose(with_grad_op, expected, rtol=1e-6)
+    reference = Net()
+    ref_opt = nn.Momentum(reference.trainable_params(), 0.05, 0.9)
+    ref = nn.TrainOneStepCell(nn.WithLossCell(reference, nn.MSELoss()), ref_opt)
+    for _ in range(3):
+        ref(X, Y)
+    for p, q in zip(trainer.net.get_parameters(), reference.get_parameters()):
+        np.testing.assert_allclose(p.asnumpy(), q.asnumpy(), rtol=1e-6)
