@@ -128,3 +128,41 @@ def test_grad_and_grad_operation_steps_and_the_method_form_compile_the_same_step
         ref(X, Y)
     for p, q in zip(trainer.net.get_parameters(), reference.get_parameters()):
         np.testing.assert_allclose(p.asnumpy(), q.asnumpy(), rtol=1e-6)
+
+
+class CustomTrainOneStep(nn.Cell):
+    """MindSpore 1.x's hand-written train cell: the gradient and the update taken inside ``construct``."""
+
+    def __init__(self, network, optimizer, sens=1.0):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.grad = ms.ops.GradOperation(get_by_list=True, sens_param=True)
+        self.sens = sens
+
+    def construct(self, *inputs):
+        loss = self.network(*inputs)
+        sens = ms.ops.fill(loss.dtype, loss.shape, self.sens)
+        grads = self.grad(self.network, self.weights)(*inputs, sens)
+        return ms.ops.depend(loss, self.optimizer(grads))
+
+
+def test_gradients_taken_inside_a_cell_compile_as_model_train_step(tmp_path):
+    """A top-level call of a Cell holding an optimizer is compiled as a step (graphpar.jit of its construct). Its
+    ``loss = self.network(*inputs)`` is a second forward, outside the gradient: XLA computes it as written (here one
+    AllGather more than Model.train's step), where MindSpore's compiler merges it with the gradient's forward."""
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    expected, _, _ = model_train(dumps=tmp_path / "model")
+    ms.set_context(save_graphs_path=str(tmp_path / "cell"))
+    net = Net()
+    train = CustomTrainOneStep(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.05, 0.9))
+    losses = [float(train(X, Y)) for _ in range(3)]
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    assert dump_text(tmp_path / "cell", 0, "step_parallel_begin") == dump_text(tmp_path / "model", 0,
+                                                                              "step_parallel_begin")
+    planned_ops = [l for l in dump_text(tmp_path / "model", 0, "18_execute") if not l.startswith("#")]
+    extra = [l for l in dump_text(tmp_path / "cell", 0, "18_execute") if l not in planned_ops]
+    assert all(l in dump_text(tmp_path / "cell", 0, "18_execute") for l in planned_ops)
+    extra_collectives = [l for l in extra if l.startswith("%c")]
+    assert len(extra_collectives) == 1 and "AllGather" in extra_collectives[0]

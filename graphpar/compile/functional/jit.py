@@ -135,7 +135,7 @@ class JitFunction:
         self.fn = fn
         self.options = options
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__).rsplit("<locals>.", 1)[-1]
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         self.programs: dict[tuple, FunctionalProgram | None] = {}
@@ -193,7 +193,7 @@ def jit(function: Callable[..., Any] | None = None, *, capture_mode: str = "ast"
     target = function if function is not None else fn
 
     def decorate(f: Callable[..., Any]) -> JitFunction:
-        name = getattr(f, "__qualname__", type(f).__name__)
+        name = getattr(f, "__qualname__", type(f).__name__).rsplit("<locals>.", 1)[-1]
         if isinstance(f, Cell):
             raise JitError(name, "jit of a Cell object is not built: in GRAPH_MODE (set_context(mode=GRAPH_MODE)) "
                            "every top-level Cell call is compiled and planned; decorate a step function or a "

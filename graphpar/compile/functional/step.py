@@ -50,6 +50,11 @@ class AuxNotComputed:
     __jax_array__ = __array__ = __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = _refuse
     __truediv__ = __getitem__ = __float__ = __bool__ = _refuse
 
+    def __getattr__(self, name: str) -> Any:  # a Tensor method (logits.sum(), .argmax(), .shape)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._refuse()
+
     def __repr__(self) -> str:
         return f"AuxNotComputed({self._what[1]!r}, {self._what[2]})"
 
