@@ -166,3 +166,21 @@ def test_gradients_taken_inside_a_cell_compile_as_model_train_step(tmp_path):
     assert all(l in dump_text(tmp_path / "cell", 0, "18_execute") for l in planned_ops)
     extra_collectives = [l for l in extra if l.startswith("%c")]
     assert len(extra_collectives) == 1 and "AllGather" in extra_collectives[0]
+
+
+def test_strategy_file_and_checkpoint_are_model_trains(tmp_path):
+    files = {}
+    for how in ("jit", "model"):
+        ms.reset_auto_parallel_context()
+        files[how] = tmp_path / f"{how}_strategy.ckpt"
+        ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", strategy_ckpt_save_file=str(files[how]))
+        if how == "jit":
+            _, net, _, _ = functional_loop(steps=2, through_loss_cell=True)
+        else:
+            _, net_ref, _ = model_train(steps=2)
+    assert files["jit"].read_bytes() == files["model"].read_bytes()
+    ms.save_checkpoint(net, str(tmp_path / "net.ckpt"))
+    fresh = Net()
+    ms.load_param_into_net(fresh, ms.load_checkpoint(str(tmp_path / "net.ckpt")))
+    for p, q in zip(fresh.get_parameters(), net_ref.get_parameters()):
+        np.testing.assert_allclose(p.asnumpy(), q.asnumpy(), rtol=1e-6)
