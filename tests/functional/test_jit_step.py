@@ -184,3 +184,14 @@ def test_strategy_file_and_checkpoint_are_model_trains(tmp_path):
     ms.load_param_into_net(fresh, ms.load_checkpoint(str(tmp_path / "net.ckpt")))
     for p, q in zip(fresh.get_parameters(), net_ref.get_parameters()):
         np.testing.assert_allclose(p.asnumpy(), q.asnumpy(), rtol=1e-6)
+
+
+def test_a_jitted_step_is_compiled_and_planned_in_pynative_mode_too(tmp_path):
+    """MindSpore's ``jit`` compiles its function in PyNative mode: the step is planned over the 8 devices."""
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    expected, _, _ = model_train()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    losses, net, _, _ = functional_loop(dumps=tmp_path)
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    assert "mesh: m0=2 m1=2 m2=2" in dump_file(tmp_path, 0, "18_execute")
+    assert len(next(net.get_parameters()).get_value().sharding.device_set) == 8

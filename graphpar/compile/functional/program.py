@@ -65,7 +65,7 @@ class FunctionalProgram(TrainProgram):
                            "Model.train; a compiled step function takes one gradient per call (accumulate the "
                            "gradients in the step, or train with Model.train)")
         opt_config = OptimizerParallelConfig.from_context(pctx)
-        plan = choose_plan(self.network, self.optimizer)
+        plan = choose_plan(self.network, self.optimizer, compiled=True)  # compiled in PYNATIVE_MODE too
         advise_cpu_scheduler(self.network, plan.devices[0].platform, opt_config.regather_for_backward)
         return TrainSettings(plan, 1, opt_config)
 
