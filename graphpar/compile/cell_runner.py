@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphpar.compile.functional.jit import JitFunction, jit
+from graphpar.compile.functional.jit import JitFunction, step_of
 from graphpar.compile.pipeline.program import PipelineProgram
 from graphpar.compile.runtime.forward import run_compiled
 from graphpar.compile.runtime.program import TrainProgram
@@ -20,8 +20,9 @@ from graphpar.nn.wrap import TrainOneStepCell
 
 
 def holds_optimizer(cell: Cell) -> bool:
-    """Whether ``cell``'s tree holds an optimizer: then its call is a training step, not a forward."""
-    return any(isinstance(sub, Optimizer) for _, sub in cell.cells_and_names())
+    """Whether ``cell`` holds an optimizer below it: then its call is a training step, not a forward (an
+    optimizer's own call, ``opt(grads)``, is an update)."""
+    return not isinstance(cell, Optimizer) and any(isinstance(sub, Optimizer) for _, sub in cell.cells_and_names())
 
 
 class CompiledCellRunner:
@@ -40,10 +41,11 @@ class CompiledCellRunner:
         if not holds_optimizer(cell):
             return run_compiled(cell, args, kwargs)
         # a training step written as a Cell (MindSpore 1.x's custom TrainOneStepCell: GradOperation and the
-        # optimizer in construct) is compiled as a functional step (graphpar.jit of its construct)
+        # optimizer in construct) is compiled as a functional step (graphpar.jit of its construct); a Cell that is
+        # only part of one (gradients accumulated by hand, the optimizer applied by another Cell) runs as written
         found = self._steps.get(id(cell))
         if found is None or found[0] is not cell:
-            found = self._steps[id(cell)] = (cell, jit(cell.construct))
+            found = self._steps[id(cell)] = (cell, step_of(cell.construct))
         return found[1](*args, **kwargs)
 
     def train_program(self, train_cell: TrainOneStepCell) -> TrainStep:

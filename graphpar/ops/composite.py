@@ -8,7 +8,7 @@ duration of the call (and always restored), which is the only way to reach Param
 
 Inside a compiled training step (``graphpar.jit``, ``AutoParallel``) the same calls are answered by the step being
 traced (:class:`StepTrace`, entered with :func:`tracing_step` by ``graphpar.compile.functional``): it differentiates
-the *planned* objective, as ``Model.train``'s step does, and applies the optimizer to the step's state. Called
+the *planned* objective, as ``Model.train``'s step does. Called
 eagerly while a parallel mode is set, they compute on one device unplanned, and say so once.
 """
 
@@ -47,15 +47,12 @@ class Differentiation:
 
 
 class StepTrace(Protocol):
-    """The compiled step being traced (``graphpar.compile.functional``): it answers the gradient and optimizer
-    calls the step function makes, so that they run as ``Model.train``'s step runs them."""
+    """The compiled step being traced (``graphpar.compile.functional``): it answers the gradient calls the step
+    function makes, so that they run as ``Model.train``'s step runs them (the optimizer's call needs no answer: it
+    updates the Parameters and state the step lends it)."""
 
     def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
         """``(value, weight_grads, input_grads)`` of ``spec`` on ``args`` (``value``: the full output)."""
-        ...
-
-    def apply_optimizer(self, optimizer: Any, gradients: Sequence[Any]) -> Any:
-        """``optimizer(gradients)`` inside the step: the update applied to the step's parameters and state."""
         ...
 
 
@@ -64,7 +61,7 @@ _tracing: list[StepTrace] = []
 
 @contextlib.contextmanager
 def tracing_step(trace: StepTrace) -> Iterator[None]:
-    """Gradient and optimizer calls made inside go to ``trace`` (a compiled step being traced)."""
+    """Gradient calls made inside go to ``trace`` (a compiled step being traced)."""
     _tracing.append(trace)
     try:
         yield
@@ -194,12 +191,17 @@ def value_and_grad(fn: Callable[..., Any], grad_position: int | tuple[int, ...] 
     ``grad_position`` and/or ``weights`` (``(inputs_grads, weights_grads)`` when both are asked). With
     ``has_aux`` the function returns ``(loss, *aux)``, only ``loss`` is differentiated, and the value is the
     whole tuple."""
+    return _value_and_grad(fn, grad_position, weights, has_aux, "value_and_grad")
+
+
+def _value_and_grad(fn: Callable[..., Any], grad_position: int | tuple[int, ...] | None,
+                    weights: Sequence[Parameter] | None, has_aux: bool, origin: str) -> Callable[..., Any]:
     weights = list(weights or [])
     if grad_position is None and not weights:
-        raise ValueError("value_and_grad: give grad_position, weights, or both")
+        raise ValueError(f"{origin}: give grad_position, weights, or both")
     positions = () if grad_position is None else (
         (grad_position,) if isinstance(grad_position, int) else tuple(grad_position))
-    spec = Differentiation(fn, positions, tuple(weights), has_aux, "value_and_grad")
+    spec = Differentiation(fn, positions, tuple(weights), has_aux, origin)
 
     def wrapped(*args: Any) -> Any:
         step = active_step()
@@ -221,7 +223,7 @@ def value_and_grad(fn: Callable[..., Any], grad_position: int | tuple[int, ...] 
 def grad(fn: Callable[..., Any], grad_position: int | tuple[int, ...] | None = 0,
          weights: Sequence[Parameter] | None = None, has_aux: bool = False) -> Callable[..., Any]:
     """MindSpore's ``grad``: the gradients of ``value_and_grad`` without the value."""
-    vg = value_and_grad(fn, grad_position, weights, has_aux)
+    vg = _value_and_grad(fn, grad_position, weights, has_aux, "grad")
 
     def wrapped(*args: Any) -> Any:
         value, grads = vg(*args)

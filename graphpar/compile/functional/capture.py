@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from graphpar.compile.functional.discover import reachable_cells
+from graphpar.compile.functional.discover import reachable_state
 from graphpar.compile.functional.objective import lent, lent_optimizer_state, read, variables_of
 from graphpar.errors import JitError
 from graphpar.nn.cell import Cell
@@ -30,12 +30,14 @@ from graphpar.ops.composite import Differentiation, tracing_step
 @dataclass(frozen=True)
 class CapturedStep:
     """A step function's parts (see the module docstring). ``spec`` is None for a function that takes no
-    gradient; ``inputs_of_graph[k]`` is the index of the step input passed as argument ``k`` of the gradient call
+    gradient (and ``problem`` None: it runs as written) or that is not a step graphpar compiles (``problem`` says
+    why: ``graphpar.jit`` raises it, a training Cell's call runs as written); ``inputs_of_graph[k]`` is the index of the step input passed as argument ``k`` of the gradient call
     (None: a value computed in the step); ``aux_count``: the auxiliary outputs of a ``has_aux`` function."""
 
     fn: Callable[..., Any]
     name: str
     cells: tuple[Cell, ...]
+    loose: tuple[Any, ...]
     optimizers: tuple[Optimizer, ...]
     spec: Differentiation | None
     optimizer: Optimizer | None
@@ -43,6 +45,7 @@ class CapturedStep:
     inputs_of_graph: tuple[int | None, ...]
     aux_count: int
     out_avals: Any
+    problem: str | None = None  # why the function is not a step graphpar compiles (JitError's message)
 
 
 class _Recorder:
@@ -66,8 +69,6 @@ class _Recorder:
         g_x = tuple(jnp.zeros_like(args[p]) for p in spec.positions)
         return value, g_w, g_x
 
-    def apply_optimizer(self, optimizer: Any, gradients: Sequence[Any]) -> Any:  # pragma: no cover - not routed
-        raise AssertionError("optimizers run their own construct under the lent state")
 
 
 def _all_optimizers(cells: Sequence[Cell]) -> list[Optimizer]:
@@ -81,9 +82,9 @@ def _all_optimizers(cells: Sequence[Cell]) -> list[Optimizer]:
 
 def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDtypeStruct]) -> CapturedStep:
     """Run ``fn`` on ``avals`` abstractly and say what it is made of (see the module docstring)."""
-    cells = reachable_cells(fn)
+    cells, loose = reachable_state(fn)
     optimizers = _all_optimizers(cells)
-    variables = variables_of(cells)
+    variables = variables_of(cells, loose)
     recorder = _Recorder()
     before = [opt._box.state for opt in optimizers]
     after: list[Any] = []
@@ -97,34 +98,39 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
 
     out_avals = jax.eval_shape(run, *avals)
     called = [opt for opt, old, new in zip(optimizers, before, after) if new is not old]
+    parts = (fn, name, tuple(cells), tuple(loose), tuple(optimizers))
+
+    def refused(problem: str) -> CapturedStep:
+        return CapturedStep(*parts, None, None, (), (), 0, out_avals, problem)
+
     if not recorder.calls:
         if called:
-            raise JitError(name, f"the step calls {type(called[0]).__name__} without taking a gradient "
-                           "(value_and_grad, grad, GradOperation) in the step; take the gradients inside it")
-        return CapturedStep(fn, name, tuple(cells), tuple(optimizers), None, None, (), (), 0, out_avals)
+            return refused(f"the step calls {type(called[0]).__name__} without taking a gradient (value_and_grad, "
+                           "grad, GradOperation) in the step; take the gradients inside it")
+        return CapturedStep(*parts, None, None, (), (), 0, out_avals)
     if len(recorder.calls) > 1:
         names = ", ".join(f"{s.origin} of '{s.name}'" for s, _ in recorder.calls)
-        raise JitError(name, f"the step takes {len(recorder.calls)} gradients ({names}); a compiled step plans one "
+        return refused(f"the step takes {len(recorder.calls)} gradients ({names}); a compiled step plans one "
                        "differentiated function: compute the loss in one function and differentiate it once")
     spec, args = recorder.calls[0]
     if len(called) != 1:
         what = "no optimizer" if not called else f"{len(called)} optimizers"
-        raise JitError(name, f"the step calls {what}; a compiled step applies its gradients with one nn.Optimizer "
-                       "call (optimizer(grads)) on the Parameters it differentiates")
+        return refused(f"the step calls {what}; a compiled step applies its gradients with one nn.Optimizer call "
+                       "(optimizer(grads)) on the Parameters it differentiates")
     optimizer = called[0]
     owned = {id(p) for p in optimizer.parameters}
     stray = [w.name for w in spec.weights if id(w) not in owned]
     if stray:
-        raise JitError(name, f"{spec.origin} of '{spec.name}' differentiates Parameter(s) {stray[:4]} that "
+        return refused(f"{spec.origin} of '{spec.name}' differentiates Parameter(s) {stray[:4]} that "
                        f"{type(optimizer).__name__} does not update; differentiate the optimizer's parameters "
                        "(optimizer.parameters or net.trainable_params())")
     graph_avals, inputs_of_graph = [], []
     for k, arg in enumerate(args):
         if not isinstance(arg, jax.Array):
-            raise JitError(name, f"argument {k} of {spec.origin} of '{spec.name}' is a {type(arg).__name__}; a "
-                           "compiled step passes Tensors to the differentiated function (make it a constant inside "
-                           "the function instead)")
+            return refused(f"argument {k} of {spec.origin} of '{spec.name}' is a {type(arg).__name__}; a compiled "
+                           "step passes Tensors to the differentiated function (make it a constant inside the "
+                           "function instead)")
         graph_avals.append(jax.ShapeDtypeStruct(arg.shape, arg.dtype))
         inputs_of_graph.append(next((i for i, x in enumerate(recorder.inputs) if x is arg), None))
-    return CapturedStep(fn, name, tuple(cells), tuple(optimizers), spec, optimizer, tuple(graph_avals),
-                        tuple(inputs_of_graph), recorder.aux_count, out_avals)
+    return CapturedStep(*parts, spec, optimizer, tuple(graph_avals), tuple(inputs_of_graph), recorder.aux_count,
+                        out_avals)

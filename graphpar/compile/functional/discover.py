@@ -1,13 +1,13 @@
 """The Cells a Python function reaches through its free variables, as MindSpore's graph compiler resolves them.
 
 MindSpore compiles a ``@jit`` function by resolving every name it reads (closure cells, module globals, default
-arguments, the ``self`` of a method and its attributes) and, for a Cell, its Parameters; that is how the Parameters of a ``net`` the
+arguments, the attributes of a method's ``self``) and, for a Cell, its Parameters; that is how the Parameters of a ``net`` the
 step never receives as an argument become inputs of the compiled graph. :func:`reachable_cells` does the same walk:
 functions are followed into the code objects they contain (nested functions, lambdas, comprehensions), their
-closures and the globals they name; bound methods into their object (and a plain object's attributes); ``functools.partial`` into its function and
+closures and the globals they name; bound methods into their object's attributes; ``functools.partial`` into its function and
 arguments; lists, tuples and dicts into their items; a Cell is collected and not entered (its whole tree is one
-piece of state). Any other object is left alone: state kept on a plain object is not reached (pass the Cell, or
-use a Cell method).
+piece of state), and so is a Variable found outside a Cell. Any other object is left alone: state kept on a plain
+object is reached only through a method of that object.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import functools
 import types
 from collections.abc import Iterator
 from typing import Any
+
+from flax import nnx
 
 from graphpar.nn.cell import Cell
 
@@ -33,13 +35,13 @@ def _code_names(code: types.CodeType) -> Iterator[str]:
 def _references(obj: Any) -> Iterator[Any]:
     """The objects ``obj`` refers to, for the kinds the walk enters."""
     if isinstance(obj, types.MethodType):
-        yield obj.__self__
+        # a method reads its state through self.<name>: the object's attributes are reached, not the object (a
+        # training Cell's own tree often holds what NNX cannot split, MindSpore's ParameterTuple of the weights)
         yield obj.__func__
-        if not isinstance(obj.__self__, Cell):  # a method of a plain object reads its state through self.<name>
-            try:
-                yield from vars(obj.__self__).values()
-            except TypeError:  # an object without a __dict__
-                pass
+        try:
+            yield from vars(obj.__self__).values()
+        except TypeError:  # an object without a __dict__
+            yield obj.__self__
     elif isinstance(obj, types.FunctionType):
         for cell in obj.__closure__ or ():
             try:
@@ -62,10 +64,12 @@ def _references(obj: Any) -> Iterator[Any]:
         yield from obj.values()
 
 
-def reachable_cells(*roots: Any) -> list[Cell]:
-    """Every Cell reachable from ``roots`` through free variables, in the order first reached (deterministic:
-    the order names appear in the code)."""
+def reachable_state(*roots: Any) -> tuple[list[Cell], list[nnx.Variable]]:
+    """Every Cell reachable from ``roots`` through free variables, in the order first reached (deterministic: the
+    order names appear in the code), and every Variable reached outside those Cells (a Parameter kept in a list or
+    on a plain object: accumulators, a ParameterTuple of weights)."""
     found: dict[int, Cell] = {}
+    loose: dict[int, nnx.Variable] = {}
     seen: set[int] = set()
 
     def walk(obj: Any, depth: int) -> None:
@@ -75,9 +79,12 @@ def reachable_cells(*roots: Any) -> list[Cell]:
         if isinstance(obj, Cell):
             found.setdefault(id(obj), obj)
             return
+        if isinstance(obj, nnx.Variable):
+            loose.setdefault(id(obj), obj)
+            return
         for ref in _references(obj):
             walk(ref, depth + 1)
 
     for root in roots:
         walk(root, 0)
-    return list(found.values())
+    return list(found.values()), list(loose.values())

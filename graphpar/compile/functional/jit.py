@@ -131,9 +131,10 @@ class JitFunction:
     """A function decorated with :func:`jit` (see the module docstring). ``programs`` holds one entry per input
     signature (and ``hash_args`` value): the compiled step, or None for a function run as written."""
 
-    def __init__(self, fn: Callable[..., Any], options: JitOptions):
+    def __init__(self, fn: Callable[..., Any], options: JitOptions, strict: bool = True):
         self.fn = fn
         self.options = options
+        self.strict = strict  # False: a function that is not a step graphpar compiles runs as written
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__).rsplit("<locals>.", 1)[-1]
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -147,7 +148,7 @@ class JitFunction:
             return self
         found = self._bound.get(id(instance))
         if found is None or found[0] is not instance:
-            found = (instance, JitFunction(self.fn.__get__(instance, owner), self.options))
+            found = (instance, JitFunction(self.fn.__get__(instance, owner), self.options, self.strict))
             self._bound[id(instance)] = found
         return found[1]
 
@@ -163,11 +164,14 @@ class JitFunction:
         key = (tuple((a.shape, str(a.dtype)) for a in avals), tuple(hash(h) for h in self.options.hash_args))
         if key not in self.programs:
             captured = capture_step(self.fn, name, avals)
-            self.programs[key] = FunctionalProgram(captured) if captured.spec is not None else None
+            if captured.problem is not None and self.strict:
+                raise JitError(name, captured.problem)
+            self.programs[key] = FunctionalProgram(captured) if captured.problem is None and captured.spec else None
+            if captured.problem is None and captured.spec is None:
+                notice_once(f"jit-no-gradient:{name}", f"jit({name}): the function takes no gradient, so graphpar "
+                            "runs it as written; in GRAPH_MODE each Cell call in it is compiled and planned on its own")
         program = self.programs[key]
         if program is None:
-            notice_once(f"jit-no-gradient:{name}", f"jit({name}): the function takes no gradient, so graphpar runs "
-                        "it as written; in GRAPH_MODE each Cell call in it is compiled and planned on its own")
             return self.fn(*args)
         return program.run_step(list(args))
 
@@ -183,6 +187,12 @@ class JitFunction:
             if not shape_ok or np.dtype(e.dtype) != np.dtype(a.dtype):
                 raise JitError(self.__qualname__, f"input {i} is {a.dtype}{list(a.shape)}; input_signature gives "
                                f"{e.dtype}{list(e.shape)}")
+
+
+def step_of(cell_method: Callable[..., Any]) -> JitFunction:
+    """A training Cell's ``construct`` compiled as a step when it is one (one gradient, one optimizer call), else
+    run as written (``nn.runner``'s route for a top-level call of a Cell holding an optimizer)."""
+    return JitFunction(cell_method, JitOptions(), strict=False)
 
 
 def jit(function: Callable[..., Any] | None = None, *, capture_mode: str = "ast", jit_level: str = "O0",

@@ -31,13 +31,17 @@ from graphpar.nn.cell import Cell
 _RAW = operator.attrgetter("_raw_value")  # the value slot (see compile.lowering.network_state: flax is pinned)
 
 
-def variables_of(cells: Sequence[Cell]) -> list[nnx.Variable]:
-    """Every Variable of ``cells``' trees, each once, in NNX's traversal order (the same for a merged copy)."""
+def variables_of(cells: Sequence[Cell], loose: Sequence[nnx.Variable] = ()) -> list[nnx.Variable]:
+    """Every Variable of ``cells``' trees and ``loose``, each once, in NNX's traversal order (the same for a merged
+    copy)."""
     out: dict[int, nnx.Variable] = {}
     for cell in cells:
-        for _, value in nnx.iter_graph(cell):
+        _, state = nnx.split(cell)  # the live Variables, as compile.lowering.network_state splits a network
+        for _, value in nnx.to_flat_state(state):
             if isinstance(value, nnx.Variable):
                 out.setdefault(id(value), value)
+    for value in loose:
+        out.setdefault(id(value), value)
     return list(out.values())
 
 
@@ -80,25 +84,28 @@ class _Source:
     """The user's function and the original Cells it closes over: static data of the objective Cell (NNX keeps a
     plain object as part of the structure and never enters it)."""
 
-    def __init__(self, fn: Callable[..., Any], has_aux: bool, cells: tuple[Cell, ...], name: str):
-        self.fn, self.has_aux, self.cells, self.name = fn, has_aux, cells, name
+    def __init__(self, fn: Callable[..., Any], has_aux: bool, cells: tuple[Cell, ...], loose: tuple, name: str):
+        self.fn, self.has_aux, self.cells, self.loose, self.name = fn, has_aux, cells, loose, name
 
 
 class StepObjective(Cell):
-    """``fn``'s loss as a Cell holding ``cells`` (the Cells the step reaches): the network of a functional step's
-    program, as a ``WithLossCell`` is ``Model.train``'s. With ``has_aux`` the loss is ``fn``'s first output."""
+    """``fn``'s loss as a Cell holding ``cells`` and ``loose`` (the Cells and the other Variables the step
+    reaches): the network of a functional step's program, as a ``WithLossCell`` is ``Model.train``'s. With
+    ``has_aux`` the loss is ``fn``'s first output."""
 
-    def __init__(self, fn: Callable[..., Any], has_aux: bool, cells: Sequence[Cell], name: str):
+    def __init__(self, fn: Callable[..., Any], has_aux: bool, cells: Sequence[Cell], loose: Sequence[nnx.Variable],
+                 name: str):
         super().__init__(auto_prefix=False)
-        self.cells = list(cells)  # a list, not attributes: the user's Cells keep their names and scopes
-        self._source = _Source(fn, has_aux, tuple(cells), name)
+        self.cells = list(cells)  # lists, not attributes: the user's Cells and Parameters keep their names, scopes
+        self.loose = list(loose)
+        self._source = _Source(fn, has_aux, tuple(cells), tuple(loose), name)
 
     def __call__(self, *inputs: Any) -> Any:
         return self.construct(*inputs)  # no scope of its own: the function's Cells are scoped from Default
 
     def construct(self, *inputs: Any) -> Any:
         source = self._source
-        mine, originals = variables_of(self.cells), variables_of(source.cells)
+        mine, originals = variables_of(self.cells, self.loose), variables_of(source.cells, source.loose)
         with lent(originals, read(mine)):
             out = source.fn(*inputs)
             for var, value in zip(mine, read(originals)):  # what the function wrote (statistics) to this copy
@@ -111,10 +118,10 @@ class StepObjective(Cell):
         return loss
 
 
-def objective_cell(fn: Callable[..., Any], has_aux: bool, cells: Sequence[Cell], name: str,
-                   fn_name: str) -> StepObjective:
+def objective_cell(fn: Callable[..., Any], has_aux: bool, cells: Sequence[Cell], loose: Sequence[nnx.Variable],
+                   name: str, fn_name: str) -> StepObjective:
     """A :class:`StepObjective` whose class is named after the differentiated function (``fn_name``): the planned
     graph and its dumps are named ``{fn_name}_train``, as ``Model.train``'s are after its loss network's class."""
     ident = "".join(c if c.isalnum() or c == "_" else "_" for c in fn_name) or "step"
     cls = type(ident if ident[0].isalpha() or ident[0] == "_" else f"_{ident}", (StepObjective,), {})
-    return cls(fn, has_aux, cells, name)
+    return cls(fn, has_aux, cells, loose, name)

@@ -47,7 +47,7 @@ class FunctionalProgram(TrainProgram):
 
     def __init__(self, captured: CapturedStep):
         spec = captured.spec
-        network = objective_cell(spec.fn, spec.has_aux, captured.cells, captured.name, spec.name)
+        network = objective_cell(spec.fn, spec.has_aux, captured.cells, captured.loose, captured.name, spec.name)
         Program.__init__(self, f"{captured.name} step", network)
         self.captured = captured
         self.optimizer = captured.optimizer

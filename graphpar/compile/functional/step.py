@@ -103,8 +103,6 @@ class InStep:
                                     for i in range(captured.aux_count))
         return value, g_w, tuple(g_x)
 
-    def apply_optimizer(self, optimizer: Any, gradients: Sequence[Any]) -> Any:  # pragma: no cover - not routed
-        raise AssertionError("optimizers run their own construct under the lent state")
 
 
 def returns_nothing(captured: CapturedStep) -> bool:
