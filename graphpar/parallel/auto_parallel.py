@@ -1,14 +1,18 @@
-"""``AutoParallel``: MindSpore 2.6's ``mindspore.parallel.auto_parallel.AutoParallel`` for a step function.
+"""``AutoParallel``: MindSpore 2.6's ``mindspore.parallel.auto_parallel.AutoParallel``.
 
-MindSpore 2.6 replaces ``set_auto_parallel_context(parallel_mode=...)`` by wrapping the outermost step in
-``AutoParallel(train_step, parallel_mode=...)``: the wrapped step is planned in that mode, whatever the global context
-says. Here calling the wrapper runs the step with its mode in force (``parallel_mode`` and ``search_mode`` of the
-auto-parallel context, restored afterwards), so the step's program (``graphpar.jit``; a plain function is compiled
-as if decorated) is planned and compiled for it; each mode's program is kept as the context's other settings' are.
+MindSpore 2.6 replaces ``set_auto_parallel_context(parallel_mode=...)`` by wrapping the outermost network or step:
+``AutoParallel(train_step, parallel_mode=...)`` for the functional loop, ``Model(AutoParallel(net, ...), ...)`` for
+``Model``. Both forms are a Cell, as MindSpore's is:
 
-Built: the constructor and the call. MindSpore's configuration methods (``hsdp``, ``pipeline``,
-``dataset_strategy``, ``save_param_strategy_file`` ...) are refused by name until built, and so is wrapping a Cell
-(``Model(AutoParallel(net))``): its programs are built by ``Model`` outside the wrapper's call.
+* a **step function**: calling the wrapper runs the step with its mode in force (``parallel_mode`` and
+  ``search_mode`` of the auto-parallel context, restored afterwards), so the step's program (``graphpar.jit``; a
+  plain function is compiled as if decorated) is planned and compiled for that mode and no other code sees it;
+* a **Cell**: the programs ``Model`` (or a ``TrainOneStepCell``) builds around the wrapped network are built and
+  dispatched outside the wrapper's own call, so the wrapper sets the job's auto-parallel context to its mode when
+  it is made, and says so once.
+
+MindSpore's configuration methods (``hsdp``, ``pipeline``, ``dataset_strategy``, ``save_param_strategy_file`` ...)
+are refused by name (:class:`~graphpar.errors.JitError`) until built.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from graphpar import _context
 from graphpar._context import ParallelMode
+from graphpar._logging import notice_once
 from graphpar.compile.functional.jit import JitFunction, jit
 from graphpar.errors import JitError
 from graphpar.nn.cell import Cell
@@ -28,42 +33,66 @@ MODES = {"semi_auto": (ParallelMode.SEMI_AUTO_PARALLEL, None),
          "sharding_propagation": (ParallelMode.AUTO_PARALLEL, "sharding_propagation"),
          "recursive_programming": (ParallelMode.AUTO_PARALLEL, "recursive_programming")}
 
-_NOT_BUILT = ("hsdp", "pipeline", "dataset_strategy", "save_param_strategy_file", "load_param_strategy_file",
-              "load_operator_strategy_file", "save_operator_strategy_file", "comm_fusion", "no_init_parameters_in_compile",
-              "enable_gradients_mean", "disable_gradients_mean", "disable_gradient_fp32_sync", "disable_loss_repeated_mean",
-              "enable_parallel_optimizer", "set_group_ckpt_save_file", "print_local_norm", "dump_local_norm",
-              "enable_device_local_norm", "transformer_opt", "set_load_balance", "set_dump_local_norm_path")
+NOT_BUILT = ("hsdp", "pipeline", "dataset_strategy", "save_param_strategy_file", "load_param_strategy_file",
+             "load_operator_strategy_file", "save_operator_strategy_file", "comm_fusion",
+             "no_init_parameters_in_compile", "enable_gradients_mean", "disable_gradients_mean",
+             "disable_gradient_fp32_sync", "disable_loss_repeated_mean", "enable_parallel_optimizer",
+             "set_group_ckpt_save_file", "print_local_norm", "dump_local_norm", "enable_device_local_norm",
+             "transformer_opt", "set_load_balance", "set_dump_local_norm_path")
 
 
-class AutoParallel:
-    """``AutoParallel(network, parallel_mode="semi_auto")``: ``network`` (a step function) runs planned in
-    ``parallel_mode`` ("semi_auto", "sharding_propagation" or "recursive_programming") when the wrapper is called."""
+def _settings(parallel_mode: str) -> dict[str, str]:
+    mode, search = MODES[parallel_mode]
+    return {"parallel_mode": mode, "search_mode": search or _context.current_parallel().search_mode}
 
-    def __init__(self, network: Callable[..., Any], parallel_mode: str = "semi_auto"):
-        name = getattr(network, "__qualname__", type(network).__name__)
+
+class _Step:
+    """The wrapped step function (static data of the wrapper Cell)."""
+
+    def __init__(self, fn: JitFunction):
+        self.fn = fn
+
+
+class AutoParallel(Cell):
+    """``AutoParallel(network, parallel_mode="semi_auto")``: ``network`` (a step function or a Cell) planned in
+    ``parallel_mode`` ("semi_auto", "sharding_propagation" or "recursive_programming"); see the module docstring."""
+
+    def __init__(self, network: Callable[..., Any] | Cell, parallel_mode: str = "semi_auto"):
+        super().__init__(auto_prefix=False)
+        name = type(network).__name__ if isinstance(network, Cell) else getattr(
+            network, "__qualname__", type(network).__name__).rsplit("<locals>.", 1)[-1]
         if parallel_mode not in MODES:
             raise JitError(name, f"AutoParallel(parallel_mode={parallel_mode!r}); valid: "
                            f"{', '.join(map(repr, MODES))}")
-        if isinstance(network, Cell):
-            raise JitError(name, "AutoParallel of a Cell (Model(AutoParallel(net)), a Cell called through the "
-                           "wrapper) is not built yet: for Model.train set set_auto_parallel_context("
-                           f"parallel_mode={MODES[parallel_mode][0]!r}); for the functional loop wrap the step "
-                           "function")
         if not callable(network):
-            raise JitError(name, f"AutoParallel wraps a step function, got a {type(network).__name__}")
-        self.network = network if isinstance(network, JitFunction) else jit(network)
+            raise JitError(name, f"AutoParallel wraps a step function or a Cell, got a {type(network).__name__}")
         self.parallel_mode = parallel_mode
+        if isinstance(network, Cell):
+            self.network = network
+            self._step = None
+            wanted = _settings(parallel_mode)
+            _context.set_auto_parallel_context(**wanted)
+            notice_once(f"auto-parallel-cell:{parallel_mode}", f"AutoParallel({name}, parallel_mode="
+                        f"{parallel_mode!r}): the programs Model builds around the wrapped Cell are planned outside "
+                        f"its call, so graphpar sets the job's parallel_mode={wanted['parallel_mode']!r}, "
+                        f"search_mode={wanted['search_mode']!r} now")
+        else:
+            self._step = _Step(network if isinstance(network, JitFunction) else jit(network))
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._step is None:
+            return super().__call__(*args, **kwargs)
         with self._mode():
-            return self.network(*args)
+            return self._step.fn(*args, **kwargs)
+
+    def construct(self, *args: Any, **kwargs: Any) -> Any:
+        return self.network(*args, **kwargs)
 
     @contextlib.contextmanager
     def _mode(self) -> Iterator[None]:
-        mode, search = MODES[self.parallel_mode]
         pctx = _context.current_parallel()
         saved = {"parallel_mode": pctx.parallel_mode, "search_mode": pctx.search_mode}
-        wanted = {"parallel_mode": mode, "search_mode": search or pctx.search_mode}
+        wanted = _settings(self.parallel_mode)
         if wanted == saved:
             yield
             return
@@ -73,9 +102,16 @@ class AutoParallel:
         finally:
             _context.set_auto_parallel_context(**saved)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _NOT_BUILT:
-            raise JitError(f"AutoParallel.{name}", f"AutoParallel.{name}() is not built yet; the matching "
-                           "set_auto_parallel_context setting applies to the wrapped step (see "
-                           "docs/porting_from_mindspore.md)")
-        raise AttributeError(f"'AutoParallel' object has no attribute {name!r}")
+
+def _refuser(method: str) -> Callable[..., Any]:
+    def refuse(self: AutoParallel, *args: Any, **kwargs: Any) -> Any:
+        raise JitError(f"AutoParallel.{method}", f"AutoParallel.{method}() is not built yet; the matching "
+                       "set_auto_parallel_context setting applies to the wrapped network (see "
+                       "docs/porting_from_mindspore.md)")
+
+    refuse.__name__ = method
+    return refuse
+
+
+for _method in NOT_BUILT:
+    setattr(AutoParallel, _method, _refuser(_method))

@@ -102,10 +102,3 @@ def test_jit_arguments_are_built_or_refused_by_name(notices):
         add(X, Y[:4])
     with pytest.raises(JitError, match="keyword argument\\(s\\) \\['y'\\]"):
         add(X, y=Y)
-
-
-def test_auto_parallel_of_a_cell_is_refused_until_built():
-    from graphpar.parallel import AutoParallel
-
-    with pytest.raises(JitError, match="AutoParallel of a Cell .* is not built yet"):
-        AutoParallel(Net(), parallel_mode="sharding_propagation")

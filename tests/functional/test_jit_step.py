@@ -195,3 +195,24 @@ def test_a_jitted_step_is_compiled_and_planned_in_pynative_mode_too(tmp_path):
     np.testing.assert_allclose(losses, expected, rtol=1e-6)
     assert "mesh: m0=2 m1=2 m2=2" in dump_file(tmp_path, 0, "18_execute")
     assert len(next(net.get_parameters()).get_value().sharding.device_set) == 8
+
+
+def test_model_trains_an_auto_parallel_cell_in_its_mode(notices):
+    """MindSpore 2.6: ``Model(AutoParallel(net, parallel_mode=...), ...)``; the wrapper sets the job's mode."""
+    import graphpar.dataset as ds
+    from graphpar.parallel import AutoParallel
+    from graphpar.train import Model
+
+    def trained(wrap):
+        net = Net()
+        model = Model(wrap(net), nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.05, 0.9))
+        model.train(1, ds.NumpySlicesDataset((X, Y), ["x", "y"], shuffle=False).batch(2))
+        return [p.asnumpy() for p in net.get_parameters()]
+
+    wrapped = trained(lambda net: AutoParallel(net, parallel_mode="semi_auto"))
+    assert ms.get_auto_parallel_context("parallel_mode") == "semi_auto_parallel"
+    assert any("graphpar sets the job's parallel_mode='semi_auto_parallel'" in r.getMessage() for r in notices.records)
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    for p, q in zip(wrapped, trained(lambda net: net)):
+        np.testing.assert_allclose(p, q, rtol=1e-6)
