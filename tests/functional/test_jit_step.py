@@ -40,8 +40,8 @@ def test_the_docs_forward_fn_with_logits_trains_as_model_train_does(tmp_path):
     sharded = [p for p in net.get_parameters() if p.name == "w1"][0].get_value()
     assert len(sharded.sharding.device_set) == 8  # the trained Parameter lives on the mesh, not on device 0
     assert optimizer.opt_state is not None
-    (program,) = train_step.programs.values()
-    assert program.counts.compiles == 1 and program.counts.traces == 1  # one program for the whole loop
+    (entry,) = train_step.programs.values()
+    assert entry.program.counts.compiles == 1 and entry.program.counts.traces == 1  # one program for the loop
 
 
 def test_sharding_propagation_and_data_parallel_loops_equal_model_train(tmp_path):
@@ -216,3 +216,22 @@ def test_model_trains_an_auto_parallel_cell_in_its_mode(notices):
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
     for p, q in zip(wrapped, trained(lambda net: net)):
         np.testing.assert_allclose(p, q, rtol=1e-6)
+
+
+def test_a_rebound_global_network_is_captured_again():
+    """A step that names ``net`` and ``optimizer`` globals trains the objects they name at each call."""
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    scope = {"ms": ms}
+    exec("def train_step(x, y):\n"
+         "    loss, grads = grad_fn(x, y)\n"
+         "    optimizer(grads)\n"
+         "    return loss\n", scope)
+    step = ms.jit(scope["train_step"])
+    for _ in range(2):
+        net, loss_fn = Net(), nn.MSELoss()
+        scope["optimizer"] = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+        scope["grad_fn"] = ms.value_and_grad(lambda x, y, net=net: loss_fn(net(x), y), None, net.trainable_params())
+        before = net.w1.asnumpy().copy()
+        step(X, Y)
+        assert not np.allclose(net.w1.asnumpy(), before)  # this round's network was trained
+    assert len(step.programs) == 1

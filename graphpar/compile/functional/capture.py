@@ -46,6 +46,7 @@ class CapturedStep:
     aux_count: int
     out_avals: Any
     problem: str | None = None  # why the function is not a step graphpar compiles (JitError's message)
+    bindings: tuple = ()  # the names resolved to find the state (discover.bindings_hold)
 
 
 class _Recorder:
@@ -82,7 +83,7 @@ def _all_optimizers(cells: Sequence[Cell]) -> list[Optimizer]:
 
 def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDtypeStruct]) -> CapturedStep:
     """Run ``fn`` on ``avals`` abstractly and say what it is made of (see the module docstring)."""
-    cells, loose = reachable_state(fn)
+    cells, loose, bindings = reachable_state(fn)
     optimizers = _all_optimizers(cells)
     variables = variables_of(cells, loose)
     recorder = _Recorder()
@@ -99,15 +100,16 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
     out_avals = jax.eval_shape(run, *avals)
     called = [opt for opt, old, new in zip(optimizers, before, after) if new is not old]
     parts = (fn, name, tuple(cells), tuple(loose), tuple(optimizers))
+    found = tuple(bindings)
 
     def refused(problem: str) -> CapturedStep:
-        return CapturedStep(*parts, None, None, (), (), 0, out_avals, problem)
+        return CapturedStep(*parts, None, None, (), (), 0, out_avals, problem, found)
 
     if not recorder.calls:
         if called:
             return refused(f"the step calls {type(called[0]).__name__} without taking a gradient (value_and_grad, "
                            "grad, GradOperation) in the step; take the gradients inside it")
-        return CapturedStep(*parts, None, None, (), (), 0, out_avals)
+        return CapturedStep(*parts, None, None, (), (), 0, out_avals, None, found)
     if len(recorder.calls) > 1:
         names = ", ".join(f"{s.origin} of '{s.name}'" for s, _ in recorder.calls)
         return refused(f"the step takes {len(recorder.calls)} gradients ({names}); a compiled step plans one "
@@ -133,4 +135,4 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
         graph_avals.append(jax.ShapeDtypeStruct(arg.shape, arg.dtype))
         inputs_of_graph.append(next((i for i, x in enumerate(recorder.inputs) if x is arg), None))
     return CapturedStep(*parts, spec, optimizer, tuple(graph_avals), tuple(inputs_of_graph), recorder.aux_count,
-                        out_avals)
+                        out_avals, None, found)

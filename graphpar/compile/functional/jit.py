@@ -23,7 +23,8 @@ import jax
 import numpy as np
 
 from graphpar._logging import notice_once
-from graphpar.compile.functional.capture import capture_step
+from graphpar.compile.functional.capture import CapturedStep, capture_step
+from graphpar.compile.functional.discover import bindings_hold
 from graphpar.compile.functional.program import FunctionalProgram
 from graphpar.compile.runtime.placement import global_aval
 from graphpar.errors import JitError
@@ -127,9 +128,16 @@ def _check_options(name: str, capture_mode: str, jit_level: str, dynamic: int, f
                        "decorate the function once (at module level) rather than re-creating it")
 
 
+@dataclass(frozen=True)
+class _Entry:
+    captured: CapturedStep
+    program: FunctionalProgram | None
+
+
 class JitFunction:
     """A function decorated with :func:`jit` (see the module docstring). ``programs`` holds one entry per input
-    signature (and ``hash_args`` value): the compiled step, or None for a function run as written."""
+    signature (and ``hash_args`` value): what was captured and the compiled step (None: the function runs as
+    written), captured again when a name it resolved is rebound (``discover.bindings_hold``)."""
 
     def __init__(self, fn: Callable[..., Any], options: JitOptions, strict: bool = True):
         self.fn = fn
@@ -139,7 +147,7 @@ class JitFunction:
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__).rsplit("<locals>.", 1)[-1]
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
-        self.programs: dict[tuple, FunctionalProgram | None] = {}
+        self.programs: dict[tuple, _Entry] = {}
         self._bound: dict[int, tuple[Any, JitFunction]] = {}
 
     def __get__(self, instance: Any, owner: type | None = None) -> "JitFunction":
@@ -162,18 +170,22 @@ class JitFunction:
         avals = [global_aval(x) for x in args]
         self._check_signature(avals)
         key = (tuple((a.shape, str(a.dtype)) for a in avals), tuple(hash(h) for h in self.options.hash_args))
-        if key not in self.programs:
-            captured = capture_step(self.fn, name, avals)
-            if captured.problem is not None and self.strict:
-                raise JitError(name, captured.problem)
-            self.programs[key] = FunctionalProgram(captured) if captured.problem is None and captured.spec else None
-            if captured.problem is None and captured.spec is None:
-                notice_once(f"jit-no-gradient:{name}", f"jit({name}): the function takes no gradient, so graphpar "
-                            "runs it as written; in GRAPH_MODE each Cell call in it is compiled and planned on its own")
-        program = self.programs[key]
-        if program is None:
+        entry = self.programs.get(key)
+        if entry is None or not bindings_hold(entry.captured.bindings):
+            entry = self.programs[key] = self._capture(avals)
+        if entry.program is None:
             return self.fn(*args)
-        return program.run_step(list(args))
+        return entry.program.run_step(list(args))
+
+    def _capture(self, avals: Sequence[jax.ShapeDtypeStruct]) -> "_Entry":
+        name = self.__qualname__
+        captured = capture_step(self.fn, name, avals)
+        if captured.problem is not None and self.strict:
+            raise JitError(name, captured.problem)
+        if captured.problem is None and captured.spec is None:
+            notice_once(f"jit-no-gradient:{name}", f"jit({name}): the function takes no gradient, so graphpar runs "
+                        "it as written; in GRAPH_MODE each Cell call in it is compiled and planned on its own")
+        return _Entry(captured, FunctionalProgram(captured) if captured.problem is None and captured.spec else None)
 
     def _check_signature(self, avals: Sequence[jax.ShapeDtypeStruct]) -> None:
         expected = self.options.input_signature
