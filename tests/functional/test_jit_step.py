@@ -235,3 +235,23 @@ def test_a_rebound_global_network_is_captured_again():
         step(X, Y)
         assert not np.allclose(net.w1.asnumpy(), before)  # this round's network was trained
     assert len(step.programs) == 1
+
+
+def test_step_inputs_not_given_to_the_gradient_are_replicated_and_returned_structures_kept():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    expected, _, _ = model_train(steps=2)
+    net, loss_fn = Net(), nn.MSELoss()
+    optimizer = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, optimizer.parameters)
+
+    @ms.jit
+    def train_step(scale, data, label):
+        loss, grads = grad_fn(data, label)
+        optimizer(grads)
+        return {"loss": loss, "scaled": loss * scale}
+
+    outs = [train_step(np.float32(2.0), X, Y) for _ in range(2)]
+    np.testing.assert_allclose([float(o["loss"]) for o in outs], expected, rtol=1e-6)
+    np.testing.assert_allclose([float(o["scaled"]) for o in outs], [2 * e for e in expected], rtol=1e-6)
+    (entry,) = train_step.programs.values()
+    assert entry.captured.inputs_of_graph == (1, 2)  # the gradient call's arguments are step inputs 1 and 2

@@ -32,7 +32,7 @@ from graphpar.compile.lowering.recompute import advise_cpu_scheduler
 from graphpar.compile.plans.choose import choose_plan
 from graphpar.compile.plans.layout import Layout
 from graphpar.compile.plans.planned import Planned
-from graphpar.compile.runtime.placement import global_aval, put_batch
+from graphpar.compile.runtime.placement import ensure_placed, global_aval, put_batch
 from graphpar.compile.runtime.program import TrainProgram, TrainSettings
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
@@ -132,8 +132,13 @@ class FunctionalProgram(TrainProgram):
         return avals
 
     def _place(self, layout: Layout, inputs: Sequence[Any], avals: Sequence[Any], stacked: bool) -> list:
+        """A batch the differentiated function receives is placed as ``Model.train``'s batch is (a process's rows
+        of the global batch in a multi-process job); any other input is a value every process holds whole."""
         out = []
         for i, (x, a) in enumerate(zip(inputs, avals)):
             sharding = self._input_sharding(layout, i, tuple(a.shape))
-            out.append(x if isinstance(x, jax.Array) and x.sharding == sharding else put_batch(x, sharding))
+            if isinstance(x, jax.Array) and x.sharding == sharding:
+                out.append(x)
+            else:
+                out.append(put_batch(x, sharding) if i in self.captured.inputs_of_graph else ensure_placed(x, sharding))
         return out
