@@ -55,6 +55,15 @@ class StepTrace(Protocol):
         """``(value, weight_grads, input_grads)`` of ``spec`` on ``args`` (``value``: the full output)."""
         ...
 
+    def computes(self, cell: Any, args: tuple, kwargs: dict) -> bool:
+        """Whether a call of ``cell`` in the step is answered by :meth:`forward` (the differentiated Cell called
+        on the gradient's arguments: ``loss = self.network(*inputs)`` before ``GradOperation``)."""
+        ...
+
+    def forward(self, cell: Any, args: tuple, kwargs: dict) -> Any:
+        """The output of that call, computed with the gradient (one forward for both)."""
+        ...
+
 
 _tracing: list[StepTrace] = []
 

@@ -6,7 +6,9 @@ the Parameters and other state of the step's Cells hold the arguments (``objecti
 optimizer state, and the step function runs as written. Its gradient call is answered by :class:`InStep`: the
 gradient of the plan's objective of the *planned* graph, composed as ``compile.lowering.step.train_step`` composes
 ``Model.train``'s (``jax.value_and_grad`` of the objective over the trainable parameters, the new statistics kept);
-its ``optimizer(grads)`` runs the optimizer's own update (``Optimizer.construct``: the optax transformation
+a call of the differentiated Cell on the same arguments before the gradient call (MindSpore 1.x's
+``loss = self.network(*inputs)`` then ``GradOperation``) is answered by that same computation, as MindSpore's
+compiler merges the two forwards; its ``optimizer(grads)`` runs the optimizer's own update (``Optimizer.construct``: the optax transformation
 ``Model.train`` applies) on the lent state. What the Variables and the optimizer hold at the end is the step's new
 state.
 
@@ -67,12 +69,35 @@ class InStep:
         self.plan, self.planned, self.ns, self.captured = plan, planned, ns, captured
         self.gradient = gradient
         self.rest_vars, self.rvals = rest_vars, rvals
+        self._computed: tuple[tuple, tuple] | None = None  # a forward call answered with the gradient (forward)
 
     def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
-        captured, ns, plan, planned = self.captured, self.ns, self.plan, self.planned
+        captured = self.captured
         if not _same(spec, captured.spec):
             raise JitError(captured.name, f"the step took the gradient of '{captured.spec.name}' when it was "
                            f"captured and of '{spec.name}' now; a compiled step differentiates one function")
+        computed, self._computed = self._computed, None
+        if computed is None or len(computed[0]) != len(args) or any(a is not b for a, b in zip(computed[0], args)):
+            return self._value_and_grad(spec, args, sens)
+        value, g_w, g_x = computed[1]
+        if sens is not None:  # the forward was differentiated with ones: a scalar loss's gradients scale with sens
+            g_w, g_x = tuple(g * sens for g in g_w), tuple(g * sens for g in g_x)
+        return value, g_w, g_x
+
+    def computes(self, cell: Any, args: tuple, kwargs: dict) -> bool:
+        spec = self.captured.spec
+        return (cell is spec.fn and not kwargs and not spec.has_aux and self._computed is None
+                and [(jnp.shape(a), jnp.result_type(a)) for a in args]
+                == [(tuple(a.shape), a.dtype) for a in self.captured.graph_avals])
+
+    def forward(self, cell: Any, args: tuple, kwargs: dict) -> Any:
+        result = self._value_and_grad(self.captured.spec, args, None)
+        self._computed = (args, result)
+        return result[0]
+
+    def _value_and_grad(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
+        """The gradient of the plan's objective of the planned graph at the step's current state."""
+        captured, ns, plan, planned = self.captured, self.ns, self.plan, self.planned
         params = ns.params.unflatten(read(ns.params.holders))
         rest = ns.rest.unflatten([v if h is None else h._raw_value for h, v in zip(self.rest_vars, self.rvals)])
         scale = 1.0 if sens is None else sens
@@ -102,7 +127,6 @@ class InStep:
             value = (loss,) + tuple(AuxNotComputed(captured.name, spec.name, i + 1)
                                     for i in range(captured.aux_count))
         return value, g_w, tuple(g_x)
-
 
 
 def returns_nothing(captured: CapturedStep) -> bool:
