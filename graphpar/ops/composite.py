@@ -15,6 +15,8 @@ eagerly while a parallel mode is set, they compute on one device unplanned, and 
 from __future__ import annotations
 
 import contextlib
+import functools
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,7 +45,16 @@ class Differentiation:
 
     @property
     def name(self) -> str:
-        return getattr(self.fn, "__name__", type(self.fn).__name__)
+        return callable_name(self.fn)
+
+
+def callable_name(fn: Any) -> str:
+    """How messages name a function, a method (``Class.method``) or a callable object (its class)."""
+    if isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return fn.__qualname__.rsplit("<locals>.", 1)[-1]
+    if isinstance(fn, functools.partial):
+        return callable_name(fn.func)
+    return type(fn).__name__
 
 
 class StepTrace(Protocol):

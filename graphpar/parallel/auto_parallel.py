@@ -27,6 +27,7 @@ from graphpar._logging import notice_once
 from graphpar.compile.functional.jit import JitFunction, jit
 from graphpar.errors import JitError
 from graphpar.nn.cell import Cell
+from graphpar.ops.composite import callable_name
 
 # MindSpore 2.6's parallel_mode names -> (parallel_mode, search_mode) of the auto-parallel context
 MODES = {"semi_auto": (ParallelMode.SEMI_AUTO_PARALLEL, None),
@@ -59,8 +60,7 @@ class AutoParallel(Cell):
 
     def __init__(self, network: Callable[..., Any] | Cell, parallel_mode: str = "semi_auto"):
         super().__init__(auto_prefix=False)
-        name = type(network).__name__ if isinstance(network, Cell) else getattr(
-            network, "__qualname__", type(network).__name__).rsplit("<locals>.", 1)[-1]
+        name = callable_name(network)
         if parallel_mode not in MODES:
             raise JitError(name, f"AutoParallel(parallel_mode={parallel_mode!r}); valid: "
                            f"{', '.join(map(repr, MODES))}")

@@ -29,6 +29,7 @@ from graphpar.compile.functional.program import FunctionalProgram
 from graphpar.compile.runtime.placement import global_aval
 from graphpar.errors import JitError
 from graphpar.nn.cell import Cell
+from graphpar.ops.composite import callable_name
 
 CAPTURE_MODES = ("ast", "bytecode", "trace")
 LEGACY_MODES = ("PSJit", "PIJit")
@@ -143,9 +144,9 @@ class JitFunction:
         self.fn = fn
         self.options = options
         self.strict = strict  # False: a function that is not a step graphpar compiles runs as written
-        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-        self.__qualname__ = getattr(fn, "__qualname__", self.__name__).rsplit("<locals>.", 1)[-1]
-        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__qualname__ = callable_name(fn)
+        self.__name__ = self.__qualname__.rsplit(".", 1)[-1]
+        self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self.programs: dict[tuple, _Entry] = {}
         self._bound: dict[int, tuple[Any, JitFunction]] = {}
@@ -215,7 +216,7 @@ def jit(function: Callable[..., Any] | None = None, *, capture_mode: str = "ast"
     target = function if function is not None else fn
 
     def decorate(f: Callable[..., Any]) -> JitFunction:
-        name = getattr(f, "__qualname__", type(f).__name__).rsplit("<locals>.", 1)[-1]
+        name = callable_name(f)
         if isinstance(f, Cell):
             raise JitError(name, "jit of a Cell object is not built: in GRAPH_MODE (set_context(mode=GRAPH_MODE)) "
                            "every top-level Cell call is compiled and planned; decorate a step function or a "
