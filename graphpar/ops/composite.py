@@ -8,8 +8,8 @@ duration of the call (and always restored), which is the only way to reach Param
 
 Inside a compiled training step (``graphpar.jit``, ``AutoParallel``) the same calls are answered by the step being
 traced (:class:`StepTrace`, entered with :func:`tracing_step` by ``graphpar.compile.functional``): it differentiates
-the *planned* objective, as ``Model.train``'s step does. Called
-eagerly while a parallel mode is set, they compute on one device unplanned, and say so once.
+the *planned* objective, as ``Model.train``'s step does. Called eagerly while a parallel mode is set, they compute
+on one device unplanned, and say so once.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from graphpar.common.parameter import Parameter
 class Differentiation:
     """One gradient call as the user asked for it: ``fn`` (a function or a Cell) called with the call's arguments,
     differentiated w.r.t. the arguments at ``positions`` and the Parameters ``weights``; with ``has_aux`` only the
-    first output is differentiated; ``sens`` (GradOperation's ``sens_param``) weighs the output, else ones.
+    first output is differentiated (GradOperation's ``sens_param`` weighs the output with each call's own ``sens``).
     ``origin`` names the API (``value_and_grad``, ``grad``, ``GradOperation``) for messages."""
 
     fn: Callable[..., Any]
@@ -96,7 +96,7 @@ def active_step() -> StepTrace | None:
 
 def _say_if_unplanned(spec: Differentiation, args: tuple) -> None:
     """Say once when a gradient is computed eagerly while a parallel mode is set: it runs on one device, unplanned
-    (MindSpore plans a step only when it is compiled: ``@ms.jit`` or ``AutoParallel``)."""
+    (graphpar plans a step only when it is compiled: ``@ms.jit``, ``AutoParallel``, ``Model.train``)."""
     mode = _context.current_parallel().parallel_mode
     if mode == _context.ParallelMode.STAND_ALONE or any(isinstance(a, jax.core.Tracer)
                                                          for a in jax.tree.leaves(args)):
