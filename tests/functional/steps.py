@@ -70,10 +70,12 @@ def model_train(steps=3, dumps=None):
 
 
 def dump_file(directory, rank, kind):
-    """The text of the one ``kind`` dump of ``rank`` in ``directory`` (dump numbers count a process's programs)."""
-    files = sorted((directory / f"rank_{rank}").glob(f"*{kind}_*.ir"))
-    assert len(files) == 1, files
-    return files[0].read_text()
+    """The text of the train step's ``kind`` dump of ``rank`` in ``directory`` (dump numbers count a process's
+    programs; a ``has_aux`` function's auxiliary outputs have a forward graph of their own)."""
+    texts = [f.read_text() for f in sorted((directory / f"rank_{rank}").glob(f"*{kind}_*.ir"))]
+    train = [t for t in texts if "purpose: train" in t.splitlines()[2]]
+    assert len(train) == 1, [t.splitlines()[2] for t in texts]
+    return train[0]
 
 
 def dump_text(directory, rank, kind):

@@ -4,6 +4,8 @@ The step closes over a network and an optimizer; ``graphpar.jit`` makes their Pa
 the compiled program's inputs and outputs, plans the differentiated function's graph with the same planner call
 (``planner.planning.plan_graph``), and writes the trained values back into the Parameters after every call."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -32,16 +34,23 @@ def test_the_docs_forward_fn_with_logits_trains_as_model_train_does(tmp_path):
     """``forward_fn`` returning ``(loss, logits)`` with ``has_aux=True``, the loss network called directly."""
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
     losses, net, optimizer, train_step = functional_loop(steps=4, dumps=tmp_path)
-    expected, _, _ = model_train(steps=4)
+    expected, _, _ = model_train(steps=4, dumps=tmp_path / "model")
     np.testing.assert_allclose(losses, expected, rtol=1e-6)
     assert losses[-1] < losses[0]
-    begin = dump_file(tmp_path, 0, "step_parallel_begin")
-    assert "# graph: forward_fn_train" in begin and "scope: (Default/network-Net)" in begin
+
+    def collectives(directory):  # the discarded logits' forward is dropped by XLA: Model.train's collectives
+        return [re.sub(r"scope: \(.*?\)", "", line) for line in dump_text(directory, 0, "18_execute")
+                if line.startswith(("%c", "# total"))]
+
+    assert collectives(tmp_path) == collectives(tmp_path / "model") and len(collectives(tmp_path)) > 3
+    begins = [p.read_text() for p in sorted((tmp_path / "rank_0").glob("step_parallel_begin_*.ir"))]
+    assert any("# graph: forward_fn_train" in b and "scope: (Default/network-Net)" in b for b in begins)
     sharded = [p for p in net.get_parameters() if p.name == "w1"][0].get_value()
     assert len(sharded.sharding.device_set) == 8  # the trained Parameter lives on the mesh, not on device 0
     assert optimizer.opt_state is not None
     (entry,) = train_step.programs.values()
-    assert entry.program.counts.compiles == 1 and entry.program.counts.traces == 1  # one program for the loop
+    # one program for the whole loop; two graphs traced and planned: the loss's and the logits' forward (has_aux)
+    assert entry.program.counts.compiles == 1 and entry.program.counts.traces == 2
 
 
 def test_sharding_propagation_and_data_parallel_loops_equal_model_train(tmp_path):
@@ -250,3 +259,33 @@ def test_step_inputs_not_given_to_the_gradient_are_replicated_and_returned_struc
     np.testing.assert_allclose([float(o["scaled"]) for o in outs], [2 * e for e in expected], rtol=1e-6)
     (entry,) = train_step.programs.values()
     assert entry.captured.inputs_of_graph == (1, 2)  # the gradient call's arguments are step inputs 1 and 2
+
+
+def test_auxiliary_outputs_of_has_aux_are_the_planned_forwards(tmp_path):
+    """``(loss, logits), grads = grad_fn(...)`` with the logits used in the step: they come from the function's
+    forward graph planned on the same mesh, at the parameters the gradient was taken at."""
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    net, loss_fn = Net(), nn.MSELoss()
+    optimizer = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+
+    def forward_fn(data, label):
+        logits = net(data)
+        return loss_fn(logits, label), logits
+
+    grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters, has_aux=True)
+
+    @ms.jit
+    def train_step(data, label):
+        (loss, logits), grads = grad_fn(data, label)
+        optimizer(grads)
+        return loss, logits.argmax(axis=1), logits
+
+    reference = Net()
+    for _ in range(2):
+        expected = reference.matmul2(reference.relu(reference.matmul(ms.Tensor(X), reference.w1)), reference.w2)
+        loss, predicted, logits = train_step(X, Y)
+        np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(predicted), np.asarray(expected).argmax(axis=1))
+        np.testing.assert_allclose(float(loss), float(((np.asarray(expected) - Y) ** 2).mean()), rtol=1e-5)
+        for p, q in zip(reference.get_parameters(), net.get_parameters()):
+            p.set_data(ms.Tensor(q.asnumpy()))

@@ -32,7 +32,7 @@ class CapturedStep:
     """A step function's parts (see the module docstring). ``spec`` is None for a function that takes no
     gradient (and ``problem`` None: it runs as written) or that is not a step graphpar compiles (``problem`` says
     why: ``graphpar.jit`` raises it, a training Cell's call runs as written); ``inputs_of_graph[k]`` is the index of the step input passed as argument ``k`` of the gradient call
-    (None: a value computed in the step); ``aux_count``: the auxiliary outputs of a ``has_aux`` function."""
+    (None: a value computed in the step); ``aux_avals``: the auxiliary outputs of a ``has_aux`` function (shapes)."""
 
     fn: Callable[..., Any]
     name: str
@@ -43,7 +43,7 @@ class CapturedStep:
     optimizer: Optimizer | None
     graph_avals: tuple[jax.ShapeDtypeStruct, ...]
     inputs_of_graph: tuple[int | None, ...]
-    aux_count: int
+    aux_avals: tuple
     out_avals: Any
     problem: str | None = None  # why the function is not a step graphpar compiles (JitError's message)
     bindings: tuple = ()  # the names resolved to find the state (discover.bindings_hold)
@@ -56,7 +56,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[Differentiation, tuple]] = []
         self.inputs: tuple = ()
-        self.aux_count = 0
+        self.aux: tuple = ()
 
     def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
         self.calls.append((spec, args))
@@ -65,7 +65,8 @@ class _Recorder:
             if not isinstance(value, (tuple, list)) or not value:
                 raise JitError(spec.name, f"{spec.origin}(..., has_aux=True): the function returns a "
                                f"{type(value).__name__}; with has_aux it returns (loss, *aux)")
-            self.aux_count = len(value) - 1
+            self.aux = jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)),
+                                    tuple(value[1:]))
         g_w = tuple(jnp.zeros(jnp.shape(w.get_value()), jnp.result_type(w.get_value())) for w in spec.weights)
         g_x = tuple(jnp.zeros_like(args[p]) for p in spec.positions)
         return value, g_w, g_x
@@ -109,13 +110,13 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
     found = tuple(bindings)
 
     def refused(problem: str) -> CapturedStep:
-        return CapturedStep(*parts, None, None, (), (), 0, out_avals, problem, found)
+        return CapturedStep(*parts, None, None, (), (), (), out_avals, problem, found)
 
     if not recorder.calls:
         if called:
             return refused(f"the step calls {type(called[0]).__name__} without taking a gradient (value_and_grad, "
                            "grad, GradOperation) in the step; take the gradients inside it")
-        return CapturedStep(*parts, None, None, (), (), 0, out_avals, None, found)
+        return CapturedStep(*parts, None, None, (), (), (), out_avals, None, found)
     if len(recorder.calls) > 1:
         names = ", ".join(f"{s.origin} of '{s.name}'" for s, _ in recorder.calls)
         return refused(f"the step takes {len(recorder.calls)} gradients ({names}); a compiled step plans one "
@@ -140,5 +141,5 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
                            "function instead)")
         graph_avals.append(jax.ShapeDtypeStruct(arg.shape, arg.dtype))
         inputs_of_graph.append(next((i for i, x in enumerate(recorder.inputs) if x is arg), None))
-    return CapturedStep(*parts, spec, optimizer, tuple(graph_avals), tuple(inputs_of_graph), recorder.aux_count,
+    return CapturedStep(*parts, spec, optimizer, tuple(graph_avals), tuple(inputs_of_graph), recorder.aux,
                         out_avals, None, found)

@@ -105,17 +105,26 @@ class StepObjective(Cell):
 
     def construct(self, *inputs: Any) -> Any:
         source = self._source
-        mine, originals = variables_of(self.cells, self.loose), variables_of(source.cells, source.loose)
-        with lent(originals, read(mine)):
-            out = source.fn(*inputs)
-            for var, value in zip(mine, read(originals)):  # what the function wrote (statistics) to this copy
-                object.__setattr__(var, "_raw_value", value)
+        out = self._run(inputs)
         loss = out[0] if source.has_aux else out
         if jnp.ndim(loss) != 0:
             raise JitError(source.name, f"the differentiated function returns a loss of shape {jnp.shape(loss)}; a "
                            "compiled step differentiates a scalar loss: reduce it (ops.ReduceMean, loss.mean()) "
                            "in the function")
         return loss
+
+    def auxiliary(self, *inputs: Any) -> tuple:
+        """The auxiliary outputs of a ``has_aux`` function (the graph ``functional.step`` evaluates for them)."""
+        return tuple(self._run(inputs)[1:])
+
+    def _run(self, inputs: tuple) -> Any:
+        source = self._source
+        mine, originals = variables_of(self.cells, self.loose), variables_of(source.cells, source.loose)
+        with lent(originals, read(mine)):
+            out = source.fn(*inputs)
+            for var, value in zip(mine, read(originals)):  # what the function wrote (statistics) to this copy
+                object.__setattr__(var, "_raw_value", value)
+        return out
 
 
 def objective_cell(fn: Callable[..., Any], has_aux: bool, cells: Sequence[Cell], loose: Sequence[nnx.Variable],

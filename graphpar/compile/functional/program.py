@@ -39,7 +39,14 @@ from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import StepSignature
 from graphpar.errors import JitError
+from graphpar.ir.recorder import cell_scope
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
+
+
+def _auxiliary(model: Any, inputs: Sequence[Any]) -> Any:
+    """How the auxiliary-output graph calls the objective Cell (scoped from Default, as its loss graph is)."""
+    with cell_scope("Default"):
+        return model.auxiliary(*inputs)
 
 
 class FunctionalProgram(TrainProgram):
@@ -84,9 +91,20 @@ class FunctionalProgram(TrainProgram):
         if opt.active and self.captured.spec.positions:
             raise JitError(self.captured.name, "the parallel optimizer (enable_parallel_optimizer) with gradients "
                            "of the step's inputs is not built; differentiate the weights only (grad_position=None)")
+        aux = self.aux_planned(ns)
         if opt.active:
-            return functional_step(self.plan, planned, ns, self.captured, opt.gradient)
-        return functional_step(self.plan, planned, ns, self.captured)
+            return functional_step(self.plan, planned, ns, self.captured, aux, opt.gradient)
+        return functional_step(self.plan, planned, ns, self.captured, aux)
+
+    def aux_planned(self, ns: NetworkState) -> Planned | None:
+        """The forward graph of a ``has_aux`` function's auxiliary outputs, planned on the step's mesh (None when
+        they hold no array); built once per compile key and kept in the compile cache, as the step's graph is."""
+        if not jax.tree.leaves(self.captured.aux_avals):
+            return None
+        avals = list(self.captured.graph_avals)
+        key = ProgramKey.of("forward", ns.structure, avals, ("auxiliary outputs",))
+        with CompileProgress(self.orchestrator.what) as progress:
+            return self.orchestrator.planned(self.plan, ns, avals, "forward", key, progress, call=_auxiliary)
 
     def _input_sharding(self, layout: Layout, index: int, shape: tuple[int, ...]) -> jax.sharding.Sharding:
         """Step input ``index`` where the planned graph wants the gradient call's argument it is; else

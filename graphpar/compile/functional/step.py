@@ -12,9 +12,9 @@ compiler merges the two forwards; its ``optimizer(grads)`` runs the optimizer's 
 ``Model.train`` applies) on the lent state. What the Variables and the optimizer hold at the end is the step's new
 state.
 
-With ``has_aux`` the differentiated function's auxiliary outputs are not part of the planned graph (it returns
-the loss, as ``Model.train``'s does): the step receives :class:`AuxNotComputed` in their place, which says so by
-name if the step uses one.
+With ``has_aux`` the differentiated function's auxiliary outputs (logits) are not part of the planned graph (it
+returns the loss, as ``Model.train``'s does): they come from the function's forward graph, planned on the same mesh
+and evaluated outside the gradient; XLA removes it when the step does not use them.
 """
 
 from __future__ import annotations
@@ -36,37 +36,14 @@ from graphpar.errors import JitError
 from graphpar.ops.composite import Differentiation, tracing_step
 
 
-class AuxNotComputed:
-    """Stands for an auxiliary output of a ``has_aux`` function inside a compiled step; using it raises
-    :class:`~graphpar.errors.JitError` naming the function."""
-
-    def __init__(self, step: str, fn: str, index: int):
-        self._what = (step, fn, index)
-
-    def _refuse(self, *_: Any, **__: Any) -> Any:
-        step, fn, index = self._what
-        raise JitError(step, f"auxiliary output {index} of '{fn}' (has_aux=True) is used in the step; a compiled "
-                       "step plans the differentiated function's loss only: compute what you need from it outside "
-                       "the gradient call, or return it from a separate compiled function")
-
-    __jax_array__ = __array__ = __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = _refuse
-    __truediv__ = __getitem__ = __float__ = __bool__ = _refuse
-
-    def __getattr__(self, name: str) -> Any:  # a Tensor method (logits.sum(), .argmax(), .shape)
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._refuse()
-
-    def __repr__(self) -> str:
-        return f"AuxNotComputed({self._what[1]!r}, {self._what[2]})"
-
-
 class InStep:
     """The :class:`~graphpar.ops.composite.StepTrace` of the compiled step (see the module docstring)."""
 
     def __init__(self, plan: ExecutionPlan, planned: Planned, ns: NetworkState, captured: CapturedStep,
-                 rest_vars: Sequence[nnx.Variable | None], rvals: Sequence[Any], gradient: Callable[..., Any]):
+                 rest_vars: Sequence[nnx.Variable | None], rvals: Sequence[Any], gradient: Callable[..., Any],
+                 aux_planned: Planned | None):
         self.plan, self.planned, self.ns, self.captured = plan, planned, ns, captured
+        self.aux_planned = aux_planned
         self.gradient = gradient
         self.rest_vars, self.rvals = rest_vars, rvals
         self._computed: tuple[tuple, tuple] | None = None  # a forward call answered with the gradient (forward)
@@ -97,7 +74,7 @@ class InStep:
 
     def _value_and_grad(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
         """The gradient of the plan's objective of the planned graph at the step's current state."""
-        captured, ns, plan, planned = self.captured, self.ns, self.plan, self.planned
+        ns, plan, planned = self.ns, self.plan, self.planned
         params = ns.params.unflatten(read(ns.params.holders))
         rest = ns.rest.unflatten([v if h is None else h._raw_value for h, v in zip(self.rest_vars, self.rvals)])
         scale = 1.0 if sens is None else sens
@@ -122,11 +99,17 @@ class InStep:
                 object.__setattr__(var, "_raw_value", value)
         by_name = dict(zip(ns.param_names(), jax.tree.leaves(grads)))
         g_w = tuple(by_name[w.name] for w in spec.weights)
-        value = loss
-        if spec.has_aux:
-            value = (loss,) + tuple(AuxNotComputed(captured.name, spec.name, i + 1)
-                                    for i in range(captured.aux_count))
+        value = (loss,) + self._auxiliary(params, rest, inputs) if spec.has_aux else loss
         return value, g_w, tuple(g_x)
+
+    def _auxiliary(self, params: Any, rest: Any, inputs: list) -> tuple:
+        """A ``has_aux`` function's auxiliary outputs: its forward graph (``program.FunctionalProgram.aux_planned``)
+        evaluated on the step's state before the update, outside the gradient. XLA drops it when the step does not
+        use them (the docs' ``(loss, _), grads = grad_fn(...)``)."""
+        if self.aux_planned is None:  # no array among them (None, a constant): the values captured
+            return jax.tree.unflatten(jax.tree.structure(self.captured.aux_avals), [])
+        outputs, _ = self.plan.forward(self.aux_planned, self.ns, params, rest, inputs)
+        return tuple(jax.lax.stop_gradient(outputs))
 
 
 def returns_nothing(captured: CapturedStep) -> bool:
@@ -141,8 +124,9 @@ def _same(a: Differentiation, b: Differentiation | None) -> bool:
 
 
 def functional_step(plan: ExecutionPlan, planned: Planned, ns: NetworkState, captured: CapturedStep,
-                    gradient: Callable[..., Any] = value_and_grad):
-    """The step function XLA compiles (see the module docstring); ``gradient``: the gradient part of
+                    aux_planned: Planned | None, gradient: Callable[..., Any] = value_and_grad):
+    """The step function XLA compiles (see the module docstring); ``aux_planned``: the forward graph of a
+    ``has_aux`` function's auxiliary outputs (None: it has none with arrays); ``gradient``: the gradient part of
     ``compile.lowering.step.StepParts`` (the parallel optimizer's, which gathers the stored parameters)."""
     params = ns.params.holders
     rest_vars = [h if isinstance(h, nnx.Variable) else None for h in ns.rest.holders]
@@ -151,7 +135,7 @@ def functional_step(plan: ExecutionPlan, planned: Planned, ns: NetworkState, cap
     marker = returns_nothing(captured)
 
     def step(pvals, rvals, opt_state, inputs):
-        trace = InStep(plan, planned, ns, captured, rest_vars, rvals, gradient)
+        trace = InStep(plan, planned, ns, captured, rest_vars, rvals, gradient, aux_planned)
         rest_values = [v for v, h in zip(rvals, rest_vars) if h is not None]
         with lent(list(params) + lent_rest, list(pvals) + rest_values), \
                 lent_optimizer_state([optimizer], [opt_state]), tracing_step(trace):
