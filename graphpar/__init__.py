@@ -43,6 +43,8 @@ from graphpar.compile.cell_runner import CompiledCellRunner as _CompiledCellRunn
 from graphpar.nn.functional_shard import shard as shard
 from graphpar.ops.layout_ops import reshard as reshard
 from graphpar.planner.layout import Layout as Layout
+from graphpar.compile.functional.jit import JitConfig as JitConfig
+from graphpar.compile.functional.jit import jit as jit
 from graphpar.context import get_ps_context as get_ps_context
 from graphpar.context import set_ps_context as set_ps_context
 from graphpar.nn.runner import register_runner as _register_runner

@@ -137,6 +137,15 @@ class DeletedArrayError(GraphparError, RuntimeError):
                          "deleted); give it a live value first (Parameter.set_data(...), a fresh batch)")
 
 
+class JitError(GraphparError, TypeError):
+    """A function ``graphpar.jit`` (or ``AutoParallel``) cannot compile as written, or a ``jit`` argument graphpar does
+    not build: ``function`` names it; the message says what it does and what would compile."""
+
+    def __init__(self, function: str, reason: str):
+        self.function = function
+        super().__init__(f"graphpar.jit({function}): {reason}")
+
+
 _INTERNAL_MODULES = ("graphpar", "jax", "jaxlib", "contextlib")
 
 

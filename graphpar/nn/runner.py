@@ -25,6 +25,7 @@ import jax
 from graphpar import _context
 from graphpar.errors import GraphparError
 from graphpar.ops.comm_ops import Collective
+from graphpar.ops.composite import active_step
 
 
 class TrainStep(Protocol):
@@ -99,10 +100,12 @@ def top_level_call(cell: Any, args: tuple, kwargs: dict) -> Callable[[Any, tuple
 
     A Cell holding collective ops runs once per rank; in GRAPH_MODE any other Cell runs its planned, compiled
     forward, as MindSpore compiles a Cell call in graph mode. PYNATIVE_MODE, and calls made while tracing
-    (arguments are tracers), run inline.
+    (arguments are tracers), run inline, except the call of the differentiated Cell inside a compiled step
+    (``ops.composite.StepTrace.computes``: its loss is the gradient's, as MindSpore's compiler merges the two).
     """
     if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
-        return None
+        step = active_step()
+        return step.forward if step is not None and step.computes(cell, args, kwargs) else None
     if needs_spmd(cell):
         return runner().run_per_rank
     if _context.current().mode == _context.GRAPH_MODE:

@@ -230,6 +230,31 @@ def _train(mistake: str = "", in_dim: int = 8, **strategy):
     Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9)).train(1, data)
 
 
+def _jit_step(mistake: str):
+    """MindSpore 2.x's functional step under ``@ms.jit`` with one mistake: "two-gradients" or "no-optimizer"."""
+    from graphpar import nn
+
+    ms = _ms()
+    net = nn.Dense(8, 4)
+    loss_fn, optimizer = nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9)
+
+    def forward_fn(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y)
+        if mistake == "two-gradients":
+            grad_fn(x, y)
+        if mistake != "no-optimizer":
+            optimizer(grads)
+        return loss
+
+    return train_step(np.ones((16, 8), np.float32), np.ones((16, 4), np.float32))
+
+
 def _saved(tmp: Path) -> Path:
     from graphpar import Parameter, Tensor, nn
 
@@ -670,6 +695,16 @@ ROWS: list[Row] = [
     Row("construct-predict-layout-pynative", "construct", "Model.infer_predict_layout(x) in PYNATIVE_MODE",
         lambda t: _predict_layout_pynative(), ERR + "CellError",
         ("infer_predict_layout", "PYNATIVE_MODE", "GRAPH_MODE")),
+    Row("jit-two-gradients", "construct", "a @ms.jit step that calls its value_and_grad twice",
+        lambda t: _jit_step("two-gradients"), ERR + "JitError",
+        ("train_step", "2 gradients", "value_and_grad of 'forward_fn'", "differentiate it once")),
+    Row("jit-no-optimizer", "construct", "a @ms.jit step that takes gradients and applies no optimizer",
+        lambda t: _jit_step("no-optimizer"), ERR + "JitError", ("train_step", "calls no optimizer", "optimizer(grads)")),
+    Row("jit-backend-ge", "construct", "@ms.jit(backend='GE')", lambda t: _ms().jit(backend="GE")(len), ERR + "JitError",
+        ("backend='GE'", "XLA", "'ms_backend'")),
+    Row("jit-auto-parallel-mode", "construct", "AutoParallel(train_step, parallel_mode='semi')",
+        lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len, parallel_mode="semi"),
+        ERR + "JitError", ("parallel_mode='semi'", "'semi_auto'", "'sharding_propagation'")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

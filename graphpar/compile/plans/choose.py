@@ -33,13 +33,16 @@ def _stand_alone_device() -> jax.Device:
     return local[device_id] if device_id < len(local) else local[0]
 
 
-def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
-    """``optimizer``: the one a train step runs (its state is part of the per-device memory a plan predicts)."""
+def choose_plan(network: Cell, optimizer: Any = None, compiled: bool = False) -> ExecutionPlan:
+    """``optimizer``: the one a train step runs (its state is part of the per-device memory a plan predicts);
+    ``compiled``: plan as in GRAPH_MODE whatever the mode (a ``graphpar.jit`` function is compiled in PYNATIVE_MODE
+    too, as MindSpore's ``jit`` is)."""
     only = plan_only(network, optimizer)  # `graphpar plan SCRIPT --devices N`
     if only is not None:
         return only
     ctx, pctx = _context.current(), _context.current_parallel()
     mode = pctx.parallel_mode
+    pynative = ctx.mode == PYNATIVE_MODE and not compiled
     if mode in (ParallelMode.STAND_ALONE, ParallelMode.DATA_PARALLEL):
         hinted = hinted_ops(network)
         if hinted:
@@ -56,9 +59,9 @@ def choose_plan(network: Cell, optimizer: Any = None) -> ExecutionPlan:
                         "its own copy); graphpar keeps one value per Parameter and reduces their gradients like any "
                         "other's")
     if mode == ParallelMode.STAND_ALONE:
-        return StandAlonePlan(_stand_alone_device(), pynative=ctx.mode == PYNATIVE_MODE)
+        return StandAlonePlan(_stand_alone_device(), pynative=pynative)
     devices = job_devices(pctx.device_num)
-    if ctx.mode == PYNATIVE_MODE:
+    if pynative:
         notice_once("pynative-one-device", f"PYNATIVE_MODE runs eagerly on one device; parallel_mode={mode!r} is "
                     f"computed with the same semantics over {len(devices)} virtual device(s)")
         if mode == ParallelMode.DATA_PARALLEL:

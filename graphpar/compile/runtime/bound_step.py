@@ -122,9 +122,10 @@ class BoundStep:
             return None  # the general path re-places a replaced value and names a deleted one
         return self.run(pvals, rvals, batch)
 
-    def run(self, pvals: list, rvals: list, inputs: list) -> jax.Array:
+    def run(self, pvals: list, rvals: list, inputs: list) -> Any:
         """One step on values already where the program wants them: the new values go into the Variables (so
-        ``param.asnumpy()`` shows trained values) and the optimizer; returns the loss."""
+        ``param.asnumpy()`` shows trained values) and the optimizer; returns the loss (a functional step: what its
+        function returns)."""
         optimizer, ns = self._optimizer, self.ns
         pvals, rvals, optimizer._box.state, loss = self._compiled_run(pvals, rvals, optimizer._box.state, inputs)
         values = pvals + rvals
@@ -139,9 +140,11 @@ class BoundStep:
         else:
             ns.params.store(pvals)
             ns.rest.store(rvals)
-        self._is_deleted = type(loss).is_deleted
+        # a functional step (compile.functional) returns what its function returns: its first array stands for it
+        done = loss if isinstance(loss, jax.Array) else next(iter(jax.tree.leaves(loss)), values[0])
+        self._is_deleted = type(done).is_deleted
         in_flight = self._in_flight
-        in_flight.append(loss)
+        in_flight.append(done)
         while len(in_flight) > self._max_in_flight:
             in_flight.popleft().block_until_ready()
         return loss

@@ -1,0 +1,145 @@
+"""What a step function is made of, found by running it once on abstract inputs.
+
+``capture_step`` evaluates the step with ``jax.eval_shape``: the Variables of every Cell it reaches
+(``discover.reachable_cells``) and the optimizers' states are lent to that trace (``objective.lent``), and the
+gradient calls it makes (``value_and_grad``, ``grad``, ``GradOperation``) are answered by a recorder
+(``ops.composite.StepTrace``), which keeps what was asked and answers with values of the right shapes. The result,
+:class:`CapturedStep`, says what the compiled program is: the one differentiated function (the graph that is
+planned), which step input each of its arguments is, the one optimizer the step calls, the Cells whose state the
+step carries, and the shapes of what the step returns. Nothing is kept of the abstract run: the Parameters and the
+optimizer's state are as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from graphpar.compile.functional.discover import reachable_state
+from graphpar.compile.functional.objective import lent, lent_optimizer_state, read, variables_of
+from graphpar.errors import JitError
+from graphpar.nn.cell import Cell
+from graphpar.nn.optim.optimizer import Optimizer
+from graphpar.ops.composite import Differentiation, tracing_step
+
+
+@dataclass(frozen=True)
+class CapturedStep:
+    """A step function's parts (see the module docstring). ``spec`` is None for a function that takes no
+    gradient (and ``problem`` None: it runs as written) or that is not a step graphpar compiles (``problem`` says
+    why: ``graphpar.jit`` raises it, a training Cell's call runs as written); ``inputs_of_graph[k]`` is the index of the step input passed as argument ``k`` of the gradient call
+    (None: a value computed in the step); ``aux_avals``: the auxiliary outputs of a ``has_aux`` function (shapes)."""
+
+    fn: Callable[..., Any]
+    name: str
+    cells: tuple[Cell, ...]
+    loose: tuple[Any, ...]
+    optimizers: tuple[Optimizer, ...]
+    spec: Differentiation | None
+    optimizer: Optimizer | None
+    graph_avals: tuple[jax.ShapeDtypeStruct, ...]
+    inputs_of_graph: tuple[int | None, ...]
+    aux_avals: tuple
+    out_avals: Any
+    problem: str | None = None  # why the function is not a step graphpar compiles (JitError's message)
+    bindings: tuple = ()  # the names resolved to find the state (discover.bindings_hold)
+
+
+class _Recorder:
+    """The :class:`~graphpar.ops.composite.StepTrace` of the abstract run: it records each gradient call and
+    answers with the function's own outputs and zero gradients of the right shapes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Differentiation, tuple]] = []
+        self.inputs: tuple = ()
+        self.aux: tuple = ()
+
+    def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
+        self.calls.append((spec, args))
+        value = spec.fn(*args)
+        if spec.has_aux:
+            if not isinstance(value, (tuple, list)) or not value:
+                raise JitError(spec.name, f"{spec.origin}(..., has_aux=True): the function returns a "
+                               f"{type(value).__name__}; with has_aux it returns (loss, *aux)")
+            self.aux = jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)),
+                                    tuple(value[1:]))
+        g_w = tuple(jnp.zeros(jnp.shape(w.get_value()), jnp.result_type(w.get_value())) for w in spec.weights)
+        g_x = tuple(jnp.zeros_like(args[p]) for p in spec.positions)
+        return value, g_w, g_x
+
+    def computes(self, cell: Any, args: tuple, kwargs: dict) -> bool:
+        return False  # the abstract run calls every Cell as written
+
+    def forward(self, cell: Any, args: tuple, kwargs: dict) -> Any:  # pragma: no cover - computes() is False
+        raise AssertionError("the capture answers no Cell call")
+
+
+
+def _all_optimizers(cells: Sequence[Cell]) -> list[Optimizer]:
+    found: dict[int, Optimizer] = {}
+    for cell in cells:
+        for _, sub in cell.cells_and_names():
+            if isinstance(sub, Optimizer):
+                found.setdefault(id(sub), sub)
+    return list(found.values())
+
+
+def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDtypeStruct]) -> CapturedStep:
+    """Run ``fn`` on ``avals`` abstractly and say what it is made of (see the module docstring)."""
+    cells, loose, bindings = reachable_state(fn)
+    optimizers = _all_optimizers(cells)
+    variables = variables_of(cells, loose)
+    recorder = _Recorder()
+    before = [opt._box.state for opt in optimizers]
+    after: list[Any] = []
+
+    def run(*xs: Any) -> Any:
+        recorder.inputs = xs
+        with lent(variables, read(variables)), lent_optimizer_state(optimizers, before), tracing_step(recorder):
+            out = fn(*xs)
+            after.extend(opt._box.state for opt in optimizers)
+        return out
+
+    out_avals = jax.eval_shape(run, *avals)
+    called = [opt for opt, old, new in zip(optimizers, before, after) if new is not old]
+    parts = (fn, name, tuple(cells), tuple(loose), tuple(optimizers))
+    found = tuple(bindings)
+
+    def refused(problem: str) -> CapturedStep:
+        return CapturedStep(*parts, None, None, (), (), (), out_avals, problem, found)
+
+    if not recorder.calls:
+        if called:
+            return refused(f"the step calls {type(called[0]).__name__} without taking a gradient (value_and_grad, "
+                           "grad, GradOperation) in the step; take the gradients inside it")
+        return CapturedStep(*parts, None, None, (), (), (), out_avals, None, found)
+    if len(recorder.calls) > 1:
+        names = ", ".join(f"{s.origin} of '{s.name}'" for s, _ in recorder.calls)
+        return refused(f"the step takes {len(recorder.calls)} gradients ({names}); a compiled step plans one "
+                       "differentiated function: compute the loss in one function and differentiate it once")
+    spec, args = recorder.calls[0]
+    if len(called) != 1:
+        what = "no optimizer" if not called else f"{len(called)} optimizers"
+        return refused(f"the step calls {what}; a compiled step applies its gradients with one nn.Optimizer call "
+                       "(optimizer(grads)) on the Parameters it differentiates")
+    optimizer = called[0]
+    owned = {id(p) for p in optimizer.parameters}
+    stray = [w.name for w in spec.weights if id(w) not in owned]
+    if stray:
+        return refused(f"{spec.origin} of '{spec.name}' differentiates Parameter(s) {stray[:4]} that "
+                       f"{type(optimizer).__name__} does not update; differentiate the optimizer's parameters "
+                       "(optimizer.parameters or net.trainable_params())")
+    graph_avals, inputs_of_graph = [], []
+    for k, arg in enumerate(args):
+        if not isinstance(arg, jax.Array):
+            return refused(f"argument {k} of {spec.origin} of '{spec.name}' is a {type(arg).__name__}; a compiled "
+                           "step passes Tensors to the differentiated function (make it a constant inside the "
+                           "function instead)")
+        graph_avals.append(jax.ShapeDtypeStruct(arg.shape, arg.dtype))
+        inputs_of_graph.append(next((i for i, x in enumerate(recorder.inputs) if x is arg), None))
+    return CapturedStep(*parts, spec, optimizer, tuple(graph_avals), tuple(inputs_of_graph), recorder.aux,
+                        out_avals, None, found)
