@@ -17,7 +17,7 @@ import re
 import shutil
 import time
 
-from graphpar.checkpoint import manifest, replacing
+from graphpar.checkpoint import manifest, rank_views, replacing
 from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.store import TMP_MARKER
 
@@ -178,4 +178,5 @@ def enforce_retention(directory: str, prefix: str, keep_max: int | None, keep_pe
     for path in doomed:
         if os.path.abspath(path) != os.path.abspath(newest):
             shutil.rmtree(path, ignore_errors=True)
+            rank_views.remove_views(path)  # the other ranks' folders name it (rank_views)
     return doomed

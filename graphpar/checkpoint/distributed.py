@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from graphpar.checkpoint import directory as ckpt_dir
-from graphpar.checkpoint import manifest, store
+from graphpar.checkpoint import manifest, rank_views, store
 from graphpar.checkpoint.entries import OPTIMIZER_PREFIX, Entry
 from graphpar.checkpoint.errors import CheckpointError
-from graphpar.checkpoint.serialization import SUFFIX, checkpoint_path, load_param_into_net
+from graphpar.checkpoint.serialization import SUFFIX, checkpoint_path, load_param_into_net, read_manifest
 from graphpar.checkpoint.slices import merge_rows
 from graphpar.common.parameter import Parameter
 from graphpar.planner import strategy_file
@@ -107,13 +107,24 @@ def _sources(path: str) -> list[str]:
     return found
 
 
+def _by_checkpoint(paths: Sequence[str]) -> dict[str, tuple[dict, set[int] | None]]:
+    """``{checkpoint: (manifest, ranks wanted or None for all)}``: per-rank views (``rank_k/x.ckpt`` naming
+    ``rank_0/x.ckpt``, :mod:`rank_views`) grouped by the checkpoint they name, so that it is read once."""
+    wanted: dict[str, tuple[dict, set[int] | None]] = {}
+    for path in paths:
+        target, body, rank = read_manifest(path)
+        key = os.path.abspath(target)
+        _, ranks = wanted.get(key, (body, set()))
+        wanted[key] = (body, None if rank is None or ranks is None else ranks | {rank})
+    return wanted
+
+
 def gather(paths: Sequence[str], groups: Sequence[str] = ("network", "optimizer", "append")) -> dict:
     """``{(group, name): (record, whole numpy array)}`` merged from the rows of every checkpoint in ``paths``."""
     rows: dict[tuple[str, str], list] = {}
     records: dict[tuple[str, str], dict] = {}
-    for path in paths:
-        body = store.read_manifest(path)
-        arrays = store.read_arrays(path, body, groups)
+    for path, (body, ranks) in _by_checkpoint(paths).items():
+        body, arrays = rank_views.select_rows(path, body, store.read_arrays(path, body, groups), ranks)
         for record in body["entries"]:
             if record["group"] not in groups:
                 continue

@@ -25,7 +25,7 @@ from graphpar.checkpoint import directory as ckpt_dir
 from graphpar.checkpoint import manifest, recovery, replacing, store
 from graphpar.checkpoint.entries import assign, load_optimizer, network_variables, optimizer_of
 from graphpar.checkpoint.errors import CheckpointError
-from graphpar.checkpoint.serialization import checkpoint_path, whole_arrays
+from graphpar.checkpoint.serialization import checkpoint_path, read_manifest, whole_arrays
 
 
 class SavesCheckpoints(Protocol):
@@ -144,7 +144,7 @@ def choose(resume: Any, cbs: Sequence[SavesCheckpoints]) -> str | None:
 def restore(train_network: Any, path: str) -> dict:
     """Put the checkpoint's state into ``train_network`` (and its optimizer); returns its training progress, with
     ``checkpoint``: ``path`` (a ModelCheckpoint resumed in its own directory keeps writing under its prefix)."""
-    body = store.read_manifest(path)
+    path, body, _ = read_manifest(path)  # a rank's view resumes its checkpoint: this process drives every rank
     progress = body.get("train")
     if not progress:
         raise CheckpointError(path, "it is not a training checkpoint (no progress recorded: it was written by "

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from graphpar._logging import notice_once
-from graphpar.checkpoint import store
+from graphpar.checkpoint import rank_views, store
 from graphpar.checkpoint.directory import latest_checkpoint
 from graphpar.checkpoint.entries import (
     OPTIMIZER_PREFIX, Entry, assign, collect, load_optimizer, network_variables, optimizer_of)
@@ -75,8 +75,14 @@ def save_state(save_obj: Any, path: str, *, integrated_save: bool = True, async_
     appended, scalars = _append_entries(append_dict)
     if agree:
         path = store.agree_on_path(path, "save_checkpoint")
+
+    def committed() -> None:  # process 0, once the checkpoint is complete: the other ranks' folders name it too
+        rank_views.write_views(path)
+        if on_commit is not None:
+            on_commit()
+
     return store.write(path, entries + appended, integrated=integrated_save, async_save=async_save,
-                       extra={"append": scalars, **(extra or {})}, on_commit=on_commit)
+                       extra={"append": scalars, **(extra or {})}, on_commit=committed)
 
 
 def save_checkpoint(save_obj: Any, ckpt_file_name: str, integrated_save: bool = True, async_save: bool = False,
@@ -95,10 +101,20 @@ def save_checkpoint(save_obj: Any, ckpt_file_name: str, integrated_save: bool = 
                async_save=bool(async_save), append_dict=append_dict, choice_func=choice_func)
 
 
-def whole_arrays(path: str, body: dict, groups: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+def read_manifest(path: str) -> tuple[str, dict, int | None]:
+    """``(checkpoint, manifest, rank)`` of ``path``, verified: a per-rank view (:mod:`rank_views`) reads the
+    checkpoint it names, for its ``rank``; a checkpoint reads itself, for every rank (``None``)."""
+    body = store.read_manifest(path)
+    target, rank = rank_views.resolve(path, body)
+    return (target, store.read_manifest(target), rank) if rank is not None else (path, body, None)
+
+
+def whole_arrays(path: str, body: dict, groups: Sequence[str],
+                 rank: int | None = None) -> dict[str, dict[str, np.ndarray]]:
     """``{group: {name: numpy array}}``: whole tensors, merged from the rows of a sliced checkpoint; a row alone
-    when one rank's checkpoint holds only its slice."""
+    when one rank's checkpoint (or ``rank``'s view of a checkpoint) holds only its slice."""
     arrays = store.read_arrays(path, body, groups)
+    body, arrays = rank_views.select_rows(path, body, arrays, None if rank is None else {rank})
     if body.get("layout") != "sliced":
         return arrays
     out: dict[str, dict[str, np.ndarray]] = {g: {} for g in groups}
@@ -152,8 +168,8 @@ def load_checkpoint(ckpt_file_name: str, net: Cell | None = None, strict_load: b
     """
     _refuse("load_checkpoint", dec_key, format)
     path = _newest_if_folder(checkpoint_path(ckpt_file_name, must_exist=True))
-    body = store.read_manifest(path)
-    arrays = whole_arrays(path, body, ("network", "optimizer", "append"))
+    path, body, rank = read_manifest(path)
+    arrays = whole_arrays(path, body, ("network", "optimizer", "append"), rank)
     result: "OrderedDict[str, Any]" = OrderedDict()
     for record in body["entries"]:
         group, name = record["group"], record["name"]

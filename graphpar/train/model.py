@@ -27,6 +27,7 @@ from graphpar.train.callback._checkpoint import checkpoint_callbacks
 from graphpar.train.callback._progress import with_progress_bar
 from graphpar.train.feeding import BatchFeeder, StallWatch, prefetched, stack_steps
 from graphpar.train.metrics import get_metrics
+from graphpar.train.predict_batch import rank_batches
 from graphpar.train.predict_layout import parameter_layouts
 
 _PLANNED_MODES = (_context.ParallelMode.SEMI_AUTO_PARALLEL, _context.ParallelMode.AUTO_PARALLEL,
@@ -269,22 +270,31 @@ class Model:
 
     @api_boundary
     def infer_predict_layout(self, *predict_data: Any) -> dict[str, list[Any]]:
-        """The predict network's parameter layouts for ``predict_data``, in MindSpore's ``parameter_layout_dict``
-        format (``train.predict_layout``); empty outside SEMI_AUTO / AUTO. GRAPH_MODE only, as MindSpore's."""
+        """The predict network's parameter layouts for ``predict_data`` (this rank's batch, as ``predict`` takes
+        it), in MindSpore's ``parameter_layout_dict`` format (``train.predict_layout``); empty outside SEMI_AUTO /
+        AUTO. GRAPH_MODE only, as MindSpore's."""
         if _context.current().mode != _context.GRAPH_MODE:
             raise CellError("Model.infer_predict_layout: the layouts come from the compiled predict program, which "
                             "PYNATIVE_MODE does not build; call set_context(mode=GRAPH_MODE) first (MindSpore's "
                             "rule)")
         if _context.current_parallel().parallel_mode not in _PLANNED_MODES:
             return {}
+        program = self._predict()
+        return parameter_layouts(program.planned(*rank_batches(program.plan, predict_data).inputs))
+
+    def _predict(self) -> ForwardProgram:
         self._network.set_train(False)
         if self._predict_program is None:
             self._predict_program = program_for(self._network)
-        return parameter_layouts(self._predict_program.planned(*predict_data))
+        return self._predict_program
 
     def predict(self, *predict_data: Any) -> Any:
-        """The network's output on ``predict_data`` (evaluation mode)."""
-        self._network.set_train(False)
-        if self._predict_program is None:
-            self._predict_program = program_for(self._network)
-        return self._predict_program(*predict_data)
+        """The network's output on ``predict_data`` (evaluation mode).
+
+        As in MindSpore, in a parallel mode without ``full_batch`` the data is this rank's batch, not the global
+        one: each of the ranks this process drives gets it (as ``Model.train`` feeds an unsharded dataset), the
+        global batch is theirs together, and the rows of this process's first rank come back
+        (``train.predict_batch``; docs/checkpoints.md §6)."""
+        program = self._predict()
+        batches = rank_batches(program.plan, predict_data)
+        return batches.rank_rows(program(*batches.inputs))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -323,6 +324,15 @@ def _save_over(tmp: Path, what: str):
         (tmp / "results").write_text("a file, not a folder")
         path = tmp / "results" / "model.ckpt"
     return _ms().save_checkpoint([Parameter(Tensor(np.ones(4, np.float32)), "w")], str(path))
+
+
+def _view_of_a_removed_checkpoint(tmp: Path):
+    """A checkpoint saved into rank_0/ of an 8-rank job (every other rank's folder gets a view), then rank_0 removed."""
+    from graphpar import Parameter, Tensor
+
+    _ms().save_checkpoint([Parameter(Tensor(np.ones(4, np.float32)), "w")], str(tmp / "rank_0" / "net.ckpt"))
+    shutil.rmtree(tmp / "rank_0")
+    return _ms().load_checkpoint(str(tmp / "rank_7" / "net.ckpt"))
 
 
 def _strategy_save_file_folder(tmp: Path):
@@ -760,6 +770,9 @@ ROWS: list[Row] = [
         "(or a folder made read-only)", lambda t: _save_over(t, "below-a-file"),
         "graphpar.checkpoint.errors:CheckpointError",
         ("results", "cannot write checkpoint model.ckpt", "not a directory", "writable directory")),
+    Row("ckpt-rank-view-gone", "checkpoint", "load_checkpoint('rank_7/net.ckpt'), a rank's view of rank_0/net.ckpt, "
+        "after rank_0 was removed", _view_of_a_removed_checkpoint, "graphpar.checkpoint.errors:CheckpointError",
+        ("rank_7/net.ckpt", "view of rank 7", "rank_0/net.ckpt", "which is gone", "move rank_* folders together")),
     Row("strategy-file-malformed", "files", "a strategy file with \"parallel_layout_item\": null",
         lambda t: _strategy_file(t, '{"parallel_layout_item": null}'), ERR + "ConfigError",
         ("strategy.json", "malformed strategy file")),
