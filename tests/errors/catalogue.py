@@ -326,6 +326,17 @@ def _save_over(tmp: Path, what: str):
     return _ms().save_checkpoint([Parameter(Tensor(np.ones(4, np.float32)), "w")], str(path))
 
 
+def _predict_tuple_strategy_multiprocess():
+    """Model.predict under a tuple dataset_strategy in a job of several processes (jax.process_count() stands in)."""
+    from unittest import mock
+
+    ms = _ms()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", dataset_strategy=((2, 1),))
+    model = ms.Model(ms.nn.Dense(4, 2))
+    with mock.patch("jax.process_count", return_value=2):
+        return model.predict(ms.Tensor(np.ones((1, 4), np.float32)))
+
+
 def _view_of_a_removed_checkpoint(tmp: Path):
     """A checkpoint saved into rank_0/ of an 8-rank job (every other rank's folder gets a view), then rank_0 removed."""
     from graphpar import Parameter, Tensor
@@ -715,6 +726,9 @@ ROWS: list[Row] = [
     Row("jit-auto-parallel-mode", "construct", "AutoParallel(train_step, parallel_mode='semi')",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len, parallel_mode="semi"),
         ERR + "JitError", ("parallel_mode='semi'", "'semi_auto'", "'sharding_propagation'")),
+    Row("construct-predict-tuple-strategy-processes", "construct", "Model.predict(x) under dataset_strategy=((2, 1),) "
+        "in a job of several processes", lambda t: _predict_tuple_strategy_multiprocess(), ERR + "ConfigError",
+        ("Model.predict", "tuple dataset_strategy", "multi-process", "'data_parallel'", "'full_batch'")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

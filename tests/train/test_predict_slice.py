@@ -11,11 +11,11 @@ from tests.ports.scripts.rank_dirs_port import Network, numpy_forward
 X = np.random.default_rng(5).normal(size=(3, 8, 8)).astype(np.float32)
 
 
-def _net():
+def _net(layer1=((8, 1), (1, 1)), layer3=((2, 2), (2, 1))):  # default: layer1 data parallel, the batch split 8 ways
     ms.set_seed(1)
     net = Network()
-    net.layer1.matmul.shard(((8, 1), (1, 1)))  # data parallel: the batch split 8 ways
-    net.layer3.matmul.shard(((2, 2), (2, 1)))
+    net.layer1.matmul.shard(layer1)
+    net.layer3.matmul.shard(layer3)
     return net
 
 
@@ -39,3 +39,19 @@ def test_full_batch_predict_takes_the_global_batch():
     out = ms.Model(net).predict(ms.Tensor(x))
     assert out.shape == (8, 10)
     np.testing.assert_allclose(np.asarray(out), numpy_forward(params(net), x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_tuple_dataset_strategy_makes_the_given_input_one_block_of_the_global_input():
+    # ((1, 2, 1),): each rank's input is half of the global (1, 8, 8) along dimension 1; every rank gets this block
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL, dataset_strategy=((1, 2, 1),))
+    net = _net(((1, 1), (1, 8)), ((1, 2), (2, 1)))
+    block = X[:1, :4]
+    out = ms.Model(net).predict(ms.Tensor(block))
+    np.testing.assert_allclose(np.asarray(out), numpy_forward(params(net), np.tile(block, (1, 2, 1))),
+                               rtol=1e-5, atol=1e-5)
+    # ((2, 1, 1),): the batch split 2 ways; the rank's rows come back
+    ms.set_auto_parallel_context(dataset_strategy=((2, 1, 1),))
+    net = _net(((2, 1), (1, 4)))
+    out = ms.Model(net).predict(ms.Tensor(X[:1]))
+    assert out.shape == (1, 10)
+    np.testing.assert_allclose(np.asarray(out), numpy_forward(params(net), X[:1]), rtol=1e-5, atol=1e-5)
