@@ -1,4 +1,6 @@
-"""``graphpar plan SCRIPT --devices N [-- script args]``: plan a training script for N devices without them.
+"""``graphpar plan SCRIPT --devices N``, or with the script's own arguments ``graphpar plan --devices N -- SCRIPT
+ARGS...``: plan a training script for N devices without them (arguments after the script are taken as its own only
+behind ``--``: argparse gives a script named before the options no arguments of its own).
 
 The script runs as ``python SCRIPT`` would, on this machine's devices, until its first compiled step: that step is
 traced and planned for N virtual devices (``graphpar.compile.plans.dry_run``), the plan summary is printed
@@ -52,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="override the script's search_mode")
     p.add_argument("--platform", choices=("gpu", "tpu", "cpu"), default="gpu",
                    help="the hardware the cost model prices (default gpu)")
-    p.add_argument("args", nargs="*", help="arguments passed to the script (after --)")
+    p.add_argument("args", nargs="*", help="arguments passed to the script (graphpar plan --devices N -- SCRIPT ARGS)")
     p.set_defaults(func=_run)
 
 

@@ -26,4 +26,9 @@ def to_array(input_data: Any, dtype: Any = None) -> jax.Array:
         data = np.asarray(input_data)
         if data.dtype == np.float64 and dtype is None and not jax.config.jax_enable_x64:
             data = data.astype(np.float32)
+    if isinstance(data, np.ndarray) and data.dtype != object:
+        # a host array is copied to the device with no program (jnp.asarray compiles one per shape: a Parameter
+        # made from a numpy array cost a compile per parameter shape); device_put makes JAX's dtypes as it does,
+        # but on CPU it may keep the host buffer itself, so it is given a copy the caller cannot change
+        return jax.device_put(np.array(data, dtype=None if dtype is None else np.dtype(dtype)))
     return jnp.asarray(data, dtype=dtype)

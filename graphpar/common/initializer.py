@@ -1,9 +1,12 @@
-"""MindSpore's parameter initializers, drawn on the host with numpy (see ``graphpar.common.seed``).
+"""MindSpore's parameter initializers, each a JAX function of a key (see ``graphpar.common.deferred``).
 
 ``initializer(init, shape, dtype)`` accepts a name (``"normal"``, ``"zeros"``, ``"xavier_uniform"``, ...), an
-:class:`Initializer`, a number or an array, and returns a ``jax.Array``. Defaults follow MindSpore: ``Normal`` has
-sigma 0.01, ``Uniform`` scale 0.07, ``TruncatedNormal`` sigma 0.01 cut at two sigmas, ``HeNormal``/``HeUniform``
-use fan_in and leaky_relu with slope 0.
+:class:`Initializer`, a number or an array, and returns a ``jax.Array`` — or, inside ``no_init_parameters()``, a
+``Deferred`` value that draws nothing until the parameter's program is compiled (then each device draws its own
+block, with the values an eager draw would have). Defaults follow MindSpore: ``Normal`` has sigma 0.01,
+``Uniform`` scale 0.07, ``TruncatedNormal`` sigma 0.01 cut at two sigmas, ``HeNormal``/``HeUniform`` use fan_in
+and leaky_relu with slope 0. Each random draw's key is one integer from the host generator
+(``graphpar.common.seed.draw_seed``: ``set_seed``, or numpy's global generator before it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graphpar.common.seed import host_generator
+from graphpar._logging import notice_once
+from graphpar.common.deferred import Deferred, Draw, deferring, draw_now
+from graphpar.common.seed import draw_seed
 
 
 def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -26,22 +31,40 @@ def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
     return shape[1] * receptive, shape[0] * receptive
 
 
-def _normal(size: tuple[int, ...]) -> np.ndarray:
-    return host_generator().standard_normal(size=size) if size else np.asarray(host_generator().standard_normal())
-
-
-def _uniform(low: float, high: float, size: tuple[int, ...]) -> np.ndarray:
-    return host_generator().uniform(low, high, size=size)
-
-
 class Initializer:
-    """Base class: subclasses implement ``sample(shape) -> np.ndarray``."""
+    """Base class. A built-in says what it draws for a shape (:meth:`spec`, a ``Draw``: drawn as a JAX function of
+    a key, eagerly or where the parameter lives). A subclass of your own may instead implement
+    ``sample(shape) -> np.ndarray``, drawn on the host when called (also inside ``no_init_parameters()``: such a
+    parameter cannot be deferred, as MindSpore's numpy-made ones cannot)."""
 
-    def sample(self, shape: tuple[int, ...]) -> np.ndarray:
+    def spec(self, shape: tuple[int, ...]) -> Draw:
         raise NotImplementedError
 
+    def sample(self, shape: tuple[int, ...]) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__}: implement spec(shape) or sample(shape)")
+
+    def _draws_on_device(self) -> bool:
+        return type(self).spec is not Initializer.spec
+
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> jax.Array:
-        return jnp.asarray(np.asarray(self.sample(tuple(shape))).astype(np.dtype(dtype)))
+        shape = tuple(shape)
+        if not self._draws_on_device():
+            return jax.device_put(np.asarray(self.sample(shape)).astype(np.dtype(dtype)))
+        draw = self.spec(shape)
+        return draw_now(draw, draw_seed() if draw.random else 0, shape, dtype)
+
+    def deferred(self, shape: Sequence[int], dtype: Any = np.float32) -> Deferred | jax.Array:
+        """The value of :meth:`__call__`, not drawn: it takes its key now (so values match an eager draw made in
+        its place) and is drawn with its parameter's program. A host-only initializer (``sample``) is drawn now."""
+        shape = tuple(shape)
+        if not self._draws_on_device():
+            notice_once(f"deferred-host-{type(self).__name__}",
+                        f"no_init_parameters(): {type(self).__name__} draws on the host (it implements sample(), "
+                        "not spec()); its parameters are initialized now, as MindSpore initializes parameters "
+                        "made from a Tensor or numpy array")
+            return self(shape, dtype)
+        draw = self.spec(shape)
+        return Deferred(shape, dtype, draw, draw_seed() if draw.random else 0)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -52,16 +75,16 @@ class Normal(Initializer):
     def __init__(self, sigma: float = 0.01, mean: float = 0.0):
         self.sigma, self.mean = sigma, mean
 
-    def sample(self, shape):
-        return self.mean + self.sigma * _normal(shape)
+    def spec(self, shape):
+        return Draw("normal", (self.mean, self.sigma))
 
 
 class Uniform(Initializer):
     def __init__(self, scale: float = 0.07):
         self.scale = scale
 
-    def sample(self, shape):
-        return _uniform(-self.scale, self.scale, shape)
+    def spec(self, shape):
+        return Draw("uniform", (-self.scale, self.scale))
 
 
 class TruncatedNormal(Initializer):
@@ -70,33 +93,27 @@ class TruncatedNormal(Initializer):
     def __init__(self, sigma: float = 0.01, mean: float = 0.0, a: float = -2.0, b: float = 2.0):
         self.sigma, self.mean, self.a, self.b = sigma, mean, a, b
 
-    def sample(self, shape):
-        out = _normal(shape)
-        low, high = self.a, self.b
-        bad = (out < low) | (out > high)
-        while np.any(bad):
-            out[bad] = _normal((int(bad.sum()),))
-            bad = (out < low) | (out > high)
-        return self.mean + self.sigma * out
+    def spec(self, shape):
+        return Draw("truncated_normal", (self.mean, self.sigma, self.a, self.b))
 
 
 class XavierUniform(Initializer):
     def __init__(self, gain: float = 1.0):
         self.gain = gain
 
-    def sample(self, shape):
+    def spec(self, shape):
         fan_in, fan_out = _fans(shape)
         bound = self.gain * math.sqrt(6.0 / (fan_in + fan_out))
-        return _uniform(-bound, bound, shape)
+        return Draw("uniform", (-bound, bound))
 
 
 class XavierNormal(Initializer):
     def __init__(self, gain: float = 1.0):
         self.gain = gain
 
-    def sample(self, shape):
+    def spec(self, shape):
         fan_in, fan_out = _fans(shape)
-        return self.gain * math.sqrt(2.0 / (fan_in + fan_out)) * _normal(shape)
+        return Draw("normal", (0.0, self.gain * math.sqrt(2.0 / (fan_in + fan_out))))
 
 
 def _he_std(shape, negative_slope, mode, nonlinearity) -> float:
@@ -117,22 +134,22 @@ class HeNormal(Initializer):
     def __init__(self, negative_slope: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
         self.negative_slope, self.mode, self.nonlinearity = negative_slope, mode, nonlinearity
 
-    def sample(self, shape):
-        return _he_std(shape, self.negative_slope, self.mode, self.nonlinearity) * _normal(shape)
+    def spec(self, shape):
+        return Draw("normal", (0.0, _he_std(shape, self.negative_slope, self.mode, self.nonlinearity)))
 
 
 class HeUniform(HeNormal):
-    def sample(self, shape):
+    def spec(self, shape):
         bound = math.sqrt(3.0) * _he_std(shape, self.negative_slope, self.mode, self.nonlinearity)
-        return _uniform(-bound, bound, shape)
+        return Draw("uniform", (-bound, bound))
 
 
 class Constant(Initializer):
     def __init__(self, value: float):
         self.value = value
 
-    def sample(self, shape):
-        return np.full(shape, self.value)
+    def spec(self, shape):
+        return Draw("constant", (self.value,))
 
 
 class Zero(Constant):
@@ -153,8 +170,10 @@ _ALIASES: dict[str, type[Initializer]] = {
 }
 
 
-def initializer(init: Any, shape: Sequence[int] | int | None = None, dtype: Any = np.float32) -> jax.Array:
-    """Create an array of ``shape`` and ``dtype`` from ``init`` (MindSpore's ``initializer``)."""
+def initializer(init: Any, shape: Sequence[int] | int | None = None,
+                dtype: Any = np.float32) -> jax.Array | Deferred:
+    """Create an array of ``shape`` and ``dtype`` from ``init`` (MindSpore's ``initializer``); inside
+    ``no_init_parameters()`` a ``Deferred`` value (an array given as ``init`` is kept as it is)."""
     if isinstance(shape, int):
         shape = (shape,)
     if isinstance(init, (jax.Array, np.ndarray)):
@@ -183,4 +202,4 @@ def initializer(init: Any, shape: Sequence[int] | int | None = None, dtype: Any 
             raise ValueError(f"initializer(): unknown initializer {init!r}; valid names: "
                              f"{', '.join(sorted(_ALIASES))}")
         init = cls()
-    return init(shape, dtype)
+    return init.deferred(shape, dtype) if deferring() else init(shape, dtype)

@@ -4,6 +4,11 @@ Being an NNX variable is what lets graphpar split a Cell tree into a pure pytree
 it back: the Cell tree is the NNX graph, a Parameter's value is a leaf of its state. MindSpore's attributes live in
 the variable's metadata: ``name`` (the attribute path, ``fc1.weight``, unless the user named it), ``requires_grad``
 and ``layerwise_parallel``.
+
+A Parameter made inside ``no_init_parameters()`` from ``initializer(...)`` holds a ``Deferred`` value: its shape and
+dtype, with the draw that makes it, and no data (:attr:`Parameter.has_init`). Tracing and planning read its shape;
+its program's first compile draws it where it lives (``graphpar.common.deferred.born``); ``init_data()``,
+``asnumpy()`` or ``Cell.init_parameters_data()`` draw it now, ``set_data`` (a checkpoint load) replaces it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from flax import nnx
 
 from graphpar.common import dtype as mstype
 from graphpar.common._convert import to_array
+from graphpar.common.deferred import Deferred
 
 DEFAULT_NAME = "Parameter"
 
@@ -39,7 +45,8 @@ class Parameter(nnx.Param):
     def __init__(self, default_input: Any = None, name: str | None = None, requires_grad: bool = True,
                  layerwise_parallel: bool = False, parallel_optimizer: bool = True, **metadata: Any):
         # NNX rebuilds variables through this constructor with the stored metadata; accept it unchanged.
-        value = default_input if isinstance(default_input, jax.Array) else _to_array(default_input, "Parameter()")
+        value = (default_input if isinstance(default_input, (jax.Array, Deferred))
+                 else _to_array(default_input, "Parameter()"))
         metadata.setdefault("user_named", name is not None and name != DEFAULT_NAME)
         super().__init__(value, name=name or DEFAULT_NAME, requires_grad=bool(requires_grad),
                          layerwise_parallel=bool(layerwise_parallel), parallel_optimizer=bool(parallel_optimizer),
@@ -84,15 +91,24 @@ class Parameter(nnx.Param):
     def size(self) -> int:
         return int(np.prod(self.get_value().shape))
 
+    @property
+    def has_init(self) -> bool:
+        """True while the value is deferred (made inside ``no_init_parameters()``, not drawn yet)."""
+        return isinstance(self.get_value(), Deferred)
+
     def asnumpy(self) -> np.ndarray:
-        return np.asarray(self.get_value())
+        return np.asarray(self.init_data().get_value())
 
     def init_data(self) -> "Parameter":
+        """Draw a deferred value now, on the default device (MindSpore's ``init_data``); else nothing to do."""
+        value = self.get_value()
+        if isinstance(value, Deferred):
+            self.set_value(value.value())
         return self
 
     def set_data(self, data: Any, slice_shape: bool = False) -> "Parameter":
         """Replace the value; the shape must stay the same (MindSpore's rule) unless ``slice_shape``."""
-        new = _to_array(data, f"Parameter '{self.name}'.set_data()")
+        new = data.value() if isinstance(data, Deferred) else _to_array(data, f"Parameter '{self.name}'.set_data()")
         old = self.get_value()
         if not slice_shape and tuple(new.shape) != tuple(old.shape):
             raise ValueError(f"Parameter '{self.name}'.set_data(): new shape {tuple(new.shape)} differs from the "
@@ -104,7 +120,8 @@ class Parameter(nnx.Param):
 
     def clone(self, init: Any = "same") -> "Parameter":
         value = self.get_value() if init == "same" else _to_array(init, "Parameter.clone()")
-        return Parameter(jnp.array(value), name=self.name, requires_grad=self.requires_grad,
+        value = value if isinstance(value, Deferred) else jnp.array(value)  # a deferred one stays deferred
+        return Parameter(value, name=self.name, requires_grad=self.requires_grad,
                          layerwise_parallel=self.layerwise_parallel)
 
     def __repr__(self) -> str:

@@ -1,7 +1,8 @@
-"""The global seed (MindSpore's ``set_seed``/``get_seed``) and the host-side generator initializers draw from.
+"""The global seed (MindSpore's ``set_seed``/``get_seed``) and the host-side generator keys are taken from.
 
-Initial values are drawn on the host with numpy, so the same seed gives the same parameters in every mode and on
-every device count.
+Each random initializer draws with its own key, one integer taken from the host generator when the initializer
+runs (:func:`draw_seed`); its values are then a JAX function of that key (``graphpar.common.deferred``), so the
+same seed gives the same parameters in every mode, on every device count, drawn eagerly or where they live.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def get_seed() -> int | None:
 
 
 def host_generator() -> np.random.Generator | np.random.RandomState:
-    """The generator initializers draw from.
+    """The generator keys are taken from.
 
     After ``set_seed`` it is graphpar's own generator. Before, it is numpy's global generator, so a script that
     calls ``np.random.seed(1)`` (as the seed quickstart does) gets the same parameters on every run and in every
@@ -35,3 +36,10 @@ def host_generator() -> np.random.Generator | np.random.RandomState:
     if _generator is None:
         return np.random.mtrand._rand
     return _generator
+
+
+def draw_seed() -> int:
+    """One integer from the host generator: the key of one initializer's draw (a parameter's initial values)."""
+    gen = host_generator()
+    draw = gen.integers if isinstance(gen, np.random.Generator) else gen.randint
+    return int(draw(0, 2**31 - 1))

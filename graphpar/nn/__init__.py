@@ -3,6 +3,7 @@
 from graphpar.common.parameter import Parameter as Parameter
 from graphpar.common.parameter import ParameterTuple as ParameterTuple
 from graphpar.nn import learning_rate_schedule as learning_rate_schedule
+from graphpar.nn import utils as utils
 from graphpar.nn.cell import Cell as Cell
 from graphpar.nn.cell import CellList as CellList
 from graphpar.nn.cell import SequentialCell as SequentialCell

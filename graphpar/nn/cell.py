@@ -23,6 +23,8 @@ import numpy as _np
 from flax import nnx
 
 from graphpar.common import dtype as mstype
+from graphpar._logging import notice_once
+from graphpar.common.deferred import born
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
 from graphpar.errors import CellError, api_boundary
 from graphpar.ir import recorder as _recorder
@@ -195,6 +197,25 @@ class Cell(nnx.Module, pytree=False):
 
     def parameters_dict(self, recurse: bool = True) -> "OrderedDict[str, Parameter]":
         return OrderedDict((p.name, p) for p in self.get_parameters(expand=recurse))
+
+    def init_parameters_data(self, auto_parallel_mode: bool = False) -> dict[str, Parameter]:
+        """Draw every deferred Parameter (made inside ``no_init_parameters()``) now, all in one program on the
+        default device, with the values an eager draw would have given (MindSpore's ``init_parameters_data``; a
+        compiled step draws them itself, where they live). MindSpore returns {old Parameter: new Parameter}; graphpar
+        updates each Parameter in place (and NNX variables are not hashable), so the dict maps the name of each
+        Parameter drawn to it."""
+        if auto_parallel_mode:
+            notice_once("init-parameters-auto-parallel",
+                        "init_parameters_data(auto_parallel_mode=True): parameters are drawn whole on the default "
+                        "device; the first compiled step moves each to its planned layout (to draw each device's "
+                        "block only, leave them deferred: the first step draws them where they live)")
+        pending = [p for p in self.get_parameters() if p.has_init]
+        if not pending:
+            return {}
+        arrays, _ = born([p.get_value() for p in pending])
+        for param, value in zip(pending, arrays):
+            param.set_value(value)
+        return {p.name: p for p in pending}
 
     def check_names(self) -> None:
         """Raise :class:`CellError` if two different Parameters share a name (MindSpore refuses that too)."""

@@ -87,7 +87,9 @@ def test_eval_mode_predictions_are_not_constant_after_a_few_steps(digits_cifar):
     ds.config.set_seed(0)  # the shuffle order is this test's, whatever an earlier test set
     net, model = _model(width=0.125)
     data = _dataset(digits_cifar, "train", 8)
-    model.train(1, data.take(8))  # 8 steps of 8 devices x 8 images
+    # 16 steps of 8 devices x 8 images: after 8, whether eval mode separates 3 classes depended on the initial draw
+    # (seeds 0-7: 7 of 8 with numpy's draws, 2 of 8 with JAX's keyed draws); after 16 it held for every seed tried
+    model.train(1, data.take(16))
     batch = next(iter(_dataset(digits_cifar, "test", 64, sharded=False).create_tuple_iterator()))
     net.set_train(False)
     logits = np.asarray(net(batch[0]))

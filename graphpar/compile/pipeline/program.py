@@ -49,7 +49,7 @@ from graphpar.compile.pipeline.stage_programs import is_float
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
 from graphpar.compile.plans.layout import GraphLayout, Layout
 from graphpar.compile.plans.planned import Planned, Traced
-from graphpar.compile.runtime.placement import ensure_placed
+from graphpar.compile.runtime.placement import place_state
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.progress import CompileProgress
@@ -255,11 +255,10 @@ class PipelineProgram(Program[PipelineSettings]):
         built = self._get_built(ns, arrays)
         stages, split = built.stages, built.split
         pvals, rest = list(ns.params.values()), list(ns.rest.values())
-        for st in stages:
-            for i, sh in st.param_sh.items():
-                pvals[i] = ensure_placed(pvals[i], sh)
-            for i, sh in st.rest_sh.items():
-                rest[i] = ensure_placed(rest[i], sh)
+        for st in stages:  # deferred parameters (no_init_parameters) drawn on the stage's devices, in one program
+            for values, shardings in ((pvals, st.param_sh), (rest, st.rest_sh)):
+                for i, value in zip(shardings, place_state([values[i] for i in shardings], list(shardings.values()))):
+                    values[i] = value
         opt = self._opt_states(ns, built, pvals)
         m, b = self.micro_size, arrays[0].shape[0] // self.micro_size if arrays else 0
         data = [[[jax.device_put(arrays[i][k * b:(k + 1) * b], sh) for i, sh in zip(st.sg.data, st.data_sh)]

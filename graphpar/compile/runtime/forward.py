@@ -23,12 +23,13 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
+from graphpar.common.deferred import Deferred
 from graphpar.compile.lowering.graph_trace import call_network
 from graphpar.compile.plans.choose import choose_plan
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.plans.global_batch import gather_process_rows
 from graphpar.compile.plans.planned import Planned
-from graphpar.compile.runtime.placement import global_aval, put_batch
+from graphpar.compile.runtime.placement import born_in_place, global_aval, put_batch
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.orchestrate import lower
@@ -154,6 +155,9 @@ class ForwardProgram(Program[ForwardSettings]):
         """The network's state in the program's layouts: the values themselves, or copies when another program
         (the train step) keeps them elsewhere — never moving the originals."""
         values = self.state.rest.values()
+        if any(isinstance(v, Deferred) for v in values):  # no_init_parameters(): drawn where this program wants them
+            values = born_in_place(values, compiled.in_shardings[0])
+            self.state.rest.write(values)
         copies = self._copies
         if copies is not None and len(copies[0]) == len(values) and all(a is b for a, b in zip(values, copies[0])):
             return copies[1]

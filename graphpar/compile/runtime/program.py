@@ -37,6 +37,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
+from graphpar.common.deferred import Deferred, born
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.lowering.opt_shard import OptimizerSharding
 from graphpar.compile.lowering.recompute import advise_cpu_scheduler
@@ -47,7 +48,7 @@ from graphpar.compile.plans.layout import Layout, state_shardings
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.runtime import accumulate
 from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_signature, revision
-from graphpar.compile.runtime.placement import ensure_placed, global_aval, put_batch
+from graphpar.compile.runtime.placement import ensure_placed, global_aval, place_state, put_batch
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.orchestrate import lower
@@ -189,12 +190,23 @@ class TrainProgram(Program[TrainSettings]):
     def _opt_state(self, ns: NetworkState, layout: Layout) -> Any:
         """The optimizer state, created on first use as one jitted ``init`` whose outputs land in their shardings:
         run eagerly, optax's per-leaf ``zeros_like`` compiled a program per leaf shape and then copied every leaf
-        from one device to its sharding (0.66 s for the 8-block GPT bench model, against 0.1 s)."""
+        from one device to its sharding (0.66 s for the 8-block GPT bench model, against 0.1 s). Trainable
+        parameters still deferred (``no_init_parameters()``) are drawn first, where they live: when all of them
+        are, in that same program."""
         if self.optimizer.opt_state is None:
-            params = dict(zip(ns.param_names(), ns.params.values()))
+            names, values = ns.param_names(), ns.params.values()
             init = self._transformation().init
-            shardings = self._opt_shardings(ns, layout, jax.eval_shape(init, params))
-            self.optimizer.opt_state = jax.jit(init, out_shardings=shardings)(params)
+            shardings = self._opt_shardings(ns, layout, jax.eval_shape(init, dict(zip(names, values))))
+            storage = self.optimizer_sharding(ns, layout).storage
+            if values and all(isinstance(v, Deferred) for v in values):
+                arrays, state = born(values, storage, lambda drawn: init(dict(zip(names, drawn))), shardings)
+                ns.params.write(arrays)
+                self.optimizer.opt_state = state
+            else:
+                if any(isinstance(v, Deferred) for v in values):
+                    ns.params.write(place_state(values, storage))
+                params = dict(zip(names, ns.params.values()))
+                self.optimizer.opt_state = jax.jit(init, out_shardings=shardings)(params)
         return self.optimizer.opt_state
 
     def _opt_shardings(self, ns: NetworkState, layout: Layout, opt_state: Any) -> Any:
@@ -284,8 +296,8 @@ class TrainProgram(Program[TrainSettings]):
         check_live([f"network state '{n}'" for n in ns.rest.names()], ns.rest.values())
         check_live(["optimizer state"] * len(jax.tree.leaves(opt_state)), jax.tree.leaves(opt_state))
         check_live([f"input {i} of the batch" for i in range(len(placed))], placed)
-        ns.params.write([ensure_placed(v, s) for v, s in zip(ns.params.values(), p_sh)])
-        ns.rest.write([ensure_placed(v, s) for v, s in zip(ns.rest.values(), r_sh)])
+        ns.params.write(place_state(ns.params.values(), p_sh))
+        ns.rest.write(place_state(ns.rest.values(), r_sh))
         self.optimizer.opt_state = jax.tree.map(ensure_placed, opt_state, o_sh)
         return ns.params.values(), ns.rest.values()
 
