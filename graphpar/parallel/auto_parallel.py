@@ -4,12 +4,14 @@ MindSpore 2.6 replaces ``set_auto_parallel_context(parallel_mode=...)`` by wrapp
 ``AutoParallel(train_step, parallel_mode=...)`` for the functional loop, ``Model(AutoParallel(net, ...), ...)`` for
 ``Model``. Both forms are a Cell, as MindSpore's is:
 
-* a **step function**: calling the wrapper runs the step with its mode in force (``parallel_mode`` and
-  ``search_mode`` of the auto-parallel context, restored afterwards), so the step's program (``graphpar.jit``; a
-  plain function is compiled as if decorated) is planned and compiled for that mode and no other code sees it;
+* a **step function**: calling the wrapper runs the step with its settings in force (its mode: ``parallel_mode``
+  and, for the AUTO modes, ``search_mode``; and what its methods recorded), restored afterwards, so the step's
+  program (``graphpar.jit``; a plain function is compiled as if decorated) is planned and compiled for them and no
+  other code sees them;
 * a **Cell**: the programs ``Model`` (or a ``TrainOneStepCell``) builds around the wrapped network are built and
   dispatched outside the wrapper's own call, so the wrapper sets the job's auto-parallel context to its mode when
-  it is made, and says so once.
+  it is made (and to a method's settings when the method is called), and says so once. It is a
+  ``nn.pipeline_cell.Forwarding`` Cell: a pipelined train step trains the ``PipelineCell`` inside it.
 
 MindSpore's configuration methods (``hsdp``, ``pipeline``, ``dataset_strategy``, ``save_param_strategy_file`` ...)
 record auto-parallel settings (``auto_parallel_config``: what each becomes, or why it is refused) that apply the
@@ -29,6 +31,7 @@ from graphpar._logging import notice_once
 from graphpar.compile.functional.jit import JitFunction, jit
 from graphpar.errors import JitError
 from graphpar.nn.cell import Cell
+from graphpar.nn.pipeline_cell import Forwarding
 from graphpar.ops.composite import callable_name
 from graphpar.parallel.auto_parallel_config import Configuration, Overlay
 
@@ -46,7 +49,7 @@ class _Step:
         self.fn = fn
 
 
-class AutoParallel(Configuration, Cell):
+class AutoParallel(Configuration, Forwarding):
     """``AutoParallel(network, parallel_mode="semi_auto")``: ``network`` (a step function or a Cell) planned in
     ``parallel_mode`` ("semi_auto", "sharding_propagation" or "recursive_programming") with the settings its
     configuration methods record; see the module docstring."""
@@ -81,3 +84,8 @@ class AutoParallel(Configuration, Cell):
 
     def construct(self, *args: Any, **kwargs: Any) -> Any:
         return self.network(*args, **kwargs)
+
+    @property
+    def forwarded(self) -> Cell | None:
+        """The wrapped Cell (None for a step function): a pipelined train step trains the PipelineCell in it."""
+        return None if self._step is not None else self.network

@@ -9,7 +9,8 @@ of the compile key of the programs compiled in that call and of nothing else. Wh
 ``hsdp(shard_size=-1, threshold=64, optimizer_level)``     ``enable_parallel_optimizer=True`` and
                                                            ``parallel_optimizer_config``
 ``pipeline(stages, output_broadcast, interleave, sched.)`` ``pipeline_stages`` / ``pipeline_config`` (a wrapped
-                                                           Cell; a step function is refused for ``stages > 1``)
+                                                           ``PipelineCell``; a step function is refused for
+                                                           ``stages > 1``)
 ``dataset_strategy(config)``                               ``dataset_strategy``
 ``save_param_strategy_file`` / ``load_param_strategy_file`` ``strategy_ckpt_config`` ``save_file`` / ``load_file``
 ``disable_strategy_file_only_for_trainable_params()``      ``strategy_ckpt_config`` ``only_trainable_params=False``

@@ -182,3 +182,29 @@ def test_settings_without_effect_on_xla_are_said_once(notices):
         parallel_net.disable_gradient_fp32_sync()
     said = [r.getMessage() for r in notices.records if r.getMessage().startswith("AutoParallel.")]
     assert len(said) == 2 and "XLA's collective combiners" in said[0] and "casts no gradient" in said[1]
+
+
+def test_load_param_strategy_file_is_read_by_the_wrapped_steps_plan(tmp_path):
+    saved = tmp_path / "strategy.ckpt"
+    losses, _, _, _ = functional_loop(steps=2, wrap=_configured(lambda n: n.save_param_strategy_file(str(saved))))
+    loaded, _, _, _ = functional_loop(steps=2, wrap=_configured(lambda n: n.load_param_strategy_file(str(saved))))
+    np.testing.assert_allclose(loaded, losses, rtol=1e-6)
+    with pytest.raises(ConfigError, match="missing.ckpt"):
+        functional_loop(steps=1, wrap=_configured(lambda net: net.load_param_strategy_file(str(tmp_path /
+                                                                                                "missing.ckpt"))))
+    assert ms.get_auto_parallel_context("strategy_ckpt_config")["load_file"] == ""
+
+
+def test_pipeline_of_a_wrapped_pipeline_cell_trains_as_pipeline_stages_does():
+    """MindSpore 2.6's pipeline sample: ``AutoParallel(Pipeline(net_with_loss, micro))`` with ``.pipeline(stages)``
+    trained by a ``TrainOneStepCell`` (what ``Model`` builds): the pipelined step finds the PipelineCell inside."""
+    from tests.pipeline.helpers import build, mlp_data, train_pipelined
+
+    x, y = mlp_data()
+    expected, _, _ = train_pipelined("mlp", 2, 4, "1f1b", x, y, 2)
+    ms.reset_auto_parallel_context()
+    net, loss, optimizer = build("mlp", 2)
+    parallel_net = AutoParallel(nn.PipelineCell(nn.WithLossCell(net, loss), 4), parallel_mode="semi_auto")
+    parallel_net.pipeline(stages=2)
+    train = nn.TrainOneStepCell(parallel_net, optimizer(net.trainable_params()))
+    np.testing.assert_allclose([float(train(x, y)) for _ in range(2)], expected, rtol=1e-6)
