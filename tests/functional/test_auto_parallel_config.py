@@ -144,6 +144,16 @@ def test_a_wrapped_cell_makes_its_settings_the_jobs():
     assert ms.get_auto_parallel_context("pipeline_config")["pipeline_scheduler"] == "gpipe"
 
 
+def test_hsdp_of_a_wrapped_cell_shards_the_parameters_model_trains():
+    net = Net()
+    parallel_net = AutoParallel(nn.WithLossCell(net, nn.MSELoss()), parallel_mode="semi_auto")
+    parallel_net.hsdp(threshold=0)
+    train = nn.TrainOneStepCell(parallel_net, nn.Momentum(net.trainable_params(), 0.05, 0.9))
+    train(X, Y)
+    assert _specs([p.get_value() for p in net.get_parameters()]) == [jax.P(("m1", "m2", "m0"), None),
+                                                                      jax.P(("m0", "m1", "m2"), None)]
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda n: n.pipeline(stages=2), r"AutoParallel.pipeline\): stages=2 around a step function is not built.*"
                                      r"nn.PipelineCell"),
