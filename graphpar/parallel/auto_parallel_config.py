@@ -3,24 +3,23 @@
 
 A method only checks its arguments and records the settings in an :class:`Overlay` (a value: each call makes a new
 one); the wrapper applies the overlay while the wrapped step runs (``_context.overlaid``), so the settings are part
-of the compile key of the programs compiled in that call and of nothing else. What each method becomes:
+of the compile key of the programs compiled in that call and of nothing else (around a Cell, the job's settings
+from the method call on: ``Model`` builds its programs outside the wrapper's call). What each method becomes:
 
-========================================================  ==================================================
-``hsdp(shard_size=-1, threshold=64, optimizer_level)``     ``enable_parallel_optimizer=True`` and
-                                                           ``parallel_optimizer_config``
-``pipeline(stages, output_broadcast, interleave, sched.)`` ``pipeline_stages`` / ``pipeline_config`` (a wrapped
-                                                           ``PipelineCell``; a step function is refused for
-                                                           ``stages > 1``)
-``dataset_strategy(config)``                               ``dataset_strategy``
-``save_param_strategy_file`` / ``load_param_strategy_file`` ``strategy_ckpt_config`` ``save_file`` / ``load_file``
-``disable_strategy_file_only_for_trainable_params()``      ``strategy_ckpt_config`` ``only_trainable_params=False``
-``save_operator_strategy_file`` / ``load_...``             ``set_op_strategy_config("SAVE" / "LOAD", path)``
-``enable_gradients_mean()``                                ``gradients_mean=True``
-``comm_fusion``, ``set_group_ckpt_save_file``,             nothing on XLA: said once
-``disable_gradient_fp32_sync``, ``transformer_opt``
-``no_init_parameters_in_compile``, ``enable_fp32_comm...``, refused by name (:class:`~graphpar.errors.JitError`)
-``disable_loss_repeated_mean``, the local-norm methods
-========================================================  ==================================================
+* ``hsdp(shard_size=-1, threshold=64, optimizer_level="level1")``: ``enable_parallel_optimizer=True`` and
+  ``parallel_optimizer_config``;
+* ``pipeline(stages=1, output_broadcast=False, interleave=False, scheduler="1f1b")``: ``pipeline_stages`` and
+  ``pipeline_config`` for a wrapped ``PipelineCell``; around a step function ``stages > 1`` is refused by name;
+* ``dataset_strategy(config)``: ``dataset_strategy``;
+* ``save_param_strategy_file`` / ``load_param_strategy_file`` / ``disable_strategy_file_only_for_trainable_params``:
+  ``strategy_ckpt_config``'s ``save_file`` / ``load_file`` / ``only_trainable_params``;
+* ``save_operator_strategy_file`` / ``load_operator_strategy_file``: ``set_op_strategy_config("SAVE" / "LOAD")``;
+* ``enable_gradients_mean()``: ``gradients_mean=True``;
+* ``comm_fusion``, ``set_group_ckpt_save_file``, ``disable_gradient_fp32_sync``, ``transformer_opt``: nothing to
+  do on XLA, said once;
+* ``no_init_parameters_in_compile``, ``enable_fp32_communication``, ``disable_loss_repeated_mean``,
+  ``print_local_norm``, ``dump_local_norm``, ``enable_device_local_norm``: refused by name
+  (:class:`~graphpar.errors.JitError`), saying what to do instead.
 """
 
 from __future__ import annotations
@@ -241,9 +240,9 @@ class Configuration:
 
     # --- refused by name ----------------------------------------------------------------------------------------
     def no_init_parameters_in_compile(self) -> None:
-        raise JitError("AutoParallel.no_init_parameters_in_compile", "not built: parameters made under "
-                       "no_init_parameters() are drawn, sharded, at the first compile (or init_parameters_data()); "
-                       "to start from a checkpoint instead, load it into the network before the first step")
+        raise JitError("AutoParallel.no_init_parameters_in_compile", "not built: graphpar gives every Parameter "
+                       "its initial value by the first compile; to start from a checkpoint instead, load it "
+                       "(ms.load_param_into_net) before the first step")
 
     def enable_fp32_communication(self) -> None:
         raise JitError("AutoParallel.enable_fp32_communication", "not built: each reduction runs in the dtype the "
