@@ -27,6 +27,7 @@ from graphpar._context.state import current_parallel as current_parallel
 from graphpar._context.state import get_auto_parallel_context as get_auto_parallel_context
 from graphpar._context.state import get_context as get_context
 from graphpar._context.state import register_rank_source as register_rank_source
+from graphpar._context.state import overlaid as overlaid
 from graphpar._context.state import reset_auto_parallel_context as reset_auto_parallel_context
 from graphpar._context.state import reset_context as reset_context
 from graphpar._context.state import set_auto_parallel_context as set_auto_parallel_context

@@ -124,6 +124,13 @@ def current_op_strategy_config() -> OpStrategyConfig:
     return _op_strategy
 
 
+def use_op_strategy_config(config: OpStrategyConfig) -> None:
+    """Put ``config`` (a checked value, e.g. one read by :func:`current_op_strategy_config` earlier) in force: how a
+    settings overlay (``state.overlaid``) restores what was there."""
+    global _op_strategy
+    _op_strategy = config
+
+
 def reset_op_strategy_config() -> None:
     """No op strategy file (what a fresh process has)."""
     global _op_strategy

@@ -8,17 +8,18 @@ before the network is compiled).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import jax
 
-from graphpar._context.algo import current_algo, current_op_strategy_config
+from graphpar._context.algo import OpStrategyConfig, current_algo, current_op_strategy_config, use_op_strategy_config
 from graphpar._context.devices import check_device_id, check_platform
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
@@ -280,6 +281,25 @@ def reset_auto_parallel_context() -> None:
     """Restore every auto-parallel setting to its default."""
     global _auto_parallel
     _auto_parallel = AutoParallelContext()
+
+
+@contextlib.contextmanager
+def overlaid(op_strategy: OpStrategyConfig | None = None, **kwargs: Any) -> Iterator[None]:
+    """``set_auto_parallel_context(**kwargs)`` (and ``op_strategy`` as ``set_op_strategy_config``) for the body of a
+    ``with`` only, every auto-parallel setting restored afterwards, also when the body raises: how
+    ``AutoParallel`` applies its settings to the step it wraps and to nothing else. The settings are those
+    :func:`compile_key` reads, so the programs compiled inside are keyed by them. Restored field by field (each
+    assignment moves :func:`settings_revision`, so no fast path keeps a program of the overlaid settings)."""
+    saved, saved_op = copy.deepcopy(_auto_parallel), current_op_strategy_config()
+    try:
+        set_auto_parallel_context(**kwargs)
+        if op_strategy is not None:
+            use_op_strategy_config(op_strategy)
+        yield
+    finally:
+        for f in fields(AutoParallelContext):
+            setattr(_auto_parallel, f.name, getattr(saved, f.name))
+        use_op_strategy_config(saved_op)
 
 
 def reset_context() -> None:

@@ -40,6 +40,23 @@ def wants_pipeline() -> bool:
     return _context.get_auto_parallel_context("pipeline_stages") > 1
 
 
+class Forwarding(Cell):
+    """A Cell that only calls a network it wraps (MindSpore 2.6's ``AutoParallel`` around a Cell): ``forwarded``
+    is that network (None when it wraps no Cell). A pipelined train step looks through it for the ``PipelineCell``
+    (:func:`pipeline_cell_of`), as MindSpore's ``Model(AutoParallel(Pipeline(net_with_loss, ...)))`` does."""
+
+    @property
+    def forwarded(self) -> Cell | None:
+        return None
+
+
+def pipeline_cell_of(network: Cell) -> Cell:
+    """The Cell a pipelined train step trains: ``network``, or what the :class:`Forwarding` Cells around it wrap."""
+    while isinstance(network, Forwarding) and network.forwarded is not None:
+        network = network.forwarded
+    return network
+
+
 class PipelineCell(Cell):
     """Split the batch into ``micro_size`` micro-batches and sum ``network``'s outputs over them."""
 

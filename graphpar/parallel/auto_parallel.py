@@ -4,21 +4,25 @@ MindSpore 2.6 replaces ``set_auto_parallel_context(parallel_mode=...)`` by wrapp
 ``AutoParallel(train_step, parallel_mode=...)`` for the functional loop, ``Model(AutoParallel(net, ...), ...)`` for
 ``Model``. Both forms are a Cell, as MindSpore's is:
 
-* a **step function**: calling the wrapper runs the step with its mode in force (``parallel_mode`` and
-  ``search_mode`` of the auto-parallel context, restored afterwards), so the step's program (``graphpar.jit``; a
-  plain function is compiled as if decorated) is planned and compiled for that mode and no other code sees it;
+* a **step function**: calling the wrapper runs the step with its settings in force (its mode: ``parallel_mode``
+  and, for the AUTO modes, ``search_mode``; and what its methods recorded), restored afterwards, so the step's
+  program (``graphpar.jit``; a plain function is compiled as if decorated) is planned and compiled for them and no
+  other code sees them;
 * a **Cell**: the programs ``Model`` (or a ``TrainOneStepCell``) builds around the wrapped network are built and
   dispatched outside the wrapper's own call, so the wrapper sets the job's auto-parallel context to its mode when
-  it is made, and says so once.
+  it is made (and to a method's settings when the method is called), and says so once. It is a
+  ``nn.pipeline_cell.Forwarding`` Cell: a pipelined train step trains the ``PipelineCell`` inside it.
 
 MindSpore's configuration methods (``hsdp``, ``pipeline``, ``dataset_strategy``, ``save_param_strategy_file`` ...)
-are refused by name (:class:`~graphpar.errors.JitError`) until built.
+record auto-parallel settings (``auto_parallel_config``: what each becomes, or why it is refused) that apply the
+same way: for a step function during its call only (``_context.overlaid``, so they are part of the compile key of
+the programs compiled in it, and two wrappers of one step with different settings compile different programs); for
+a Cell as the job's settings from the method call on.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from graphpar import _context
@@ -27,24 +31,15 @@ from graphpar._logging import notice_once
 from graphpar.compile.functional.jit import JitFunction, jit
 from graphpar.errors import JitError
 from graphpar.nn.cell import Cell
+from graphpar.nn.pipeline_cell import Forwarding
 from graphpar.ops.composite import callable_name
+from graphpar.parallel.auto_parallel_config import Configuration, Overlay
 
-# MindSpore 2.6's parallel_mode names -> (parallel_mode, search_mode) of the auto-parallel context
-MODES = {"semi_auto": (ParallelMode.SEMI_AUTO_PARALLEL, None),
-         "sharding_propagation": (ParallelMode.AUTO_PARALLEL, "sharding_propagation"),
-         "recursive_programming": (ParallelMode.AUTO_PARALLEL, "recursive_programming")}
-
-NOT_BUILT = ("hsdp", "pipeline", "dataset_strategy", "save_param_strategy_file", "load_param_strategy_file",
-             "load_operator_strategy_file", "save_operator_strategy_file", "comm_fusion",
-             "no_init_parameters_in_compile", "enable_gradients_mean", "disable_gradients_mean",
-             "disable_gradient_fp32_sync", "disable_loss_repeated_mean", "enable_parallel_optimizer",
-             "set_group_ckpt_save_file", "print_local_norm", "dump_local_norm", "enable_device_local_norm",
-             "transformer_opt", "set_load_balance", "set_dump_local_norm_path")
-
-
-def _settings(parallel_mode: str) -> dict[str, str]:
-    mode, search = MODES[parallel_mode]
-    return {"parallel_mode": mode, "search_mode": search or _context.current_parallel().search_mode}
+# MindSpore 2.6's parallel_mode names -> the auto-parallel context settings they stand for
+MODES = {"semi_auto": {"parallel_mode": ParallelMode.SEMI_AUTO_PARALLEL},
+         "sharding_propagation": {"parallel_mode": ParallelMode.AUTO_PARALLEL, "search_mode": "sharding_propagation"},
+         "recursive_programming": {"parallel_mode": ParallelMode.AUTO_PARALLEL,
+                                   "search_mode": "recursive_programming"}}
 
 
 class _Step:
@@ -54,9 +49,10 @@ class _Step:
         self.fn = fn
 
 
-class AutoParallel(Cell):
+class AutoParallel(Configuration, Forwarding):
     """``AutoParallel(network, parallel_mode="semi_auto")``: ``network`` (a step function or a Cell) planned in
-    ``parallel_mode`` ("semi_auto", "sharding_propagation" or "recursive_programming"); see the module docstring."""
+    ``parallel_mode`` ("semi_auto", "sharding_propagation" or "recursive_programming") with the settings its
+    configuration methods record; see the module docstring."""
 
     def __init__(self, network: Callable[..., Any] | Cell, parallel_mode: str = "semi_auto"):
         super().__init__(auto_prefix=False)
@@ -67,51 +63,29 @@ class AutoParallel(Cell):
         if not callable(network):
             raise JitError(name, f"AutoParallel wraps a step function or a Cell, got a {type(network).__name__}")
         self.parallel_mode = parallel_mode
+        self._step_form = not isinstance(network, Cell)
+        self._overlay = Overlay().merged(**MODES[parallel_mode])
         if isinstance(network, Cell):
             self.network = network
             self._step = None
-            wanted = _settings(parallel_mode)
-            _context.set_auto_parallel_context(**wanted)
+            _context.set_auto_parallel_context(**self._overlay.context)
             notice_once(f"auto-parallel-cell:{parallel_mode}", f"AutoParallel({name}, parallel_mode="
                         f"{parallel_mode!r}): the programs Model builds around the wrapped Cell are planned outside "
-                        f"its call, so graphpar sets the job's parallel_mode={wanted['parallel_mode']!r}, "
-                        f"search_mode={wanted['search_mode']!r} now")
+                        f"its call, so graphpar sets the job's "
+                        f"{', '.join(f'{k}={v!r}' for k, v in self._overlay.context.items())} now")
         else:
             self._step = _Step(network if isinstance(network, JitFunction) else jit(network))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._step is None:
             return super().__call__(*args, **kwargs)
-        with self._mode():
+        with _context.overlaid(self._overlay.op_strategy, **self._overlay.context):
             return self._step.fn(*args, **kwargs)
 
     def construct(self, *args: Any, **kwargs: Any) -> Any:
         return self.network(*args, **kwargs)
 
-    @contextlib.contextmanager
-    def _mode(self) -> Iterator[None]:
-        pctx = _context.current_parallel()
-        saved = {"parallel_mode": pctx.parallel_mode, "search_mode": pctx.search_mode}
-        wanted = _settings(self.parallel_mode)
-        if wanted == saved:
-            yield
-            return
-        _context.set_auto_parallel_context(**wanted)
-        try:
-            yield
-        finally:
-            _context.set_auto_parallel_context(**saved)
-
-
-def _refuser(method: str) -> Callable[..., Any]:
-    def refuse(self: AutoParallel, *args: Any, **kwargs: Any) -> Any:
-        raise JitError(f"AutoParallel.{method}", f"AutoParallel.{method}() is not built yet; the matching "
-                       "set_auto_parallel_context setting applies to the wrapped network (see "
-                       "docs/porting_from_mindspore.md)")
-
-    refuse.__name__ = method
-    return refuse
-
-
-for _method in NOT_BUILT:
-    setattr(AutoParallel, _method, _refuser(_method))
+    @property
+    def forwarded(self) -> Cell | None:
+        """The wrapped Cell (None for a step function): a pipelined train step trains the PipelineCell in it."""
+        return None if self._step is not None else self.network

@@ -729,6 +729,15 @@ ROWS: list[Row] = [
     Row("construct-predict-tuple-strategy-processes", "construct", "Model.predict(x) under dataset_strategy=((2, 1),) "
         "in a job of several processes", lambda t: _predict_tuple_strategy_multiprocess(), ERR + "ConfigError",
         ("Model.predict", "tuple dataset_strategy", "multi-process", "'data_parallel'", "'full_batch'")),
+    Row("auto-parallel-pipeline-step", "construct", "AutoParallel(train_step).pipeline(stages=2)",
+        lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).pipeline(stages=2),
+        ERR + "JitError", ("AutoParallel.pipeline", "stages=2", "nn.PipelineCell")),
+    Row("auto-parallel-not-built", "construct", "AutoParallel(train_step).print_local_norm()",
+        lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).print_local_norm(),
+        ERR + "JitError", ("AutoParallel.print_local_norm", "not built", "ops.ReduceSum")),
+    Row("auto-parallel-hsdp-args", "construct", "AutoParallel(train_step).hsdp(shard_size=0)",
+        lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).hsdp(shard_size=0),
+        ERR + "ConfigError", ("AutoParallel.hsdp", "shard_size", "-1 or an int > 0")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -56,7 +56,7 @@ from graphpar.compile.staging.progress import CompileProgress
 from graphpar.dump.pipeline import (
     PipelineJob, ScheduleMeasure, maybe_dump_begin, maybe_dump_execute, maybe_save_strategy, stage_note)
 from graphpar.ir.graph import Graph
-from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split
+from graphpar.nn.pipeline_cell import PipelineCell, check_micro_split, pipeline_cell_of
 from graphpar.planner import strategy_file
 from graphpar.planner.mesh import make_mesh
 from graphpar.planner.passes.context import PlanRequest
@@ -83,7 +83,7 @@ class PipelineProgram(Program[PipelineSettings]):
     MAX_IN_FLIGHT = 4  # programs queued on the devices at once (XLA:CPU deadlocks with long multi-device queues)
 
     def __init__(self, train_cell: Any):
-        pipe = train_cell.network
+        pipe = pipeline_cell_of(train_cell.network)  # through an AutoParallel around the PipelineCell
         if not isinstance(pipe, PipelineCell):
             n_stages = _context.current_parallel().pipeline_stages
             raise PipelineError(f"TrainOneStepCell's network {type(pipe).__name__}",

@@ -8,7 +8,8 @@ process's device count and prints one JSON line: its losses.
 
 MODE: ``semi_auto`` (set_auto_parallel_context), ``sharding_propagation`` (AUTO_PARALLEL, only layer1's MatMul
 hinted), ``auto_parallel_wrapper`` (MindSpore 2.6's ``AutoParallel(train_step, parallel_mode="semi_auto")``, no
-parallel context).
+parallel context), ``auto_parallel_hsdp`` (the same wrapper with ``.hsdp()``: optimizer parallel, the weights and
+their optimizer state sharded over the data-parallel devices).
 """
 
 import json
@@ -94,7 +95,11 @@ def train(mode):
         optimizer(grads)
         return loss_value
 
-    step = AutoParallel(train_step, parallel_mode="semi_auto") if mode == "auto_parallel_wrapper" else train_step
+    step = train_step
+    if mode in ("auto_parallel_wrapper", "auto_parallel_hsdp"):
+        step = AutoParallel(train_step, parallel_mode="semi_auto")
+    if mode == "auto_parallel_hsdp":
+        step.hsdp(threshold=0)  # this small network's weights are under the default 64 KB
     dataset = create_dataset(32)
     losses = []
     for epoch in range(4):
