@@ -240,9 +240,10 @@ class Configuration:
 
     # --- refused by name ----------------------------------------------------------------------------------------
     def no_init_parameters_in_compile(self) -> None:
-        raise JitError("AutoParallel.no_init_parameters_in_compile", "not built: graphpar gives every Parameter "
-                       "its initial value by the first compile; to start from a checkpoint instead, load it "
-                       "(ms.load_param_into_net) before the first step")
+        raise JitError("AutoParallel.no_init_parameters_in_compile", "not built: Parameters made under "
+                       "nn.utils.no_init_parameters() are drawn at the first compile, each device drawing only its "
+                       "own shard; to start from a checkpoint instead, load it (ms.load_param_into_net) before the "
+                       "first step: it replaces the deferred values without drawing them")
 
     def enable_fp32_communication(self) -> None:
         raise JitError("AutoParallel.enable_fp32_communication", "not built: each reduction runs in the dtype the "
