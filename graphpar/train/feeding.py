@@ -131,7 +131,7 @@ def assemble_batch(parts: list, ranks: list[int], world: int) -> tuple[np.ndarra
         if splits is None:
             columns.append(concat_batches([(p[c],) for p in parts])[0])
         else:
-            columns.append(assemble_blocks([p[c] for p in parts], ranks, splits, world))
+            columns.append(assemble_blocks([p[c] for p in parts], ranks, splits, world, c))
     return tuple(columns)
 
 

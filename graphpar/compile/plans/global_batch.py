@@ -56,10 +56,11 @@ def _box(ranks: Sequence[int], splits: tuple[int, ...], world: int) -> tuple[tup
     return low, extent
 
 
-def assemble_blocks(parts: Sequence[np.ndarray], ranks: Sequence[int], splits: tuple[int, ...],
-                    world: int) -> np.ndarray:
-    """The part of the global input that ``ranks`` hold, from each rank's batch ``parts[i]``: the blocks placed
-    where the device matrix puts them (a block held by several of them is taken from the first)."""
+def assemble_blocks(parts: Sequence[np.ndarray], ranks: Sequence[int], splits: tuple[int, ...], world: int,
+                    index: int = 0) -> np.ndarray:
+    """The part of global input ``index`` that ``ranks`` hold, from each rank's batch ``parts[i]``: the blocks
+    placed where the device matrix puts them (a block held by several of them is taken from the first). The blocks
+    of one process must form a box, as ``jax.make_array_from_process_local_data`` takes one array per process."""
     low, extent = _box(ranks, splits, world)
     grid = np.empty(extent, dtype=object)
     for part, rank in zip(parts, ranks):
@@ -67,9 +68,11 @@ def assemble_blocks(parts: Sequence[np.ndarray], ranks: Sequence[int], splits: t
         if grid[at] is None:
             grid[at] = np.asarray(part)
     if any(cell is None for cell in grid.flat):
-        raise DatasetError(f"dataset_strategy splits {splits}: ranks {list(ranks)} of this process do not hold a "
-                           f"contiguous block of the input ({world} ranks); use splits whose blocks each process "
-                           "holds together (e.g. split the leading dimensions over the processes)")
+        raise DatasetError(f"dataset_strategy entry {index} {splits}: the blocks of input {index} that ranks "
+                           f"{list(ranks)} (this process, of {world}) hold do not form one box, so this process's "
+                           "batches cannot be one part of the global input; use splits whose blocks each process "
+                           "holds together: the process's ranks cover whole rows of the device matrix (e.g. split "
+                           "the leading dimension by the number of processes)")
     return np.block(grid.tolist())
 
 
