@@ -7,7 +7,9 @@ If the dataset is sharded over every rank of the job (``num_shards == get_group_
 ``create_dataset`` does), each local device reads its own shard. Otherwise every local device reads the dataset as
 given, exactly as every MindSpore process reads an unsharded dataset in full: the same batch goes to each device
 (the pipeline is deterministic for a seed, so one iterator serves them all). With ``full_batch`` the dataset's
-batch is the global batch.
+batch is the global batch. A ``dataset_strategy`` tuple that splits other dimensions (``((1, 8), (1, 1))``) places
+each device's batch as its block of the global input instead: the global shape is the device's shape times the
+splits (``compile.plans.global_batch``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from graphpar._logging import notice_once
-from graphpar.compile.plans.global_batch import make_global
+from graphpar.compile.plans.global_batch import assemble_blocks, input_splits, make_global
 
 
 @runtime_checkable
@@ -78,6 +80,8 @@ class BatchFeeder:
     def __init__(self, dataset: Any, draws: int, first_rank: int = 0, world: int = 1):
         self.dataset = dataset
         self.draws = max(int(draws), 1)
+        self.ranks = [first_rank + i for i in range(self.draws)]
+        self.world = max(int(world), self.draws)
         shardable = isinstance(dataset, ShardableSource)
         num_shards, shard_id = dataset.shard_info() if shardable else (None, None)
         self.per_device_shards = shardable and self.draws > 1 and num_shards is not None and num_shards == world
@@ -107,7 +111,7 @@ class BatchFeeder:
                 parts = [next(it) for it in iters]
             else:
                 parts = [next(iters[0])] * self.draws
-            yield concat_batches(parts)
+            yield assemble_batch(parts, self.ranks, self.world)
 
     def forever(self, first_epoch: int = 0, start: int = 0) -> Iterator[tuple[np.ndarray, ...]]:
         """Global batches across epochs without end (sink mode with a ``sink_size``), from batch ``start`` of
@@ -116,6 +120,19 @@ class BatchFeeder:
         while True:
             yield from self.epoch(epoch, start)
             epoch, start = epoch + 1, 0
+
+
+def assemble_batch(parts: list, ranks: list[int], world: int) -> tuple[np.ndarray, ...]:
+    """This process's part of the global batch from its devices' batches (``parts[i]`` for rank ``ranks[i]`` of
+    ``world``): rows stacked on dimension 0, or each column's blocks where a ``dataset_strategy`` tuple puts them."""
+    columns = []
+    for c in range(len(parts[0])):
+        splits = input_splits(c, np.ndim(parts[0][c]))
+        if splits is None:
+            columns.append(concat_batches([(p[c],) for p in parts])[0])
+        else:
+            columns.append(assemble_blocks([p[c] for p in parts], ranks, splits, world, c))
+    return tuple(columns)
 
 
 def concat_batches(parts: list) -> tuple[np.ndarray, ...]:
@@ -257,12 +274,13 @@ def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callabl
 
     shapes = [np.shape(x) for x in first]
     shardings = [p.sharding for p in placed]
+    global_shapes = [p.shape for p in placed]
     if jax.process_count() > 1:  # each process holds its part of the global batch
         from jax.sharding import NamedSharding
 
         def put(batch: tuple) -> list:
-            return [make_global(np.asarray(x), s) if isinstance(s, NamedSharding) else jax.device_put(x, s)
-                    for x, s in zip(batch, shardings)]
+            return [make_global(np.asarray(x), s, g) if isinstance(s, NamedSharding) else jax.device_put(x, s)
+                    for x, s, g in zip(batch, shardings, global_shapes)]
     else:
         def put(batch: tuple) -> list:
             return jax.device_put([np.asarray(x) for x in batch], shardings)

@@ -44,6 +44,12 @@ def _ms():
     return graphpar
 
 
+def _assemble_blocks():
+    from graphpar.compile.plans.global_batch import assemble_blocks
+
+    return assemble_blocks
+
+
 def _launch(*argv: str):
     from graphpar.launch import cli
     from graphpar.launch.config import resolve
@@ -762,6 +768,10 @@ ROWS: list[Row] = [
     Row("dataset-slice-patches", "dataset", "vision.SlicePatches(0, 2)",
         lambda t: _ds().vision.SlicePatches(0, 2), ERR + "DatasetError",
         ("SlicePatches", "num_height must be a positive int", "got 0")),
+    Row("dataset-strategy-blocks-per-process", "dataset", "dataset_strategy=((2, 3),) on 3 processes of 2 devices "
+        "(the second process's ranks 2 and 3 hold blocks (0, 2) and (1, 0))",
+        lambda t: _assemble_blocks()([np.zeros((2, 2))] * 2, [2, 3], (2, 3), 6), ERR + "DatasetError",
+        ("dataset_strategy entry 0 (2, 3)", "ranks [2, 3]", "do not form one box", "split the leading dimension")),
     # --- checkpoints ------------------------------------------------------------------------------------------
     Row("ckpt-missing", "checkpoint", "load_checkpoint('missing.ckpt')",
         lambda t: _ms().load_checkpoint(str(t / "missing.ckpt")), "graphpar.checkpoint.errors:CheckpointError",

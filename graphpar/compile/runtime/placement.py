@@ -19,18 +19,25 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 
 from graphpar import _context
 from graphpar.common.deferred import Deferred, born
-from graphpar.compile.plans.global_batch import from_process_zero, make_global
+from graphpar.compile.plans.global_batch import from_process_zero, global_shape, make_global
 
 
-def global_aval(x: Any, stacked: bool = False) -> jax.ShapeDtypeStruct:
-    """The global shape of a process-local batch input (rows of every process stacked on dimension 0); of one
-    step's batch when ``x`` is a stack of batches."""
+def is_process_local(x: Any) -> bool:
+    """Whether a batch input of a multi-process job is this process's part of the global batch: a host value, or a
+    ``Tensor`` (a ``jax.Array``) on this process's devices, as each MindSpore rank's Tensor is its own batch (a
+    custom loop over ``create_tuple_iterator()``); only an array spanning the processes is global already."""
+    return not isinstance(x, jax.Array) or x.is_fully_addressable
+
+
+def global_aval(x: Any, stacked: bool = False, index: int | None = None) -> jax.ShapeDtypeStruct:
+    """The global shape of a process-local batch input (rows of every process stacked on dimension 0, or, for
+    input ``index`` of a ``dataset_strategy`` tuple, the blocks it splits); of one step's batch when ``x`` is a
+    stack of batches."""
     shape = tuple(np.shape(x))[1:] if stacked else tuple(np.shape(x))
     dtype = x.dtype if isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)) else np.asarray(x).dtype
     dtype = jax.dtypes.canonicalize_dtype(dtype)
-    if jax.process_count() > 1 and shape and not isinstance(x, jax.Array):
-        if not _context.current_parallel().loads_full_batch:
-            shape = (shape[0] * jax.process_count(),) + shape[1:]
+    if jax.process_count() > 1 and is_process_local(x):
+        shape = global_shape(shape, index)
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
@@ -77,11 +84,11 @@ def place_state(values: Sequence[Any], shardings: Sequence[jax.sharding.Sharding
             for v, old, s in zip(drawn, values, shardings)]
 
 
-def put_batch(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
-    """A batch input in ``sharding``; in a multi-process job a host value is this process's rows of the global
-    batch."""
-    if jax.process_count() > 1 and isinstance(sharding, NamedSharding) and not isinstance(x, jax.Array):
-        return make_global(np.asarray(x), sharding)
+def put_batch(x: Any, sharding: jax.sharding.Sharding, shape: tuple[int, ...] | None = None) -> jax.Array:
+    """A batch input in ``sharding``; in a multi-process job a host value is this process's part of the global
+    batch of ``shape`` (by default its rows)."""
+    if jax.process_count() > 1 and isinstance(sharding, NamedSharding) and is_process_local(x):
+        return make_global(np.asarray(x), sharding, shape)
     if isinstance(sharding, SingleDeviceSharding) or not isinstance(x, jax.Array):
         return jax.device_put(np.asarray(x) if not isinstance(x, jax.Array) else x, sharding)
     return jax.device_put(x, sharding)

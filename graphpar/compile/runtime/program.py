@@ -304,7 +304,7 @@ class TrainProgram(Program[TrainSettings]):
     # --- inputs ------------------------------------------------------------------------------------------------
     def _step_avals(self, inputs: Sequence[Any], stacked: bool) -> list[jax.ShapeDtypeStruct]:
         """Global avals of one step's batch (checked against the plan)."""
-        avals = [global_aval(x, stacked) for x in inputs]
+        avals = [global_aval(x, stacked, i) for i, x in enumerate(inputs)]
         self.plan.check_batch([tuple(a.shape) for a in avals])
         return avals
 
@@ -318,7 +318,8 @@ class TrainProgram(Program[TrainSettings]):
             sharding = layout.input_sharding(i, tuple(a.shape))
             if stacked:
                 sharding = _stacked(sharding)
-            out.append(x if isinstance(x, jax.Array) and x.sharding == sharding else put_batch(x, sharding))
+            out.append(x if isinstance(x, jax.Array) and x.sharding == sharding
+                       else put_batch(x, sharding, (len(x),) + tuple(a.shape) if stacked else tuple(a.shape)))
         return out
 
     def place_inputs(self, inputs: Sequence[Any], stacked: bool = False) -> list[jax.Array]:
@@ -335,7 +336,7 @@ class TrainProgram(Program[TrainSettings]):
         """The planned stage of the train step for ``inputs`` (traced and planned if not cached yet)."""
         ns = self.state
         with CompileProgress(self.orchestrator.what) as progress:
-            return self._planned(ns, [global_aval(x) for x in inputs], progress)[1]
+            return self._planned(ns, [global_aval(x, index=i) for i, x in enumerate(inputs)], progress)[1]
 
     def plan_graph(self, inputs: Sequence[Any]) -> Any:
         """The planned graph of the train step for ``inputs`` (None in PYNATIVE_MODE)."""
