@@ -17,7 +17,6 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from graphpar import _context
 from graphpar.common.deferred import Deferred, born
 from graphpar.compile.plans.global_batch import from_process_zero, global_shape, make_global
 
