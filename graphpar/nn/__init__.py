@@ -5,8 +5,8 @@ from graphpar.common.parameter import ParameterTuple as ParameterTuple
 from graphpar.nn import learning_rate_schedule as learning_rate_schedule
 from graphpar.nn import utils as utils
 from graphpar.nn.cell import Cell as Cell
-from graphpar.nn.cell import CellList as CellList
-from graphpar.nn.cell import SequentialCell as SequentialCell
+from graphpar.nn.containers import CellList as CellList
+from graphpar.nn.containers import SequentialCell as SequentialCell
 from graphpar.nn.grad_reducer import DistributedGradReducer as DistributedGradReducer
 from graphpar.nn.grad_reducer import PipelineGradReducer as PipelineGradReducer
 from graphpar.nn.micro_interleaved import MicroBatchInterleaved as MicroBatchInterleaved

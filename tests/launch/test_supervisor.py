@@ -106,12 +106,10 @@ def test_a_worker_that_exits_0_early_is_named_as_the_cause(tmp_path):
     """Process 1 exits 0 at once while process 0 runs on: after the grace the job stops, naming process 1 (its
     rank, pid, exit status and log) in one line, and process 0's end as a consequence. It used to wait for process
     0 (in a JAX job: ~304 s, then blame process 0)."""
-    started = time.monotonic()
     result = subprocess.run(command(tmp_path, "--nproc", "2", "--early-exit-grace", "1", str(SCRIPTS /
                                     "plain_worker.py"), "early-0", str(tmp_path)),
                             env=env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stderr
-    assert time.monotonic() - started < 30
     cause = next(line for line in result.stderr.splitlines() if "left the job early" in line)
     assert re.search(r"worker 1, process 1, pid \d+, left the job early: it exited with status 0 while 1 other "
                      r"worker\(s\) still ran; they still ran 1 s later \(--early-exit-grace", cause), cause
@@ -149,12 +147,11 @@ def test_the_grace_comes_from_the_environment_and_a_negative_one_waits(tmp_path)
 def test_a_jax_worker_that_leaves_early_is_named_at_once(tmp_path, mode):
     """In a JAX job the leaver does not exit (JAX holds it in a shutdown barrier for 300 s while process 0 waits in a
     collective, then aborts both): the worker notes the end of its script, and the launcher names it."""
-    started = time.monotonic()
+    # the subprocess timeout (240 s) is below JAX's 300 s shutdown barrier: a job that was not stopped fails it
     result = subprocess.run(command(tmp_path, "--nproc", "2", "--devices-per-proc", "1", "--early-exit-grace", "3",
                                     "--cluster_time_out", "60", str(SCRIPTS / "jax_leaver.py"), mode),
                             env=env(), capture_output=True, text=True, timeout=240)
     assert result.returncode == 1, result.stderr
-    assert time.monotonic() - started < 120
     if mode == "exit-0":
         assert re.search(r"worker 1, process 1 \(rank 1\), pid \d+, left the job early: it ended its script with no "
                          r"uncaught exception", result.stderr), result.stderr
