@@ -145,6 +145,20 @@ def stack_steps(batches: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]
     return tuple(np.stack([b[c] for b in batches]) for c in range(len(batches[0])))
 
 
+def sink_calls(batches: list[tuple[np.ndarray, ...]]) -> list[tuple[np.ndarray, ...]]:
+    """The stacked inputs of the device calls that run ``batches`` in order: one call per run of consecutive
+    batches of the same shapes. A sink's steps are one program over a stack of equal batches, so a batch of
+    another shape (an epoch's partial last batch, with ``drop_remainder=False``) starts a call of its own, and
+    each step still sees its batch as non-sink mode does."""
+    calls: list[list[tuple]] = []
+    for batch in batches:
+        shapes = [np.shape(x) for x in batch]
+        if not calls or [np.shape(x) for x in calls[-1][0]] != shapes:
+            calls.append([])
+        calls[-1].append(batch)
+    return [stack_steps(run) for run in calls]
+
+
 class DevicePrefetch:
     """Global batches converted and transferred to the devices ``depth`` steps ahead of the step that uses them.
 

@@ -25,7 +25,7 @@ from graphpar.train.amp import build_train_network, check_level
 from graphpar.train.callback._callback import CallbackList, InternalCallbackParam, RunContext
 from graphpar.train.callback._checkpoint import checkpoint_callbacks
 from graphpar.train.callback._progress import with_progress_bar
-from graphpar.train.feeding import BatchFeeder, StallWatch, prefetched, stack_steps
+from graphpar.train.feeding import BatchFeeder, StallWatch, prefetched, sink_calls
 from graphpar.train.metrics import get_metrics
 from graphpar.train.predict_batch import rank_batches
 from graphpar.train.predict_layout import parameter_layouts
@@ -192,9 +192,10 @@ class Model:
                 batches = [next(source) for _ in range(per_call)]
                 cb.train_dataset_element = batches[-1]
                 callback_list.on_train_step_begin(run_context)
-                losses = program.run_steps(stack_steps(batches))
+                # a batch of another shape (a partial last batch) runs as a call of its own (feeding.sink_calls)
+                losses = [program.run_steps(stacked) for stacked in sink_calls(batches)]
                 cb.cur_step_num += per_call
-                cb.net_outputs = losses[-1]
+                cb.net_outputs = losses[-1][-1]
                 runtime_checks.raise_pending()  # a failed op check of a finished step, before callbacks read
                 callback_list.on_train_step_end(run_context)
             else:
