@@ -120,7 +120,7 @@ class ForwardProgram(Program[ForwardSettings]):
 
     def _compiled(self, call: _Call) -> Compiled:
         ns, plan = self.state, self.plan
-        avals = [global_aval(x) for x in call.inputs]
+        avals = [global_aval(x, index=i) for i, x in enumerate(call.inputs)]
         key = ProgramKey.of("forward", ns.structure, avals, (call.treedef, call.statics))
         with CompileProgress(self.orchestrator.what) as progress:
             planned = self.orchestrator.planned(plan, ns, avals, "forward", key, progress, call.network_call())
@@ -168,13 +168,17 @@ class ForwardProgram(Program[ForwardSettings]):
 
     def _place(self, compiled: Compiled, inputs: Sequence[Any]) -> list:
         out = []
-        for x, s in zip(inputs, compiled.in_shardings[1]):
+        for i, (x, s) in enumerate(zip(inputs, compiled.in_shardings[1])):
             if isinstance(x, jax.Array) and x.sharding == s:
                 out.append(x)
-            elif s.is_fully_replicated and jax.process_count() > 1:
-                out.append(jax.device_put(gather_process_rows(np.asarray(x)), s))  # every process needs it all
+                continue
+            # input i's global shape: this process's rows stacked, or its block where dataset_strategy puts it
+            shape = tuple(global_aval(x, index=i).shape)
+            if s.is_fully_replicated and jax.process_count() > 1:  # every process needs it all
+                whole = np.asarray(x) if shape == np.shape(x) else gather_process_rows(np.asarray(x))
+                out.append(jax.device_put(whole, s))
             else:
-                out.append(put_batch(x, s))
+                out.append(put_batch(x, s, shape))
         return out
 
     def _program(self, call: _Call) -> Compiled:
