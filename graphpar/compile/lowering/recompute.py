@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -120,6 +121,29 @@ def uses_recompute(network: Cell) -> bool:
         if any(isinstance(v, Primitive) and v.attrs.get("recompute") is True for v in vars(cell).values()):
             return True
     return False
+
+
+_TRANSPOSED = re.compile(r"(?:^|/)transpose\(")  # JAX's name for the backward of what it differentiates
+
+
+def say_if_not_applied(graph: Any, network: str) -> None:
+    """Say once per recomputed Cell when ``network``'s graph takes a gradient itself (``GradOperation``, ``grad``
+    or ``value_and_grad`` called in ``construct``, outside a compiled training step): JAX traces that gradient
+    into the graph as explicit backward equations reading the forward activations, so there is no backward pass
+    of the program left for ``jax.checkpoint`` to recompute them in, and ``Cell.recompute()`` changes nothing.
+    A training step (``Model.train``, a Cell holding its optimizer, ``@ms.jit``) takes the gradient of the traced
+    graph instead, which recomputes."""
+    if not graph.recompute_scopes or graph.closed_jaxpr is None:
+        return
+    if not any(_TRANSPOSED.search(str(e.source_info.name_stack)) for e in graph.closed_jaxpr.jaxpr.eqns):
+        return
+    for scope in graph.recompute_scopes:
+        notice_once(f"recompute-inner-gradient:{scope}",
+                    f"{scope.rsplit('/', 1)[-1]}.recompute() (scope {scope}) is not applied: {network} takes the "
+                    "gradient inside its construct, which is traced into the program as explicit backward ops "
+                    "that keep the forward activations (no backward pass is left to recompute them in); take the "
+                    "gradient in a compiled training step (nn.TrainOneStepCell with Model.train, a Cell holding "
+                    "its optimizer, or an @ms.jit step) for recompute() to lower memory")
 
 
 MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"

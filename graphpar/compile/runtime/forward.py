@@ -24,6 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
 from graphpar.common.deferred import Deferred
+from graphpar.compile.lowering import recompute
 from graphpar.compile.lowering.graph_trace import call_network
 from graphpar.compile.plans.choose import choose_plan
 from graphpar.compile.plans.execution import ExecutionPlan
@@ -124,6 +125,8 @@ class ForwardProgram(Program[ForwardSettings]):
         key = ProgramKey.of("forward", ns.structure, avals, (call.treedef, call.statics))
         with CompileProgress(self.orchestrator.what) as progress:
             planned = self.orchestrator.planned(plan, ns, avals, "forward", key, progress, call.network_call())
+            if planned.graph is not None:  # a gradient taken in construct leaves recompute() nothing to do
+                recompute.say_if_not_applied(planned.graph, type(self.network).__name__)
             i_sh, replicated = self._input_shardings(planned, avals)
             layout = planned.layout
             r_sh = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]
