@@ -238,7 +238,8 @@ def _train(mistake: str = "", in_dim: int = 8, **strategy):
 
 
 def _jit_step(mistake: str):
-    """MindSpore 2.x's functional step under ``@ms.jit`` with one mistake: "two-gradients" or "no-optimizer"."""
+    """MindSpore 2.x's functional step under ``@ms.jit`` with one mistake: "two-gradients", "no-optimizer" or
+    "traced-if" (the update under ``if amp.all_finite(grads):``)."""
     from graphpar import nn
 
     ms = _ms()
@@ -255,7 +256,10 @@ def _jit_step(mistake: str):
         loss, grads = grad_fn(x, y)
         if mistake == "two-gradients":
             grad_fn(x, y)
-        if mistake != "no-optimizer":
+        if mistake == "traced-if":
+            if ms.amp.all_finite(grads):
+                optimizer(grads)
+        elif mistake != "no-optimizer":
             optimizer(grads)
         return loss
 
@@ -732,6 +736,10 @@ ROWS: list[Row] = [
     Row("jit-auto-parallel-mode", "construct", "AutoParallel(train_step, parallel_mode='semi')",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len, parallel_mode="semi"),
         ERR + "JitError", ("parallel_mode='semi'", "'semi_auto'", "'sharding_propagation'")),
+    Row("jit-traced-if", "construct", "`if amp.all_finite(grads): optimizer(grads)` in a @ms.jit step",
+        lambda t: _jit_step("traced-if"), ERR + "JitError",
+        ("train_step", "Python control flow on a traced value", "catalogue.py:", "if ms.amp.all_finite(grads):",
+         "loss_scale_manager=DynamicLossScaleManager()", "optimizer(grads) unconditionally")),
     Row("construct-predict-tuple-strategy-processes", "construct", "Model.predict(x) under dataset_strategy=((2, 1),) "
         "in a job of several processes", lambda t: _predict_tuple_strategy_multiprocess(), ERR + "ConfigError",
         ("Model.predict", "tuple dataset_strategy", "multi-process", "'data_parallel'", "'full_batch'")),

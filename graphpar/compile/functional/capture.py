@@ -12,6 +12,7 @@ optimizer's state are as before.
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 
 from graphpar.compile.functional.discover import reachable_state
 from graphpar.compile.functional.objective import lent, lent_optimizer_state, read, variables_of
-from graphpar.errors import JitError
+from graphpar.errors import JitError, user_traceback
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.ops.composite import Differentiation, tracing_step
@@ -104,7 +105,10 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
             after.extend(opt._box.state for opt in optimizers)
         return out
 
-    out_avals = jax.eval_shape(run, *avals)
+    try:
+        out_avals = jax.eval_shape(run, *avals)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError) as exc:
+        raise control_flow_error(name, exc) from None
     called = [opt for opt, old, new in zip(optimizers, before, after) if new is not old]
     parts = (fn, name, tuple(cells), tuple(loose), tuple(optimizers))
     found = tuple(bindings)
@@ -143,3 +147,24 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
         inputs_of_graph.append(next((i for i, x in enumerate(recorder.inputs) if x is arg), None))
     return CapturedStep(*parts, spec, optimizer, tuple(graph_avals), tuple(inputs_of_graph), recorder.aux,
                         out_avals, None, found)
+
+
+def control_flow_error(name: str, exc: BaseException) -> JitError:
+    """The :class:`JitError` for Python control flow on a traced value in step ``name`` (``if is_finite:``),
+    naming the user's line. A compiled step is traced once for all data, so a Python ``if`` cannot depend on a
+    value of the step; MindSpore's graph mode parses the source and compiles the ``if`` as control flow, which
+    graphpar, tracing the function, does not."""
+    tb = user_traceback(exc.__traceback__)
+    where, text = "", ""
+    while tb is not None:
+        frame = tb.tb_frame
+        where = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
+        text = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+        tb = tb.tb_next
+    at = f" at {where} (`{text}`)" if where else ""
+    return JitError(name, f"Python control flow on a traced value{at}: a compiled step is traced once for all data, "
+                    "so an `if`/`while`/bool()/int() cannot depend on a Tensor's value. To skip the update on "
+                    "overflow, train with Model(..., loss_scale_manager=DynamicLossScaleManager()) or "
+                    "nn.TrainOneStepWithLossScaleCell, whose compiled step keeps the parameters and optimizer state "
+                    "when the gradients are not finite; otherwise call optimizer(grads) unconditionally, choose "
+                    "values with ops.select(cond, a, b), or run the loop without @jit (eager, on one device)")
