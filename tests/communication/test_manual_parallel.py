@@ -125,6 +125,34 @@ def test_lone_process_of_one_device_is_a_job_of_one_rank():
     check_job([result.stdout], size=1, epochs=2, steps_reported=8)
 
 
+PLAN_PER_RANK = """
+import numpy as np
+import graphpar as ms
+from graphpar import nn
+from graphpar.communication import get_rank, init
+from graphpar.parallel import plan
+from tests.communication.scripts.manual_parallel_train import ManualNet
+
+ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+init()
+net = nn.WithLossCell(ManualNet(get_rank(), 1), nn.MSELoss())
+step = nn.TrainOneStepCell(net, nn.Momentum(net.trainable_params(), 0.01, 0.9))
+try:
+    plan(step, np.ones((4, 4), np.float32), np.ones((4, 1), np.float32))
+except ms.parallel.plan_api.PlanError as error:
+    print("REFUSED", error)
+"""
+
+
+def test_plan_of_a_per_rank_step_is_refused_by_name():
+    """``graphpar.parallel.plan`` has nothing to show for a step that runs ``construct`` as written per rank."""
+    result = subprocess.run([sys.executable, "-c", PLAN_PER_RANK], env=child_env(1), capture_output=True, text=True,
+                            timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert "REFUSED graphpar.parallel.plan(TrainOneStepCell): parallel_mode=STAND_ALONE" in result.stdout
+    assert "SEMI_AUTO_PARALLEL or AUTO_PARALLEL with shard() strategies" in result.stdout
+
+
 # --- jobs of several processes --------------------------------------------------------------------------------
 @pytest.mark.dist
 @pytest.mark.parametrize("size,sink", [(2, False), (2, True), (4, False)])
