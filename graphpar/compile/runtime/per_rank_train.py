@@ -187,9 +187,7 @@ class PerRankTrainProgram(Program[PerRankTrainSettings]):
 
     def _program(self, ns: NetworkState, inputs: Sequence[Any], opt_state: Any, stacked: bool) -> Callable:
         opt_leaves, opt_tree = jax.tree.flatten(opt_state)
-        key = (ns.structure, stacked, opt_tree,
-               tuple((np.shape(x), str(np.asarray(x).dtype) if not isinstance(x, jax.Array) else str(x.dtype))
-                     for x in inputs))
+        key = (ns.structure, stacked, opt_tree, tuple((np.shape(x), str(x.dtype)) for x in inputs))
         found = self._compiled.get(key)
         if found is None:
             found = self._compiled[key] = self._build(ns, opt_tree, stacked)
@@ -215,12 +213,11 @@ class PerRankTrainProgram(Program[PerRankTrainSettings]):
     def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
         ns = self.state
         opt_state = self._opt_state(ns)
+        inputs = [x if isinstance(x, jax.Array) else np.asarray(x) for x in inputs]
         run = self._program(ns, inputs, opt_state, stacked)
         sharding = NamedSharding(self.plan.mesh, PartitionSpec(RANK_AXIS))
         opt_leaves, opt_tree = jax.tree.flatten(opt_state)
-        args = [_rows(sharding, group) for group in (ns.params.values(), ns.rest.values(), opt_leaves,
-                                                        [np.asarray(x) if not isinstance(x, jax.Array) else x
-                                                         for x in inputs])]
+        args = [_rows(sharding, group) for group in (ns.params.values(), ns.rest.values(), opt_leaves, inputs)]
         p, r, o, loss = run(*args)
         ns.params.write(_own_rows(p))
         ns.rest.write(_own_rows(r))
