@@ -11,6 +11,7 @@ from typing import Any
 from graphpar.compile.functional.jit import JitFunction, step_of
 from graphpar.compile.pipeline.program import PipelineProgram
 from graphpar.compile.runtime.forward import run_compiled
+from graphpar.compile.runtime.per_rank_train import PerRankTrainProgram, wants_per_rank_training
 from graphpar.compile.runtime.program import TrainProgram
 from graphpar.compile.runtime.spmd_call import run_spmd
 from graphpar.nn.cell import Cell
@@ -28,8 +29,8 @@ def holds_optimizer(cell: Cell) -> bool:
 class CompiledCellRunner:
     """Top-level Cell calls run once per rank (``runtime.spmd_call``) or as a compiled forward
     (``runtime.forward``), or, for a Cell holding an optimizer, as a compiled functional step
-    (``functional.jit``); train cells run a :class:`TrainProgram` or, with pipeline stages, a
-    :class:`PipelineProgram`."""
+    (``functional.jit``); train cells run a :class:`TrainProgram`, with pipeline stages a
+    :class:`PipelineProgram`, or in STAND_ALONE with collectives in the network a :class:`PerRankTrainProgram`."""
 
     def run_per_rank(self, cell: Cell, args: tuple, kwargs: dict) -> Any:
         return run_spmd(cell, args, kwargs)
@@ -49,6 +50,9 @@ class CompiledCellRunner:
         return found[1](*args, **kwargs)
 
     def train_program(self, train_cell: TrainOneStepCell) -> TrainStep:
+        # STAND_ALONE with collective ops in construct (MindSpore's manual parallel): one step per rank
+        if wants_per_rank_training(train_cell.network):
+            return PerRankTrainProgram(train_cell)
         return TrainProgram(train_cell)
 
     def pipeline_program(self, train_cell: TrainOneStepCell) -> TrainStep:

@@ -17,6 +17,7 @@ import numpy as np
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE
 from graphpar.compile.runtime.forward import program_for
+from graphpar.compile.runtime.per_rank_train import PerRankTrainProgram
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.reader import parse_text
 from graphpar.dump.writer import begin_texts, dump_index, dump_path, execute_texts, maybe_dump_execute
@@ -61,6 +62,14 @@ def _program_and_inputs(target: Any, inputs: tuple) -> tuple[Any, str, list]:
     raise PlanError(target, "expected a Model, a TrainOneStepCell or a Cell")
 
 
+def _refuse_per_rank(target: Any, program: Any) -> None:
+    if isinstance(program, PerRankTrainProgram):
+        raise PlanError(target, "parallel_mode=STAND_ALONE with collective ops in construct trains once per rank, "
+                                "construct run as written on whole tensors: nothing is planned. For a planned step, "
+                                "use SEMI_AUTO_PARALLEL or AUTO_PARALLEL with shard() strategies in place of the "
+                                "collectives")
+
+
 def _xla_memory(compiled: Any) -> dict[str, int] | None:
     analysis = compiled.memory_analysis()
     if analysis is None:
@@ -86,6 +95,7 @@ def plan(target: Any, *example_inputs: Any) -> PlanView:
         raise PlanError(target, "PYNATIVE_MODE runs the network eagerly and plans nothing; "
                                 "set_context(mode=GRAPH_MODE) to plan it")
     program, purpose, inputs = _program_and_inputs(target, example_inputs)
+    _refuse_per_rank(target, program)
     if purpose == "train":
         stages = program.stages(inputs)  # the compile cache's program: the one Model.train runs
         graph, compiled = stages.planned.graph, stages.compiled.executable

@@ -451,6 +451,25 @@ def _interleaved_uneven():
     return net(ms.Tensor(np.ones((32, 8), np.float32)), ms.Tensor(np.ones((32, 4), np.float32)))
 
 
+def _manual_parallel(accumulate: bool = False):
+    ms, nn, ops = _ms(), _ms().nn, _ms().ops
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.dense = nn.Dense(4, 2)
+            self.all_reduce = ops.AllReduce()
+
+        def construct(self, x):
+            return self.all_reduce(self.dense(x))
+
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.STAND_ALONE)
+    net = nn.WithLossCell(Net(), nn.MSELoss())
+    wrapped = ms.parallel.nn.GradAccumulation(net, 2) if accumulate else net
+    return nn.TrainOneStepCell(wrapped, nn.Momentum(net.trainable_params(), 0.1, 0.9))(
+        ms.Tensor(np.ones((2, 4), np.float32)), ms.Tensor(np.ones((2, 2), np.float32)))
+
+
 def _predict_layout_pynative():
     ms = _ms()
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -752,6 +771,15 @@ ROWS: list[Row] = [
     Row("auto-parallel-hsdp-args", "construct", "AutoParallel(train_step).hsdp(shard_size=0)",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).hsdp(shard_size=0),
         ERR + "ConfigError", ("AutoParallel.hsdp", "shard_size", "-1 or an int > 0")),
+    Row("construct-manual-parallel-devices", "construct", "STAND_ALONE training of a network with ops.AllReduce in "
+        "construct, in one process driving 8 devices", lambda t: _manual_parallel(),
+        "graphpar.communication.errors:CommunicationError",
+        ("WithLossCell", "_backbone.all_reduce", "one device", "drives 8", "msrun --worker_num 8",
+         "parallel_mode=DATA_PARALLEL")),
+    Row("construct-manual-parallel-accumulation", "construct", "GradAccumulation(net, 2) in STAND_ALONE training "
+        "of a network with ops.AllReduce in construct", lambda t: _manual_parallel(accumulate=True),
+        "graphpar.communication.errors:CommunicationError", ("GradAccumulation(micro_size=2)", "once per rank",
+                                                             "micro_size=1")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

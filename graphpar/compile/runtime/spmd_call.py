@@ -4,7 +4,8 @@ MindSpore runs a script once per device, so ``net(x)`` with ``ops.AllGather`` in
 graphpar drives several devices per process; :func:`run_spmd` gives the call the same meaning by running
 ``construct`` once per rank with ``jax.shard_map`` over a 1-D mesh of every device of the job (rank order), jitted
 and cached per input signature. Which Cell calls run here is decided with the Cell, in ``nn.runner``
-(``needs_spmd``: the Cell's tree holds a collective op).
+(``needs_spmd``: the Cell's tree holds a collective op). Training such a network in STAND_ALONE runs its step once
+per rank too, with per-rank state (``runtime.per_rank_train``, on the same ``RANK_AXIS``).
 
 Convention for the arguments (the data-parallel batch convention): each array argument with at least one dimension
 is *this process's* data, its leading dimension split evenly over the process's local devices, so a process driving
