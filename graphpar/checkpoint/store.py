@@ -33,7 +33,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from graphpar._logging import notice_once
-from graphpar.checkpoint import manifest, replacing, tensorstore_leak
+from graphpar.checkpoint import manifest, replacing, same_values, tensorstore_leak
 from graphpar.checkpoint.entries import Entry
 from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.slices import global_rank, rank_devices, stack_rows
@@ -267,6 +267,9 @@ def write(path: str, entries: Sequence[Entry], *, integrated: bool = True, async
     import orbax.checkpoint as ocp
 
     tree, records, ranks = _layout(entries, integrated, row_ranks)
+    local = [(r["name"], tree[e.group][e.name]) for e, r in zip(entries, records)
+             if isinstance(tree[e.group][e.name], np.ndarray) and "slices" not in r]
+    same_values.check_same_on_every_process(path, [n for n, _ in local], [v for _, v in local])
     body = {"layout": "integrated" if integrated else "sliced", "entries": records,
             "process_count": jax.process_count(), "device_count": jax.device_count(), **(extra or {})}
     if ranks is not None:

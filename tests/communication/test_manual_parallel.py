@@ -162,3 +162,19 @@ def test_manual_parallel_job_matches_the_reference(tmp_path, size, sink):
     assert result.returncode == 0, result.stderr + result.stdout
     texts = [(tmp_path / "logs" / f"worker_{r}.log").read_text() for r in range(size)]
     check_job(texts, size=size, epochs=2, steps_reported=2 if sink else 8)  # sink: one line per epoch
+
+
+@pytest.mark.dist
+def test_a_checkpoint_of_per_rank_weights_is_refused_on_every_rank(tmp_path):
+    """Each rank holds its own slice of w1: a graphpar checkpoint (one value per name, written by all processes
+    together) would keep process 0's and give rank 1 rank 0's weights on reload, so every rank refuses by name."""
+    args = ["--nproc", "2", "--devices-per-proc", "1", str(SCRIPT), "1", "save", str(tmp_path / "ckpt")]
+    result = launch(args, tmp_path, timeout=300, DEVICE_TARGET="CPU")
+    assert result.returncode == 0, result.stderr + result.stdout
+    for rank in range(2):
+        text = (tmp_path / "logs" / f"worker_{rank}.log").read_text()
+        refused = re.search(r"^SAVE REFUSED (.*)$", text, re.M)
+        assert refused, text
+        assert "'w1' (and 1 more) has different values on the processes of this job" in refused.group(1)
+        assert "np.save(" in refused.group(1)
+    assert not (tmp_path / "ckpt" / "net.ckpt").exists()

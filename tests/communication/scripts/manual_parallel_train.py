@@ -12,7 +12,9 @@ Each rank builds the network with its own slice of the weights, as a manual tens
 Every rank reads the whole dataset (no sharding) and trains with ``Model.train`` in STAND_ALONE, with no gradient
 reduction: each rank updates its own slices from the gradients MindSpore's collective rules give. Prints
 ``LOSS <rank> <step> <loss>`` after each step (each sink) and ``PARAM <rank> <name> <json list>`` at the end.
-Usage: manual_parallel_train.py [EPOCHS] [SINK]
+Usage: manual_parallel_train.py [EPOCHS] [sink|save DIR]; ``save DIR``: after training, ``save_checkpoint`` the
+per-rank weights into DIR (refused by name: a graphpar checkpoint holds one value per name), printing ``SAVE
+REFUSED <message>``.
 """
 
 import json
@@ -90,6 +92,7 @@ class Record(Callback):
 if __name__ == "__main__":
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     sink = len(sys.argv) > 2 and sys.argv[2] == "sink"
+    save_into = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "save" else None
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     init()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.STAND_ALONE)
@@ -97,5 +100,12 @@ if __name__ == "__main__":
     net = ManualNet(get_rank(), get_group_size())
     model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), LR, MOMENTUM))
     model.train(epochs, Arrays(x, y, batch=4), callbacks=[Record()], dataset_sink_mode=sink)
+    if save_into is not None:
+        from graphpar.checkpoint import CheckpointError, save_checkpoint
+
+        try:
+            save_checkpoint(net, f"{save_into}/net.ckpt")
+        except CheckpointError as exc:
+            print(f"SAVE REFUSED {exc}", flush=True)
     for p in net.trainable_params():
         print(f"PARAM {get_rank()} {p.name} {json.dumps(p.asnumpy().reshape(-1).tolist())}", flush=True)
