@@ -43,9 +43,11 @@ class RankBatches:
     start: int = 0  # where this process's first rank's rows begin in them
 
     def rank_rows(self, outputs: Any) -> Any:
-        """This process's first rank's rows of each output laid out along the global batch."""
-        if self.rows is None:
-            return outputs
+        """This process's first rank's rows of each output laid out along the global batch (every output whole when the
+        data was the global batch)."""
+        if self.rows is None:  # the global batch: outputs spanning processes come back whole, readable here
+            return jax.tree.map(lambda out: to_host(out) if isinstance(out, jax.Array) and not
+                                out.is_fully_addressable else out, outputs)
         rows, start = self.rows, self.start
 
         def cut(out: Any) -> Any:
