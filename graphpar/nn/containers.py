@@ -13,7 +13,23 @@ from graphpar.errors import CellError
 from graphpar.nn.cell import Cell
 
 
-class SequentialCell(Cell):
+class _IndexedCells(Cell):
+    """What both containers share: their child Cells by position (named "0", "1", ... when appended)."""
+
+    def __getitem__(self, index: int) -> Cell:
+        return self.cells()[index]
+
+    def __len__(self) -> int:
+        return len(self._cell_order)
+
+    def __iter__(self) -> Iterator[Cell]:
+        return iter(self.cells())
+
+    def append(self, cell: Cell) -> None:
+        setattr(self, str(len(self._cell_order)), cell)
+
+
+class SequentialCell(_IndexedCells):
     """``SequentialCell([cell, ...])`` or ``SequentialCell(OrderedDict(...))``: calls its cells in order."""
 
     def __init__(self, *args: Any):
@@ -25,43 +41,19 @@ class SequentialCell(Cell):
                 raise TypeError(f"SequentialCell holds Cells only, got {type(cell).__name__} at {name!r}")
             setattr(self, name, cell)
 
-    def __getitem__(self, index: int) -> Cell:
-        return self.cells()[index]
-
-    def __len__(self) -> int:
-        return len(self._cell_order)
-
-    def __iter__(self) -> Iterator[Cell]:
-        return iter(self.cells())
-
-    def append(self, cell: Cell) -> None:
-        setattr(self, str(len(self._cell_order)), cell)
-
     def construct(self, x: Any) -> Any:
         for cell in self.cells():
             x = cell(x)
         return x
 
 
-class CellList(Cell):
+class CellList(_IndexedCells):
     """``CellList([cell, ...])``: holds Cells by index; ``construct`` is yours to write around it."""
 
     def __init__(self, cells: Any = None):
         super().__init__()
         for cell in cells or []:
             self.append(cell)
-
-    def __getitem__(self, index: int) -> Cell:
-        return self.cells()[index]
-
-    def __len__(self) -> int:
-        return len(self._cell_order)
-
-    def __iter__(self) -> Iterator[Cell]:
-        return iter(self.cells())
-
-    def append(self, cell: Cell) -> None:
-        setattr(self, str(len(self._cell_order)), cell)
 
     def extend(self, cells: Any) -> None:
         for cell in cells:

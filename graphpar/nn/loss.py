@@ -67,17 +67,10 @@ class L1Loss(LossBase):
         return self.get_loss(self.abs(self.sub(logits, labels)))
 
 
-class MAELoss(LossBase):
+class MAELoss(L1Loss):
     """``MAELoss(reduction='mean')``: the mean absolute error |logits - labels|, the two broadcast against each
-    other (MindSpore's ``(3,)`` logits against ``(2, 3)`` labels give a ``(2, 3)`` loss with ``reduction='none'``)."""
-
-    def __init__(self, reduction: str = "mean"):
-        super().__init__(reduction)
-        self.sub = math_ops.Sub()
-        self.abs = math_ops.Abs()
-
-    def construct(self, logits, labels):
-        return self.get_loss(self.abs(self.sub(logits, labels)))
+    other (MindSpore's ``(3,)`` logits against ``(2, 3)`` labels give a ``(2, 3)`` loss with ``reduction='none'``):
+    L1Loss's computation under MindSpore's other name."""
 
 
 class SmoothL1Loss(LossBase):
