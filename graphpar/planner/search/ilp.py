@@ -16,6 +16,9 @@ plan found by then is used and the gap is reported.
 
 from __future__ import annotations
 
+import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import highspy
@@ -24,6 +27,31 @@ import numpy as np
 from graphpar.planner.search.problem import Problem
 
 _SCALE = 1e6  # seconds -> microseconds: keeps HiGHS's absolute tolerances far below any real difference
+
+
+@contextmanager
+def _stdout_closed():
+    """Point the process's file descriptor 1 at /dev/null for a moment.
+
+    HiGHS writes its banner ("Running HiGHS ... Copyright ...") from C++ straight to the process's stdout when a
+    solver object is constructed, before any option (``output_flag``) can be set, so neither Python's
+    ``sys.stdout`` nor HiGHS's options can silence it. The constructor is the only thing run while the descriptor
+    points elsewhere.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _silent_highs() -> highspy.Highs:
+    with _stdout_closed():
+        return highspy.Highs()
 
 
 class Infeasible(Exception):
@@ -122,7 +150,7 @@ def solve_ilp(problem: Problem, budget: float | None = None, time_limit: float =
     lp.a_matrix_.index_ = np.array(rows_index, dtype=np.int32)
     lp.a_matrix_.value_ = np.array(rows_value)
     lp.integrality_ = [highspy.HighsVarType.kInteger] * n_x + [highspy.HighsVarType.kContinuous] * (n - n_x)
-    h = highspy.Highs()
+    h = _silent_highs()
     for key, value in (("output_flag", False), ("threads", 1), ("random_seed", 0), ("mip_rel_gap", 0.0),
                        ("mip_abs_gap", 1e-9), ("time_limit", float(time_limit))):
         h.setOptionValue(key, value)
