@@ -13,15 +13,27 @@ logger = logging.getLogger("graphpar")
 _said: set[str] = set()
 
 
+def _is_default_root_handler(handler: logging.Handler) -> bool:
+    """What ``logging.basicConfig()`` with no arguments installs: a stderr StreamHandler with BASIC_FORMAT.
+
+    Libraries install it as a side effect (absl on its first log call, orbax logs at import; any module-level
+    ``logging.warning(...)`` call runs basicConfig), so its presence says nothing about what the application wants.
+    """
+    formatter = handler.formatter
+    return (type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.__stderr__)
+            and formatter is not None and formatter._fmt == logging.BASIC_FORMAT)
+
+
 def _ensure_handler() -> None:
     # A library normally leaves handlers to the application; graphpar's notices are part of its user interface
-    # (MindSpore prints its [WARNING] lines the same way), so it adds a plain stderr handler unless the
-    # application configured logging itself. The level is INFO unless someone set the graphpar logger's level
-    # (a user's DEBUG stays DEBUG) — also when a root handler exists: absl's first log call (orbax logs at import)
-    # runs logging.basicConfig(), whose root WARNING level would otherwise drop every INFO notice unseen.
+    # (MindSpore prints its [WARNING] lines the same way), so it adds a plain stderr handler, in one format, unless
+    # the application configured logging itself (a root handler other than basicConfig's default: a file, a
+    # format of its own, pytest's capture), in which case notices propagate to it. The level is INFO unless
+    # someone set the graphpar logger's level (a user's DEBUG stays DEBUG); the root's level (WARNING under
+    # basicConfig's default) would otherwise drop every INFO notice unseen.
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
-    if not logger.handlers and not logging.getLogger().handlers:
+    if not logger.handlers and all(_is_default_root_handler(h) for h in logging.getLogger().handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("[graphpar %(levelname)s] %(message)s"))
         logger.addHandler(handler)

@@ -166,7 +166,7 @@ def restore(train_network: Any, path: str) -> dict:
                                   "ModelCheckpoint during Model.train")
         load_optimizer(optimizer, arrays["optimizer"], f"resume from {path}", train_network)
     notice_once(f"resumed:{path}", f"resuming from {path} (epoch {progress['epoch']}, step {progress['step']})",
-                logging.WARNING)
+                logging.INFO)
     return {**progress, "checkpoint": path}
 
 

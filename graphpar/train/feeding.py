@@ -14,6 +14,8 @@ splits (``compile.plans.global_batch``).
 
 from __future__ import annotations
 
+import logging
+
 import contextvars
 import inspect
 import itertools
@@ -96,7 +98,10 @@ class BatchFeeder:
                             f"the dataset is {shards} for {world} ranks, so each of the {self.draws} local devices "
                             "gets the same batch (as each MindSpore process reading the whole dataset would): "
                             f"{self.draws} identical slices per step. For distinct batches per device, shard it as "
-                            "the tutorials' create_dataset does: num_shards=get_group_size(), shard_id=get_rank()")
+                            "the tutorials' create_dataset does: num_shards=get_group_size(), shard_id=get_rank()",
+                            # Unsharded is MindSpore's own behaviour (every process reads the whole dataset): a
+                            # fact worth stating, not a fault; shards cut for another rank count are one.
+                            logging.INFO if num_shards is None else logging.WARNING)
 
     def steps_per_epoch(self) -> int:
         return min(int(v.get_dataset_size()) for v in self.views)

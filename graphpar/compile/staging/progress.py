@@ -7,6 +7,8 @@ advance, and logs one summary line of the stage times when it is done (once per 
 
 from __future__ import annotations
 
+import logging
+
 import threading
 import time
 from collections.abc import Iterator
@@ -46,7 +48,8 @@ class CompileProgress:
         total = time.perf_counter() - self._started
         if total >= self._after and exc[0] is None:
             stages = ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
-            notice_once(f"slow-compile:{self.what}", f"compiling {self.what} took {total:.1f} s ({stages})")
+            notice_once(f"slow-compile:{self.what}", f"compiling {self.what} took {total:.1f} s ({stages})",
+                        logging.INFO)
 
     def _text(self) -> str:
         return f"graphpar: compiling {self.what} — {self._current} {time.perf_counter() - self._started:.1f} s"
