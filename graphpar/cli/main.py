@@ -10,6 +10,7 @@ import importlib
 import sys
 
 from graphpar._version import __version__
+from graphpar.cli.plan import canonical_argv
 
 _SUBCOMMANDS = ("graphpar.cli.ir", "graphpar.launch.cli", "graphpar.cli.plan")
 
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["plan"]:  # a script's own arguments ride along: put them in argparse's one unambiguous form
+        argv = ["plan"] + canonical_argv(argv[1:])
     args = parser.parse_args(argv)
     if args.version:
         print(f"graphpar {__version__}")

@@ -6,11 +6,11 @@ collective bytes per step. The mesh a compiled program would use is given as a `
 Lowering to HLO for N devices is not done.
 
 ``graphpar plan`` calls :func:`plan_script`: it runs the user's script, and the first step the script compiles
-(``Model.train``, a ``TrainOneStepCell`` call, a forward) plans for N virtual devices, prints the summary and ends
+(``Model.train``, a ``TrainOneStepCell`` call, a forward) plans for N virtual devices, returns the summary and ends
 the script; :func:`plan_script` returns that summary. The batch is MindSpore's per-device batch: the script's
 global batch divided by its own device count, times N (``dataset_strategy="full_batch"`` keeps the batch as it is).
 The plan-only plan hooks the compile stage's protocol: its ``trace_avals`` scales the batch and its ``request`` (which
-the orchestrator calls with the traced graph) plans, prints and raises :class:`PlanDone`, which unwinds the script
+the orchestrator calls with the traced graph) plans and raises :class:`PlanDone`, which unwinds the script
 back to :func:`plan_script`.
 """
 
@@ -20,7 +20,8 @@ import runpy
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -32,6 +33,7 @@ from graphpar._context import ParallelMode
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.plans.plan_summary import PlanSummary
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
 from graphpar.planner.passes.context import PlanRequest
@@ -41,49 +43,8 @@ from graphpar.planner.memory_model import DEFAULT_OPTIMIZER_SLOTS, graph_optimiz
 from graphpar.planner.search.settings import search_settings
 
 
-@dataclass
-class PlanSummary:
-    """A plan for ``devices`` devices and its predictions (per device, per step)."""
-
-    devices: int
-    parallel_mode: str
-    search_mode: str
-    mesh: AbstractMesh
-    graph: Graph
-    memory_bytes: float
-    comm_bytes: float
-    messages: int
-    seconds: float  # tracing + planning
-    per_node: dict[int, Any] = field(default_factory=dict)  # node id -> Cost
-    memory_terms: str = "parameters + activations"  # what memory_bytes counts (the optimizer whose state it is)
-
-    def text(self, max_rows: int = 60) -> str:
-        g = self.graph
-        lines = [f"plan for {self.devices} devices ({self.parallel_mode}, search_mode={self.search_mode}); mesh "
-                 + " ".join(f"{n}={s}" for n, s in self.mesh.shape.items())]
-        rows = [("node", "op", "kind", "strategy", "provenance", "collective B")]
-        for node in g.node_list():
-            cost = self.per_node.get(node.id)
-            rows.append((str(node.id), node.instance_name, node.kind, node.strategy.in_strategy_text(),
-                         node.provenance.kind if node.provenance else "", f"{cost.comm_bytes:.0f}" if cost else ""))
-        shown = rows if len(rows) <= max_rows + 1 else rows[:max_rows + 1] + [("...", f"{len(rows) - 1 - max_rows} "
-                                                                              "more ops", "", "", "", "")]
-        widths = [max(len(r[i]) for r in shown) for i in range(len(rows[0]))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in shown]
-        search = g.plan.search
-        lines.append(f"predicted per device: peak memory {self.memory_bytes / 1024 ** 2:.2f} MiB ({self.memory_terms}"
-                     f"), collective bytes per step {self.comm_bytes:.0f} in {self.messages} collectives")
-        if search is not None:
-            p = search.problem
-            lines.append(f"search: {p['variables']} variables ({p['repeated_groups']} repeated-layer groups), "
-                         f"{p['choices']} choices, {p['edges']} edges; build {search.build_s:.2f} s, solve "
-                         f"{search.solve_s:.2f} s, {'optimal' if search.optimal else 'gap %.3g' % search.gap}")
-        lines.append(f"traced and planned in {self.seconds:.2f} s")
-        return "\n".join(lines)
-
-
 class PlanDone(SystemExit):
-    """Raised by the plan-only plan once the plan is printed: ends the user's script, back to :func:`plan_script`
+    """Raised by the plan-only plan once the plan is made: ends the user's script, back to :func:`plan_script`
     (a ``SystemExit``, so that the script's own ``except Exception`` does not swallow it)."""
 
     def __init__(self, summary: PlanSummary):
@@ -118,7 +79,8 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     total = sum_costs(per_node.values())
     return PlanSummary(devices, mode, search_mode, AbstractMesh(info.sizes, info.names), graph,
                        predicted_peak(graph, info, per_node, training), total.comm_bytes, total.messages,
-                       time.perf_counter() - started, per_node, _optimizer_text(optimizer, training))
+                       time.perf_counter() - started, per_node, _optimizer_text(optimizer, training),
+                       dataclasses.replace(pctx, parallel_mode=mode, search_mode=search_mode))
 
 
 def _optimizer_text(optimizer: Any, training: bool) -> str:
@@ -150,8 +112,8 @@ def plan_for_devices(network: Any, *inputs: Any, devices: int, purpose: str = "t
 
 
 class DryRunPlan(ExecutionPlan):
-    """The plan ``graphpar plan`` puts in place of the real one: plans for ``devices`` virtual devices, prints,
-    and ends the script."""
+    """The plan ``graphpar plan`` puts in place of the real one: plans for ``devices`` virtual devices and ends
+    the script (``graphpar plan`` prints the summary it returns)."""
 
     name = "plan-only"
 
@@ -174,11 +136,10 @@ class DryRunPlan(ExecutionPlan):
         return avals
 
     def request(self, graph: Graph, purpose: str) -> Any:
-        """Plan the traced graph for the virtual devices, print the plan, end the script (the orchestrator asks
-        for the request of the traced graph: planning starts here)."""
+        """Plan the traced graph for the virtual devices and end the script with the summary (the orchestrator
+        asks for the request of the traced graph: planning starts here)."""
         summary = plan_graph_for_devices(graph, self.virtual, purpose, self.pctx, self.platform,
                                          self.optimizer if purpose == "train" else None)
-        print(summary.text(), flush=True)
         raise PlanDone(summary)
 
 
@@ -200,7 +161,7 @@ _requested: DryRunRequest | None = None
 
 def plan_script(script: str, args: Sequence[str], request: DryRunRequest) -> PlanSummary | None:
     """Run ``script`` as ``python script *args`` would, until its first compiled step; that step is planned for
-    ``request.devices`` virtual devices, its summary printed, and the script ended there. Returns the summary, or
+    ``request.devices`` virtual devices and the script ended there. Returns the summary (not printed), or
     None when the script finished without compiling a step. The script's exceptions (a ``GraphparError`` when its
     strategies do not fit the devices) propagate."""
     global _requested
