@@ -21,15 +21,15 @@ venv: $(STAMP)
 demo: $(STAMP)  ## the seed quickstart on 8 simulated CPU devices
 	$(PY) examples/quickstart.py
 
-test: $(STAMP)  ## the default suite (< 15 minutes on 2 cores; installs Chromium from Debian when apt is usable)
-	-@test -x /usr/bin/chromium || (command -v apt-get >/dev/null 2>&1 && (apt-get install -y -qq chromium >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1)) || true)
+test: $(STAMP)  ## the default suite (about 7 minutes on 2 cores; installs Chromium from Debian when apt is usable)
+	-@test -x /usr/bin/chromium || ! command -v apt-get >/dev/null 2>&1 || (echo "make test: installing chromium from Debian (apt-get) for the headless-browser tests of the HTML views; they are skipped without it" && (apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium)))
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)  ## long runs: convergence, fault trials
 	$(PY) -m pytest -q -m slow
 
 test-dist: $(STAMP)  ## multi-process tests on 127.0.0.1 (installs OpenMPI from Debian when apt is usable)
-	-@command -v mpirun >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && (apt-get install -y -qq openmpi-bin >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq openmpi-bin >/dev/null 2>&1)) || true)
+	-@command -v mpirun >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || (echo "make test-dist: installing openmpi-bin from Debian (apt-get) for the mpirun launch tests" && (apt-get install -y -q openmpi-bin || (apt-get update -q && apt-get install -y -q openmpi-bin)))
 	$(PY) -m pytest -q -m dist
 
 bench: $(STAMP)  ## ratios against hand-written JAX, measured in the same run
