@@ -85,3 +85,8 @@ def __getattr__(name: str):
 
         return importlib.import_module(f"graphpar.{name}")
     raise AttributeError(f"module 'graphpar' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazily imported subpackages too, so that ``dir(graphpar)`` and tab completion show ``ms.parallel``."""
+    return sorted(set(globals()) | _LAZY)

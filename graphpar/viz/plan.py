@@ -47,6 +47,10 @@ class Report(str):
     def _repr_html_(self) -> str:
         return self._html()
 
+    def __repr__(self) -> str:
+        # a terminal REPL shows a value's repr: the report as printed, not an escaped one-line string
+        return str.__str__(self)
+
 
 class Rows(list):
     """A list of dicts (one per row) that shows as a table in notebooks and as aligned text when printed."""

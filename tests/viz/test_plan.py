@@ -177,3 +177,13 @@ def test_html_page_without_a_browser(auto_plan, tmp_path, capsys):
     capsys.readouterr()
     assert cli(["ir", "html", str(tmp_path / "missing"), "-o", str(page)]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_a_report_shows_as_printed_in_a_terminal_repl(auto_plan):
+    """A terminal REPL shows ``plan.explain(...)``'s repr: the report's lines, not an escaped one-line string."""
+    report = auto_plan[0].explain("matmul2")
+    assert repr(report) == str(report) and "\n" in repr(report) and "\\n" not in repr(report)
+
+
+def test_the_lazy_subpackages_are_in_dir_for_tab_completion():
+    assert {"parallel", "train", "dataset", "communication", "amp"} <= set(dir(ms))
