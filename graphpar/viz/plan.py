@@ -21,7 +21,7 @@ from graphpar.dump.model import DumpError
 from graphpar.dump.views import diff_data, explain_data, find_op, show_data, summary_data
 from graphpar.viz import html as views
 from graphpar.viz.svg import bar_chart
-from graphpar.viz.text import emit_table, fmt_strategy, print_diff, print_explain, print_summary
+from graphpar.viz.text import emit_table, fmt_strategy, mesh_words, print_diff, print_explain, print_summary
 
 
 def _captured(render: Callable[..., None], *args: Any) -> str:
@@ -198,8 +198,9 @@ class PlanView:
 
     def __repr__(self) -> str:
         main = self.dumps().main
+        mesh = mesh_words({"mesh": main.mesh, "parallel_mode": main.parallel_mode, "n_ranks": main.n_ranks})
         return (f"<PlanView {main.graph} ({main.purpose}) on {main.n_ranks} devices, {main.parallel_mode}, "
-                f"{len(main.nodes)} ops, mesh {main.mesh}>")
+                f"{len(main.nodes)} ops, {mesh}>")
 
 
 def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:

@@ -69,11 +69,19 @@ def _fmt_collective(c: dict[str, Any]) -> str:
     return f"{c['kind']}{op} {when}{c['bytes']} B ranks {group}{cause}"
 
 
+def mesh_words(data: dict[str, Any]) -> str:
+    """The mesh of a dump's header in words. DATA_PARALLEL plans the graph unsplit (mesh m0=1) and runs one
+    replica per device, which "mesh m0=1" alone would hide on 8 devices."""
+    mesh = "mesh " + " ".join(f"{k}={v}" for k, v in data["mesh"].items())
+    if data["parallel_mode"] == "data_parallel" and (data["n_ranks"] or 1) > 1:
+        return f"{data['n_ranks']} data-parallel replicas of the unsplit graph ({mesh})"
+    return mesh
+
+
 def print_show(data: dict[str, Any]) -> None:
     print(f"{data['file']}: {data['kind']} dump (format {data['format'] or 'unversioned'})")
     print(f"graph {data['graph']} ({data['purpose']}), rank {data['rank']} of {data['n_ranks']}, "
-          f"{data['parallel_mode']} / {data['search_mode']}, mesh "
-          + " ".join(f"{k}={v}" for k, v in data["mesh"].items()))
+          f"{data['parallel_mode']} / {data['search_mode']}, {mesh_words(data)}")
     if data["note"]:
         print(f"note: {data['note']}")
     print()
@@ -127,8 +135,7 @@ def print_summary(data: dict[str, Any]) -> None:
     print(f"graph {data['graph']} ({data['purpose']}), index {index}, rank {data['rank']} of {data['n_ranks']}{note}")
     if others:
         print("other graphs here: " + ", ".join(f"{i:04d}" for i in others) + " (--index NNNN)")
-    print(f"{data['parallel_mode']} / {data['search_mode']}, mesh " + " ".join(f"{k}={v}" for k, v in
-                                                                                data["mesh"].items()))
+    print(f"{data['parallel_mode']} / {data['search_mode']}, {mesh_words(data)}")
     if data["note"]:
         print(f"note: {data['note']}")
     missing = "- (not compiled yet: no per-device shapes or collectives)"

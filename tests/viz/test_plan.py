@@ -187,3 +187,18 @@ def test_a_report_shows_as_printed_in_a_terminal_repl(auto_plan):
 
 def test_the_lazy_subpackages_are_in_dir_for_tab_completion():
     assert {"parallel", "train", "dataset", "communication", "amp"} <= set(dir(ms))
+
+
+def test_a_data_parallel_plan_says_it_runs_one_replica_per_device():
+    """DATA_PARALLEL plans the graph unsplit (mesh m0=1) and runs it on every device: the views say so instead of
+    showing a one-device mesh on 8 devices."""
+    from graphpar import _context
+
+    _context.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="data_parallel")
+    try:
+        plan = graphpar.parallel.plan(_cell(), *_batch())
+    finally:
+        _context.reset_auto_parallel_context()
+    assert "8 data-parallel replicas of the unsplit graph (mesh m0=1)" in repr(plan)
+    assert "data_parallel / recursive_programming, 8 data-parallel replicas" in plan.summary()
