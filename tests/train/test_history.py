@@ -51,6 +51,12 @@ def test_history_plot_writes_a_png_each_epoch(tmp_path, capsys):
     lines = fig.axes[0].get_lines()
     np.testing.assert_allclose(lines[0].get_ydata(), losses.per_step, rtol=1e-6)
     assert list(lines[1].get_xdata()) == [4, 8]
+    fig.canvas.draw()  # the ticks and the legend as drawn
+    ticks = [t for t in fig.axes[0].get_xticks() if 1 <= t <= 8]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # whole steps, not 2.5
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # the legend sits outside the curve
+    legend_box = fig.legends[0].get_window_extent()
+    assert not legend_box.overlaps(fig.axes[0].get_window_extent())
 
 
 def test_history_plot_in_sink_mode(tmp_path):

@@ -92,8 +92,10 @@ class HistoryPlot(Callback):
     def figure(self, steps_per_epoch: int = 1) -> Any:
         """The curve as a ``matplotlib.figure.Figure`` (no pyplot state: safe in scripts and notebooks)."""
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
 
-        fig = Figure(figsize=(7, 3.2), dpi=100)
+        # constrained layout with the legend outside the axes: a legend inside covered the curve's start
+        fig = Figure(figsize=(7, 3.4), dpi=100, layout="constrained")
         ax = fig.add_subplot(1, 1, 1)
         if self.steps:
             ax.plot([s for s, _ in self.steps], [v for _, v in self.steps], color="#adb5bd", lw=1, label="step loss")
@@ -101,18 +103,21 @@ class HistoryPlot(Callback):
             ax.plot([e * steps_per_epoch for e, _ in self.epoch_loss], [v for _, v in self.epoch_loss], "o-",
                     color="#1c7ed6", label="epoch mean loss")
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_ylabel("loss")
         ax.grid(alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
         if self.metrics:
             other = ax.twinx()
             for name, points in self.metrics.items():
                 other.plot([e * steps_per_epoch for e, _ in points], [v for _, v in points], "s--", label=name)
             other.set_ylabel("metrics")
-            other.legend(loc="upper center")
-        ax.legend(loc="upper right")
+            more = other.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncols=len(handles), frameon=False)
         epochs = self.epoch_loss[-1][0] if self.epoch_loss else 0
         ax.set_title(self.title or f"training loss, {epochs} epoch(s)")
-        fig.tight_layout()
         return fig
 
     def render_png(self, steps_per_epoch: int = 1) -> bytes:
