@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,4 +120,7 @@ def test_resnet_cifar_notebook(kernel, tmp_path):
     assert _outputs(train, "image/png")
     assert "epoch 4/4" in _widget_text(nb)
     assert "epoch: 4 step: " in "".join(_outputs(train, "text/plain"))
+    said = re.search(r"steps per epoch: (\d+)", "".join(_outputs(_cell(nb, "steps per epoch"), "text/plain")))
+    steps = int(said.group(1))  # what the notebook says is what Model.train runs (it said 2 while training 20)
+    assert f"step {steps}/{steps}" in _widget_text(nb)
     assert "test accuracy:" in "".join(_outputs(_cell(nb, "model.eval(test_set)"), "text/plain"))
