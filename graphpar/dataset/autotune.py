@@ -125,6 +125,8 @@ def choose_setting(host: Host, current: Setting, window: Window, fixed_workers: 
     a buffer the consumer found empty), within :data:`MAX_PREFETCH` and the memory; it also doubles when more
     than one worker still cannot keep up (the workers at their limit, or fixed by the user). New workers are
     processes on an accelerator and threads on a CPU. Settings only rise: a pipeline that keeps up is left alone.
+    While the devices wait, the loop's own time per step is at most the device's (dispatch is asynchronous), so
+    the count errs high, within the limit: idle workers cost memory, too few cost the devices' time.
     Fixed settings stay as they are.
     """
     if window.steps < 1 or window.share < STALL:
@@ -200,18 +202,20 @@ class FeedTuner:
             self._batches += 1
             self._bytes = max(self._bytes, int(nbytes))
 
-    def observe_step(self, waited: float, elapsed: float) -> None:
+    def observe_step(self, waited: float, elapsed: float) -> bool:
+        """One step of the loop: ``waited`` seconds for its batch, ``elapsed`` in all. False when the step does not
+        count: the one that changed the setting and the :data:`SETTLE` after it (the new workers start)."""
         self._step_in_epoch += 1
         if self._settle:
             self._settle -= 1
-            return
+            return False
         self._steps += 1
         self._waited += waited
         self._elapsed += elapsed
-        if self._steps >= WINDOW:
-            self._decide()
+        return self._decide() if self._steps >= WINDOW else True
 
-    def _decide(self) -> None:
+    def _decide(self) -> bool:
+        """Choose the setting for the next window; False when it changed."""
         with self._lock:
             if self._batches:  # else the workers compute the batches: the last thread measurement stands
                 self._per_batch = (self._wall / self._batches, self._cpu / self._batches)
@@ -223,7 +227,7 @@ class FeedTuner:
         new = choose_setting(self.host, old, window, self.fixed_workers is not None,
                              self.fixed_prefetch is not None)
         if new == old:
-            return
+            return True
         change = Change(self.epoch, self._step_in_epoch, window.share, old, new)
         self.changes.append(change)
         self.setting = new
@@ -233,6 +237,7 @@ class FeedTuner:
                              f"{window.steps} steps (step {change.step} of epoch {change.epoch}); "
                              f"{change.describe()} ({self.host.cores} cores, {self.host.platform}). The batches "
                              "and their order do not change (docs/datasets.md, 'Parallel workers').")
+        return False
 
     def advice(self) -> str:
         """What to change when the loop still waits: the setting the user fixed, or, when graphpar chose it, why it

@@ -60,14 +60,11 @@ def _is_pipeline(dataset: Any) -> bool:
 
 
 class FeedTuning(Protocol):
-    """What the loop tells a pipeline's tuner (``dataset.autotune.FeedTuner``) and asks it; ``changes`` lists what
-    it changed so far."""
-
-    changes: list
+    """What the loop tells a pipeline's tuner (``dataset.autotune.FeedTuner``) and asks it."""
 
     def start_epoch(self, epoch: int) -> None: ...
 
-    def observe_step(self, waited: float, elapsed: float) -> None: ...
+    def observe_step(self, waited: float, elapsed: float) -> bool: ...
 
     def advice(self) -> str: ...
 
@@ -254,7 +251,7 @@ class StallWatch:
     includes starting the pipeline and planning the placement) and the time between them. With prefetching, a
     ``next`` returns at once while the pipeline keeps ahead of the devices; when it does not, the loop sits in
     ``next`` and the devices idle. When, over at least ``MIN_SECONDS`` of an epoch (toy runs are not worth a line)
-    since its start or the tuner's last change, the loop waited ``THRESHOLD`` of the time or more, :meth:`report`
+    since its start or since the tuner's last change settled (the new workers started), the loop waited ``THRESHOLD`` of the time or more, :meth:`report`
     says so once, with what to change: the setting the user fixed, or why graphpar went no further
     (docs/datasets.md)."""
 
@@ -267,7 +264,6 @@ class StallWatch:
         self.count = 0
         self._started: float | None = None
         self._last = 0.0
-        self._changes = len(tuner.changes) if tuner is not None else 0
         if tuner is not None:
             tuner.start_epoch(epoch)
 
@@ -282,11 +278,8 @@ class StallWatch:
             self._started = now
         else:
             self.waited += now - began
-            if self._tuner is not None:
-                self._tuner.observe_step(now - began, now - self._last)
-                if len(self._tuner.changes) != self._changes:  # judge the epoch from the change on
-                    self._changes = len(self._tuner.changes)
-                    self._started, self.waited, self.count = now, 0.0, 0
+            if self._tuner is not None and not self._tuner.observe_step(now - began, now - self._last):
+                self._started, self.waited, self.count = now, 0.0, 0  # judged from the new setting's start on
         self._last = now
         self.count += 1
         return item

@@ -133,3 +133,25 @@ def test_worker_processes_chosen_on_an_accelerator_keep_the_order(tmp_path):
     assert tuner.setting == Setting(3, 4, True)
     got += [tuple(b) for b in epoch0]
     assert _same(got, reference)
+
+
+def test_a_computing_pipeline_on_a_cpu_keeps_its_one_core_and_the_advice_says_why():
+    """On a CPU the step computes on every core: a pipeline whose batches are all CPU work is left on its one
+    worker, however long the loop waits, and the advice says to make the map cheaper."""
+    tuner = FeedTuner(Host("cpu", 16, 64 * GiB), Setting(1, 2))
+    for _ in range(2 * WINDOW):
+        tuner.observe_pipeline(0.019, 0.0185, 3 << 20)  # 19 ms a batch, 18.5 of them CPU
+        assert tuner.observe_step(0.018, 0.020)  # every step counts: nothing changes
+    assert tuner.setting == Setting(1, 2) and tuner.changes == []
+    assert "on a CPU the step computes on every core" in tuner.advice()
+    assert "make the pipeline's map cheaper" in tuner.advice()
+
+
+def test_a_change_is_said_once_and_the_next_steps_settle(notices):
+    tuner = FeedTuner(Host("gpu", 16, 64 * GiB), Setting(1, 2))
+    tuner.start_epoch(1)
+    counted = [tuner.observe_step(0.0054, 0.011) for _ in range(WINDOW + 3)]
+    assert counted == [True] * (WINDOW - 1) + [False, False, False, True]  # the change, then 2 steps settle
+    assert tuner.setting == Setting(3, 4, True)
+    assert ("data stall: Model.train waited for the dataset 49% of the last 8 steps (step 9 of epoch 1); raised "
+            "num_parallel_workers 1 -> 3 (worker processes), prefetch 2 -> 4 (16 cores, gpu)") in notices.text
