@@ -121,9 +121,9 @@ def choose_setting(host: Host, current: Setting, window: Window, fixed_workers: 
     Nothing changes unless the loop waited :data:`STALL` of the window or more. Then ``current.workers`` deliver a
     batch every ``elapsed / steps`` seconds, so one worker takes ``workers`` times that, and keeping up with the
     loop's own ``(elapsed - waited) / steps`` seconds per step takes that ratio of workers (times
-    :data:`HEADROOM`), within :func:`worker_limit`. When the workers rise, the read-ahead doubles (as tf.data grows
-    a buffer the consumer found empty), within :data:`MAX_PREFETCH` and the memory; it also doubles when more
-    than one worker still cannot keep up (the workers at their limit, or fixed by the user). New workers are
+    :data:`HEADROOM`), within :func:`worker_limit`. When the workers rise, the read-ahead per worker doubles too (as
+    tf.data grows a buffer its consumer found empty), within :data:`MAX_PREFETCH` and the memory; alone, a deeper
+    read-ahead cannot make a pipeline that is too slow keep up, so it does not rise alone. New workers are
     processes on an accelerator and threads on a CPU. Settings only rise: a pipeline that keeps up is left alone.
     While the devices wait, the loop's own time per step is at most the device's (dispatch is asynchronous), so
     the count errs high, within the limit: idle workers cost memory, too few cost the devices' time.
