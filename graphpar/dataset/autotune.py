@@ -49,7 +49,8 @@ class Setting:
     processes: bool = True
 
     def describe(self) -> str:
-        kind = "worker processes" if self.processes else "threads"
+        kind = ("in the calling process" if self.workers == 1 else "worker processes" if self.processes
+                else "threads")
         return f"num_parallel_workers={self.workers} ({kind}), prefetch {self.prefetch}"
 
 
