@@ -94,6 +94,18 @@ def main(argv: list[str]) -> int:
         print("2 processes x 4 devices, 3x512 MLP DATA_PARALLEL vs plain JAX over jax.distributed (goal <= 1.05)")
         print(_table([bench_two_processes()], ["model", "processes", "devices", "global_batch", "graphpar_ms",
                                                "jax_distributed_ms", "ratio"]), "\n", flush=True)
+    if not only or "feeding" in only:
+        from bench.feeding import bench_feeding
+
+        on_cpu = jax.default_backend() == "cpu"
+        print("Model.train from the CIFAR pipeline with default dataset settings (workers and read-ahead chosen by "
+              "graphpar) vs the same step on pre-staged batches (issue 28; goal on a GPU: vs_prestaged >= 0.95); "
+              "the one-worker row is graphpar's default before issue 28")
+        rows = bench_feeding(*(("resnet18", 32, "f32", 24) if on_cpu else ("resnet50", 256, "bf16", 48)),
+                             rounds=3 if on_cpu else 1)
+        print(_table(rows, ["model", "feeding", "batch", "device", "img_s", "vs_prestaged", "per_round",
+                            "first_epoch_img_s", "compile_s", "train_call_s", "cpu_ms_per_step", "tuning"]), "\n",
+              flush=True)
     if "resnet50" in only or (not only and jax.default_backend() != "cpu"):
         from bench.resnet50_accel import bench_resnet50
 

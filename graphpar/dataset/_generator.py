@@ -74,11 +74,13 @@ class GeneratorDataset(SourceDataset):
     """A dataset whose rows come from ``source`` (see the module docstring for the kinds of source).
 
     Each row is a tuple with one value per name in ``column_names``; values become numpy arrays (scalars 0-d).
+    ``num_parallel_workers`` None (MindSpore's default is 1) starts at 1 and lets ``Model.train`` raise it; a number
+    is kept (docs/datasets.md, 'Parallel workers').
     """
 
     def __init__(self, source: Callable[[], Any] | Any, column_names: str | Sequence[str] | None = None,
                  column_types: Sequence[Any] | None = None, schema: Any = None, num_samples: int | None = None,
-                 num_parallel_workers: int = 1, shuffle: bool | None = None, sampler: Any = None,
+                 num_parallel_workers: int | None = None, shuffle: bool | None = None, sampler: Any = None,
                  num_shards: int | None = None, shard_id: int | None = None, python_multiprocessing: bool = True):
         if schema is not None:
             raise DatasetError("GeneratorDataset: schema is not supported by graphpar; pass column_names (and "

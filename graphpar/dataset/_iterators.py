@@ -7,6 +7,7 @@ old one stopped, with any worker count. The state is plain JSON.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,14 +30,21 @@ def _check_state(state: Any) -> tuple[int, int]:
 
 
 class EpochIterator:
-    """The outputs (tuples of numpy arrays) of one epoch, from ``start`` on (graphpar's ``iter_epoch``)."""
+    """The outputs (tuples of numpy arrays) of one epoch, from ``start`` on (graphpar's ``iter_epoch``).
 
-    def __init__(self, dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True):
+    With a ``tuner`` (``autotune.FeedTuner``) the workers and read-ahead follow its setting: when it changes, the
+    stream is reopened at the current position with the new one (same outputs, same order), and the batches this
+    thread computes itself are timed for it."""
+
+    def __init__(self, dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True, tuner: Any = None):
         for name, value in (("epoch", epoch), ("start_batch", start)):
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise DatasetError(f"iter_epoch: {name} must be an int >= 0, got {value!r}")
         self._dataset, self._epoch, self._position = dataset, int(epoch), int(start)
-        self._settings = dataset._run_settings(read_ahead)
+        self._tuner, self._read_ahead = tuner, read_ahead
+        self._tuned = tuner.setting if tuner is not None else None
+        self._settings = (dataset._run_settings(read_ahead) if tuner is None
+                          else dataset._settings_for(self._tuned, read_ahead))
         self._length = dataset._epoch_length()
         self._stream: Any = None
 
@@ -47,18 +55,35 @@ class EpochIterator:
         if self._length is not None and self._position >= self._length:
             self.close()
             raise StopIteration
+        tuner = self._tuner
+        if tuner is not None and tuner.setting is not self._tuned:
+            self._retune(tuner.setting)
         if self._stream is None:
             self._stream = self._dataset._open(self._settings, self._epoch, self._position)
+        timed = tuner is not None and self._settings[1] == 1 and self._settings[2] == 0  # computed on this thread
+        if timed:
+            wall, cpu = time.perf_counter(), time.thread_time()
         try:
             row = next(self._stream)
         except StopIteration:
             self._stream = None
             raise
+        if timed:
+            tuner.observe_pipeline(time.perf_counter() - wall, time.thread_time() - cpu,
+                                   sum(np.asarray(v).nbytes for v in row))
         self._position += 1
         if self._length is not None and self._position == self._length:
             self._dataset._park(self._settings, self._epoch + 1, self._stream)
             self._stream = None
         return row
+
+    def _retune(self, setting: Any) -> None:
+        """Run on ``setting`` from the current position on (the seed read at creation stays)."""
+        self._tuned = setting
+        settings = self._dataset._settings_for(setting, self._read_ahead, self._settings[0])
+        if settings != self._settings:
+            self.close()
+            self._settings = settings
 
     @property
     def epoch(self) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from graphpar import _logging
-from graphpar.dataset import _stream, config
+from graphpar.dataset import _stream, autotune, config
 from graphpar.dataset._iterators import DictIterator, EpochIterator, TupleIterator
 from graphpar.dataset._rows import Row
 from graphpar.errors import DatasetError
@@ -125,23 +125,47 @@ class DatasetNode:
         raise DatasetError(f"{type(self).__name__} cannot be sharded")
 
     # ----- iteration -----
-    def _run_settings(self, read_ahead: bool = True) -> tuple[int, int, int]:
-        """(seed, workers, read-ahead), read from the config when an iterator is created. Without ``read_ahead``
-        a one-worker pipeline runs on the thread that iterates it (worker processes always read ahead)."""
+    def _run_settings(self, read_ahead: bool = True) -> tuple[int, int, int, bool]:
+        """(seed, workers, read-ahead, processes), read from the config when an iterator is created. Without
+        ``read_ahead`` a one-worker pipeline runs on the thread that iterates it (worker processes always read
+        ahead)."""
         default = config.get_num_parallel_workers()
         workers = max((n._workers if n._workers is not None else default) for n in self._chain())
-        return config.get_seed(), workers, config.get_prefetch_size() if read_ahead or workers > 1 else 0
+        return self._settings_for(autotune.Setting(workers, config.get_prefetch_size()), read_ahead)
+
+    def _settings_for(self, setting: autotune.Setting, read_ahead: bool,
+                      seed: int | None = None) -> tuple[int, int, int, bool]:
+        """The run settings of ``setting`` (a ``Model.train`` call's :class:`autotune.FeedTuner` chooses it)."""
+        seed = config.get_seed() if seed is None else seed
+        prefetch = setting.prefetch if read_ahead or setting.workers > 1 else 0
+        return seed, setting.workers, prefetch, setting.processes
 
     def worker_count(self) -> int:
         """The workers an iterator created now would run this pipeline on (the largest ``num_parallel_workers`` of
         its operations, or the config's default)."""
         return self._run_settings()[1]
 
+    def feed_tuner(self, platform: str, streams: int = 1) -> autotune.FeedTuner:
+        """The tuner of one ``Model.train`` call feeding from this pipeline on ``platform``'s devices, ``streams``
+        pipelines side by side: it starts from the user's settings or graphpar's start (one worker, prefetch 2) and
+        adapts what the user did not set (dataset/autotune.py)."""
+        named = [n for n in self._chain() if n._workers is not None]
+        fixed_workers = None
+        if named:
+            node = max(named, key=lambda n: n._workers)
+            fixed_workers = f"{type(node).__name__}(num_parallel_workers={node._workers})"
+        elif config.num_parallel_workers_set() is not None:
+            fixed_workers = f"ds.config.set_num_parallel_workers({config.num_parallel_workers_set()})"
+        fixed_prefetch = (None if config.prefetch_size_set() is None
+                          else f"ds.config.set_prefetch_size({config.prefetch_size_set()})")
+        start = autotune.Setting(self.worker_count(), config.get_prefetch_size())
+        return autotune.FeedTuner(autotune.this_host(platform, streams), start, fixed_workers, fixed_prefetch)
+
     def _epoch_length(self) -> int | None:
         return self.get_dataset_size() if self._random_access() else None
 
-    def _open(self, settings: tuple[int, int, int], epoch: int, start: int) -> Iterator[Row]:
-        seed, workers, prefetch = settings
+    def _open(self, settings: tuple[int, int, int, bool], epoch: int, start: int) -> Iterator[Row]:
+        seed, workers, prefetch, processes = settings
         if not self._random_access():
             if workers > 1:
                 _logging.notice_once("dataset-iterable-workers", "graphpar.dataset: a pipeline over a Python "
@@ -150,21 +174,24 @@ class DatasetNode:
             return itertools.islice(self._rows(_stream.Build(seed, (epoch,))), start, None)
         stream = self._pool.take((settings, epoch, start))
         if stream is None:
-            stream = _stream.open_stream(self, seed, epoch, start, self.get_dataset_size(), workers, prefetch)
+            stream = _stream.open_stream(self, seed, epoch, start, self.get_dataset_size(), workers, prefetch,
+                                         processes)
         return stream
 
-    def _park(self, settings: tuple[int, int, int], epoch: int, stream: Iterator[Row]) -> None:
+    def _park(self, settings: tuple[int, int, int, bool], epoch: int, stream: Iterator[Row]) -> None:
         self._pool.park((settings, epoch, 0), stream)
 
-    def iter_epoch(self, epoch: int, start_batch: int = 0, read_ahead: bool = True) -> EpochIterator:
+    def iter_epoch(self, epoch: int, start_batch: int = 0, read_ahead: bool = True,
+                   tuner: autotune.FeedTuner | None = None) -> EpochIterator:
         """The outputs (tuples of numpy arrays, column order) of epoch ``epoch`` from output ``start_batch`` on.
 
         They depend only on (seed, epoch, sample), so a later call with the same arguments reproduces them; the
         iterator's ``get_state``/``set_state`` checkpoint its position. ``read_ahead=False`` computes a one-worker
         pipeline on the iterating thread, for a consumer that is itself a read-ahead thread (``Model.train``'s
-        device prefetch): a second thread would only add a hand-over per batch.
+        device prefetch): a second thread would only add a hand-over per batch. ``tuner``: the worker count and
+        read-ahead follow its setting (``Model.train``'s adaptation); the outputs do not change.
         """
-        return EpochIterator(self, epoch, start_batch, read_ahead)
+        return EpochIterator(self, epoch, start_batch, read_ahead, tuner)
 
     def create_tuple_iterator(self, columns: str | Sequence[str] | None = None, num_epochs: int = -1,
                               output_numpy: bool = False, do_copy: bool = True) -> TupleIterator:

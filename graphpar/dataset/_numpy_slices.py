@@ -68,11 +68,12 @@ def _columns(data: Any, column_names: Sequence[str] | None) -> tuple[list[np.nda
 
 
 class NumpySlicesDataset(GeneratorDataset):
-    """``NumpySlicesDataset(data, column_names=None, num_samples=None, num_parallel_workers=1, shuffle=None,
-    sampler=None, num_shards=None, shard_id=None)``."""
+    """``NumpySlicesDataset(data, column_names=None, num_samples=None, num_parallel_workers=None, shuffle=None,
+    sampler=None, num_shards=None, shard_id=None)``. MindSpore's default is 1 worker; graphpar's None starts at 1
+    and lets ``Model.train`` raise it (docs/datasets.md, 'Parallel workers')."""
 
     def __init__(self, data: Any, column_names: Sequence[str] | str | None = None, num_samples: int | None = None,
-                 num_parallel_workers: int = 1, shuffle: bool | None = None, sampler: Any = None,
+                 num_parallel_workers: int | None = None, shuffle: bool | None = None, sampler: Any = None,
                  num_shards: int | None = None, shard_id: int | None = None):
         columns, names = _columns(data, column_names)
         lengths = {name: len(c) for name, c in zip(names, columns)}

@@ -195,9 +195,13 @@ def _process_blocker(ds: grain.MapDataset) -> str | None:
 
 
 def open_stream(node: Any, seed: int, epoch: int, start: int, pass_len: int, workers: int,
-                prefetch: int) -> Iterator[tuple]:
-    """An endless iterator over ``node``'s outputs from position (``epoch``, ``start``) on."""
+                prefetch: int, processes: bool = True) -> Iterator[tuple]:
+    """An endless iterator over ``node``'s outputs from position (``epoch``, ``start``) on; ``workers > 1`` run in
+    processes where they can, or in threads when ``processes`` is False (grain's threads keep the order)."""
     ds = Passes(node, seed, (), epoch, None, pass_len)[start:]
+    if workers > 1 and not processes:
+        return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=workers,
+                                                         prefetch_buffer_size=max(prefetch, workers))))
     if workers > 1:
         blocker = _process_blocker(ds)
         if blocker is None:

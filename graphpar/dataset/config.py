@@ -18,8 +18,10 @@ _MAX_SEED = 2**32 - 1
 
 _seed: int | None = None
 _seed_version = 0  # moves at every set_seed (see seed_version)
-_num_parallel_workers: int = 1
-_prefetch_size: int = 2
+_num_parallel_workers: int | None = None  # None: graphpar chooses (dataset/autotune.py)
+_prefetch_size: int | None = None
+DEFAULT_WORKERS = 1  # where graphpar chooses: the start, in the calling process
+DEFAULT_PREFETCH = 2
 _device_prefetch: int | None = None
 DEVICE_PREFETCH_ENV = "GRAPHPAR_DEVICE_PREFETCH"
 
@@ -54,26 +56,40 @@ def get_seed() -> int:
 
 
 def set_num_parallel_workers(num: int) -> None:
-    """Default worker count of the operations that do not name one.
+    """Default worker count of the operations that do not name one, kept exactly (``Model.train`` then leaves the
+    worker count as set).
 
-    graphpar's default is 1 (work in the calling process, read ahead on one thread); MindSpore's is 8 C++ threads,
-    which on a small host only contend for the same cores.
+    Unset, graphpar starts at 1 (work in the calling process) and ``Model.train`` raises it when the devices wait
+    for data (dataset/autotune.py); MindSpore's default is 8 C++ threads, which on a small host only contend for
+    the same cores.
     """
     global _num_parallel_workers
     _num_parallel_workers = _positive_int("set_num_parallel_workers", "num", num)
 
 
 def get_num_parallel_workers() -> int:
+    """The value set, or where graphpar chooses, the worker count it starts from (1)."""
+    return DEFAULT_WORKERS if _num_parallel_workers is None else _num_parallel_workers
+
+
+def num_parallel_workers_set() -> int | None:
+    """The worker count :func:`set_num_parallel_workers` fixed, or None (graphpar chooses)."""
     return _num_parallel_workers
 
 
 def set_prefetch_size(size: int) -> None:
-    """How many pipeline outputs (rows, or batches after ``.batch``) each iterator reads ahead (default 2)."""
+    """How many pipeline outputs (rows, or batches after ``.batch``) each iterator (each worker) reads ahead, kept
+    exactly. Unset: 2, which ``Model.train`` raises along with the workers when the devices wait for data."""
     global _prefetch_size
     _prefetch_size = _positive_int("set_prefetch_size", "size", size)
 
 
 def get_prefetch_size() -> int:
+    return DEFAULT_PREFETCH if _prefetch_size is None else _prefetch_size
+
+
+def prefetch_size_set() -> int | None:
+    """The read-ahead :func:`set_prefetch_size` fixed, or None (graphpar chooses)."""
     return _prefetch_size
 
 

@@ -61,12 +61,24 @@ def _is_pipeline(dataset: Any) -> bool:
     return isinstance(dataset, Dataset)
 
 
-def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True) -> Iterator[tuple]:
+class FeedTuning(Protocol):
+    """What the loop tells a pipeline's tuner (``dataset.autotune.FeedTuner``) and asks it."""
+
+    def start_epoch(self, epoch: int) -> None: ...
+
+    def observe_step(self, waited: float, elapsed: float) -> bool: ...
+
+    def advice(self) -> str: ...
+
+
+def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = True,
+                tuner: FeedTuning | None = None) -> Iterator[tuple]:
     """Batches of ``epoch`` from batch ``start`` on: graphpar datasets seek (``iter_epoch(epoch, start_batch)``),
     other iterables are read from the beginning and the first ``start`` batches dropped. ``read_ahead=False``: the
-    caller reads ahead itself (a graphpar pipeline then runs on its thread)."""
+    caller reads ahead itself (a graphpar pipeline then runs on its thread). ``tuner``: a graphpar pipeline's
+    workers and read-ahead follow it."""
     if _is_pipeline(dataset):
-        return iter(dataset.iter_epoch(epoch, start_batch=start, read_ahead=read_ahead))
+        return iter(dataset.iter_epoch(epoch, start_batch=start, read_ahead=read_ahead, tuner=tuner))
     if isinstance(dataset, EpochSource):
         if start and "start_batch" in inspect.signature(dataset.iter_epoch).parameters:
             return iter(dataset.iter_epoch(epoch, start_batch=start))
@@ -77,9 +89,13 @@ def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = Tru
 
 
 class BatchFeeder:
-    """Global batches for ``draws`` local devices whose first rank is ``first_rank`` in a job of ``world`` ranks."""
+    """Global batches for ``draws`` local devices whose first rank is ``first_rank`` in a job of ``world`` ranks.
 
-    def __init__(self, dataset: Any, draws: int, first_rank: int = 0, world: int = 1):
+    With a ``platform`` (the devices' platform: ``Model.train`` gives it), a graphpar pipeline's workers and
+    read-ahead adapt to what the loop measures (:attr:`tuner`, ``dataset/autotune.py``); the batches do not change.
+    """
+
+    def __init__(self, dataset: Any, draws: int, first_rank: int = 0, world: int = 1, platform: str | None = None):
         self.dataset = dataset
         self.draws = max(int(draws), 1)
         self.ranks = [first_rank + i for i in range(self.draws)]
@@ -102,6 +118,8 @@ class BatchFeeder:
                             # Unsharded is MindSpore's own behaviour (every process reads the whole dataset): a
                             # fact worth stating, not a fault; shards cut for another rank count are one.
                             logging.INFO if num_shards is None else logging.WARNING)
+        self.tuner: FeedTuning | None = (dataset.feed_tuner(platform, len(self.views))
+                                         if platform is not None and _is_pipeline(dataset) else None)
 
     def steps_per_epoch(self) -> int:
         return min(int(v.get_dataset_size()) for v in self.views)
@@ -110,7 +128,7 @@ class BatchFeeder:
         """The global batches of one epoch, in order, from global batch ``start`` on (a resumed run);
         ``read_ahead=False`` when the consumer is a read-ahead thread itself (:class:`DevicePrefetch`)."""
         steps = self.steps_per_epoch()
-        iters = [_epoch_iter(v, epoch, start, read_ahead) for v in self.views]
+        iters = [_epoch_iter(v, epoch, start, read_ahead, self.tuner) for v in self.views]
         for _ in range(start, steps):
             if self.per_device_shards:
                 parts = [next(it) for it in iters]
@@ -230,25 +248,29 @@ class DevicePrefetch:
 
 
 class StallWatch:
-    """The training loop's wait for its batches over one epoch, and a notice (once) when the data was what the
-    devices waited for.
+    """The training loop's wait for its batches over one epoch: each step's wait goes to the pipeline's tuner (which
+    raises the workers and read-ahead when the devices wait for data, and says what it changed), and a notice
+    (once) when the data was what the devices waited for all the same.
 
     Wraps the epoch's ``(host_batch, placed_batch)`` iterator and times each ``next`` past the first (the first
-    includes starting the pipeline and planning the placement). With prefetching, a ``next`` returns at once while
-    the pipeline keeps ahead of the devices; when it does not, the loop sits in ``next`` and the devices idle. Over
-    an epoch of at least ``MIN_SECONDS`` (toy runs are not worth a line) in which the loop waited ``THRESHOLD`` of
-    the time or more, :meth:`report` says so once, with the pipeline's worker count and the machine's cores: on an
-    accelerator one in-process worker can feed a few ten thousand 32×32 images a second, less than one GPU
-    consumes (docs/datasets.md)."""
+    includes starting the pipeline and planning the placement) and the time between them. With prefetching, a
+    ``next`` returns at once while the pipeline keeps ahead of the devices; when it does not, the loop sits in
+    ``next`` and the devices idle. When, over at least ``MIN_SECONDS`` of an epoch (toy runs are not worth a line)
+    since its start or since the tuner's last change settled (the new workers started), the loop waited ``THRESHOLD`` of the time or more, :meth:`report`
+    says so once, with what to change: the setting the user fixed, or why graphpar went no further
+    (docs/datasets.md)."""
 
     THRESHOLD = 0.25
     MIN_SECONDS = 1.0
 
-    def __init__(self, batches: Generator[tuple, None, None]):
-        self._batches = batches
+    def __init__(self, batches: Generator[tuple, None, None], tuner: FeedTuning | None = None, epoch: int = 1):
+        self._batches, self._tuner = batches, tuner
         self.waited = 0.0
         self.count = 0
         self._started: float | None = None
+        self._last = 0.0
+        if tuner is not None:
+            tuner.start_epoch(epoch)
 
     def __iter__(self) -> StallWatch:
         return self
@@ -261,6 +283,9 @@ class StallWatch:
             self._started = now
         else:
             self.waited += now - began
+            if self._tuner is not None and not self._tuner.observe_step(now - began, now - self._last):
+                self._started, self.waited, self.count = now, 0.0, 0  # judged from the new setting's start on
+        self._last = now
         self.count += 1
         return item
 
@@ -268,21 +293,25 @@ class StallWatch:
         self._batches.close()
 
     def report(self, dataset: Any, epoch: int, depth: int) -> None:
-        """Say once when, with prefetching on, the loop waited ``THRESHOLD`` of an epoch longer than
-        ``MIN_SECONDS``; without prefetching the wait is the feeding itself, which the asynchronous dispatch
-        overlaps."""
+        """Say once when, with prefetching on, the loop waited ``THRESHOLD`` of the epoch (since the tuner's last
+        change: its changes are said when made) over more than ``MIN_SECONDS``; without prefetching the wait is the
+        feeding itself, which the asynchronous dispatch overlaps."""
         if depth <= 0 or self._started is None or self.count < 3:
             return
         elapsed = time.perf_counter() - self._started
         share = self.waited / elapsed
         if elapsed < self.MIN_SECONDS or share < self.THRESHOLD:
             return
-        how = f"num_parallel_workers={dataset.worker_count()}" if _is_pipeline(dataset) else "the dataset"
         per_step = self.waited / (self.count - 1) * 1e3
-        notice_once("feeding-stall", f"Model.train waited for the dataset {share:.0%} of epoch {epoch} "
-                    f"({per_step:.1f} ms a step; {how}, device prefetch {depth}): the devices idle for data. "
-                    f"Raise num_parallel_workers (this machine has {os.cpu_count()} cores) or make the "
-                    "pipeline's map cheaper (docs/datasets.md, 'Parallel workers').")
+        if self._tuner is not None:
+            advice = self._tuner.advice()
+        else:
+            what = "the pipeline" if _is_pipeline(dataset) else "the dataset"
+            advice = (f"{what} is not adapted here; give it more workers (this machine has {os.cpu_count()} cores) "
+                      "or make its map cheaper")
+        notice_once("feeding-stall", f"data stall: Model.train waited for the dataset {share:.0%} of epoch {epoch} "
+                    f"({per_step:.1f} ms a step; device prefetch {depth}): the devices idle for data. {advice} "
+                    "(docs/datasets.md, 'Parallel workers').")
 
 
 def _placer(place: Callable[[tuple], Any], first: tuple, placed: Any) -> Callable[[tuple], Any]:

@@ -126,9 +126,11 @@ class Model:
         return self._eval_network
 
     # --- training ----------------------------------------------------------------------------------------------
-    def _feeder(self, dataset: Any, plan: Any) -> BatchFeeder:
+    def _feeder(self, dataset: Any, plan: Any, adapt: bool = False) -> BatchFeeder:
+        """``adapt``: the pipeline's workers and read-ahead follow the loop's measurements (train/feeding.py)."""
         draws = 1 if _context.current_parallel().loads_full_batch else plan.draws
-        return BatchFeeder(dataset, draws, plan.first_rank, get_group_size())
+        return BatchFeeder(dataset, draws, plan.first_rank, get_group_size(),
+                           plan.devices[0].platform if adapt else None)
 
     @api_boundary
     def train(self, epoch: int, train_dataset: Any, callbacks: Any = None, dataset_sink_mode: bool = False,
@@ -149,7 +151,7 @@ class Model:
         self._train_network.set_train(True)
         program = (self._train_network.program if isinstance(self._train_network, TrainOneStepCell)
                    else EagerTrainProgram(self._train_network))
-        feeder = self._feeder(train_dataset, program.plan)
+        feeder = self._feeder(train_dataset, program.plan, adapt=not dataset_sink_mode)
         steps = feeder.steps_per_epoch()
         if steps < 1:
             raise ValueError("Model.train: the dataset yields no complete step (dataset size "
@@ -201,7 +203,8 @@ class Model:
             else:
                 # batches reach the devices ahead of their step (train/feeding.py DevicePrefetch)
                 batches = StallWatch(prefetched(feeder.epoch(ep, skip if ep == initial_epoch else 0,
-                                                             read_ahead=place is None or depth <= 0), place, depth))
+                                                             read_ahead=place is None or depth <= 0), place, depth),
+                                     feeder.tuner, ep + 1)
                 for batch, placed in batches:
                     cb.train_dataset_element = batch
                     callback_list.on_train_step_begin(run_context)

@@ -10,7 +10,7 @@ def _fresh_dataset_config():
 
     saved = (config._seed, config._num_parallel_workers, config._prefetch_size, global_seed._seed,
              global_seed._generator)
-    config._seed, config._num_parallel_workers, config._prefetch_size = None, 1, 2
+    config._seed, config._num_parallel_workers, config._prefetch_size = None, None, None
     global_seed._seed, global_seed._generator = None, None
     _rng.reset_eager_rng()
     yield

@@ -53,29 +53,74 @@ class _SlowSource:
         return len(self.x)
 
 
-def _train_on(source, notices, batch=4):
+def _train_on(data, notices, epochs=1):
+    """Train the tiny MLP on ``data``; the text of the notices and the host batches of every step, in order."""
     from graphpar import nn
-    from graphpar.train import Model
+    from graphpar.train import Callback, Model
     from tests.train.helpers import MLP
+
+    class Batches(Callback):
+        def __init__(self):
+            self.seen = []
+
+        def on_train_step_end(self, run_context):
+            self.seen.append(tuple(np.array(v) for v in run_context.original_args().train_dataset_element))
 
     net = MLP()
     model = Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.01, 0.9))
-    data = ds.GeneratorDataset(source, ["x", "y"], shuffle=False).batch(batch, drop_remainder=True)
-    model.train(1, data)
-    return notices.text
+    batches = Batches()
+    model.train(epochs, data, callbacks=[batches])
+    return notices.text, batches.seen
 
 
-def test_a_pipeline_the_devices_wait_for_is_named_once_with_its_workers_and_the_cores(notices):
-    """20 steps whose batches take 4 x 15 ms to read, against a step of a millisecond or two: the loop waits for
-    the data nearly all the time, and Model.train says so, with what to change."""
+def _slow_data(rows, delay, batch=4, **workers):
+    return ds.GeneratorDataset(_SlowSource(rows, delay), ["x", "y"], shuffle=False, **workers) \
+        .batch(batch, drop_remainder=True)
+
+
+def _wait(x):
+    """A map whose work is mostly waiting (a read from a slow disk or the network)."""
+    import time
+
+    time.sleep(0.003)
+    return x
+
+
+def test_a_stalled_step_gets_more_workers_with_the_same_batches_in_the_same_order(notices, monkeypatch):
+    """A shuffled pipeline whose map waits 4 x 3 ms a batch, against a step of a millisecond or two: after a
+    window of steps the tuner moves it to threads (a CPU run: they overlap the waiting without taking the step's
+    cores) and says what it changed; the steps still train on exactly the batches one worker gives."""
     ms.set_auto_parallel_context(parallel_mode="stand_alone")
-    text = _train_on(_SlowSource(80, 0.015), notices)
+    monkeypatch.setattr(ds.config, "_seed", None)  # restored after the test
+    ds.config.set_seed(3)
+    rows = np.random.default_rng(1).normal(size=(128, 24)).astype(np.float32)
+
+    def data():
+        return ds.NumpySlicesDataset({"x": rows[:, :16], "y": rows[:, 16:]}, shuffle=True) \
+            .map(_wait, "x").batch(4, drop_remainder=True)
+
+    one_worker = [tuple(b) for e in (0, 1) for b in data().iter_epoch(e)]
+    text, seen = _train_on(data(), notices, epochs=2)
+    assert "data stall: Model.train waited for the dataset" in text
+    assert "raised num_parallel_workers 1 -> " in text and "(threads)" in text and "cpu)" in text
+    assert len(seen) == len(one_worker) == 64
+    assert all(np.array_equal(a, b) for p, q in zip(seen, one_worker) for a, b in zip(p, q))
+
+
+def test_a_worker_count_the_user_fixed_is_kept_and_named(notices):
+    """20 steps whose batches take 4 x 15 ms to read with num_parallel_workers=1 given: graphpar leaves it and, the
+    devices waiting for data nearly all the time, says which setting to change."""
+    ms.set_auto_parallel_context(parallel_mode="stand_alone")
+    text, _ = _train_on(_slow_data(80, 0.015, num_parallel_workers=1), notices)
+    assert "raised" not in text
     assert "Model.train waited for the dataset" in text and "of epoch 1" in text
-    assert "num_parallel_workers=1" in text and "cores" in text
+    assert "GeneratorDataset(num_parallel_workers=1) fixes the worker count" in text and "cores" in text
     assert text.count("Model.train waited for the dataset") == 1
 
 
-def test_a_short_epoch_is_not_judged(notices):
+def test_a_short_epoch_is_not_judged(notices, monkeypatch):
     """Under a second of training says nothing, however slow its data (a toy run is not worth the line)."""
     ms.set_auto_parallel_context(parallel_mode="stand_alone")
-    assert "waited for the dataset" not in _train_on(_SlowSource(40, 0.002), notices)
+    monkeypatch.setattr(ds.config, "_num_parallel_workers", None)  # restored after the test
+    ds.config.set_num_parallel_workers(1)
+    assert "waited for the dataset" not in _train_on(_slow_data(40, 0.002), notices)[0]
