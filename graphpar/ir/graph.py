@@ -177,6 +177,8 @@ class Graph:
     plan: GraphPlan = field(default_factory=GraphPlan)
     # Cell scope -> its recompute setting, as the recorder saw them while tracing (compile.lowering.recompute)
     recompute_scopes: Mapping[str, Any] = field(default_factory=dict)
+    # checks the ops deferred to the runtime, made on the batch outside the program (ir.recorder, defer_input_checks)
+    input_checks: tuple[Any, ...] = ()
 
     def node_list(self) -> list[Node]:
         return [self.nodes[i] for i in self.order]

@@ -52,8 +52,15 @@ class OpCall:
 class TraceRecorder:
     """Collects :class:`OpCall` records and the Cell scope stack during one trace."""
 
-    def __init__(self, inline: bool = True) -> None:
+    def __init__(self, inline: bool = True, defer_input_checks: bool = False) -> None:
         self.inline = inline  # trace op calls inline (False: every call is its own ``jit`` equation)
+        # Checks of values known only at run time (ops.runtime_checks) on a batch input as it enters the program:
+        # with defer_input_checks, an op whose checked operand *is* batch input j records the check here instead of
+        # compiling it into the program, and the runtime that asked makes it on the batch outside the program
+        # (in-program, a GPU copies the check's predicate to the host mid-step: a stall that doubled ResNet's step).
+        self.defer_input_checks = defer_input_checks
+        self.batch_inputs: list[Any] = []  # the tracers of the batch inputs, in order (set when tracing starts)
+        self.input_checks: list[Any] = []  # what the ops deferred (ops.runtime_checks.InputCheck), in trace order
         self.calls: dict[int, OpCall] = {}
         self.scope_stack: list[str] = []
         self.cell_stack: list[Any] = []  # the Cell objects behind scope_stack (None for the root "Default")
@@ -63,6 +70,10 @@ class TraceRecorder:
     @property
     def scope(self) -> str:
         return "/".join(self.scope_stack)
+
+    def batch_input_index(self, value: Any) -> int | None:
+        """Which batch input ``value`` is (the very tracer the trace started with), None if it is none of them."""
+        return next((j for j, x in enumerate(self.batch_inputs) if x is value), None)
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -76,8 +87,8 @@ def active() -> TraceRecorder | None:
 
 
 @contextlib.contextmanager
-def recording(inline: bool = True) -> Iterator[TraceRecorder]:
-    recorder = TraceRecorder(inline)
+def recording(inline: bool = True, defer_input_checks: bool = False) -> Iterator[TraceRecorder]:
+    recorder = TraceRecorder(inline, defer_input_checks)
     token = _active.set(recorder)
     try:
         yield recorder

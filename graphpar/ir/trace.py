@@ -220,26 +220,30 @@ def drop_jax_frames_note(err: BaseException) -> None:
 
 
 def trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tuple[str, str]],
-          name: str = "graph", axis_env: Sequence[tuple[str, int]] | None = None, staged: bool = False) -> Graph:
+          name: str = "graph", axis_env: Sequence[tuple[str, int]] | None = None, staged: bool = False,
+          defer_input_checks: bool = False) -> Graph:
     """Trace ``fn(*args)`` into a :class:`Graph`.
 
     ``arg_kinds`` gives ``(kind, name)`` for each leaf of ``args`` in flatten order (``("param", "fc1.weight")``,
     ``("input", "input0")``, ...). ``axis_env`` binds named axes (the data-parallel replica axis) for collectives.
     ``staged=True`` stages every op call as its own ``jit`` equation (the reference the inline trace equals).
+    ``defer_input_checks``: the caller makes the runtime checks of batch inputs itself (``Graph.input_checks``;
+    ``ir.recorder.TraceRecorder``), so ops leave them out of the graph.
     """
     if staged:
-        return _trace(fn, args, arg_kinds, name, axis_env, inline=False)
+        return _trace(fn, args, arg_kinds, name, axis_env, False, defer_input_checks)
     try:
-        return _trace(fn, args, arg_kinds, name, axis_env, inline=True)
+        return _trace(fn, args, arg_kinds, name, axis_env, True, defer_input_checks)
     except InlineTraceError:
-        return _trace(fn, args, arg_kinds, name, axis_env, inline=False)
+        return _trace(fn, args, arg_kinds, name, axis_env, False, defer_input_checks)
 
 
 def _trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tuple[str, str]], name: str,
-           axis_env: Sequence[tuple[str, int]] | None, inline: bool) -> Graph:
+           axis_env: Sequence[tuple[str, int]] | None, inline: bool, defer_input_checks: bool) -> Graph:
     n_out = [0]
-    with recording(inline=inline) as recorder:
+    with recording(inline=inline, defer_input_checks=defer_input_checks) as recorder:
         def traced(*a: Any) -> tuple[list[Any], list[Any]]:
+            recorder.batch_inputs = [x for x, (kind, _) in zip(jax.tree.leaves(a), arg_kinds) if kind == "input"]
             outs = jax.tree.leaves(fn(*a))
             n_out[0] = len(outs)
             extra = []
@@ -288,4 +292,4 @@ def _trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tupl
     except KeyError as exc:  # a later equation reads a value private to an inline op
         raise InlineTraceError(f"a value inside an op is read outside it ({exc})") from None
     return Graph(closed, builder.values, builder.nodes, builder.order, inputs, outputs, name,
-                 recompute_scopes=dict(recorder.recompute_scopes))
+                 recompute_scopes=dict(recorder.recompute_scopes), input_checks=tuple(recorder.input_checks))

@@ -28,11 +28,12 @@ def call_network(model: Any, inputs: Sequence[Any]) -> Any:
 
 def trace_network(ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct], purpose: str,
                   axis_env: Sequence[tuple[str, int]] | None = None,
-                  call: Callable[[Any, Sequence[Any]], Any] | None = None, staged: bool = False) -> tuple[Graph, Any]:
+                  call: Callable[[Any, Sequence[Any]], Any] | None = None, staged: bool = False,
+                  defer_input_checks: bool = False) -> tuple[Graph, Any]:
     """``(graph, out_treedef)`` of ``purpose``: "train" gives ``[loss] + new rest state``, "forward" gives the
     network's output leaves (structure ``out_treedef``) + the new rest state. ``call(model, inputs)`` runs the
-    network (default :func:`call_network`; a forward call with static arguments passes its own); ``staged``: see
-    ``ir.trace.trace``."""
+    network (default :func:`call_network`; a forward call with static arguments passes its own); ``staged`` and
+    ``defer_input_checks``: see ``ir.trace.trace``."""
     call = call or call_network
     pvals, rvals = ns.params.values(), ns.rest.values()
     rest_kinds = [("param" if isinstance(h, Parameter) else "state", n)
@@ -48,7 +49,7 @@ def trace_network(ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct], purpo
         return leaves + jax.tree.leaves(ns.split_after(model))
 
     graph = trace(fn, (pvals, rvals, list(avals)), kinds, name=f"{type(ns.network).__name__}_{purpose}",
-                  axis_env=axis_env, staged=staged)
+                  axis_env=axis_env, staged=staged, defer_input_checks=defer_input_checks)
     if purpose == "train" and out_tree[0].num_leaves != 1:
         raise TypeError(f"{type(ns.network).__name__}: the loss network must return one loss array, got a "
                         f"structure of {out_tree[0].num_leaves} arrays ({out_tree[0]})")

@@ -79,9 +79,12 @@ class ExecutionPlan:
         """The input avals the traced graph takes (the global batch by default)."""
         return list(inputs)
 
-    def trace(self, ns: NetworkState, inputs: Sequence[Any], purpose: str, call: Any = None) -> Traced:
-        """The network's ``purpose`` graph for these global input avals (``call``: see ``trace_network``)."""
-        graph, out_treedef = trace_network(ns, self.trace_avals(inputs, purpose), purpose, call=call)
+    def trace(self, ns: NetworkState, inputs: Sequence[Any], purpose: str, call: Any = None,
+              defer_input_checks: bool = False) -> Traced:
+        """The network's ``purpose`` graph for these global input avals (``call``, ``defer_input_checks``: see
+        ``trace_network``)."""
+        graph, out_treedef = trace_network(ns, self.trace_avals(inputs, purpose), purpose, call=call,
+                                           defer_input_checks=defer_input_checks)
         return Traced(graph, purpose, out_treedef)
 
     def request(self, graph: Graph, purpose: str) -> PlanRequest:
@@ -189,13 +192,15 @@ class DataParallelPlan(ExecutionPlan):
                     f"whose first dimension is not divisible by the data-parallel degree {self.replicas}; use a "
                     f"global batch size that is a multiple of {self.replicas}")
 
-    def trace(self, ns, inputs, purpose, call=None):
+    def trace(self, ns, inputs, purpose, call=None, defer_input_checks=False):
         if purpose != "train":  # evaluation needs no per-replica semantics: the global graph, batch split
-            return super().trace(ns, inputs, purpose, call)
-        # one replica's graph, traced with the replica axis bound so that collectives in construct see it
+            return super().trace(ns, inputs, purpose, call, defer_input_checks)
+        # one replica's graph, traced with the replica axis bound so that collectives in construct see it; a
+        # deferred check of a batch input is made on the global batch, which holds every replica's slice
         with replica_axis(REPLICA_AXIS):
             graph, out_treedef = trace_network(ns, self.trace_avals(inputs, purpose), purpose,
-                                               axis_env=[(REPLICA_AXIS, self.replicas)])
+                                               axis_env=[(REPLICA_AXIS, self.replicas)],
+                                               defer_input_checks=defer_input_checks)
         return Traced(graph, purpose, out_treedef)
 
     def trace_avals(self, inputs, purpose):

@@ -124,7 +124,8 @@ class ForwardProgram(Program[ForwardSettings]):
         avals = [global_aval(x, index=i) for i, x in enumerate(call.inputs)]
         key = ProgramKey.of("forward", ns.structure, avals, (call.treedef, call.statics))
         with CompileProgress(self.orchestrator.what) as progress:
-            planned = self.orchestrator.planned(plan, ns, avals, "forward", key, progress, call.network_call())
+            planned = self.orchestrator.planned(plan, ns, avals, "forward", key, progress, call.network_call(),
+                                                defer_input_checks=True)  # made by call() on each batch
             if planned.graph is not None:  # a gradient taken in construct leaves recompute() nothing to do
                 recompute.say_if_not_applied(planned.graph, type(self.network).__name__)
             i_sh, replicated = self._input_shardings(planned, avals)
@@ -203,6 +204,10 @@ class ForwardProgram(Program[ForwardSettings]):
             runtime_checks.raise_pending()
         call = _Call.of(args, kwargs)
         compiled = self._program(call)
+        graph = compiled.planned.graph
+        if graph is not None and graph.input_checks:  # labels out of range: checked beside the call, not in it
+            if runtime_checks.check_inputs(graph.input_checks, call.inputs):
+                runtime_checks.raise_pending()
         outs, new_rest = compiled(self._state_values(compiled), self._place(compiled, call.inputs))
         self._write_back(self._changed(compiled.planned, len(compiled.in_shardings[0])), new_rest)
         return outs

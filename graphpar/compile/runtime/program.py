@@ -185,7 +185,8 @@ class TrainProgram(Program[TrainSettings]):
             accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size, [1] * len(avals))
             avals = accumulate.micro_avals(avals, self.micro_size)
         key = ProgramKey.of("train", ns.structure, avals)
-        return key, self.orchestrator.planned(self.plan, ns, avals, "train", key, progress)
+        return key, self.orchestrator.planned(self.plan, ns, avals, "train", key, progress,
+                                              defer_input_checks=True)  # made by _run on each batch
 
     def _opt_state(self, ns: NetworkState, layout: Layout) -> Any:
         """The optimizer state, created on first use as one jitted ``init`` whose outputs land in their shardings:
@@ -259,14 +260,17 @@ class TrainProgram(Program[TrainSettings]):
     def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
         if runtime_checks.pending():  # an earlier step's op check failed (ops.runtime_checks): no device access
             runtime_checks.raise_pending()
-        step = self._bound
+        step = checked = self._bound
         if step is not None:  # the training loop: a repeat of the last call runs in one frame
+            _check_batch(step.compiled, inputs)
             loss = step.repeat(inputs, stacked)
             if loss is not None:
                 return loss
         confirmed = revision()  # read before the checks below: a change after them moves it again
         ns = self.state
         step, placed = self._dispatch(ns, inputs, stacked, confirmed)
+        if step is not checked:  # another program: its own checks
+            _check_batch(step.compiled, inputs)
         pvals, rvals = self._place_state(ns, step.compiled, placed)
         return step.run(pvals, rvals, placed)
 
@@ -376,3 +380,11 @@ class TrainProgram(Program[TrainSettings]):
             lowered = lower(self._step(compiled.planned, ns), signature, arg_avals, compiled.planned)
         return ProgramStages(compiled.planned, lowered, compiled)
 
+
+def _check_batch(compiled: Compiled, inputs: Sequence[Any]) -> None:
+    """The checks the program left to the runtime (class labels in range: ``ops.runtime_checks``), made on the
+    batch beside the step instead of inside it; a host batch that fails is refused before its step runs."""
+    graph = compiled.planned.graph
+    if graph is not None and graph.input_checks:
+        if runtime_checks.check_inputs(graph.input_checks, inputs):
+            runtime_checks.raise_pending()

@@ -50,11 +50,15 @@ class Orchestrator:
         self.cache = ProgramCache()
 
     def planned(self, plan: ExecutionPlan, ns: NetworkState, avals: Sequence[Any], purpose: str,
-                key: ProgramKey, progress: CompileProgress, call: Any = None) -> Planned:
+                key: ProgramKey, progress: CompileProgress, call: Any = None,
+                defer_input_checks: bool = False) -> Planned:
+        """``defer_input_checks``: the caller makes the planned graph's ``input_checks`` on each batch itself
+        (``ops.runtime_checks.check_inputs``), so they are not compiled into the program."""
         def build() -> Planned:
             if plan.pynative:
                 return Planned(None, plan.layout(None), purpose)
-            return self._trace_and_plan(purpose, progress, lambda: plan.trace(ns, avals, purpose, call),
+            return self._trace_and_plan(purpose, progress,
+                                        lambda: plan.trace(ns, avals, purpose, call, defer_input_checks),
                                         lambda graph: run_passes(plan, graph, ns, purpose), plan.layout)
 
         planned, built = self.cache.planned.get_or_build(key, build)
