@@ -327,11 +327,9 @@ class Cell(nnx.Module, pytree=False):
             runner = top_level_call(self, args, kwargs)
             if runner is not None:
                 return runner(self, args, kwargs)
-            construct = self.construct
-            traced = for_trace(construct)  # its `if`s on traced values compiled (ir.control_flow); eager: as written
-            if traced is not construct and any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
-                return traced(*args, **kwargs)
-            return construct(*args, **kwargs)
+            if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
+                return for_trace(self.construct)(*args, **kwargs)  # in a trace: `if` on a traced value compiled
+            return self.construct(*args, **kwargs)  # eager: as written
         construct = for_trace(self.construct)  # inside a graph trace: `if` on a traced value compiled
         with _recorder.cell_scope(self._scope_label(recorder), self, self.recompute_config):
             if self._shard_spec is not None:  # Cell.shard / shard(cell, ...): layout constraints around construct

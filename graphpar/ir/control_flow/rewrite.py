@@ -37,6 +37,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from graphpar._logging import notice_once
 from graphpar.ir.control_flow import runtime
 
 HELPERS = "_graphpar_cf"  # the closure variable holding the runtime module (one underscore: no name mangling)
@@ -274,7 +275,14 @@ def converted(fn: Callable[..., Any]) -> Callable[..., Any] | None:
         pass
     code = fn.__code__
     if code not in _codes:
-        _codes[code] = _rewrite_code(fn)
+        try:
+            _codes[code] = _rewrite_code(fn)
+        except (SyntaxError, ValueError, TypeError, RecursionError) as exc:  # source the rewrite cannot compile
+            notice_once(f"control-flow-rewrite:{code.co_filename}:{code.co_firstlineno}",
+                        f"{fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) runs as written: its source "
+                        f"could not be rewritten ({type(exc).__name__}: {exc}), so an `if` in it on a traced value "
+                        "is not compiled")
+            _codes[code] = None
     new_code = _codes[code]
     out = None
     if new_code is not None:
