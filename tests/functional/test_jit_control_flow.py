@@ -15,6 +15,7 @@ import pytest
 import graphpar as ms
 from graphpar import amp, nn, ops
 from graphpar.errors import JitError, TracedControlFlowError
+from graphpar.parallel.auto_parallel import AutoParallel
 
 RNG = np.random.default_rng(3)
 X = RNG.normal(size=(16, 16)).astype(np.float32)
@@ -41,9 +42,11 @@ def _batch(step):
     return ms.Tensor(x), ms.Tensor(Y)
 
 
-def _mixed_precision_loop(by_hand, optimizer_cls=nn.SGD, steps=5):
+def _mixed_precision_loop(by_hand, optimizer_cls=nn.SGD, steps=5, auto_parallel=False):
     """The tutorial's functional loop (``if is_finite: optimizer(grads)``) or, ``by_hand``, the same loop with the
-    gradients of a non-finite step zeroed with ``jnp.where`` (equal for plain SGD); returns what each step saw."""
+    gradients of a non-finite step zeroed with ``jnp.where`` (equal for plain SGD); ``auto_parallel``: the step is
+    not decorated but wrapped, ``AutoParallel(train_step, parallel_mode="semi_auto")``. Returns what each step
+    saw."""
     ms.set_seed(5)
     net, loss_fn = Net(), nn.MSELoss()
     optimizer = optimizer_cls(net.trainable_params(), 0.05)
@@ -55,7 +58,6 @@ def _mixed_precision_loop(by_hand, optimizer_cls=nn.SGD, steps=5):
 
     grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters, has_aux=True)
 
-    @ms.jit
     def train_step(data, label):
         (loss, _), grads = grad_fn(data, label)
         grads = loss_scaler.unscale(grads)
@@ -74,7 +76,8 @@ def _mixed_precision_loop(by_hand, optimizer_cls=nn.SGD, steps=5):
         loss_scaler.adjust(is_finite)
         return loss_scaler.unscale(loss)
 
-    step = hand_step if by_hand else train_step
+    step = hand_step if by_hand else (AutoParallel(train_step, parallel_mode="semi_auto") if auto_parallel
+                                      else ms.jit(train_step))
     seen = []
     for i in range(steps):
         params = [p.asnumpy().copy() for p in net.trainable_params()]
@@ -105,6 +108,13 @@ def test_if_is_finite_skips_the_update_on_overflow_and_equals_the_hand_written_s
     np.testing.assert_allclose([s["loss"] for s in seen[:-1]], [s["loss"] for s in hand[:-1]], rtol=1e-6)
     for a, b in zip(seen[-1]["params"], hand[-1]["params"]):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_auto_parallel_of_the_undecorated_step_compiles_its_if():
+    seen = _mixed_precision_loop(by_hand=False, auto_parallel=True)
+    assert [s["scale"] for s in seen[:-1]] == [1024.0, 2048.0, 1024.0, 1024.0, 2048.0]
+    hand = _mixed_precision_loop(by_hand=True)
+    np.testing.assert_allclose([s["loss"] for s in seen[:-1]], [s["loss"] for s in hand[:-1]], rtol=1e-6)
 
 
 def test_the_skipped_step_keeps_the_optimizer_state():

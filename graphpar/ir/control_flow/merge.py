@@ -56,6 +56,10 @@ class BranchState(Protocol):
         """Write the state."""
         ...
 
+    def initial_branch_state(self) -> Any:
+        """The value the state takes when it is first made (for the path that did not make it), not kept."""
+        ...
+
 
 @dataclass(frozen=True)
 class _Slot:
@@ -64,6 +68,7 @@ class _Slot:
     label: str
     read: Callable[[], Any]
     write: Callable[[Any], None]
+    initial: Callable[[], Any] | None = None  # the value on a path that did not make the state (it read None)
 
 
 def _variable_slot(var: nnx.Variable, label: str) -> _Slot:
@@ -79,7 +84,7 @@ def _module_slots(module: nnx.Module) -> Iterator[tuple[int, _Slot]]:
             yield id(node), _variable_slot(node, ".".join([owner, *map(str, path)]))
         elif isinstance(node, nnx.Module) and isinstance(node, BranchState):
             label = f"the state of {type(node).__name__} '{'.'.join([owner, *map(str, path)])}'"
-            yield id(node), _Slot(label, node.branch_state, node.set_branch_state)
+            yield id(node), _Slot(label, node.branch_state, node.set_branch_state, node.initial_branch_state)
 
 
 def _code_names(code: types.CodeType) -> Iterator[str]:
@@ -211,6 +216,8 @@ def both_branches(pred: jax.Array, then_fn: Callable[..., tuple], else_fn: Calla
             slot.write(value)
     for slot, old, t, e in zip(slots, before, then_state, else_state):
         if t is not old or e is not old:
+            if slot.initial is not None and (t is None) != (e is None):  # one path made the state, the other not
+                t, e = (slot.initial() if t is None else t), (slot.initial() if e is None else e)
             slot.write(_choose(pred, t, e, slot.label, where, state=True))
     out = []
     for name, t, e in zip(names, then_out, else_out):
