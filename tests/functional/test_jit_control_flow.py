@@ -261,3 +261,26 @@ def test_an_if_on_a_tensor_in_construct_compiles_in_graph_mode():
         ms.set_context(mode=ms.GRAPH_MODE)
         np.testing.assert_allclose(np.asarray(net(ms.Tensor(data))), expected, rtol=1e-6)
         assert float(net.hits.asnumpy()) == hits
+
+
+class GateBySelect(Gate):
+    """``Gate`` written with ``ops.Select`` by hand (no Parameter counted)."""
+
+    def construct(self, x):
+        h = self.fc(x)
+        return ops.Select()(self.sum(h) > 0, h * 2, -h)
+
+
+def test_a_construct_with_an_if_on_a_tensor_trains_in_semi_auto_as_its_select_form():
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
+    x = RNG.normal(size=(16, 4)).astype(np.float32)
+    y = np.ones((16, 4), np.float32)
+    losses = {}
+    for cls in (Gate, GateBySelect):
+        ms.set_seed(0)
+        net = cls()
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+        losses[cls] = [float(train(ms.Tensor(x), ms.Tensor(y))) for _ in range(4)]
+    assert losses[Gate][-1] < losses[Gate][0]
+    np.testing.assert_allclose(losses[Gate], losses[GateBySelect], rtol=1e-6)

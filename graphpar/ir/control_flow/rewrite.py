@@ -261,7 +261,25 @@ def _rewrite_code(fn: types.FunctionType) -> types.CodeType | None:
         ast.copy_location(node, fdef)
     ast.fix_missing_locations(module)
     compiled = compile(module, code.co_filename, "exec", flags=code.co_flags & _FUTURE_FLAGS, dont_inherit=True)
-    return _find_code(compiled, code.co_name, first)
+    new = _find_code(compiled, code.co_name, first)
+    if new is None or not _same_function(code, new):
+        return None  # the file changed since the function was defined: its source is not this code's
+    return new
+
+
+def _all_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names) | set(code.co_varnames) | set(code.co_freevars) | set(code.co_cellvars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _all_names(const)
+    return names
+
+
+def _same_function(old: types.CodeType, new: types.CodeType) -> bool:
+    """Whether ``new`` was compiled from ``old``'s source: the same arguments, and every name ``old`` uses."""
+    args = old.co_argcount + old.co_kwonlyargcount + old.co_posonlyargcount
+    return (old.co_varnames[:args] == new.co_varnames[:args] and old.co_argcount == new.co_argcount
+            and _all_names(old) <= _all_names(new))
 
 
 def converted(fn: Callable[..., Any]) -> Callable[..., Any] | None:
