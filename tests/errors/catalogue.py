@@ -803,7 +803,7 @@ ROWS: list[Row] = [
                                                              "micro_size=1")),
     Row("jit-traced-while", "construct", "`while loss > 1.0:` in a @ms.jit step", lambda t: _jit_step("traced-while"),
         ERR + "TracedControlFlowError", ("catalogue.py:", "while loss > 1.0:", "`while` loop", "for i in range(n)",
-                                         "ops.WhileLoop")),
+                                         "jax.lax.while_loop")),
     Row("jit-traced-if-return", "construct", "`if not amp.all_finite(grads): return loss` in a @ms.jit step",
         lambda t: _jit_step("if-return"), ERR + "TracedControlFlowError",
         ("catalogue.py:", "if not ms.amp.all_finite(grads):", "leaves the function with `return`",

@@ -32,6 +32,7 @@ import collections
 import inspect
 import linecache
 import textwrap
+import tokenize
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -236,7 +237,7 @@ def _rewrite_code(fn: types.FunctionType) -> types.CodeType | None:
     try:
         lines, start = inspect.getsourcelines(code)
         tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    except (OSError, TypeError, SyntaxError, tokenize.TokenError):  # no source, or not Python this parser reads
         return None
     fdef = tree.body[0] if tree.body else None
     if not isinstance(fdef, ast.FunctionDef) or fdef.name != code.co_name or not _needs_rewrite(fdef):

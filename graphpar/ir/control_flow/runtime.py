@@ -3,9 +3,9 @@
 A concrete condition (a Python value, a NumPy or JAX array with a value) runs exactly the Python statement it
 replaces: the branch taken runs, the other does not, truthiness is Python's (``bool(cond)``, with its usual error for
 an array of several values), ``and``/``or`` short-circuit and return an operand. A traced condition (a value of the
-program being compiled) runs both branches and merges them (``control_flow.merge``). A site is the tuple
-``(file, line, text[, names, live names])`` (the names an ``if``'s
-branches bind, and those of them read after it) the rewrite embedded: it names the user's line in every refusal.
+program being compiled) runs both branches and merges them (``control_flow.merge``). A site is the tuple the
+rewrite embedded, ``(file, line, text[, names, live names])`` (the names an ``if``'s branches bind, and those of
+them read after it): it names the user's line in every refusal.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def where(site: tuple) -> str:
 _REASONS = {
     "while": "a `while` loop whose test is a traced value (a Tensor the program computes) is not compiled: the number "
              "of iterations must be known when the program is built. Loop a fixed number of times (for i in "
-             "range(n)) and choose values with ops.Select()(cond, a, b), or use ops.WhileLoop / jax.lax.while_loop",
+             "range(n)) and choose values with ops.Select()(cond, a, b), or write the loop as jax.lax.while_loop",
 }
 
 
