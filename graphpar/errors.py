@@ -146,6 +146,16 @@ class JitError(GraphparError, TypeError):
         super().__init__(f"graphpar.jit({function}): {reason}")
 
 
+class TracedControlFlowError(GraphparError, TypeError):
+    """Python control flow on a traced value that graphpar does not compile (a ``while`` loop, an ``if`` whose branch
+    returns or raises, branches whose values do not merge): ``where`` is the user's ``file:line (`statement`)``,
+    ``reason`` what is refused and what would compile."""
+
+    def __init__(self, where: str, reason: str):
+        self.where, self.reason = where, reason
+        super().__init__(f"{where}: {reason}")
+
+
 _INTERNAL_MODULES = ("graphpar", "jax", "jaxlib", "contextlib")
 
 

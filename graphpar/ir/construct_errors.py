@@ -33,7 +33,8 @@ class OpShapeError(ConstructError):
 
 
 class ControlFlowError(ConstructError):
-    """Python control flow (``if``/``while``/``bool()``/``int()``) on a value only known when the step runs."""
+    """A value only known when the step runs used as a Python value (``bool()``/``int()``, an ``if`` in a helper
+    function; an ``if`` in ``construct`` itself is compiled, ``ir.control_flow``)."""
 
 
 _CONCRETE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
@@ -56,10 +57,11 @@ def _shape(value: Any) -> tuple:
 
 def _control_flow(exc: BaseException, scope: str, cell: str) -> ControlFlowError:
     return ControlFlowError(
-        f"Cell '{cell}' (scope {scope}): construct uses a traced value in Python control flow "
-        f"({type(exc).__name__}); a graph is compiled once for all data, so `if`/`while`/bool()/int() on a Tensor "
-        "cannot depend on its value. Compute both branches and choose with ops.Select(cond, a, b) or "
-        "jnp.where(cond, a, b) (ops.WhileLoop/jax.lax.while_loop for loops)", scope, _first_line(exc))
+        f"Cell '{cell}' (scope {scope}): construct uses a traced value as a Python value "
+        f"({type(exc).__name__}); a graph is compiled once for all data, so bool()/int()/float() of a Tensor, or "
+        "an `if` in a helper function construct calls, cannot depend on its value (an `if` on a Tensor written in "
+        "construct itself is compiled). Compute both branches and choose with ops.Select(cond, a, b) or "
+        "jnp.where(cond, a, b), or move the `if` into construct", scope, _first_line(exc))
 
 
 def for_op(exc: BaseException, op_name: str, kind: str, scope: str, names: Sequence[str],

@@ -28,6 +28,7 @@ from graphpar.common.deferred import born
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
 from graphpar.errors import CellError, api_boundary
 from graphpar.ir import recorder as _recorder
+from graphpar.ir.control_flow import for_trace
 from graphpar.ops import _mixed_precision
 from graphpar.nn import _comm_fusion
 from graphpar.nn._recompute import RecomputeConfig, cell_config
@@ -326,12 +327,15 @@ class Cell(nnx.Module, pytree=False):
             runner = top_level_call(self, args, kwargs)
             if runner is not None:
                 return runner(self, args, kwargs)
-            return self.construct(*args, **kwargs)
+            if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
+                return for_trace(self.construct)(*args, **kwargs)  # in a trace: `if` on a traced value compiled
+            return self.construct(*args, **kwargs)  # eager: as written
+        construct = for_trace(self.construct)  # inside a graph trace: `if` on a traced value compiled
         with _recorder.cell_scope(self._scope_label(recorder), self, self.recompute_config):
             if self._shard_spec is not None:  # Cell.shard / shard(cell, ...): layout constraints around construct
-                return call_sharded(self._shard_spec, functools.partial(self.construct, **kwargs),
+                return call_sharded(self._shard_spec, functools.partial(construct, **kwargs),
                                     dict(self.parameters_and_names()), args)
-            return self.construct(*args, **kwargs)
+            return construct(*args, **kwargs)
 
     def shard(self, in_strategy: Any, out_strategy: Any = None, parameter_plan: Any = None, device: str = "Ascend",
               level: int = 0) -> "Cell":

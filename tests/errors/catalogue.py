@@ -211,8 +211,8 @@ class _Net:
 
             def construct(self, x):
                 h = self.matmul(x, self.w)
-                if mistake == "flow" and h.sum() > 0:
-                    h = h * 2
+                if mistake == "flow":
+                    h = h * int(h.sum() > 0)
                 if mistake == "jnp":
                     import jax.numpy as jnp
 
@@ -238,8 +238,10 @@ def _train(mistake: str = "", in_dim: int = 8, **strategy):
 
 
 def _jit_step(mistake: str):
-    """MindSpore 2.x's functional step under ``@ms.jit`` with one mistake: "two-gradients", "no-optimizer" or
-    "traced-if" (the update under ``if amp.all_finite(grads):``)."""
+    """MindSpore 2.x's functional step under ``@ms.jit`` with one mistake: "two-gradients", "no-optimizer",
+    "helper-if" (the update under an ``if`` on a Tensor in a helper the step calls), "traced-while" (a ``while`` on a
+    Tensor), "if-return" (a traced ``if`` that returns), "one-branch" (a name bound in one branch, read after) or
+    "shapes" (branches binding one name to Tensors of different shapes)."""
     from graphpar import nn
 
     ms = _ms()
@@ -251,15 +253,34 @@ def _jit_step(mistake: str):
 
     grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters)
 
+    def update_if_finite(grads):
+        if ms.amp.all_finite(grads):
+            optimizer(grads)
+
     @ms.jit
     def train_step(x, y):
         loss, grads = grad_fn(x, y)
         if mistake == "two-gradients":
             grad_fn(x, y)
-        if mistake == "traced-if":
-            if ms.amp.all_finite(grads):
-                optimizer(grads)
-        elif mistake != "no-optimizer":
+        if mistake == "helper-if":
+            update_if_finite(grads)
+        elif mistake == "traced-while":
+            while loss > 1.0:
+                loss = loss / 2
+        elif mistake == "if-return":
+            if not ms.amp.all_finite(grads):
+                return loss
+        elif mistake == "one-branch":
+            if loss > 1.0:
+                note = loss * 2
+            loss = note
+        elif mistake == "shapes":
+            if loss > 1.0:
+                g = grads[0]
+            else:
+                g = grads[1]
+            loss = loss + g.sum()
+        if mistake not in ("no-optimizer", "helper-if"):
             optimizer(grads)
         return loss
 
@@ -720,7 +741,7 @@ ROWS: list[Row] = [
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",
         ("op 'matmul' (MatMul)", "_backbone-Net", "x[8, 16]", "y[8, 4]", "contracting dimensions")),
-    Row("construct-control-flow", "construct", "`if h.sum() > 0:` in construct", lambda t: _train("flow"),
+    Row("construct-control-flow", "construct", "`h * int(h.sum() > 0)` in construct", lambda t: _train("flow"),
         "graphpar.ir.construct_errors:ControlFlowError", ("Cell 'Net'", "_backbone-Net", "ops.Select", "jnp.where")),
     Row("construct-jnp-shape", "construct", "`h + jnp.ones((3,))` on a (8, 4) value in construct",
         lambda t: _train("jnp"), "graphpar.ir.construct_errors:OpShapeError", ("Cell 'Net'", "_backbone-Net", "shapes for broadcasting")),
@@ -755,10 +776,10 @@ ROWS: list[Row] = [
     Row("jit-auto-parallel-mode", "construct", "AutoParallel(train_step, parallel_mode='semi')",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len, parallel_mode="semi"),
         ERR + "JitError", ("parallel_mode='semi'", "'semi_auto'", "'sharding_propagation'")),
-    Row("jit-traced-if", "construct", "`if amp.all_finite(grads): optimizer(grads)` in a @ms.jit step",
-        lambda t: _jit_step("traced-if"), ERR + "JitError",
+    Row("jit-traced-if", "construct", "`if amp.all_finite(grads): optimizer(grads)` in a helper a @ms.jit step calls",
+        lambda t: _jit_step("helper-if"), ERR + "JitError",
         ("train_step", "Python control flow on a traced value", "catalogue.py:", "if ms.amp.all_finite(grads):",
-         "loss_scale_manager=DynamicLossScaleManager()", "optimizer(grads) unconditionally")),
+         "in a Cell's construct", "ops.Select()(cond, a, b)")),
     Row("construct-predict-tuple-strategy-processes", "construct", "Model.predict(x) under dataset_strategy=((2, 1),) "
         "in a job of several processes", lambda t: _predict_tuple_strategy_multiprocess(), ERR + "ConfigError",
         ("Model.predict", "tuple dataset_strategy", "multi-process", "'data_parallel'", "'full_batch'")),
@@ -780,6 +801,21 @@ ROWS: list[Row] = [
         "of a network with ops.AllReduce in construct", lambda t: _manual_parallel(accumulate=True),
         "graphpar.communication.errors:CommunicationError", ("GradAccumulation(micro_size=2)", "once per rank",
                                                              "micro_size=1")),
+    Row("jit-traced-while", "construct", "`while loss > 1.0:` in a @ms.jit step", lambda t: _jit_step("traced-while"),
+        ERR + "TracedControlFlowError", ("catalogue.py:", "while loss > 1.0:", "`while` loop", "for i in range(n)",
+                                         "jax.lax.while_loop")),
+    Row("jit-traced-if-return", "construct", "`if not amp.all_finite(grads): return loss` in a @ms.jit step",
+        lambda t: _jit_step("if-return"), ERR + "TracedControlFlowError",
+        ("catalogue.py:", "if not ms.amp.all_finite(grads):", "leaves the function with `return`",
+         "Assign the result in both branches")),
+    Row("jit-traced-if-one-branch", "construct", "a name bound in one branch of a traced `if` only, read after it",
+        lambda t: _jit_step("one-branch"), ERR + "TracedControlFlowError",
+        ("catalogue.py:", "if loss > 1.0:", "`note` is bound in the `if` branch only",
+         "assign `note` before the `if`, or in both branches")),
+    Row("jit-traced-if-shapes", "construct", "a traced `if` binding one name to Tensors of different shapes",
+        lambda t: _jit_step("shapes"), ERR + "TracedControlFlowError",
+        ("catalogue.py:", "`g` is float32[4, 8] after the `if` branch and float32[4] after the `else` branch",
+         "same kind")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from graphpar.compile.functional.discover import reachable_state
 from graphpar.compile.functional.objective import lent, lent_optimizer_state, read, variables_of
 from graphpar.errors import JitError, user_traceback
+from graphpar.ir.control_flow import for_trace
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.ops.composite import Differentiation, tracing_step
@@ -61,7 +62,7 @@ class _Recorder:
 
     def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
         self.calls.append((spec, args))
-        value = spec.fn(*args)
+        value = for_trace(spec.fn)(*args)  # the differentiated function: its `if`s compiled as the step's
         if spec.has_aux:
             if not isinstance(value, (tuple, list)) or not value:
                 raise JitError(spec.name, f"{spec.origin}(..., has_aux=True): the function returns a "
@@ -150,10 +151,10 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
 
 
 def control_flow_error(name: str, exc: BaseException) -> JitError:
-    """The :class:`JitError` for Python control flow on a traced value in step ``name`` (``if is_finite:``),
-    naming the user's line. A compiled step is traced once for all data, so a Python ``if`` cannot depend on a
-    value of the step; MindSpore's graph mode parses the source and compiles the ``if`` as control flow, which
-    graphpar, tracing the function, does not."""
+    """The :class:`JitError` for Python control flow on a traced value that graphpar did not compile, naming the
+    user's line: ``bool()``/``int()``/``float()`` of a traced value, or an ``if`` in a function the step calls
+    (the step itself, the function it differentiates and every Cell's ``construct`` have their ``if``s on traced
+    values compiled, ``ir.control_flow``; other functions are traced as Python)."""
     tb = user_traceback(exc.__traceback__)
     where, text = "", ""
     while tb is not None:
@@ -163,8 +164,7 @@ def control_flow_error(name: str, exc: BaseException) -> JitError:
         tb = tb.tb_next
     at = f" at {where} (`{text}`)" if where else ""
     return JitError(name, f"Python control flow on a traced value{at}: a compiled step is traced once for all data, "
-                    "so an `if`/`while`/bool()/int() cannot depend on a Tensor's value. To skip the update on "
-                    "overflow, train with Model(..., loss_scale_manager=DynamicLossScaleManager()) or "
-                    "nn.TrainOneStepWithLossScaleCell, whose compiled step keeps the parameters and optimizer state "
-                    "when the gradients are not finite; otherwise call optimizer(grads) unconditionally, choose "
-                    "values with ops.select(cond, a, b), or run the loop without @jit (eager, on one device)")
+                    "so bool()/int()/float() of a Tensor, or an `if` in a helper function the step calls, cannot "
+                    "depend on its value. graphpar compiles an `if` on a Tensor written in the step function itself, "
+                    "in the function it differentiates or in a Cell's construct: move the `if` there (or into a "
+                    "Cell), or choose values with ops.Select()(cond, a, b)")

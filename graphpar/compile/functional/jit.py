@@ -28,6 +28,7 @@ from graphpar.compile.functional.discover import bindings_hold
 from graphpar.compile.functional.program import FunctionalProgram
 from graphpar.compile.runtime.placement import global_aval
 from graphpar.errors import JitError
+from graphpar.ir.control_flow import for_trace
 from graphpar.nn.cell import Cell
 from graphpar.ops.composite import callable_name
 
@@ -167,7 +168,7 @@ class JitFunction:
             raise JitError(name, f"keyword argument(s) {sorted(kwargs)}: a compiled function takes its inputs "
                            "positionally; pass them in order")
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
-            return self.fn(*args)  # inside another trace (a Cell's construct): inline, as a nested jit
+            return for_trace(self.fn)(*args)  # inside another trace (a Cell's construct): inline, as a nested jit
         avals = [global_aval(x) for x in args]
         self._check_signature(avals)
         key = (tuple((a.shape, str(a.dtype)) for a in avals), tuple(hash(h) for h in self.options.hash_args))
@@ -180,7 +181,7 @@ class JitFunction:
 
     def _capture(self, avals: Sequence[jax.ShapeDtypeStruct]) -> "_Entry":
         name = self.__qualname__
-        captured = capture_step(self.fn, name, avals)
+        captured = capture_step(for_trace(self.fn), name, avals)  # its `if`s on traced values compiled
         if captured.problem is not None and self.strict:
             raise JitError(name, captured.problem)
         if captured.problem is None and captured.spec is None:

@@ -26,6 +26,7 @@ from flax import nnx
 from flax.nnx import tracers
 
 from graphpar.errors import JitError
+from graphpar.ir.control_flow import for_trace
 from graphpar.nn.cell import Cell
 
 _RAW = operator.attrgetter("_raw_value")  # the value slot (see compile.lowering.network_state: flax is pinned)
@@ -121,7 +122,7 @@ class StepObjective(Cell):
         source = self._source
         mine, originals = variables_of(self.cells, self.loose), variables_of(source.cells, source.loose)
         with lent(originals, read(mine)):
-            out = source.fn(*inputs)
+            out = for_trace(source.fn)(*inputs)  # its `if`s on traced values compiled (ir.control_flow)
             for var, value in zip(mine, read(originals)):  # what the function wrote (statistics) to this copy
                 object.__setattr__(var, "_raw_value", value)
         return out

@@ -181,6 +181,18 @@ class Optimizer(Cell):
     def opt_state(self, value: Any) -> None:
         self._box.state = value
 
+    def branch_state(self) -> Any:
+        """The optax state (None before the first update), as an ``if`` on a traced value reads it to merge its
+        branches (``ir.control_flow.BranchState``: ``if is_finite: optimizer(grads)`` keeps it on the other path)."""
+        return self._box.state
+
+    def set_branch_state(self, value: Any) -> None:
+        self._box.state = value
+
+    def initial_branch_state(self) -> Any:
+        """The state the first update starts from (for the path of an ``if`` that made none), without keeping it."""
+        return self.transformation().init({p.name: p.get_value() for p in self.parameters})
+
     def init_state(self, params: dict[str, jax.Array]) -> Any:
         if self._box.state is None:
             self._box.state = self.transformation().init(params)

@@ -1,0 +1,142 @@
+"""What the rewritten code calls (``control_flow.rewrite``): each helper checks whether its condition is concrete.
+
+A concrete condition (a Python value, a NumPy or JAX array with a value) runs exactly the Python statement it
+replaces: the branch taken runs, the other does not, truthiness is Python's (``bool(cond)``, with its usual error for
+an array of several values), ``and``/``or`` short-circuit and return an operand. A traced condition (a value of the
+program being compiled) runs both branches and merges them (``control_flow.merge``). A site is the tuple the
+rewrite embedded, ``(file, line, text[, names, live names])`` (the names an ``if``'s branches bind, and those of
+them read after it): it names the user's line in every refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from graphpar.errors import TracedControlFlowError
+from graphpar.ir.control_flow import merge
+
+
+class _Undefined:
+    """A name with no value (not yet bound before an ``if``, or bound by neither branch)."""
+
+    def __repr__(self) -> str:
+        return "<unbound>"
+
+
+UNDEF = _Undefined()
+
+
+def _truth(value: Any) -> bool | None:
+    """Python's truthiness of ``value`` (its own errors included), or None when it is a traced value without one
+    (a tracer under ``jax.grad`` of concrete inputs has one: its ``if`` runs as Python, as JAX's own does)."""
+    try:
+        return bool(value)
+    except jax.errors.ConcretizationTypeError:
+        return None
+
+
+def where(site: tuple) -> str:
+    return f"{site[0]}:{site[1]} (`{site[2]}`)"
+
+
+_REASONS = {
+    "while": "a `while` loop whose test is a traced value (a Tensor the program computes) is not compiled: the number "
+             "of iterations must be known when the program is built. Loop a fixed number of times (for i in "
+             "range(n)) and choose values with ops.Select()(cond, a, b), or write the loop as jax.lax.while_loop",
+}
+
+
+def concrete(value: Any, site: tuple, reason: str) -> Any:
+    """``value`` when it is concrete (the statement then runs as Python does); a traced one is refused by name."""
+    if not isinstance(value, jax.core.Tracer) or _truth(value) is not None:
+        return value
+    if reason in _REASONS:
+        raise TracedControlFlowError(where(site), _REASONS[reason])
+    raise TracedControlFlowError(where(site), (
+        f"an `if` on a traced value whose branch {reason} is not compiled: graphpar compiles such an `if` by "
+        "running both branches and choosing their values with the condition (jnp.where), so a branch must end "
+        "where the `if` ends. Assign the result in both branches and use it after the `if` (return it there); "
+        "a check that must stop the program belongs outside the compiled step"))
+
+
+def predicate(cond: Any, site: tuple) -> jax.Array:
+    """A traced condition as one boolean (Python's truthiness: nonzero), refused when it holds several values."""
+    x = jnp.asarray(cond)
+    if x.size != 1:
+        raise TracedControlFlowError(where(site), (
+            f"the condition is a traced Tensor of shape {tuple(x.shape)}; an `if` needs one value: reduce it "
+            "(x.all(), x.any(), ops.ReduceAll) or choose element-wise with ops.Select()(cond, a, b)"))
+    x = jnp.reshape(x, ())
+    return x if x.dtype == jnp.bool_ else x != 0
+
+
+def _read(getter: Callable[[], Any]) -> Any:
+    try:
+        return getter()
+    except NameError:  # an unbound local (UnboundLocalError) or free variable
+        return UNDEF
+
+
+def bound(namespace: dict, names: tuple) -> tuple:
+    """The values of ``names`` in a branch's ``locals()``, UNDEF for one it left unbound."""
+    return tuple(namespace.get(n, UNDEF) for n in names)
+
+
+def if_stmt(cond: Any, then_fn: Callable[..., tuple], else_fn: Callable[..., tuple],
+            getters: Sequence[Callable[[], Any]], site: tuple) -> tuple:
+    """``if cond: then else: else`` over the names the branches bind (their values in, their values out)."""
+    values = [_read(g) for g in getters]
+    truth = _truth(cond)
+    if truth is not None:
+        return (then_fn if truth else else_fn)(*values)
+    return merge.both_branches(predicate(cond, site), then_fn, else_fn, values, site, UNDEF)
+
+
+def if_exp(cond: Any, then_fn: Callable[[], Any], else_fn: Callable[[], Any], site: tuple) -> Any:
+    """``then if cond else other``."""
+    truth = _truth(cond)
+    if truth is not None:
+        return then_fn() if truth else else_fn()
+    (value,) = merge.both_branches(predicate(cond, site), lambda: (then_fn(),), lambda: (else_fn(),), [],
+                                   site + ((None,), (None,)), UNDEF)
+    return value
+
+
+def and_(site: tuple, *operands: Callable[[], Any]) -> Any:
+    """``a and b and ...`` in a test: Python's for concrete operands, ``logical_and`` from the first traced one."""
+    value = operands[0]()
+    for i in range(1, len(operands)):
+        truth = _truth(value)
+        if truth is None:
+            rest = and_(site, *operands[i:])
+            rest_truth = _truth(rest)
+            return jnp.logical_and(predicate(value, site), predicate(rest, site) if rest_truth is None else rest_truth)
+        if not truth:
+            return value
+        value = operands[i]()
+    return value
+
+
+def or_(site: tuple, *operands: Callable[[], Any]) -> Any:
+    """``a or b or ...`` in a test: Python's for concrete operands, ``logical_or`` from the first traced one."""
+    value = operands[0]()
+    for i in range(1, len(operands)):
+        truth = _truth(value)
+        if truth is None:
+            rest = or_(site, *operands[i:])
+            rest_truth = _truth(rest)
+            return jnp.logical_or(predicate(value, site), predicate(rest, site) if rest_truth is None else rest_truth)
+        if truth:
+            return value
+        value = operands[i]()
+    return value
+
+
+def not_(value: Any, site: tuple) -> Any:
+    """``not value`` in a test."""
+    truth = _truth(value)
+    return jnp.logical_not(predicate(value, site)) if truth is None else not truth
