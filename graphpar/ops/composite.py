@@ -28,6 +28,7 @@ from flax import nnx
 from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.common.parameter import Parameter
+from graphpar.ops.random_ops import RngKey
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,14 @@ class GradOperation:
             raise ValueError(f"GradOperation: weights {missing} are not parameters of {type(network).__name__}")
 
         def f(chosen_state, xs):
-            return nnx.merge(graphdef, chosen_state, rest)(*xs)
+            # a copy: the network's own Variables belong to the caller's trace, and a stochastic op (ops.Dropout)
+            # advances its key inside this one; the advanced keys come back as auxiliary outputs
+            merged = nnx.merge(graphdef, chosen_state, rest, copy=True)
+            return merged(*xs), [v.get_value() for _, v in nnx.to_flat_state(nnx.state(merged, RngKey))]
 
-        out, vjp = jax.vjp(f, chosen, tuple(jnp.asarray(x) for x in xs))
+        out, vjp, keys = jax.vjp(f, chosen, tuple(jnp.asarray(x) for x in xs), has_aux=True)
+        for (_, variable), key in zip(nnx.to_flat_state(nnx.state(network, RngKey)), keys):
+            variable.set_value(key)
         g_state, g_inputs = vjp(_ones_like_tree(out) if sens is None else sens)
         flat = [v for _, v in nnx.to_flat_state(g_state)]
         g_weights = tuple(flat[order[i]].get_value() if hasattr(flat[order[i]], "get_value")
