@@ -30,6 +30,7 @@ from graphpar.errors import CellError, api_boundary
 from graphpar.ir import recorder as _recorder
 from graphpar.ops import _mixed_precision
 from graphpar.nn import _comm_fusion
+from graphpar.nn import _recompute
 from graphpar.nn._recompute import RecomputeConfig, cell_config
 from graphpar.nn.runner import top_level_call
 from graphpar.nn.shard import call_sharded, check_shard, resolve_parameters
@@ -331,6 +332,8 @@ class Cell(nnx.Module, pytree=False):
             if self._shard_spec is not None:  # Cell.shard / shard(cell, ...): layout constraints around construct
                 return call_sharded(self._shard_spec, functools.partial(self.construct, **kwargs),
                                     dict(self.parameters_and_names()), args)
+            if self.recompute_config is not None and _recorder.in_inner_gradient():
+                return _recompute.checkpointed(self, self.recompute_config, kwargs, args)
             return self.construct(*args, **kwargs)
 
     def shard(self, in_strategy: Any, out_strategy: Any = None, parameter_plan: Any = None, device: str = "Ascend",
