@@ -156,6 +156,9 @@ class Node:
     strategy: Any = None  # parallel.strategy.NodeStrategy, set by passes
     provenance: Provenance | None = None
     body: Any = None  # ir.trace.OpBody: the equations of an op traced inline (``eqn`` is then None)
+    # the backward recomputation (a ``jax.checkpoint`` under a gradient taken in construct) this node belongs to:
+    # the lowering keeps each such run one checkpoint, so XLA cannot merge it with the forward it recomputes
+    remat: int | None = None
 
     @property
     def label(self) -> str:

@@ -65,6 +65,7 @@ class TraceRecorder:
         self.scope_stack: list[str] = []
         self.cell_stack: list[Any] = []  # the Cell objects behind scope_stack (None for the root "Default")
         self.recompute_scopes: dict[str, Any] = {}  # Cell scope -> RecomputeConfig of Cells marked recompute()
+        self.inner_gradients = 0  # gradients taken inside construct (GradOperation, grad) being traced now
         self._ids = itertools.count()
 
     @property
@@ -94,6 +95,44 @@ def recording(inline: bool = True, defer_input_checks: bool = False) -> Iterator
         yield recorder
     finally:
         _active.reset(token)
+
+
+@contextlib.contextmanager
+def inner_gradient() -> Iterator[None]:
+    """While a gradient taken inside ``construct`` (``GradOperation``, ``grad``, ``value_and_grad`` outside a
+    compiled training step) traces its function: JAX writes that gradient's backward into the traced program, so
+    a recomputed Cell called in it must carry its own ``jax.checkpoint`` (``nn.cell``) for the backward to
+    recompute it. A no-op when not tracing."""
+    recorder = _active.get()
+    if recorder is None:
+        yield
+        return
+    recorder.inner_gradients += 1
+    try:
+        yield
+    finally:
+        recorder.inner_gradients -= 1
+
+
+@contextlib.contextmanager
+def standing_in(cell: Any) -> Iterator[None]:
+    """While ``cell`` (a copy of the innermost running Cell, made to run it under a transformation) runs in its
+    place: the scopes of the Cells it calls are found through it."""
+    recorder = _active.get()
+    if recorder is None:
+        yield
+        return
+    original = recorder.cell_stack[-1]
+    recorder.cell_stack[-1] = cell
+    try:
+        yield
+    finally:
+        recorder.cell_stack[-1] = original
+
+
+def in_inner_gradient() -> bool:
+    recorder = _active.get()
+    return recorder is not None and recorder.inner_gradients > 0
 
 
 @contextlib.contextmanager

@@ -37,6 +37,8 @@ from graphpar.ir.graph import Graph, Node, Value
 from graphpar.ir.recorder import OP_EQN_PREFIX, TraceRecorder, recording
 
 _JIT_PRIMS = ("jit", "pjit", "closed_call", "core_call")
+_REMAT_PRIMS = ("checkpoint", "remat2")  # jax.checkpoint's equation
+_REMATTED = "rematted_computation"  # JAX's name for the forward a checkpoint's backward recomputes
 _WRAPPER = re.compile(r"^(?:[a-z_]+\()+(.*?)\)+$")
 _TRANSPOSED = re.compile(r"(?:^|/)transpose\(")
 _MARKER = re.compile(r"(?:^|/)" + OP_EQN_PREFIX + r"(\d+)(?:/|$)")
@@ -83,6 +85,9 @@ class _Builder:
         self.order: list[int] = []
         self._next_value = 0
         self._next_node = 0
+        self._next_remat = 0
+        self.remat: int | None = None  # the backward recomputation being walked (Node.remat of its nodes)
+        self.arity: dict[int, tuple[int, int]] = {}  # staged op call id -> (inputs, outputs) of its forward call
 
     def new_value(self, aval: Any, kind: str, name: str = "", const: Any = None) -> int:
         vid = self._next_value
@@ -114,7 +119,7 @@ class _Builder:
         for k, vid in enumerate(in_ids):
             self.values[vid].consumers.append((nid, k))
         node = Node(nid, kind, instance, scope, attrs, hint, out_hint, list(in_ids), out_ids, eqn, is_op,
-                    input_names, dict(static_args or {}), body=body)
+                    input_names, dict(static_args or {}), body=body, remat=self.remat)
         self.nodes[nid] = node
         self.order.append(nid)
         return node
@@ -142,7 +147,7 @@ class _Builder:
             env[var] = vid
         return node
 
-    def walk(self, jaxpr: Any, env: dict, scope_prefix: str = "") -> None:
+    def walk(self, jaxpr: Any, env: dict, scope_prefix: str = "", transposed: bool = False) -> None:
         eqns = jaxpr.eqns
         k = 0
         while k < len(eqns):
@@ -162,19 +167,33 @@ class _Builder:
                 # else: a call computed inline, then staged as a jit (its outputs could not delimit it): these
                 # equations are dead, their results unused (a later read fails and the trace is redone staged)
                 continue
-            self.walk_eqn(eqn, env, scope_prefix)
+            self.walk_eqn(eqn, env, scope_prefix, transposed)
             k += 1
 
-    def walk_eqn(self, eqn: Any, env: dict, scope_prefix: str) -> None:
+    def walk_eqn(self, eqn: Any, env: dict, scope_prefix: str, transposed: bool = False) -> None:
         in_ids = [self.read(env, a) for a in eqn.invars]
         prim = eqn.primitive.name
         scope = clean_scope("/".join(s for s in (scope_prefix, str(eqn.source_info.name_stack)) if s))
+        if prim in _REMAT_PRIMS:
+            self.walk_remat(eqn, in_ids, env, scope)
+            return
         if prim in _JIT_PRIMS:
             name = str(eqn.params.get("name", ""))
             # a staged op's transpose (a GradOperation inside construct) keeps the op's name: it is the op's
-            # backward, computed by JAX, not a call of the op: its equations are walked as raw ones
-            if name.startswith(OP_EQN_PREFIX) and not _TRANSPOSED.search(str(eqn.source_info.name_stack)):
-                call = self.recorder.calls[int(name[len(OP_EQN_PREFIX):])]
+            # backward, computed by JAX, not a call of the op: its equations are walked as raw ones (inside a
+            # checkpoint's backward, every equation but the recomputed forward's is the transpose)
+            stack = str(eqn.source_info.name_stack)
+            if transposed:
+                backward = _REMATTED not in stack
+            else:
+                backward = bool(_TRANSPOSED.search(stack))
+            call_id = int(name[len(OP_EQN_PREFIX):]) if name.startswith(OP_EQN_PREFIX) else None
+            arity = (len(eqn.invars), len(eqn.outvars))
+            if call_id is not None and not backward and self.remat is None:
+                self.arity[call_id] = arity
+            # a recomputed op whose unused outputs or inputs JAX pruned is no longer the op: walked raw
+            if call_id is not None and not backward and self.arity.get(call_id, arity) == arity:
+                call = self.recorder.calls[call_id]
                 node = self.add_node(eqn, call.kind, call.instance_name, call.scope, call.attrs,
                                      call.in_strategy, call.out_strategy, in_ids, True, call.input_names,
                                      call.static_args)
@@ -187,7 +206,7 @@ class _Builder:
                     inner_env[var] = self.new_value(jax.typeof(c), "const", const=c)
                 for var, vid in zip(inner_jaxpr.invars, in_ids):
                     inner_env[var] = vid
-                self.walk(inner_jaxpr, inner_env, scope or "/")
+                self.walk(inner_jaxpr, inner_env, scope or "/", transposed and _REMATTED not in stack)
                 for var, outer in zip(inner_jaxpr.outvars, eqn.outvars):
                     env[outer] = self.read(inner_env, var)
                 return
@@ -198,6 +217,31 @@ class _Builder:
             node = self.add_node(eqn, prim, prim, scope, attrs, None, None, in_ids, False)
         for var, vid in zip(eqn.outvars, node.outputs):
             env[var] = vid
+
+
+    def walk_remat(self, eqn: Any, in_ids: list[int], env: dict, scope: str) -> None:
+        """A ``jax.checkpoint`` equation, walked into nodes like a ``jit``: the backward of a Cell recomputed under a
+        gradient taken in ``construct`` (``nn._recompute.checkpointed``), whose recomputed forward ops become op
+        nodes the planner gives their rules, and the transposes raw nodes. Its nodes carry one ``Node.remat`` id,
+        so the lowering evaluates them as one checkpoint again (XLA must not merge the recomputation with the
+        forward pass). Not in a backward (a gradient that never reached it), it is a plain call."""
+        inner = eqn.params["jaxpr"]
+        inner_jaxpr = inner.jaxpr if isinstance(inner, jcore.ClosedJaxpr) else inner
+        inner_env: dict = {}
+        for var, c in zip(inner_jaxpr.constvars, inner.consts if isinstance(inner, jcore.ClosedJaxpr) else ()):
+            inner_env[var] = self.new_value(jax.typeof(c), "const", const=c)
+        for var, vid in zip(inner_jaxpr.invars, in_ids):
+            inner_env[var] = vid
+        backward = bool(_TRANSPOSED.search(str(eqn.source_info.name_stack)))
+        outer = self.remat
+        if backward:
+            self.remat, self._next_remat = self._next_remat, self._next_remat + 1
+        try:
+            self.walk(inner_jaxpr, inner_env, scope or "/", transposed=backward)
+        finally:
+            self.remat = outer
+        for var, out in zip(inner_jaxpr.outvars, eqn.outvars):
+            env[out] = self.read(inner_env, var)
 
 
 def _custom_name(eqn: Any) -> str:

@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import numpy as np
+from flax import nnx
 
+from graphpar.common.parameter import Parameter
 from graphpar.errors import CellError
+from graphpar.ir import recorder as _recorder
 
 COMM = "graphpar_mp_comm"  # checkpoint name of model-parallel communication outputs
 
@@ -50,3 +54,32 @@ def cell_config(cell: Any, kwargs: dict[str, Any]) -> RecomputeConfig:
         raise CellError(f"{name}.recompute(recompute_slice_activation=True) is not built (XLA keeps saved "
                         "activations in the layout the plan gives them)")
     return RecomputeConfig(bool(kwargs.get("mp_comm_recompute", True)), False)
+
+
+def checkpointed(cell: Any, config: RecomputeConfig, kwargs: dict[str, Any], args: tuple) -> Any:
+    """``cell.construct(*args, **kwargs)`` under ``jax.checkpoint`` with ``config``'s policy: how a recomputed Cell
+    runs inside a gradient taken in ``construct`` (``GradOperation`` in a Cell run as a forward program). JAX traces
+    that gradient into the program at once, so the lowering's checkpoint of the Cell's nodes
+    (``compile.lowering.recompute``) comes too late: the backward equations already read the forward activations.
+    Checkpointed here, the traced backward recomputes the Cell's forward from its inputs (a ``remat`` equation),
+    as MindSpore's recompute does.
+
+    The Cell's Variables enter as inputs and are merged into a copy inside the checkpoint (a Variable of the
+    caller's trace cannot change inside another); what the copy changed besides Parameters (a Dropout key) is
+    written back. Non-array arguments (Python numbers, None) stay static."""
+    graphdef, state = nnx.split(cell)
+    leaves, treedef = jax.tree.flatten(args)
+    arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array | np.ndarray)]
+
+    def run(state: Any, *values: Any) -> Any:
+        full = list(leaves)
+        for i, value in zip(arrays, values):
+            full[i] = value
+        copy = nnx.merge(graphdef, state)
+        with _recorder.standing_in(copy):
+            out = copy.construct(*jax.tree.unflatten(treedef, full), **kwargs)
+        return out, nnx.state(copy, lambda _, v: not isinstance(v, Parameter))
+
+    out, changed = jax.checkpoint(run, policy=config.policy())(state, *(leaves[i] for i in arrays))
+    nnx.update(cell, changed)
+    return out

@@ -31,6 +31,7 @@ from graphpar.ir import recorder as _recorder
 from graphpar.ir.control_flow import for_trace
 from graphpar.ops import _mixed_precision
 from graphpar.nn import _comm_fusion
+from graphpar.nn import _recompute
 from graphpar.nn._recompute import RecomputeConfig, cell_config
 from graphpar.nn.runner import top_level_call
 from graphpar.nn.shard import call_sharded, check_shard, resolve_parameters
@@ -335,6 +336,8 @@ class Cell(nnx.Module, pytree=False):
             if self._shard_spec is not None:  # Cell.shard / shard(cell, ...): layout constraints around construct
                 return call_sharded(self._shard_spec, functools.partial(construct, **kwargs),
                                     dict(self.parameters_and_names()), args)
+            if self.recompute_config is not None and _recorder.in_inner_gradient():
+                return _recompute.checkpointed(self, self.recompute_config, kwargs, args)
             return construct(*args, **kwargs)
 
     def shard(self, in_strategy: Any, out_strategy: Any = None, parameter_plan: Any = None, device: str = "Ascend",

@@ -28,6 +28,8 @@ from flax import nnx
 from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.common.parameter import Parameter
+from graphpar.ir.recorder import inner_gradient
+from graphpar.ops.random_ops import RngKey
 
 
 @dataclass(frozen=True)
@@ -167,9 +169,15 @@ class GradOperation:
             raise ValueError(f"GradOperation: weights {missing} are not parameters of {type(network).__name__}")
 
         def f(chosen_state, xs):
-            return nnx.merge(graphdef, chosen_state, rest)(*xs)
+            # a copy: the network's own Variables belong to the caller's trace, and a stochastic op (ops.Dropout)
+            # advances its key inside this one; the advanced keys come back as auxiliary outputs
+            merged = nnx.merge(graphdef, chosen_state, rest, copy=True)
+            return merged(*xs), [v.get_value() for _, v in nnx.to_flat_state(nnx.state(merged, RngKey))]
 
-        out, vjp = jax.vjp(f, chosen, tuple(jnp.asarray(x) for x in xs))
+        with inner_gradient():
+            out, vjp, keys = jax.vjp(f, chosen, tuple(jnp.asarray(x) for x in xs), has_aux=True)
+        for (_, variable), key in zip(nnx.to_flat_state(nnx.state(network, RngKey)), keys):
+            variable.set_value(key)
         g_state, g_inputs = vjp(_ones_like_tree(out) if sens is None else sens)
         flat = [v for _, v in nnx.to_flat_state(g_state)]
         g_weights = tuple(flat[order[i]].get_value() if hasattr(flat[order[i]], "get_value")
@@ -200,7 +208,8 @@ def _eager_value_and_grad(spec: Differentiation, args: tuple) -> tuple[Any, tupl
 
     wvals = [w.get_raw_value() for w in weights]
     xs = [jnp.asarray(args[p]) for p in positions]
-    value, vjp, aux = jax.vjp(f, wvals, xs, has_aux=True)
+    with inner_gradient():
+        value, vjp, aux = jax.vjp(f, wvals, xs, has_aux=True)
     g_w, g_x = vjp(jnp.ones_like(value))
     return ((value,) + aux if has_aux else value), tuple(g_w), tuple(g_x)
 

@@ -76,3 +76,33 @@ def test_mindspores_one_entry_strategy():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
     assert Sharded().drop.in_strategy == ((8, 1), ())
     assert Sharded()(jnp.ones((8, 4))).shape == (8, 4)
+
+
+class _Doubled(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.dropout = ops.Dropout(0.5)
+
+    def construct(self, x):
+        return self.dropout(x)[0] * 2.0
+
+
+class _InputGrad(nn.Cell):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.grad = ops.GradOperation()
+
+    def construct(self, x):
+        return self.grad(self.net)(x)
+
+
+@pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE])
+def test_under_a_gradient_taken_in_construct(mode):
+    """The gradient of a masked, scaled input is the mask times 4 (2 / keep_prob); the key advances per call."""
+    ms.set_context(mode=mode)
+    grad = _InputGrad(_Doubled())
+    x = ms.Tensor(np.ones((16, 16), np.float32))
+    first, second = grad(x).asnumpy(), grad(x).asnumpy()
+    assert set(np.unique(first)) == {0.0, 4.0}
+    assert (first != second).any()

@@ -147,4 +147,6 @@ def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any]) -> 
                                                      step.node.id in plan.named)))
         return [local[v] for v in unit.outputs]
 
+    if unit.recomputes:
+        xs = jax.lax.optimization_barrier(list(xs))
     return jax.checkpoint(segment, policy=unit.config.policy())(*xs)

@@ -35,13 +35,17 @@ from graphpar.ir.graph import Graph
 class Checkpointed:
     """A run of recomputed nodes, evaluated inside ``jax.checkpoint`` with ``config``'s policy: its arguments are the
     values it reads from outside (``inputs``; the constants it reads, ``consts``, are closed over), its results the
-    values read after it (``outputs``). Its steps are bound inline: inside a checkpoint nothing is a shared call."""
+    values read after it (``outputs``). Its steps are bound inline: inside a checkpoint nothing is a shared call.
+    ``recomputes``: the run is a backward recomputation already traced into the graph (``Node.remat``), whose
+    inputs pass an optimization barrier first, as JAX's own checkpoint lowering does: XLA must neither merge it with
+    the forward nodes it repeats nor compute it before the backward needs it."""
 
     steps: tuple[Step, ...]
     config: recompute.RecomputeConfig
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     consts: tuple[tuple[int, Any], ...]
+    recomputes: bool = False
 
 
 Unit = Step | Group | Checkpointed
@@ -104,7 +108,8 @@ def _checkpointed(graph: Graph, steps: list[Step], config: recompute.RecomputeCo
     ext = dict.fromkeys(v for node in nodes for v in node.inputs if v not in inside and v not in const)
     # read after the run: the order is topological, so a reader outside the run comes after it
     needed = tuple(v for node in nodes for v in node.outputs if last_read.get(v, -1) > end)
-    return Checkpointed(tuple(steps), config, tuple(ext), needed, tuple(const.items()))
+    return Checkpointed(tuple(steps), config, tuple(ext), needed, tuple(const.items()),
+                        recomputes=nodes[0].remat is not None)
 
 
 def plan_lowering(graph: Graph, mesh: Mesh | None = None, vmapped_axes: frozenset[str] = frozenset(),

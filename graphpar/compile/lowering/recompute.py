@@ -15,6 +15,13 @@ The policy follows the Cell's options:
   split contractions, collective ops) are named :data:`COMM` and saved, so the backward pass recomputes the
   arithmetic but does not communicate again (``save_only_these_names``).
 
+A gradient taken inside ``construct`` (``GradOperation`` in a Cell run as a forward program, MindSpore's recompute
+sample) is traced into the program by JAX at once, backward equations included, so a checkpoint at the lowering
+would come too late. There the recomputed Cell runs under ``jax.checkpoint`` while it is traced
+(``nn._recompute.checkpointed``); the trace walks the checkpoint's backward into nodes of one ``Node.remat`` run
+(its recomputed ops are op nodes, planned with their rules), and :func:`segments` keeps each such run one checkpoint
+whose inputs pass an optimization barrier (``interpret``), as JAX's own lowering of a differentiated checkpoint does.
+
 The parallel optimizer's level3 (``compile.opt_shard``) differentiates the whole step through ``jax.checkpoint``
 that keeps only the *activations*: the outputs of nodes computed from the batch, which the interpreter names
 :data:`ACTIVATION` while :func:`naming_activations` is in force. Everything computed from the parameters alone —
@@ -34,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -87,12 +93,16 @@ def _scope_config(scope: str, scopes: dict[str, RecomputeConfig]) -> tuple[str, 
 
 def segments(graph: Any) -> list[tuple[RecomputeConfig | None, list[Any]]]:
     """The graph's nodes in order, cut into runs: ``(None, nodes)`` evaluate normally, ``(config, nodes)`` inside
-    ``jax.checkpoint`` with ``config``'s policy."""
+    ``jax.checkpoint`` with ``config``'s policy. The nodes of one backward recomputation (``Node.remat``: a
+    recomputed Cell under a gradient taken in ``construct``) are one run of their own, apart from the forward
+    nodes of the same Cell: inside one checkpoint XLA would compute the two once."""
     scopes = graph.recompute_scopes
     out: list[tuple[Any, Any, list[Any]]] = []
     for node in graph.node_list():
         found = _scope_config(node.scope, scopes) if scopes else None
-        if found is not None:
+        if node.remat is not None:  # a backward recomputation traced under a gradient taken in construct
+            key, config = ("remat", node.remat), (found[1] if found is not None else PRIMITIVE)
+        elif found is not None:
             key, config = ("cell", found[0]), found[1]
         elif node.attrs.get("recompute") is True:
             key, config = ("primitive",), PRIMITIVE
@@ -123,27 +133,10 @@ def uses_recompute(network: Cell) -> bool:
     return False
 
 
-_TRANSPOSED = re.compile(r"(?:^|/)transpose\(")  # JAX's name for the backward of what it differentiates
-
-
-def say_if_not_applied(graph: Any, network: str) -> None:
-    """Say once per recomputed Cell when ``network``'s graph takes a gradient itself (``GradOperation``, ``grad``
-    or ``value_and_grad`` called in ``construct``, outside a compiled training step): JAX traces that gradient
-    into the graph as explicit backward equations reading the forward activations, so there is no backward pass
-    of the program left for ``jax.checkpoint`` to recompute them in, and ``Cell.recompute()`` changes nothing.
-    A training step (``Model.train``, a Cell holding its optimizer, ``@ms.jit``) takes the gradient of the traced
-    graph instead, which recomputes."""
-    if not graph.recompute_scopes or graph.closed_jaxpr is None:
-        return
-    if not any(_TRANSPOSED.search(str(e.source_info.name_stack)) for e in graph.closed_jaxpr.jaxpr.eqns):
-        return
-    for scope in graph.recompute_scopes:
-        notice_once(f"recompute-inner-gradient:{scope}",
-                    f"{scope.rsplit('/', 1)[-1]}.recompute() (scope {scope}) is not applied: {network} takes the "
-                    "gradient inside its construct, which is traced into the program as explicit backward ops "
-                    "that keep the forward activations (no backward pass is left to recompute them in); take the "
-                    "gradient in a compiled training step (nn.TrainOneStepCell with Model.train, a Cell holding "
-                    "its optimizer, or an @ms.jit step) for recompute() to lower memory")
+def recomputes_in_backward(graph: Any) -> bool:
+    """Whether ``graph`` holds a backward recomputation traced into it (``Node.remat``: a recomputed Cell under a
+    gradient taken in ``construct``, ``nn._recompute.checkpointed``)."""
+    return any(node.remat is not None for node in graph.node_list())
 
 
 MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"

@@ -126,8 +126,8 @@ class ForwardProgram(Program[ForwardSettings]):
         with CompileProgress(self.orchestrator.what) as progress:
             planned = self.orchestrator.planned(plan, ns, avals, "forward", key, progress, call.network_call(),
                                                 defer_input_checks=True)  # made by call() on each batch
-            if planned.graph is not None:  # a gradient taken in construct leaves recompute() nothing to do
-                recompute.say_if_not_applied(planned.graph, type(self.network).__name__)
+            if planned.graph is not None and recompute.recomputes_in_backward(planned.graph):
+                recompute.advise_cpu_scheduler(self.network, plan.devices[0].platform)
             i_sh, replicated = self._input_shardings(planned, avals)
             layout = planned.layout
             r_sh = [layout.param_sharding(n, tuple(np.shape(v))) for n, v in zip(ns.rest.names(), ns.rest.values())]

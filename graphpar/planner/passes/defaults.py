@@ -25,11 +25,12 @@ from graphpar.planner.strategy import MeshInfo, NodeStrategy, enumerate_strategi
 
 def batch_label(dims: DimSpec) -> str | None:
     """The label MindSpore's ``GenerateBatchStrategies`` splits: the op's declared batch label, else the first
-    labelled dimension 0 of its inputs, then outputs."""
+    labelled dimension 0 of its inputs, then outputs (an input broadcast along dimension 0, ``max(-inf, x)`` or
+    ``1 - x`` with a shape-(1,) constant, leaves it unlabelled: the next input's batch is split)."""
     if dims.batch is not None:
         return dims.batch
     for row in dims.inputs + dims.outputs:
-        if row:
+        if row and row[0] is not None:
             return row[0]
     return None
 

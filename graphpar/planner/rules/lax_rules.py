@@ -12,8 +12,9 @@ ELEMENTWISE = frozenset({
     "digamma", "integer_pow", "square", "select_n", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "xor",
     "convert_element_type", "stop_gradient", "copy", "copy_p", "nextafter", "is_finite", "clamp", "reduce_precision",
     "real", "imag", "conj", "shift_left", "shift_right_logical", "shift_right_arithmetic", "population_count",
+    "add_any",  # JAX's sum of two cotangents of one value: every gradient taken in construct has them
 })
-SILENT_REPLICATED.update({"random_bits", "random_split", "random_fold_in", "random_seed", "random_wrap",
+SILENT_REPLICATED.update({"random_split", "random_fold_in", "random_seed", "random_wrap",
                           "random_unwrap", "threefry2x32", "iota",
                           "debug_print", "debug_callback"})  # ops.Print: prints the whole value, has no output
 
@@ -22,6 +23,29 @@ SILENT_REPLICATED.update({"random_bits", "random_split", "random_fold_in", "rand
 def _elementwise(node, graph):
     ins, outs = shapes_of(node, graph)
     return elementwise(ins, outs)
+
+
+@register("random_bits")
+def _random_bits(node, graph):
+    """Bits drawn from one key (the key whole): split like an elementwise output, since JAX's threefry is
+    partitionable (``jax_threefry_partitionable``): each device draws its block of the same bits, so a dropout
+    mask recomputed in a backward pass is never drawn whole on every device."""
+    _, outs = shapes_of(node, graph)
+    labels = tuple(f"d{i}" for i in range(len(outs[0])))
+    return DimSpec(tuple(tuple(None for _ in s) for s in shapes_of(node, graph)[0]), (labels,), labels)
+
+
+@register("bitcast_convert_type")
+def _bitcast(node, graph):
+    """Elementwise between types of one width (the random bits of a dropout mask become floats); a change of
+    width adds or drops a trailing dimension, which stays whole."""
+    ins, outs = shapes_of(node, graph)
+    if ins[0] == outs[0]:
+        return elementwise(ins, outs)
+    common = min(len(ins[0]), len(outs[0]))
+    labels = tuple(f"d{i}" for i in range(common))
+    return DimSpec((labels + (None,) * (len(ins[0]) - common),), (labels + (None,) * (len(outs[0]) - common),),
+                   labels)
 
 
 @register("dot_general")
