@@ -8,6 +8,7 @@ from graphpar.train.callback import History as History
 from graphpar.train.callback import HistoryPlot as HistoryPlot
 from graphpar.train.callback import LossMonitor as LossMonitor
 from graphpar.train.callback import RunContext as RunContext
+from graphpar.train.callback import SummaryCollector as SummaryCollector
 from graphpar.train.callback import TimeMonitor as TimeMonitor
 from graphpar.train.metrics import (  # noqa: F401
     MAE, MSE, Accuracy, Loss, Metric, Top1CategoricalAccuracy, Top5CategoricalAccuracy, TopKCategoricalAccuracy)

@@ -11,3 +11,4 @@ from graphpar.train.callback._progress import ProgressBar as ProgressBar
 from graphpar.train.callback._time_monitor import TimeMonitor as TimeMonitor
 from graphpar.train.callback._checkpoint import CheckpointConfig as CheckpointConfig
 from graphpar.train.callback._checkpoint import ModelCheckpoint as ModelCheckpoint
+from graphpar.train.callback._summary import SummaryCollector as SummaryCollector
