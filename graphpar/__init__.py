@@ -51,8 +51,8 @@ from graphpar.nn.runner import register_runner as _register_runner
 from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad
 from graphpar.train import (  # noqa: F401
-    Callback, DynamicLossScaleManager, FixedLossScaleManager, LossMonitor, LossScaleManager, Model, RunContext,
-    SummaryCollector, TimeMonitor)
+    Callback, DynamicLossScaleManager, FixedLossScaleManager, LossMonitor, LossScaleManager, Model, Profiler,
+    RunContext, SummaryCollector, TimeMonitor)
 from graphpar.train.export import export as export
 from graphpar.train.serialization import (  # noqa: F401
     build_searched_strategy, load_checkpoint, load_distributed_checkpoint, load_param_into_net,

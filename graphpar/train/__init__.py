@@ -15,6 +15,7 @@ from graphpar.train.metrics import (  # noqa: F401
 from graphpar.train.loss_scale_manager import (  # noqa: F401
     DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager)
 from graphpar.train.model import Model as Model
+from graphpar.train.profiler import Profiler as Profiler
 from graphpar.train.serialization import (  # noqa: F401
     build_searched_strategy, load_checkpoint, load_distributed_checkpoint, load_param_into_net,
     merge_sliced_parameter, save_checkpoint, transform_checkpoints)
