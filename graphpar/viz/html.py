@@ -63,7 +63,13 @@ def collective_text(c: Collective) -> str:
     op = f"({c.op})" if c.op else ""
     cause = "" if c.cause in ("", "operator") else " [" + c.cause.replace("redistribution of", "redistributes") + "]"
     when = {"forward": "fwd ", "backward": "bwd "}.get(c.pass_, "")
-    return f"{c.kind}{op} {when}{human_bytes(c.bytes)} ranks {'-'.join(map(str, c.group))}{cause}"
+    # "ranks 0,4": MindSpore's group_ranks spelling "0-4" reads as the range 0..4
+    return f"{c.kind}{op} {when}{human_bytes(c.bytes)} ranks {','.join(map(str, c.group))}{cause}"
+
+
+def unattributed_label(c: Collective) -> str:
+    """The row or bar name of a collective no op owns: the gradient reduction (it names its parameters) or not."""
+    return "(gradient reduction)" if c.parameters else "(not attributed)"
 
 
 # --- the per-op table ------------------------------------------------------------------------------------------
@@ -86,7 +92,7 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
                      f'<span class="gp-small">{escape(node.scope)}</span>', code_cell(node.strategy_text or "-"),
                      escape(prov), shapes, colls, nbytes])
     for c in (execute.unattributed if execute is not None else []):
-        rows.append(["-", "(not attributed)", "", "", "", "", "", escape(collective_text(c)), str(c.bytes)])
+        rows.append(["-", unattributed_label(c), "", "", "", "", "", escape(collective_text(c)), str(c.bytes)])
     attrs = (f' data-rank="{main.rank}" data-graph="{escape(main.graph)}" data-ops="{len(main.nodes)}"'
              f' data-kind="{kind}"')
     classes = ["op-row"] * len(main.nodes) + ["gp-loose"] * (len(rows) - len(main.nodes))
@@ -185,12 +191,11 @@ def bytes_by_op(execute: Dump) -> list[tuple[str, dict[str, float]]]:
             for c in n.collectives:
                 by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
             rows.append((f"{n.instance_name} (node {n.id})", by_kind))
-    if execute.unattributed:
-        by_kind = {}
-        for c in execute.unattributed:
-            by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
-        rows.append(("(not attributed)", by_kind))
-    return rows
+    loose: dict[str, dict[str, float]] = {}
+    for c in execute.unattributed:
+        by_kind = loose.setdefault(unattributed_label(c), {})
+        by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
+    return rows + list(loose.items())
 
 
 def bytes_by_layer(execute: Dump) -> list[tuple[str, dict[str, float]]]:
@@ -201,7 +206,7 @@ def bytes_by_layer(execute: Dump) -> list[tuple[str, dict[str, float]]]:
             entry = layers.setdefault(n.scope or "(top)", {})
             entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
     for c in execute.unattributed:
-        entry = layers.setdefault("(not attributed)", {})
+        entry = layers.setdefault(unattributed_label(c), {})
         entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
     return list(layers.items())
 

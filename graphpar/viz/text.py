@@ -64,7 +64,7 @@ def _fmt_provenance(p: dict[str, Any] | None) -> str:
 def _fmt_collective(c: dict[str, Any]) -> str:
     op = f"({c['op']})" if c["op"] else ""
     cause = "" if c["cause"] == "operator" else " [" + c["cause"].replace("redistribution of", "redistributes") + "]"
-    group = "-".join(str(r) for r in c["group"])
+    group = ",".join(str(r) for r in c["group"])  # "0,4": MindSpore's "0-4" reads as the range 0..4
     when = {"forward": "fwd ", "backward": "bwd "}.get(c["pass"], "")
     return f"{c['kind']}{op} {when}{c['bytes']} B ranks {group}{cause}"
 

@@ -31,7 +31,7 @@ def test_show(ir_dumps, capsys):
     assert code == 0
     assert "execute dump (format 1)" in out and "rank 4 of 8" in out
     assert "%para0_w" in out and "(m1.m2, -)" in out
-    assert "AllReduce(sum) fwd 512 B ranks 4-5-6-7" in out
+    assert "AllReduce(sum) fwd 512 B ranks 4,5,6,7" in out
     assert "total collective bytes per step (rank 4):" in out
     code, out, _ = run(capsys, "show", path, "--json")
     data = json.loads(out)
