@@ -1,6 +1,6 @@
 """Test configuration: 8 simulated CPU devices, the plan's invariants checked after every planning pass
-(``GRAPHPAR_CHECK_PASSES``, read by ``graphpar._env``; subprocesses the tests start inherit it), a fresh graphpar
-context for every test."""
+(``GRAPHPAR_CHECK_PASSES``, read by ``graphpar._env``; subprocesses the tests start inherit it), XLA's persistent
+compilation cache off, a fresh graphpar context for every test."""
 
 import os
 
@@ -9,6 +9,10 @@ if "--xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("GRAPHPAR_CHECK_PASSES", "1")
+# XLA's persistent compilation cache (on by default in ~/.cache/graphpar/xla) stays off: the suite never writes into
+# the user's home, and every test compiles what it counts; tests/compile/test_compile_cache.py switches it on in a
+# temporary directory
+os.environ["MS_COMPILER_CACHE_ENABLE"] = "0"
 
 import pytest  # noqa: E402
 
