@@ -1,7 +1,7 @@
 """The first step of the GPT-style model in SEMI_AUTO on the 8 CPU devices, each in a fresh process (what a user
 waits for when a script starts), split into XLA's compile of the step and graphpar's own share (issue 28).
 
-``python -m bench.first_step [gpt|megatron]`` runs one first step and prints one JSON line; ``bench_first_step``
+``python -m bench.first_step [gpt|gpt_onehot|megatron]`` runs one first step and prints one JSON line; ``bench_first_step``
 runs it in subprocesses with XLA's persistent cache off (twice; the lower share of the two is kept, a loaded machine
 only ever adds time); ``bench_cached_first_step`` twice with one fresh cache directory (the second run reads the
 step back: ``cached_vs_first``; ``second_xla_read_s`` is JAX's backend-compile event of the step in the second run,
