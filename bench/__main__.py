@@ -1,8 +1,12 @@
-"""``make bench``: graphpar against hand-written JAX, measured in the same run; prints ratios, asserts nothing."""
+"""``make bench``: graphpar against hand-written JAX, measured in the same run; prints ratios, asserts nothing.
+
+``python -m bench [NAME ...] [--busy]``: only the named sections (step, first_step, planning, ...); ``--busy`` keeps
+one core busy with a spinning process while measuring (the figures "with the other core busy")."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -18,12 +22,30 @@ def _table(rows: list[dict], keys: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _spinner() -> subprocess.Popen:
+    """A process that keeps one core busy (``--busy``): another program competing for the CPU, reproducibly, as
+    other work does on a shared machine (graphpar's per-call Python suffers more from contention than jit's C++
+    fast path: issue 28)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
 def main(argv: list[str]) -> int:
+    spinner = _spinner() if "--busy" in argv else None
+    try:
+        return _main([a for a in argv if a != "--busy"], busy=spinner is not None)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+
+
+def _main(argv: list[str], busy: bool) -> int:
     only = set(argv)
     import jax
 
     print(f"graphpar bench on {jax.device_count()} {jax.devices()[0].platform} devices "
-          f"({os.cpu_count()} CPU cores); ratios are graphpar / hand-written, measured interleaved\n", flush=True)
+          f"({os.cpu_count()} CPU cores{'; one kept busy by a spinning process (--busy)' if busy else ''}); ratios "
+          f"are graphpar / hand-written, measured interleaved\n", flush=True)
     if not only or "step" in only:
         from bench.step_time import bench_data_parallel, bench_dispatch, bench_megatron
 
@@ -54,6 +76,28 @@ def main(argv: list[str]) -> int:
               "(1.0 = linear)")
         print("passes (ms):", {r["model"]: {k: round(v, 1) for k, v in r["passes_ms"].items()} for r in rows}, "\n",
               flush=True)
+    if not only or "first_step" in only:
+        from bench.first_step import bench_cached_first_step, bench_first_step
+
+        rows = [bench_first_step("gpt"), bench_first_step("megatron")]
+        print("First step in a fresh process, XLA's persistent cache off (issue 28; goal share_of_compile <= 0.25): "
+              "graphpar's share = the call up to the step's dispatch - XLA's compile of the step; first_run_s: the "
+              "devices running that first step, run_s: a later step")
+        print(_table(rows, ["model", "first_step_s", "dispatched_s", "xla_step_s", "xla_other_s", "graphpar_s",
+                            "share_of_compile", "trace_plan_s", "lower_s", "first_run_s", "run_s"]))
+        cached = [bench_cached_first_step(m) for m in ("gpt_onehot", "megatron", "gpt")]
+        print("XLA's persistent compilation cache (issue 28; goal cached_vs_first <= 0.3): the first step of a "
+              "script's second run against its first run's, one fresh cache directory (gpt: its step calls back to "
+              "the host for its label checks, which JAX does not cache; gpt_onehot: the same model on one-hot labels)")
+        print(_table(cached, ["model", "first_run_s", "second_run_s", "cached_vs_first", "second_xla_read_s",
+                              "second_trace_plan_s", "second_lower_s"]), "\n", flush=True)
+    if not only or "compile_time" in only:
+        from bench.compile_time import bench_compile_time
+
+        print("XLA compile of the train step by mixed-precision level, CPU seconds (issue 28; goal: O2 not ~2x O0 "
+              "because of its overflow check and loss-scale update; O3 has the same casts without them)")
+        print(_table(bench_compile_time(), ["model", "O0_cpu_s", "O2_cpu_s", "O3_cpu_s", "O2/O0", "O3/O0",
+                                            "O0_hlo_lines", "O2_hlo_lines"]), "\n", flush=True)
     if not only or "planner" in only:
         from bench.planner import bench_cost_model, bench_planning_per_node
 

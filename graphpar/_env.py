@@ -282,3 +282,21 @@ def save_graphs_level() -> int | None:
 def save_graphs_path() -> str | None:
     """``MS_DEV_SAVE_GRAPHS_PATH``: where MindSpore 2.x writes IR dumps; None when unset or empty."""
     return os.environ.get("MS_DEV_SAVE_GRAPHS_PATH") or None
+
+
+def compile_cache_enabled() -> bool | None:
+    """``MS_COMPILER_CACHE_ENABLE``: MindSpore's switch of the compile cache (1 on, 0 off; any boolean spelling of
+    ``parse_flag``); None when unset. ``set_context(enable_compile_cache=...)`` takes precedence, as in MindSpore."""
+    return _read_flag("MS_COMPILER_CACHE_ENABLE")
+
+
+def compile_cache_path() -> str | None:
+    """``MS_COMPILER_CACHE_PATH``: MindSpore's compile-cache directory; None when unset or empty."""
+    return os.environ.get("MS_COMPILER_CACHE_PATH") or None
+
+
+def user_cache_home() -> str:
+    """The user's cache directory of the XDG base-directory specification: ``$XDG_CACHE_HOME`` when it is an
+    absolute path (the specification ignores a relative one), else ``~/.cache``."""
+    home = os.environ.get("XDG_CACHE_HOME") or ""
+    return home if os.path.isabs(home) else os.path.join(os.path.expanduser("~"), ".cache")

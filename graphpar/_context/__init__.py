@@ -20,7 +20,9 @@ from graphpar._context.algo import set_op_strategy_config as set_op_strategy_con
 from graphpar._context.devices import check_device_id as check_device_id
 from graphpar._context.devices import check_platform as check_platform
 from graphpar._context.state import AutoParallelContext as AutoParallelContext
+from graphpar._context.cache_dir import CompileCache as CompileCache
 from graphpar._context.state import Context as Context
+from graphpar._context.state import compile_cache as compile_cache
 from graphpar._context.state import compile_key as compile_key
 from graphpar._context.state import current as current
 from graphpar._context.state import current_parallel as current_parallel

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 
 from graphpar._context.algo import OpStrategyConfig, current_algo, current_op_strategy_config, use_op_strategy_config
+from graphpar._context.cache_dir import CompileCache, resolve_compile_cache
 from graphpar._context.devices import check_device_id, check_platform
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
@@ -62,6 +63,8 @@ class Context(_Revised):
     save_graphs_setting: int = 0  # set_context(save_graphs=...); read through save_graphs
     save_graphs_path_setting: str = "ir_dumps"  # set_context(save_graphs_path=...); read through save_graphs_path
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
+    enable_compile_cache_setting: bool | None = None  # set_context(enable_compile_cache=...); read: compile_cache()
+    compile_cache_path_setting: str | None = None  # set_context(compile_cache_path=...); read: compile_cache()
 
     @property
     def save_graphs(self) -> int:
@@ -123,10 +126,12 @@ _auto_parallel = AutoParallelContext()
 
 def set_context(**kwargs: Any) -> None:
     """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
-    ``save_graphs_path``, ``max_device_memory``. Other MindSpore settings that mean nothing on XLA are accepted with
+    ``save_graphs_path``, ``max_device_memory``, ``enable_compile_cache``, ``compile_cache_path`` (XLA's persistent
+    compilation cache: ``compile_cache()``). Other MindSpore settings that mean nothing on XLA are accepted with
     a log line."""
     api = "set_context"
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory"}
+    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory",
+             "enable_compile_cache", "compile_cache_path"}
     for key, value in kwargs.items():
         if key in IGNORED_CONTEXT_KEYS:
             notice_once(f"context:{key}", f"set_context({key}=...) has no effect in graphpar (XLA decides this)",
@@ -165,12 +170,29 @@ def set_context(**kwargs: Any) -> None:
         elif key == "max_device_memory":
             parse_memory(value)  # validated now, read when a plan is made
             _context.max_device_memory = value
+        elif key == "enable_compile_cache":
+            _context.enable_compile_cache_setting = check_bool(api, key, value)
+        elif key == "compile_cache_path":
+            if not isinstance(value, str) or not value:
+                raise ConfigError(api, key, value, reason="compile_cache_path must be a non-empty string")
+            check_writable_dir(api, key, value)
+            _context.compile_cache_path_setting = value
+
+
+def compile_cache() -> CompileCache:
+    """The compile cache in force (``cache_dir.resolve``: the settings, then MindSpore's variables, then defaults)."""
+    return resolve_compile_cache(_context.enable_compile_cache_setting, _context.compile_cache_path_setting)
 
 
 def get_context(key: str) -> Any:
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory"}
+    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory",
+             "enable_compile_cache", "compile_cache_path"}
     if key not in valid:
         raise UnknownSettingError("get_context", key, valid)
+    if key == "enable_compile_cache":
+        return compile_cache().enabled
+    if key == "compile_cache_path":  # the root in force (XLA's entries lie in its xla/ folder)
+        return compile_cache().root
     return getattr(_context, key)
 
 
@@ -326,7 +348,8 @@ def _frozen(value: Any) -> Any:
 
 
 # dumps describe a program, never change it
-_NOT_COMPILED = frozenset({"save_graphs_setting", "save_graphs_path_setting"})
+_NOT_COMPILED = frozenset({"save_graphs_setting", "save_graphs_path_setting", "enable_compile_cache_setting",
+                           "compile_cache_path_setting"})  # the compile cache stores programs, never changes one
 
 
 @functools.cache

@@ -34,7 +34,7 @@ DEVICE_TARGETS = ("CPU", "GPU", "TPU")
 IGNORED_CONTEXT_KEYS = frozenset({
     "max_call_depth", "enable_graph_kernel", "graph_kernel_flags", "variable_memory_max_size",
     "enable_reduce_precision", "pynative_synchronize", "jit_level", "jit_config", "memory_optimize_level",
-    "deterministic", "precompile_only", "enable_compile_cache", "compile_cache_path", "runtime_num_threads",
+    "deterministic", "precompile_only", "runtime_num_threads",
     "inter_op_parallel_num", "print_file_path", "env_config_path", "save_dump_path", "enable_dump",
     "ascend_config", "gpu_config", "mempool_block_size", "op_timeout", "enable_profiling", "profiling_options",
     "check_bprop", "enable_sparse", "reserve_class_name_in_scope", "auto_tune_mode", "disable_format_transform",

@@ -564,6 +564,9 @@ ROWS: list[Row] = [
     Row("op-strategy-config-path", "context", "set_op_strategy_config(mode='SAVE', path='ops.json')",
         lambda t: _ms().set_op_strategy_config(mode="SAVE", path="ops.json"), KeyError,
         ("path='ops.json'", "must be absolute")),
+    Row("context-compile-cache", "context", "set_context(enable_compile_cache='yes')",
+        lambda t: _ms().set_context(enable_compile_cache="yes"), ERR + "ConfigError",
+        ("enable_compile_cache must be a bool", "True, False")),
     # --- TLS files --------------------------------------------------------------------------------------------
     Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),
@@ -661,6 +664,9 @@ ROWS: list[Row] = [
         _PROCESS_0),
     Row("env-save-graphs", "env", "MS_DEV_SAVE_GRAPHS=yes", lambda t: _ms().get_context("save_graphs"),
         ERR + "EnvVarError", ("MS_DEV_SAVE_GRAPHS='yes'", "0 (off), 1, 2 or 3"), {"MS_DEV_SAVE_GRAPHS": "yes"}),
+    Row("env-compile-cache", "env", "MS_COMPILER_CACHE_ENABLE=sometimes",
+        lambda t: _ms().get_context("enable_compile_cache"), ERR + "EnvVarError",
+        ("MS_COMPILER_CACHE_ENABLE='sometimes'", "must be a boolean"), {"MS_COMPILER_CACHE_ENABLE": "sometimes"}),
     # --- command lines ----------------------------------------------------------------------------------------
     Row("cli-nproc", "cli", "graphpar launch --nproc 0 train.py", lambda t: _launch("--nproc", "0", "train.py"),
         "graphpar.launch.config:LaunchError", ("--nproc must be >= 1",)),

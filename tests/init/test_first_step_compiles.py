@@ -1,11 +1,14 @@
-"""The first step compiles the step and the optimizer's ``init``, nothing per parameter shape: a parameter drawn
+"""The first step compiles the step alone, nothing per parameter shape and no optimizer ``init``: a parameter drawn
 eagerly (on one device) reaches its planned layout from the host, with no program (JAX's own route, a jitted
 ``_multi_slice`` per shape, cost the GPT bench model seven compiles, 0.3 s of its 1.5 s first step)."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 import graphpar as ms
 from graphpar import nn
+from graphpar.compile.runtime.placement import host_constants, initial_state
 from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
 from tests.init.compiles import compiled_names
 
@@ -17,8 +20,8 @@ def test_first_gpt_step_in_semi_auto_compiles_no_helper_per_parameter_shape():
     with compiled_names() as names:
         loss = float(train(ids, labels))
     assert np.isfinite(loss)
-    # the optimizer state, made by one program whose outputs lie in their shardings, and the step
-    assert names == ["init_fn", "step"], names
+    # the step alone: the optimizer state (zeros, counts) is made on the host and copied to its shardings
+    assert names == ["step"], names
     params = train.network.trainable_params()
     split = [p for p in params if not p.get_value().sharding.is_fully_replicated]
     assert len({p.shape for p in split}) >= 4  # several split shapes, each placed without a program
@@ -31,3 +34,46 @@ def test_eager_initializers_compile_per_size_bucket_not_per_shape():
     with compiled_names() as names:
         nets = [nn.Dense(a, b) for a, b in ((30, 20), (20, 10), (10, 5))]
     assert len(nets) == 3 and set(names) <= {"draw_values"} and len(names) <= 1, names
+
+
+def test_adam_state_is_made_on_the_host_in_the_parameters_shardings():
+    """Adam's count and moments are constants: the first step compiles the step alone, and each moment lies where
+    its parameter lies, zero."""
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    net = GPT(layers=1)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Adam(net.trainable_params(), 1e-3))
+    ids, labels = gpt_data()
+    placed = train.program.place_inputs([ids, labels])
+    with compiled_names() as names:
+        stages = train.program.stages(placed)  # compiles the step and makes the optimizer state, without running it
+    assert names == ["step"], names
+    state, wanted = train.optimizer.opt_state, stages.compiled.in_shardings[2]
+    assert jax.tree.leaves(jax.tree.map(lambda x, s: x.sharding == s, state, wanted)) == [True] * len(
+        jax.tree.leaves(state))
+    moments = [x for x in jax.tree.leaves(state) if x.ndim >= 1]
+    assert moments and all(not np.any(np.asarray(x)) for x in moments)
+    assert any(not x.sharding.is_fully_replicated for x in moments)
+    assert np.isfinite(float(train(*placed)))
+
+
+def test_an_init_that_reads_the_parameters_runs_as_one_program():
+    """Only constants are made on the host: an ``init`` whose state depends on the parameters' values (a copy of
+    them, as a slow-weights optimizer keeps) runs as one jitted program, with the same values."""
+    params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    shardings = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(jax.devices()[0]), params)
+
+    def zeros(p):
+        return jax.tree.map(jnp.zeros_like, p), jnp.int32(0)
+
+    def copy(p):
+        return jax.tree.map(lambda x: 2 * x, p)
+
+    closed, shapes = jax.make_jaxpr(zeros, return_shape=True)(params)
+    assert [np.shape(v) for v in host_constants(closed)] == [(3,), (2, 3), ()]
+    closed, shapes = jax.make_jaxpr(copy, return_shape=True)(params)
+    assert host_constants(closed) is None
+    with compiled_names() as names:
+        state = initial_state(copy, params, closed, shapes, shardings)
+    assert names == ["copy"]
+    np.testing.assert_array_equal(state["w"], 2 * np.arange(6.0).reshape(2, 3))

@@ -31,6 +31,7 @@ from graphpar.compile.plans.layout import Layout
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
 from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.compile.staging.xla_cache import use_persistent_cache
 from graphpar.dump.pipeline import ScheduleDescription, StageDescription
 from graphpar.ir.graph import Graph
 from graphpar.nn.optim.optimizer import Optimizer
@@ -155,6 +156,8 @@ def stage_compiled(cache: ProgramCache, key: ProgramKey, st: Stage, kind: str, a
         lowered = Lowered(st.planned, traced.lower(), signature, time.perf_counter() - started,
                           time.process_time() - cpu)
         cache.count("lowerings")
+        use_persistent_cache(f"pipeline stage {st.sg.stage} {kind}",
+                             tuple(sorted({type(e).__name__ for e in traced.jaxpr.effects})))
         started = time.perf_counter()
         executable = lowered.lowered.compile()
         cache.count("compiles")

@@ -48,7 +48,7 @@ from graphpar.compile.plans.layout import Layout, state_shardings
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.runtime import accumulate
 from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_signature, revision
-from graphpar.compile.runtime.placement import ensure_placed, global_aval, place_state, put_batch
+from graphpar.compile.runtime.placement import ensure_placed, global_aval, initial_state, place_state, put_batch
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.orchestrate import lower
@@ -189,15 +189,18 @@ class TrainProgram(Program[TrainSettings]):
                                               defer_input_checks=True)  # made by _run on each batch
 
     def _opt_state(self, ns: NetworkState, layout: Layout) -> Any:
-        """The optimizer state, created on first use as one jitted ``init`` whose outputs land in their shardings:
-        run eagerly, optax's per-leaf ``zeros_like`` compiled a program per leaf shape and then copied every leaf
-        from one device to its sharding (0.66 s for the 8-block GPT bench model, against 0.1 s). Trainable
-        parameters still deferred (``no_init_parameters()``) are drawn first, where they live: when all of them
-        are, in that same program."""
+        """The optimizer state, created on first use where its shardings say, with no program of its own when
+        ``init`` only makes constants (zeros like each parameter, counts: ``placement.initial_state``), else by
+        one jitted ``init`` whose outputs land in their shardings (run eagerly, optax's per-leaf ``zeros_like``
+        compiled a program per leaf shape and copied every leaf from one device: 0.66 s for the 8-block GPT bench
+        model). Trainable parameters still deferred (``no_init_parameters()``) are drawn first, where they live:
+        when all of them are, with the state in that same program."""
         if self.optimizer.opt_state is None:
             names, values = ns.param_names(), ns.params.values()
             init = self._transformation().init
-            shardings = self._opt_shardings(ns, layout, jax.eval_shape(init, dict(zip(names, values))))
+            closed, shapes = jax.make_jaxpr(init, return_shape=True)(
+                {n: jax.ShapeDtypeStruct(np.shape(v), jnp.result_type(v)) for n, v in zip(names, values)})
+            shardings = self._opt_shardings(ns, layout, shapes)
             storage = self.optimizer_sharding(ns, layout).storage
             if values and all(isinstance(v, Deferred) for v in values):
                 arrays, state = born(values, storage, lambda drawn: init(dict(zip(names, drawn))), shardings)
@@ -207,7 +210,7 @@ class TrainProgram(Program[TrainSettings]):
                 if any(isinstance(v, Deferred) for v in values):
                     ns.params.write(place_state(values, storage))
                 params = dict(zip(names, ns.params.values()))
-                self.optimizer.opt_state = jax.jit(init, out_shardings=shardings)(params)
+                self.optimizer.opt_state = initial_state(init, params, closed, shapes, shardings)
         return self.optimizer.opt_state
 
     def _opt_shardings(self, ns: NetworkState, layout: Layout, opt_state: Any) -> Any:

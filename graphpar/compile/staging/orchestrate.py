@@ -2,11 +2,12 @@
 
 ``Orchestrator.planned`` traces the network (``plan.trace``) and runs the pass pipeline of the plan
 (``parallel.pipeline``) on it, writing the begin dump (``Orchestrator.planned_by``: the same stages with the
-caller's tracing and passes, for the pipeline's micro-batch graph); ``Orchestrator.compiled`` lowers a step function of the
-planned graph with its shardings (``jax.jit(...).trace(...).lower()``), has XLA compile it, and writes the execute
-dump. Both are cached (``compile.cache``); both time their stages and tell the user about a slow compile
-(``compile.progress``). The executable that runs is always the one compiled here, with or without ``save_graphs``:
-``jax.stages.Compiled`` dispatches through the same C++ path as ``jax.jit``.
+caller's tracing and passes, for the pipeline's micro-batch graph); ``Orchestrator.compiled`` lowers a step function
+of the planned graph with its shardings (``jax.jit(...).trace(...).lower()``), has XLA compile it (or reads it back
+from XLA's persistent cache: ``staging.xla_cache``), and writes the execute dump. Both are cached
+(``compile.cache``); both time their stages and tell the user about a slow compile (``compile.progress``). The
+executable that runs is always the one compiled here, with or without ``save_graphs``: ``jax.stages.Compiled``
+dispatches through the same C++ path as ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from graphpar.compile.staging.cache import ProgramCache, ProgramKey
 from graphpar.compile.staging.frozen_heap import frozen_heap
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.compile.staging.xla_cache import use_persistent_cache
 from graphpar.dump.writer import maybe_dump_begin, maybe_dump_execute
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
@@ -98,6 +100,7 @@ class Orchestrator:
             with progress.stage("lowering"):
                 lowered = lower(fn, signature, avals, planned)
             self.cache.count("lowerings")
+            use_persistent_cache(self.what, lowered.effects)
             with progress.stage("XLA compile"):
                 executable = lowered.lowered.compile()
             self.cache.count("compiles")
@@ -118,8 +121,10 @@ def lower(fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any]
     jitted = jax.jit(fn, in_shardings=signature.in_shardings, out_shardings=signature.out_shardings,
                      donate_argnums=signature.donate_argnums)
     with frozen_heap():
-        lowered = jitted.trace(*avals).lower()
-    return Lowered(planned, lowered, signature, time.perf_counter() - started, time.process_time() - cpu)
+        traced = jitted.trace(*avals)
+        lowered = traced.lower()
+    effects = tuple(sorted({type(e).__name__ for e in traced.jaxpr.effects}))
+    return Lowered(planned, lowered, signature, time.perf_counter() - started, time.process_time() - cpu, effects)
 
 
 def _dumps_on() -> bool:

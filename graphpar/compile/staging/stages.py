@@ -38,6 +38,7 @@ class Lowered:
     signature: StepSignature
     seconds: float = 0.0  # wall clock of the lowering
     cpu_seconds: float = 0.0  # the process's CPU time in it (steadier than wall on a loaded machine)
+    effects: tuple[str, ...] = ()  # JAX effects of the traced step (DebugEffect: it calls back to the host)
 
     def as_text(self) -> str:
         return self.lowered.as_text()

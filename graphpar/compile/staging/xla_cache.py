@@ -1,0 +1,57 @@
+"""XLA's persistent compilation cache, switched as ``set_context(enable_compile_cache=..., compile_cache_path=...)``
+says (``_context.compile_cache()``), before graphpar has XLA compile a program.
+
+JAX keeps compiled executables on disk, keyed by the program, the compile options, the devices and JAX's version,
+when ``jax_compilation_cache_dir`` is set: a second run of a script reads its train step back instead of compiling
+it (a read executable is the one compiled). graphpar turns it on by default in the user's cache directory
+(``~/.cache/graphpar/xla``) and says once, at info level, where it lives. JAX's own settings are left alone where the
+user made them: a ``jax_compilation_cache_dir`` of their own is kept when graphpar's settings and MindSpore's
+variables say nothing, and so is a ``jax_persistent_cache_min_compile_time_secs`` other than JAX's default.
+
+JAX's default writes only programs that took a second or more to compile; graphpar lowers that to
+:data:`MIN_COMPILE_SECONDS`: on a CPU, train steps of small models compile in 0.1-1 s, and the per-op programs of
+eager code (milliseconds each) still stay out of the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
+
+from graphpar import _context
+from graphpar._logging import notice_once
+
+MIN_COMPILE_SECONDS = 0.1
+_JAX_DEFAULT_MIN_COMPILE_SECONDS = 1.0
+
+
+def use_persistent_cache(what: str, effects: tuple[str, ...] = ()) -> None:
+    """Point JAX's persistent cache where the settings say, or switch it off, if it is not so already (cheap when
+    nothing changed: three config reads), before ``what`` is compiled. JAX opens its cache once per process: a change
+    of directory or switch resets it, so the next compile opens the new one. A program with JAX ``effects`` calls
+    back to the host (the op checks of ``ops.runtime_checks``, a ``jax.debug.print``): JAX never stores one, since
+    the callback is an object of this process, and graphpar says so once."""
+    choice = _context.compile_cache()
+    if choice.enabled and effects:
+        notice_once(f"compile-cache-effects:{what}", f"{what} is not stored in XLA's persistent compilation cache: it "
+                    f"calls back to the host ({', '.join(effects)}: op checks of labels or indices, debug prints), "
+                    "which JAX never caches; it is compiled again in the next run", logging.INFO)
+    directory, enabled = jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache
+    if not choice.explicit and directory is not None and directory != choice.directory:
+        return  # the user set up JAX's own cache; graphpar's defaults do not move it
+    if choice.enabled:
+        if directory == choice.directory and enabled:
+            return
+        if jax.config.jax_persistent_cache_min_compile_time_secs == _JAX_DEFAULT_MIN_COMPILE_SECONDS:
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+        jax.config.update("jax_compilation_cache_dir", choice.directory)
+        jax.config.update("jax_enable_compilation_cache", True)
+        compilation_cache.reset_cache()
+        notice_once(f"compile-cache:{choice.directory}", f"compiled programs are cached in {choice.directory} "
+                    "(set_context(enable_compile_cache=False) or MS_COMPILER_CACHE_ENABLE=0 switches this off; "
+                    "set_context(compile_cache_path=...) or MS_COMPILER_CACHE_PATH moves it)", logging.INFO)
+    elif directory is not None and enabled:
+        jax.config.update("jax_enable_compilation_cache", False)
+        compilation_cache.reset_cache()
