@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import _context, nn
+from graphpar import _context, nn, ops
 from graphpar.compile.staging.xla_cache import use_persistent_cache
 from graphpar.errors import ConfigError, EnvVarError
 
@@ -86,14 +86,37 @@ def test_steps_are_written_where_set_context_says_and_not_once_switched_off(tmp_
     assert _entries(tmp_path / "xla") == written
 
 
-def test_a_step_that_calls_back_to_the_host_is_named_once_as_not_cached(tmp_path, notices, every_program_cached):
-    """Sparse labels are checked inside the program (ops.runtime_checks) by a host callback, which JAX never
-    writes to its cache: graphpar says so instead of leaving the user to wonder why the next run compiles again."""
+def test_a_step_with_labels_from_the_batch_is_stored(tmp_path, every_program_cached):
+    """Sparse labels taken from the batch are checked beside the step (ops.runtime_checks), not by a host callback
+    in it, so the usual classifier's step is written to the cache like any other."""
     ms.set_context(enable_compile_cache=True, compile_cache_path=str(tmp_path))
     net = nn.Dense(6, 3)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), 0.1))
     assert np.isfinite(float(train(np.ones((8, 6), np.float32), np.zeros(8, np.int32))))
+    assert _entries(tmp_path / "xla") != []
+
+
+class _CastLabels(nn.Cell):
+    """Labels the network computes (a Cast): their check stays in the program, as a host callback."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(6, 3)
+        self.cast = ops.Cast()
+        self.ce = ops.SparseSoftmaxCrossEntropyWithLogits()
+
+    def construct(self, x, labels):
+        return self.ce(self.dense(x), self.cast(labels, ms.int32))
+
+
+def test_a_step_that_calls_back_to_the_host_is_named_once_as_not_cached(tmp_path, notices, every_program_cached):
+    """JAX never writes a program with a host callback to its cache: graphpar says so instead of leaving the user to
+    wonder why the next run compiles again."""
+    ms.set_context(enable_compile_cache=True, compile_cache_path=str(tmp_path))
+    net = _CastLabels()
+    train = nn.TrainOneStepCell(net, nn.SGD(net.trainable_params(), 0.1))
+    assert np.isfinite(float(train(np.ones((8, 6), np.float32), np.zeros(8, np.int64))))
     assert _entries(tmp_path / "xla") == []
     said = [r.getMessage() for r in notices.records if "not stored in XLA's persistent" in r.getMessage()]
     assert len(said) == 1 and "calls back to the host (DebugEffect" in said[0], said
@@ -103,7 +126,7 @@ _SCRIPT = """
 import json, logging, sys, time
 import numpy as np
 import graphpar as ms
-from graphpar import nn
+from graphpar import nn, ops
 
 hits = []
 
