@@ -199,3 +199,37 @@ def test_a_run_without_a_checked_op_never_waits_for_checks(monkeypatch):
     Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9)).train(
         2, ds.NumpySlicesDataset((X, X), ["x", "y"], shuffle=False).batch(8))
     assert waits == []
+
+
+def _functional_step(computed_labels: bool):
+    """MindSpore 2.x's functional loop over SparseOpNet; ``computed_labels``: the step passes labels it computes."""
+    net = SparseOpNet()
+    optimizer = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    grad_fn = ms.value_and_grad(lambda x, y: net(x, y), None, optimizer.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss, grads = grad_fn(x, y * 1 if computed_labels else y)
+        optimizer(grads)
+        return loss
+
+    return net, train_step
+
+
+def test_a_functional_step_checks_labels_from_its_inputs_beside_the_step():
+    net, train_step = _functional_step(computed_labels=False)
+    train_step(X, GOOD)
+    (entry,) = train_step.programs.values()
+    hlo = entry.program.lowered([X, GOOD]).lowered.compile().as_text()
+    assert "conditional" not in hlo and "callback" not in hlo.lower()
+    before = np.asarray(net.dense.weight.asnumpy()).copy()
+    with pytest.raises(RuntimeCheckError, match=r"op 'ce'.*values from -1 to 9"):
+        train_step(X, BAD)
+    np.testing.assert_array_equal(net.dense.weight.asnumpy(), before)
+
+
+def test_a_functional_step_checks_labels_it_computes_in_the_program():
+    _, train_step = _functional_step(computed_labels=True)
+    train_step(X, BAD)
+    with pytest.raises(RuntimeCheckError, match=r"op 'ce'.*values from -1 to 9"):
+        runtime_checks.flush()

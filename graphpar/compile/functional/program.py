@@ -15,6 +15,7 @@ graph wants the gradient call's argument it is, else replicated), its outputs wh
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,8 +38,9 @@ from graphpar.compile.runtime.program import TrainProgram, TrainSettings
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.progress import CompileProgress
-from graphpar.compile.staging.stages import StepSignature
+from graphpar.compile.staging.stages import Compiled, StepSignature
 from graphpar.errors import JitError
+from graphpar.ops import runtime_checks
 from graphpar.ir.recorder import cell_scope
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
 
@@ -84,7 +86,8 @@ class FunctionalProgram(TrainProgram):
                  progress: CompileProgress) -> tuple[ProgramKey, Planned]:
         key = ProgramKey.of("train", ns.structure, avals)
         graph_avals = list(self.captured.graph_avals)
-        return key, self.orchestrator.planned(self.plan, ns, graph_avals, "train", key, progress)
+        return key, self.orchestrator.planned(self.plan, ns, graph_avals, "train", key, progress,
+                                              defer_input_checks=self._defers_checks)
 
     def _step(self, planned: Planned, ns: NetworkState):
         opt = self.optimizer_sharding(ns, planned.layout)
@@ -104,7 +107,26 @@ class FunctionalProgram(TrainProgram):
         avals = list(self.captured.graph_avals)
         key = ProgramKey.of("forward", ns.structure, avals, ("auxiliary outputs",))
         with CompileProgress(self.orchestrator.what) as progress:
-            return self.orchestrator.planned(self.plan, ns, avals, "forward", key, progress, call=_auxiliary)
+            return self.orchestrator.planned(self.plan, ns, avals, "forward", key, progress, call=_auxiliary,
+                                             defer_input_checks=self._defers_checks)
+
+    @property
+    def _defers_checks(self) -> bool:
+        """Whether the graphs leave their checks of batch inputs to :meth:`input_checks`: only when every argument
+        of the gradient call is one of the step's inputs (a value the step computes has no input to check)."""
+        return None not in self.captured.inputs_of_graph
+
+    def input_checks(self, compiled: Compiled) -> tuple[runtime_checks.InputCheck, ...]:
+        """The checks the step's graph and its auxiliary outputs' graph leave to the runtime, moved from their
+        positions among the gradient call's arguments to the step function's inputs."""
+        graphs = [compiled.planned.graph]
+        aux = self.aux_planned(self.state)
+        if aux is not None:
+            graphs.append(aux.graph)
+        to_step = self.captured.inputs_of_graph
+        checks = {dataclasses.replace(c, input=to_step[c.input]) for g in graphs if g is not None
+                  for c in g.input_checks}
+        return tuple(sorted(checks, key=lambda c: (c.input, c.site.op)))
 
     def _input_sharding(self, layout: Layout, index: int, shape: tuple[int, ...]) -> jax.sharding.Sharding:
         """Step input ``index`` where the planned graph wants the gradient call's argument it is; else

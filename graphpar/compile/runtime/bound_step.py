@@ -67,7 +67,9 @@ def check_live(names: Sequence[str], values: Sequence[Any]) -> None:
 class BoundStep:
     """``compiled`` run on ``ns``'s Variables and ``optimizer``'s state, for batches of ``signature``.
 
-    ``context``: the settings (``_context.settings()``, a deep copy) the program was chosen under; ``revision``:
+    ``input_checks``: the program's checks of batch inputs (``ops.runtime_checks.InputCheck``, positions in the
+    call's inputs), made before each run. ``context``: the settings (``_context.settings()``, a deep copy) the
+    program was chosen under; ``revision``:
     :func:`revision` when they and the network's split were last confirmed. ``in_flight``: the queue of losses of
     steps still running, shared by every binding of one train program, kept to at most ``max_in_flight`` (XLA's
     CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few cores, in
@@ -76,9 +78,12 @@ class BoundStep:
     """
 
     def __init__(self, ns: NetworkState, compiled: Compiled, stacked: bool, context: tuple, signature: list,
-                 optimizer: Any, in_flight: collections.deque, max_in_flight: int, revision: tuple[int, int]):
+                 optimizer: Any, in_flight: collections.deque, max_in_flight: int, revision: tuple[int, int],
+                 input_checks: tuple = ()):
         self.ns = ns
         self.compiled = compiled
+        # the checks the program left to the runtime, by position in the call's inputs (ops.runtime_checks)
+        self.input_checks = input_checks
         self.stacked = stacked
         self.context = context
         self.signature = signature

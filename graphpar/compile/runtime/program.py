@@ -265,7 +265,7 @@ class TrainProgram(Program[TrainSettings]):
             runtime_checks.raise_pending()
         step = checked = self._bound
         if step is not None:  # the training loop: a repeat of the last call runs in one frame
-            _check_batch(step.compiled, inputs)
+            _check_batch(step.input_checks, inputs)
             loss = step.repeat(inputs, stacked)
             if loss is not None:
                 return loss
@@ -273,7 +273,7 @@ class TrainProgram(Program[TrainSettings]):
         ns = self.state
         step, placed = self._dispatch(ns, inputs, stacked, confirmed)
         if step is not checked:  # another program: its own checks
-            _check_batch(step.compiled, inputs)
+            _check_batch(step.input_checks, inputs)
         pvals, rvals = self._place_state(ns, step.compiled, placed)
         return step.run(pvals, rvals, placed)
 
@@ -289,8 +289,15 @@ class TrainProgram(Program[TrainSettings]):
         compiled = self._compiled(ns, avals, len(inputs[0]) if stacked else None)
         placed = self._place(compiled.layout, inputs, avals, stacked)
         self._bound = BoundStep(ns, compiled, stacked, copy.deepcopy(context), input_signature(placed),
-                               self.optimizer, self._in_flight, self.MAX_IN_FLIGHT, confirmed)
+                               self.optimizer, self._in_flight, self.MAX_IN_FLIGHT, confirmed,
+                               self.input_checks(compiled))
         return self._bound, placed
+
+    def input_checks(self, compiled: Compiled) -> tuple[runtime_checks.InputCheck, ...]:
+        """The checks ``compiled`` leaves to the runtime, by position in this program's inputs (the graph's
+        batch inputs are the step's inputs here)."""
+        graph = compiled.planned.graph
+        return graph.input_checks if graph is not None else ()
 
     def _place_state(self, ns: NetworkState, compiled: Compiled, placed: Sequence[Any]) -> tuple[list, list]:
         """Parameters, other state and optimizer state where ``compiled`` wants them (the first call of a
@@ -384,10 +391,8 @@ class TrainProgram(Program[TrainSettings]):
         return ProgramStages(compiled.planned, lowered, compiled)
 
 
-def _check_batch(compiled: Compiled, inputs: Sequence[Any]) -> None:
+def _check_batch(checks: tuple[runtime_checks.InputCheck, ...], inputs: Sequence[Any]) -> None:
     """The checks the program left to the runtime (class labels in range: ``ops.runtime_checks``), made on the
     batch beside the step instead of inside it; a host batch that fails is refused before its step runs."""
-    graph = compiled.planned.graph
-    if graph is not None and graph.input_checks:
-        if runtime_checks.check_inputs(graph.input_checks, inputs):
-            runtime_checks.raise_pending()
+    if checks and runtime_checks.check_inputs(checks, inputs):
+        runtime_checks.raise_pending()
