@@ -23,8 +23,8 @@ from graphpar._context.algo import OpStrategyConfig, current_algo, current_op_st
 from graphpar._context.devices import check_device_id, check_platform
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
-    PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_bool, check_dataset_strategy, check_parallel_optimizer_config,
-    check_pipeline_config, check_writable_dir, parse_memory)
+    PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_bool, check_dataset_strategy, check_format_transform,
+    check_parallel_optimizer_config, check_pipeline_config, check_writable_dir, parse_memory)
 from graphpar import _env
 from graphpar._logging import notice_once
 from graphpar.errors import ConfigError, DeviceError, GraphparError, UnknownSettingError
@@ -62,6 +62,9 @@ class Context(_Revised):
     save_graphs_setting: int = 0  # set_context(save_graphs=...); read through save_graphs
     save_graphs_path_setting: str = "ir_dumps"  # set_context(save_graphs_path=...); read through save_graphs_path
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
+    # where NCHW convolutions run channels-last: "auto" (GPUs), "channels_last" (everywhere), "off"; MindSpore's
+    # disable_format_transform=True is "off"
+    format_transform: str = "auto"
 
     @property
     def save_graphs(self) -> int:
@@ -123,10 +126,11 @@ _auto_parallel = AutoParallelContext()
 
 def set_context(**kwargs: Any) -> None:
     """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
-    ``save_graphs_path``, ``max_device_memory``. Other MindSpore settings that mean nothing on XLA are accepted with
-    a log line."""
+    ``save_graphs_path``, ``max_device_memory``, ``disable_format_transform`` (and graphpar's ``format_transform``:
+    "auto", "channels_last" or "off"). Other MindSpore settings that mean nothing on XLA are accepted with a log
+    line."""
     api = "set_context"
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory"}
+    valid = _CONTEXT_KEYS
     for key, value in kwargs.items():
         if key in IGNORED_CONTEXT_KEYS:
             notice_once(f"context:{key}", f"set_context({key}=...) has no effect in graphpar (XLA decides this)",
@@ -165,12 +169,24 @@ def set_context(**kwargs: Any) -> None:
         elif key == "max_device_memory":
             parse_memory(value)  # validated now, read when a plan is made
             _context.max_device_memory = value
+        elif key == "format_transform":
+            _context.format_transform = check_format_transform(value)
+        elif key == "disable_format_transform":  # MindSpore's GPU switch: True turns the transform off
+            if check_bool(api, key, value):
+                _context.format_transform = "off"
+            elif _context.format_transform == "off":
+                _context.format_transform = "auto"
+
+
+_CONTEXT_KEYS = frozenset({"mode", "device_target", "device_id", "save_graphs", "save_graphs_path",
+                           "max_device_memory", "format_transform", "disable_format_transform"})
 
 
 def get_context(key: str) -> Any:
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory"}
-    if key not in valid:
-        raise UnknownSettingError("get_context", key, valid)
+    if key not in _CONTEXT_KEYS:
+        raise UnknownSettingError("get_context", key, _CONTEXT_KEYS)
+    if key == "disable_format_transform":
+        return _context.format_transform == "off"
     return getattr(_context, key)
 
 

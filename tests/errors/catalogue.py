@@ -543,6 +543,9 @@ ROWS: list[Row] = [
     Row("op-strategy-config-path", "context", "set_op_strategy_config(mode='SAVE', path='ops.json')",
         lambda t: _ms().set_op_strategy_config(mode="SAVE", path="ops.json"), KeyError,
         ("path='ops.json'", "must be absolute")),
+    Row("context-format-transform", "context", "set_context(format_transform='NHWC')",
+        lambda t: _ms().set_context(format_transform="NHWC"), ERR + "ConfigError",
+        ("format_transform", "'auto', 'channels_last', 'off'")),
     # --- TLS files --------------------------------------------------------------------------------------------
     Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),
