@@ -155,6 +155,15 @@ def test_semi_auto_with_channel_splits_same_numbers_and_dumps(tmp_path):
         assert found[0] and len(found[0]) == len(found[1])
         for a, b in zip(*found):  # the graph counter runs on within the process: the n-th dump of each run
             assert timing.sub("", a.read_text()) == timing.sub("", b.read_text()), (a.name, b.name)
+    # the execute dumps: the same collectives (kind, group, bytes, cause, op attributed) in the same order; only the
+    # per-device shapes of those moving activations are the compiled program's own, channels-last
+    shapes = re.compile(r" : \(<Tensor.*?(?=  # scope)")
+    for rank in ("rank_0", "rank_5"):
+        found = [sorted((tmp_path / run / rank).glob("18_execute_*.ir")) for run in ("off", "on")]
+        assert found[0] and len(found[0]) == len(found[1])
+        for a, b in zip(*found):
+            a, b = (shapes.sub("", timing.sub("", f.read_text())) for f in (a, b))
+            assert a == b and "AllReduce" in a and "AlltoAll" in a
     # checkpoints: the same names, shapes (OIHW kernels) and values
     a, b = ms.load_checkpoint(str(tmp_path / "off.ckpt")), ms.load_checkpoint(str(tmp_path / "on.ckpt"))
     assert a.keys() == b.keys()
@@ -162,3 +171,59 @@ def test_semi_auto_with_channel_splits_same_numbers_and_dumps(tmp_path):
         assert a[name].shape == b[name].shape
         np.testing.assert_allclose(a[name].asnumpy(), b[name].asnumpy(), rtol=1e-5, atol=1e-6, err_msg=name)
     assert a["conv.weight"].shape == (8, 3, 3, 3)
+
+
+def _relaid(fn, *args):
+    """``fn``'s jaxpr evaluated by the pass (inputs as written, outputs brought back to the written layout) and as
+    written; and the pass's analysis of it."""
+    import jax
+
+    closed = jax.make_jaxpr(fn)(*args)
+    j = closed.jaxpr
+    invars = [*j.constvars, *j.invars]
+    layout = channels_last.analyse(invars, j.eqns, j.outvars, [None] * len(invars))
+    outs = channels_last.evaluate(layout, invars, j.eqns, j.outvars, [*closed.consts, *args], [None] * len(invars))
+    relaid = [channels_last.to_written(o, p) for o, p in zip(outs, layout.out)]
+    return relaid, jax.core.eval_jaxpr(j, closed.consts, *args), layout
+
+
+def _conv(x, w):
+    from jax import lax
+
+    return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+@pytest.mark.parametrize("name,after", [
+    ("pad", lambda y: __import__("jax").lax.pad(y, 0.0, ((0, 0, 0), (1, 2, 0), (0, 1, 1), (2, 0, 0)))),
+    ("concatenate", lambda y: __import__("jax.numpy").numpy.concatenate([y, 2 * y], axis=1)),
+    ("slice", lambda y: y[:, 1:3, ::2, 1:]),
+    ("rev", lambda y: y[:, ::-1, :, ::-1]),
+    ("cumsum", lambda y: __import__("jax.numpy").numpy.cumsum(y, axis=1)),
+    ("argmax", lambda y: __import__("jax.numpy").numpy.argmax(y, axis=1)),
+    ("transpose", lambda y: y.transpose(0, 2, 3, 1).reshape(y.shape[0], -1)),
+    ("max_pool", lambda y: __import__("jax").lax.reduce_window(y, -np.inf, __import__("jax").lax.max, (1, 1, 2, 2),
+                                                               (1, 1, 2, 2), "SAME")),
+    ("avg_pool_padded", lambda y: ops.AvgPool(3, 2, "same")(y)),
+    ("batch_norm_and_relu", lambda y: ops.ReLU()(ops.BatchNorm(is_training=True)(
+        y, np.ones(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32), np.ones(4, np.float32))[0])),
+    ("mean_over_h_w", lambda y: y.mean(axis=(2, 3))),
+    ("flatten", lambda y: y.reshape(y.shape[0], -1)),
+    ("split_channels", lambda y: __import__("jax.numpy").numpy.split(y, 2, axis=1)[1] * 3.0),
+])
+def test_each_rule_computes_the_written_equation(name, after):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 3, 5, 6)).astype(np.float32)
+    w = rng.normal(size=(4, 3, 3, 3)).astype(np.float32)
+    relaid, written, layout = _relaid(lambda x, w: after(_conv(x, w)), x, w)
+    assert layout.seeds == 1
+    for a, b in zip(relaid, written):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_the_analysis_counts_edges():
+    # the image enters the region (one edge); a flatten leaves it (one edge); a mean over H, W leaves nothing
+    x, w = np.zeros((2, 3, 5, 6), np.float32), np.zeros((4, 3, 3, 3), np.float32)
+    assert _relaid(lambda x, w: _conv(x, w).mean(axis=(2, 3)), x, w)[2].edges == 1
+    assert _relaid(lambda x, w: _conv(x, w).reshape(2, -1), x, w)[2].edges == 2
+    assert _relaid(lambda x, w: (x * 2).sum(), x, w)[2].changed is False  # no convolution: nothing moves

@@ -102,7 +102,7 @@ def analyse(invars: Sequence[Any], eqns: Sequence[Any], outvars: Sequence[Any], 
             r = rule(eqn, ins)
             seeds += r.seeds
         for a, s, w in zip(eqn.invars, ins, r.want):
-            if s not in (FLEX, None) and w != ANY and moves_data(s, w, a.aval.shape):
+            if s != FLEX and w != ANY and moves_data(s, w, a.aval.shape):
                 edges += 1
         changed = changed or r.kind == "alias" or any(w not in (None, ANY) for w in r.want) or any(
             o not in (None, FLEX) for o in r.out)

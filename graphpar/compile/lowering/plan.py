@@ -18,6 +18,7 @@ no one changes after planning). The jit functions the plan's shared calls and gr
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 
 from jax.sharding import Mesh
 
+from graphpar._logging import notice_once
 from graphpar.compile.lowering import call_groups, channels_last, recompute
 from graphpar.compile.lowering.call_groups import Group
 from graphpar.compile.lowering.layout_rules import Perm
@@ -119,6 +121,11 @@ def plan_lowering(graph: Graph, mesh: Mesh | None = None, vmapped_axes: frozense
     layouts = channels_last.plan_graph(graph) if channels_last_on else None
     if layouts is not None and not layouts.nodes:
         layouts = None
+    if layouts is not None:
+        notice_once(f"channels-last:{graph.name}:{layouts.convolutions}:{layouts.edges}",
+                    f"{graph.name}: {layouts.convolutions} convolution(s) and the ops between them run channels-last; "
+                    f"{layouts.edges} transpose(s) where values leave that region (set_context(format_transform="
+                    "'off') runs them as written)", logging.INFO)
     steps = prepare(graph, mesh, vmapped_axes, layouts)
     segments = recompute.segments(graph)
     plain = [[steps[node.id] for node in nodes] for config, nodes in segments if config is None]
