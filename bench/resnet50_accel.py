@@ -238,6 +238,13 @@ def _conv_types(lowered: Any) -> dict[str, int]:
     return found
 
 
+def model_name(size: int, blocks: tuple[int, ...] = _BLOCKS, width: float = 1.0) -> str:
+    """How a row names its network: ResNet-50, or the stand-in's blocks and width."""
+    if tuple(blocks) == _BLOCKS and width == 1.0:
+        return f"ResNet-50 {size}x{size}"
+    return f"bottleneck ResNet blocks {','.join(map(str, blocks))} width {width} {size}x{size}"
+
+
 def _timed_first_call(run) -> tuple[float, float]:
     started = time.perf_counter()
     loss = float(np.asarray(run()))
@@ -280,7 +287,7 @@ def bench_resnet50(batch: int = 256, size: int = 32, calls: int = 20, rounds: in
         for layout, state in ((la, st) for la in layouts for st in flax_states):
             theirs = flax_side(layout, precision, state)
             t_ours, t_hand, ratio = compare(ours, theirs["run"], calls=calls, rounds=rounds, warmup=3)
-            yield {"model": f"ResNet-50 {size}x{size}", "graphpar": level, "precision": precision,
+            yield {"model": model_name(size, blocks, width), "graphpar": level, "precision": precision,
                    "flax_layout": layout, "flax_state": state, "batch": batch, "devices": f"{len(devices)} {devices[0].platform}",
                    "graphpar_ms": round(t_ours * 1e3, 2), "flax_ms": round(t_hand * 1e3, 2),
                    "format_transform": transform, "ratio": round(ratio, 3), "graphpar_img_s": round(batch / t_ours),

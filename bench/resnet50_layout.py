@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.resnet50_accel import _BLOCKS, flax_step, graphpar_train_network
+from bench.resnet50_accel import _BLOCKS, flax_step, graphpar_train_network, model_name
 from bench.timing import compare
 
 
@@ -94,9 +94,8 @@ def bench_issue28(batches: Sequence[int] = (256, 1024), size: int = 32, calls: i
             counts = _lowered_counts(held["train"].program.stages([x, y]).lowered.as_text())
             note(f"timing graphpar {level} {transform} against flax ({rounds} rounds of {calls} steps)")
             t_ours, t_flax, ratio = compare(ours, theirs, calls=calls, rounds=rounds, warmup=3)
-            row = {"model": f"ResNet-50 {size}x{size}" if tuple(blocks) == _BLOCKS and width == 1.0
-                   else f"ResNet blocks {','.join(map(str, blocks))} width {width} {size}x{size}",
-                   "graphpar": level, "precision": precision, "format_transform": transform, "batch": batch,
+            row = {"model": model_name(size, blocks, width), "graphpar": level, "precision": precision,
+                   "format_transform": transform, "batch": batch,
                    "devices": f"{len(devs)} {devs[0].platform}", "graphpar_ms": round(t_ours * 1e3, 3),
                    "flax_ms": round(t_flax * 1e3, 3), "ratio": round(ratio, 3),
                    "graphpar_img_s": round(batch / t_ours), "flax_img_s": round(batch / t_flax),
