@@ -103,7 +103,8 @@ def bench_issue28(batches: Sequence[int] = (256, 1024), size: int = 32, calls: i
                    "compile_ratio": round(compile_s / flax_compile, 2),
                    "first_loss": (round(loss, 4), round(flax_loss, 4)), **counts,
                    "elapsed_s": round(time.perf_counter() - began, 1)}
-            del ours, held
+            del ours
+            held.clear()  # the train network and its program: freed before the next one is built
             gc.collect()
             yield row
         del flax

@@ -37,7 +37,7 @@ from jax import lax
 from jax.extend import core as jcore
 
 from graphpar.compile.lowering.bodies import CALL_PRIMS
-from graphpar.compile.lowering.layout_rules import ANY, FLEX, Perm, Relaid, inverse, norm, rule, unit_reshape
+from graphpar.compile.lowering.layout_rules import ANY, FLEX, Perm, Relaid, inverse, norm, rule
 from graphpar.ir.graph import Graph, Node
 
 AUTO_PLATFORMS = frozenset({"gpu", "cuda", "rocm"})  # where "auto" runs the pass
