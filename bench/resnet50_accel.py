@@ -26,6 +26,7 @@ convolutions are counted by element type, so a bfloat16 row that convolves in fl
 
     python -m bench resnet50            # on the default JAX backend (a GPU where there is one)
     python -m bench.resnet50_accel --batch 256 --calls 20 --rounds 5
+    python -m bench.resnet50_accel --preset issue28 --json out.json   # issue 28's rows (bench/resnet50_layout.py)
 """
 
 from __future__ import annotations
@@ -100,20 +101,29 @@ class Bottleneck(nnx.Module):
         return nnx.relu(out + (x if self.down is None else self.down(x)))
 
 
-class FlaxResNet50(nnx.Module):
-    """ResNet-50 (MindSpore sample's layer layout) in flax NNX, NHWC (flax's) or NCHW (MindSpore's)."""
+def _channels(base: int, width: float) -> int:
+    """A stage's channels at ``width`` (graphpar.models.resnet's rule, so both sides build the same network)."""
+    return max(1, int(round(base * width)))
 
-    def __init__(self, num_classes: int, layout: str, dtype: Any, rngs: nnx.Rngs):
+
+class FlaxResNet50(nnx.Module):
+    """ResNet-50 (MindSpore sample's layer layout) in flax NNX, NHWC (flax's) or NCHW (MindSpore's); ``blocks`` and
+    ``width`` make the smaller bottleneck ResNets a CPU smoke run uses as a stand-in."""
+
+    def __init__(self, num_classes: int, layout: str, dtype: Any, rngs: nnx.Rngs,
+                 blocks: tuple[int, ...] = _BLOCKS, width: float = 1.0):
         self.dtype, self.layout = dtype, layout
         conv, norm = _layers(layout, dtype, rngs)
-        self.conv1 = conv(3, 64, (7, 7), 2)
-        self.bn1 = norm(64)
-        blocks, cin = [], 64
-        for i, (n, width) in enumerate(zip(_BLOCKS, _STAGES)):
+        stem = _channels(64, width)
+        self.conv1 = conv(3, stem, (7, 7), 2)
+        self.bn1 = norm(stem)
+        layers, cin = [], stem
+        for i, (n, base) in enumerate(zip(blocks, _STAGES)):
             for j in range(n):
-                blocks.append(Bottleneck(cin, width * 4, 2 if i and not j else 1, layout, dtype, rngs))
-                cin = width * 4
-        self.blocks = nnx.List(blocks)
+                layers.append(Bottleneck(cin, _channels(base, width) * 4, 2 if i and not j else 1, layout, dtype,
+                                         rngs))
+                cin = _channels(base, width) * 4
+        self.blocks = nnx.List(layers)
         self.fc = nnx.Linear(cin, num_classes, dtype=dtype, rngs=rngs)
 
     def __call__(self, x):
@@ -128,12 +138,14 @@ class FlaxResNet50(nnx.Module):
 
 
 def flax_step(x: np.ndarray, y: np.ndarray, layout: str, dtype: Any, devices: list,
-              flat: bool = False) -> tuple[Any, Any]:
+              flat: bool = False, blocks: tuple[int, ...] = _BLOCKS, width: float = 1.0,
+              lower: bool = True) -> tuple[Any, Any]:
     """(run closure doing one train step per call, the lowered step) for the hand-written flax ResNet-50;
     ``x`` is in ``layout``. The state (parameters, BatchNorm statistics, optimizer state) crosses the jit boundary
     as flax ``State`` pytrees, as flax's functional-API examples pass it, or with ``flat`` as one flat list of arrays
-    (what a user who has profiled the host side writes: no pytree flattening per step)."""
-    model = FlaxResNet50(10, layout, dtype, nnx.Rngs(0))
+    (what a user who has profiled the host side writes: no pytree flattening per step). ``lower=False``: no
+    lowered program is returned (None; lowering again costs a second or two of a timed budget)."""
+    model = FlaxResNet50(10, layout, dtype, nnx.Rngs(0), blocks, width)
     graphdef, params, stats = nnx.split(model, nnx.Param, nnx.BatchStat)
     tx = optax.sgd(_LR, momentum=_MOMENTUM)
     mesh = Mesh(np.asarray(devices), ("data",))
@@ -161,7 +173,7 @@ def flax_step(x: np.ndarray, y: np.ndarray, layout: str, dtype: Any, devices: li
 
         jitted = jax.jit(flat_step, in_shardings=(replicated, batch, batch), out_shardings=(replicated, replicated),
                          donate_argnums=(0,))
-        lowered = jitted.lower(leaves, xs, ys)
+        lowered = jitted.lower(leaves, xs, ys) if lower else None
         held = [leaves]
 
         def run():
@@ -183,28 +195,36 @@ def flax_step(x: np.ndarray, y: np.ndarray, layout: str, dtype: Any, devices: li
 
 
 # --- the graphpar side -----------------------------------------------------------------------------------------------
-def graphpar_train_network(level: str, low: Any, devices: int) -> Any:
+def graphpar_train_network(level: str, low: Any, devices: int, transform: str = "auto",
+                           blocks: tuple[int, ...] = _BLOCKS, width: float = 1.0) -> Any:
     """The tutorials' ResNet-50 train network at ``level`` with low type ``low``: STAND_ALONE on one device,
-    DATA_PARALLEL on several, on JAX's default backend."""
+    DATA_PARALLEL on several, on JAX's default backend. ``transform``: ``set_context(format_transform=...)``
+    ("auto": channels-last on a GPU); ``blocks``/``width``: a smaller bottleneck ResNet of the same layout."""
     import graphpar as ms
     from graphpar import nn
     from graphpar.models import resnet50
+    from graphpar.models.resnet import Init, ResNet, ResidualBlock
 
     ms.reset_auto_parallel_context()
-    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False, device_target=jax.default_backend().upper())
+    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False, device_target=jax.default_backend().upper(),
+                   format_transform=transform)
     ms.set_auto_parallel_context(parallel_mode="data_parallel" if devices > 1 else "stand_alone",
                                  gradients_mean=True)
     ms.set_seed(0)
-    net = resnet50(class_num=10)
+    if tuple(blocks) == _BLOCKS and width == 1.0:
+        net = resnet50(class_num=10)
+    else:
+        net = ResNet(ResidualBlock, tuple(blocks), 10, width=width, init=Init.SAMPLE)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), _LR, _MOMENTUM)
     kwargs = {} if level == "O0" else {"cast_model_type": low}
     return ms.amp.build_train_network(net, optimizer, loss, level=level, **kwargs)
 
 
-def graphpar_step(x: np.ndarray, y: np.ndarray, level: str, low: Any, devices: int) -> tuple[Any, Any]:
+def graphpar_step(x: np.ndarray, y: np.ndarray, level: str, low: Any, devices: int, transform: str = "auto",
+                  blocks: tuple[int, ...] = _BLOCKS, width: float = 1.0) -> tuple[Any, Any]:
     """(run closure, lowered step) for the tutorials' ResNet-50 at ``level`` with low type ``low``."""
-    train = graphpar_train_network(level, low, devices)
+    train = graphpar_train_network(level, low, devices, transform, blocks, width)
     placed = train.program.place_inputs([x, y])
     return (lambda: train.program.run_step(placed)), train.program.lower_step([x, y])
 
@@ -218,6 +238,13 @@ def _conv_types(lowered: Any) -> dict[str, int]:
     return found
 
 
+def model_name(size: int, blocks: tuple[int, ...] = _BLOCKS, width: float = 1.0) -> str:
+    """How a row names its network: ResNet-50, or the stand-in's blocks and width."""
+    if tuple(blocks) == _BLOCKS and width == 1.0:
+        return f"ResNet-50 {size}x{size}"
+    return f"bottleneck ResNet blocks {','.join(map(str, blocks))} width {width} {size}x{size}"
+
+
 def _timed_first_call(run) -> tuple[float, float]:
     started = time.perf_counter()
     loss = float(np.asarray(run()))
@@ -227,11 +254,14 @@ def _timed_first_call(run) -> tuple[float, float]:
 def bench_resnet50(batch: int = 256, size: int = 32, calls: int = 20, rounds: int = 5,
                    levels: tuple[str, ...] = ("O0", "O2", "O3"),
                    layouts: tuple[str, ...] = ("NHWC", "NCHW"),
-                   flax_states: tuple[str, ...] = ("pytree",)) -> Iterator[dict[str, Any]]:
+                   flax_states: tuple[str, ...] = ("pytree",), transform: str = "auto",
+                   blocks: tuple[int, ...] = _BLOCKS, width: float = 1.0,
+                   n_devices: int | None = None) -> Iterator[dict[str, Any]]:
     """One row per graphpar level and flax layout, yielded as soon as it is measured: step time and images/s against
     hand-written flax of the same precision (NHWC: what a flax user writes; NCHW: the same in MindSpore's layout,
-    which tells the cost of the layout from the cost of graphpar)."""
-    devices = jax.devices()
+    which tells the cost of the layout from the cost of graphpar). ``transform``: graphpar's
+    ``format_transform``; ``blocks``/``width``: a smaller bottleneck ResNet; ``n_devices``: how many devices."""
+    devices = jax.devices()[:n_devices] if n_devices else jax.devices()
     if batch % len(devices):
         raise ValueError(f"batch {batch} does not split over {len(devices)} devices")
     rng = np.random.default_rng(0)
@@ -244,22 +274,23 @@ def bench_resnet50(batch: int = 256, size: int = 32, calls: int = 20, rounds: in
         key = layout, precision, state
         if key not in hand:
             dtype = jnp.float32 if precision == "float32" else jnp.bfloat16
-            run, lowered = flax_step(x_nhwc if layout == "NHWC" else x, y, layout, dtype, devices, state == "flat")
+            run, lowered = flax_step(x_nhwc if layout == "NHWC" else x, y, layout, dtype, devices, state == "flat",
+                                     blocks, width)
             compile_s, first = _timed_first_call(run)
             hand[key] = {"run": run, "convs": _conv_types(lowered), "compile_s": compile_s, "first_loss": first}
         return hand[key]
 
     for level in levels:
         precision = "float32" if level == "O0" else "bfloat16"
-        ours, lowered = graphpar_step(x, y, level, jnp.bfloat16, len(devices))
+        ours, lowered = graphpar_step(x, y, level, jnp.bfloat16, len(devices), transform, blocks, width)
         compile_s, first = _timed_first_call(ours)
         for layout, state in ((la, st) for la in layouts for st in flax_states):
             theirs = flax_side(layout, precision, state)
             t_ours, t_hand, ratio = compare(ours, theirs["run"], calls=calls, rounds=rounds, warmup=3)
-            yield {"model": f"ResNet-50 {size}x{size}", "graphpar": level, "precision": precision,
+            yield {"model": model_name(size, blocks, width), "graphpar": level, "precision": precision,
                    "flax_layout": layout, "flax_state": state, "batch": batch, "devices": f"{len(devices)} {devices[0].platform}",
                    "graphpar_ms": round(t_ours * 1e3, 2), "flax_ms": round(t_hand * 1e3, 2),
-                   "ratio": round(ratio, 3), "graphpar_img_s": round(batch / t_ours),
+                   "format_transform": transform, "ratio": round(ratio, 3), "graphpar_img_s": round(batch / t_ours),
                    "flax_img_s": round(batch / t_hand), "graphpar_convs": _conv_types(lowered),
                    "flax_convs": theirs["convs"], "graphpar_compile_s": round(compile_s, 1),
                    "flax_compile_s": round(theirs["compile_s"], 1),
@@ -306,36 +337,62 @@ def bench_feeding(batch: int = 256, steps: int = 24, workers: tuple[int, ...] = 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", default="256", help="global batch sizes, comma-separated")
-    parser.add_argument("--size", type=int, default=32)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--preset", choices=("issue28",), help="issue28: ResNet-50 float32 (O0) and bfloat16 (O3, and "
+                        "O2 at the first batch) at batches 256 and 1024, graphpar's channels-last pass on and off, "
+                        "against flax NHWC with flat leaves (bench/resnet50_layout.py)")
+    parser.add_argument("--batch", default=None, help="global batch sizes, comma-separated (default 256; the preset: "
+                        "256,1024)")
+    parser.add_argument("--image", "--size", dest="size", type=int, default=32, help="image height and width")
+    parser.add_argument("--calls", type=int, default=None, help="steps per round (default 20; the preset: 10)")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--levels", default="O0,O2,O3")
+    parser.add_argument("--levels", default=None, help="graphpar amp levels (default O0,O2,O3; the preset: O0,O3)")
     parser.add_argument("--layouts", default="NHWC,NCHW")
     parser.add_argument("--flax-state", default="pytree", help="pytree and/or flat (see flax_step)")
+    parser.add_argument("--transform", default="auto", help="set_context(format_transform=...) for graphpar: auto, "
+                        "channels_last or off (the preset runs channels_last and off)")
+    parser.add_argument("--blocks", default=",".join(map(str, _BLOCKS)), help="bottleneck blocks per stage (a "
+                        "stand-in on a CPU: 1,1,1,1)")
+    parser.add_argument("--width", type=float, default=1.0, help="channel multiplier (a stand-in on a CPU: 0.0625)")
+    parser.add_argument("--devices", type=int, default=None, help="how many of JAX's devices (default all)")
     parser.add_argument("--feeding", default="", help="worker counts for the pipeline-feeding rows (e.g. 1,4,8); "
                         "empty: the step rows only")
     parser.add_argument("--json", help="also write the rows to this file (rewritten after each row)")
     args = parser.parse_args(argv)
     print(f"jax {jax.__version__} on {jax.device_count()} {jax.devices()[0].device_kind}", flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
 
     def emit(row: dict[str, Any]) -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+                json.dump({"rows": rows, **extra} if extra else rows, f, indent=1)
 
-    batches = [int(b) for b in args.batch.split(",")]
+    blocks = tuple(int(b) for b in args.blocks.split(","))
+    if args.preset == "issue28":
+        from bench.resnet50_layout import bench_issue28, summary
+
+        batches = [int(b) for b in (args.batch or "256,1024").split(",")]
+        levels = tuple((args.levels or "O0,O3").split(","))
+        started = time.perf_counter()
+        for row in bench_issue28(batches, args.size, args.calls or 10, args.rounds, levels, blocks=blocks,
+                                 width=args.width, devices=args.devices, say=lambda s: print(s, flush=True)):
+            extra["summary"] = summary(rows + [row])
+            emit(row)
+        print(json.dumps({"summary": summary(rows), "wall_s": round(time.perf_counter() - started, 1)}), flush=True)
+        return 0
+    batches = [int(b) for b in (args.batch or "256").split(",")]
     if args.feeding:
         for row in bench_feeding(batches[0], workers=tuple(int(w) for w in args.feeding.split(",")),
-                                 level=args.levels.split(",")[-1]):
+                                 level=(args.levels or "O0,O2,O3").split(",")[-1]):
             emit(row)
         return 0
     for batch in batches:
-        for row in bench_resnet50(batch, args.size, args.calls, args.rounds, tuple(args.levels.split(",")),
-                                  tuple(args.layouts.split(",")), tuple(args.flax_state.split(","))):
+        for row in bench_resnet50(batch, args.size, args.calls or 20, args.rounds,
+                                  tuple((args.levels or "O0,O2,O3").split(",")), tuple(args.layouts.split(",")),
+                                  tuple(args.flax_state.split(",")), args.transform, blocks, args.width,
+                                  args.devices):
             emit(row)
     return 0
 

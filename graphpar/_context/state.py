@@ -24,8 +24,8 @@ from graphpar._context.cache_dir import CompileCache, resolve_compile_cache
 from graphpar._context.devices import check_device_id, check_platform
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
-    PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_bool, check_dataset_strategy, check_parallel_optimizer_config,
-    check_pipeline_config, check_writable_dir, parse_memory)
+    PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_bool, check_dataset_strategy, check_format_transform,
+    check_parallel_optimizer_config, check_pipeline_config, check_writable_dir, parse_memory)
 from graphpar import _env
 from graphpar._logging import notice_once
 from graphpar.errors import ConfigError, DeviceError, GraphparError, UnknownSettingError
@@ -65,6 +65,9 @@ class Context(_Revised):
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
     enable_compile_cache_setting: bool | None = None  # set_context(enable_compile_cache=...); read: compile_cache()
     compile_cache_path_setting: str | None = None  # set_context(compile_cache_path=...); read: compile_cache()
+    # where NCHW convolutions run channels-last: "auto" (GPUs), "channels_last" (everywhere), "off"; MindSpore's
+    # disable_format_transform=True is "off"
+    format_transform: str = "auto"
 
     @property
     def save_graphs(self) -> int:
@@ -127,11 +130,11 @@ _auto_parallel = AutoParallelContext()
 def set_context(**kwargs: Any) -> None:
     """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
     ``save_graphs_path``, ``max_device_memory``, ``enable_compile_cache``, ``compile_cache_path`` (XLA's persistent
-    compilation cache: ``compile_cache()``). Other MindSpore settings that mean nothing on XLA are accepted with
-    a log line."""
+    compilation cache: ``compile_cache()``), ``disable_format_transform`` (and graphpar's ``format_transform``:
+    "auto", "channels_last" or "off"). Other MindSpore settings that mean nothing on XLA are accepted with a log
+    line."""
     api = "set_context"
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory",
-             "enable_compile_cache", "compile_cache_path"}
+    valid = _CONTEXT_KEYS
     for key, value in kwargs.items():
         if key in IGNORED_CONTEXT_KEYS:
             notice_once(f"context:{key}", f"set_context({key}=...) has no effect in graphpar (XLA decides this)",
@@ -177,6 +180,13 @@ def set_context(**kwargs: Any) -> None:
                 raise ConfigError(api, key, value, reason="compile_cache_path must be a non-empty string")
             check_writable_dir(api, key, value)
             _context.compile_cache_path_setting = value
+        elif key == "format_transform":
+            _context.format_transform = check_format_transform(value)
+        elif key == "disable_format_transform":  # MindSpore's GPU switch: True turns the transform off
+            if check_bool(api, key, value):
+                _context.format_transform = "off"
+            elif _context.format_transform == "off":
+                _context.format_transform = "auto"
 
 
 def compile_cache() -> CompileCache:
@@ -184,15 +194,20 @@ def compile_cache() -> CompileCache:
     return resolve_compile_cache(_context.enable_compile_cache_setting, _context.compile_cache_path_setting)
 
 
+_CONTEXT_KEYS = frozenset({"mode", "device_target", "device_id", "save_graphs", "save_graphs_path",
+                           "max_device_memory", "enable_compile_cache", "compile_cache_path", "format_transform",
+                           "disable_format_transform"})
+
+
 def get_context(key: str) -> Any:
-    valid = {"mode", "device_target", "device_id", "save_graphs", "save_graphs_path", "max_device_memory",
-             "enable_compile_cache", "compile_cache_path"}
-    if key not in valid:
-        raise UnknownSettingError("get_context", key, valid)
+    if key not in _CONTEXT_KEYS:
+        raise UnknownSettingError("get_context", key, _CONTEXT_KEYS)
     if key == "enable_compile_cache":
         return compile_cache().enabled
     if key == "compile_cache_path":  # the root in force (XLA's entries lie in its xla/ folder)
         return compile_cache().root
+    if key == "disable_format_transform":
+        return _context.format_transform == "off"
     return getattr(_context, key)
 
 

@@ -37,8 +37,7 @@ IGNORED_CONTEXT_KEYS = frozenset({
     "deterministic", "precompile_only", "runtime_num_threads",
     "inter_op_parallel_num", "print_file_path", "env_config_path", "save_dump_path", "enable_dump",
     "ascend_config", "gpu_config", "mempool_block_size", "op_timeout", "enable_profiling", "profiling_options",
-    "check_bprop", "enable_sparse", "reserve_class_name_in_scope", "auto_tune_mode", "disable_format_transform",
-    "support_binary", "aoe_tune_mode", "aoe_config",
+    "check_bprop", "enable_sparse", "reserve_class_name_in_scope", "auto_tune_mode", "support_binary", "aoe_tune_mode", "aoe_config",
 })
 IGNORED_PARALLEL_KEYS = frozenset({
     "gradient_fp32_sync", "all_reduce_fusion_config", "comm_fusion", "enable_alltoall", "loss_repeated_mean",
@@ -58,6 +57,8 @@ PARALLEL_OPTIMIZER_DEFAULTS = {"parallel_optimizer_threshold": 64, "optimizer_we
                                "gradient_accumulation_shard": False, "optimizer_level": "level1"}
 OPTIMIZER_LEVELS = ("level1", "level2", "level3")
 PIPELINE_SCHEDULERS = ("1f1b", "gpipe")
+# set_context(format_transform=...): where NCHW convolutions run channels-last (graphpar.compile.lowering.channels_last)
+FORMAT_TRANSFORMS = ("auto", "channels_last", "off")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GB\s*$")
 
 
@@ -89,6 +90,14 @@ def check_writable_dir(api: str, key: str, path: str) -> None:
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(api, key, path, reason=f"{key}={path!r}: the directory {probe} is not writable by this "
                           "process; give a directory you can write to")
+
+
+def check_format_transform(value: Any) -> str:
+    """``format_transform``: "auto" (channels-last on GPUs, as MindSpore's GPU backend transforms NCHW to NHWC),
+    "channels_last" (on every platform) or "off" (convolutions run as written)."""
+    if value not in FORMAT_TRANSFORMS or not isinstance(value, str):
+        raise ConfigError("set_context", "format_transform", value, valid=FORMAT_TRANSFORMS)
+    return value
 
 
 def check_dataset_strategy(value: Any) -> Any:

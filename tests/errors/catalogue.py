@@ -567,6 +567,9 @@ ROWS: list[Row] = [
     Row("context-compile-cache", "context", "set_context(enable_compile_cache='yes')",
         lambda t: _ms().set_context(enable_compile_cache="yes"), ERR + "ConfigError",
         ("enable_compile_cache must be a bool", "True, False")),
+    Row("context-format-transform", "context", "set_context(format_transform='NHWC')",
+        lambda t: _ms().set_context(format_transform="NHWC"), ERR + "ConfigError",
+        ("format_transform", "'auto', 'channels_last', 'off'")),
     # --- TLS files --------------------------------------------------------------------------------------------
     Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),

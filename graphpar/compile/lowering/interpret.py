@@ -38,6 +38,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
 from graphpar.compile.lowering import call_groups, recompute
+from graphpar.compile.lowering.channels_last import to_written
 from graphpar.compile.lowering.call_groups import Group
 from graphpar.compile.lowering.pins import Pin, Step
 from graphpar.compile.lowering.plan import Checkpointed, LoweringPlan, lowering_plan
@@ -69,17 +70,21 @@ def run(plan: LoweringPlan, args: Sequence[Any]) -> list[Any]:
         else:
             outs = bind_step(unit, xs, named=unit.node.id in plan.named)
         env.update(zip(unit.outputs, outs))
+    if plan.output_perms:  # values the channels-last pass holds permuted leave in the layout the user wrote
+        return [to_written(env[v], p) for v, p in zip(plan.outputs, plan.output_perms)]
     return [env[v] for v in plan.outputs]
 
 
 def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
-             vmapped_axes: frozenset[str] = frozenset()) -> list[Any]:
+             vmapped_axes: frozenset[str] = frozenset(), channels_last: bool = False) -> list[Any]:
     """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned:
     :func:`run` over the graph's lowering plan (made on its first lowering and kept: ``plan.lowering_plan``).
 
     ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
-    accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout."""
-    return run(lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations()), args)
+    accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout.
+    ``channels_last``: convolutions and the ops between them run channels-last (``compile.lowering.channels_last``;
+    the execution plan decides from ``set_context(format_transform=...)`` and the platform)."""
+    return run(lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations(), channels_last), args)
 
 
 def _pinned_body(step: Step) -> Callable[..., list[Any]]:

@@ -16,6 +16,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from graphpar.compile.lowering import recompute
 from graphpar.compile.lowering.bodies import BodyKeys, node_body
+from graphpar.compile.lowering.channels_last import GraphLayout
 from graphpar.ir.graph import Graph, Node
 from graphpar.planner.strategy import to_partition_spec
 
@@ -46,13 +47,19 @@ class Step:
         return self.node.outputs
 
 
-def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = frozenset()) -> dict[int, Step]:
+def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = frozenset(),
+            layouts: GraphLayout | None = None) -> dict[int, Step]:
     """Each node's :class:`Step` (by node id). With ``mesh``, an input is pinned only where its layout changes (a
     redistribution; elsewhere the producer's output pin or the storage layout already holds) and every output is
-    pinned to its planned layout, less the ``vmapped_axes`` (see ``plan.plan_lowering``)."""
+    pinned to its planned layout, less the ``vmapped_axes`` (see ``plan.plan_lowering``). With ``layouts`` (the
+    channels-last pass, ``compile.lowering.channels_last``), a node computing on permuted arrays gets its relaid
+    body, and a pin of a value held permuted splits the dimensions the planned layout names, in physical order."""
     shardings: dict[Any, NamedSharding] = {}
 
-    def sharding(spec: Any) -> NamedSharding:
+    def sharding(spec: Any, value: int) -> NamedSharding:
+        perm = layouts.perm(value) if layouts is not None else None
+        if perm is not None:
+            spec = tuple(spec[d] for d in perm)
         found = shardings.get(spec)
         if found is None:
             kept = tuple(tuple(a for a in axes if a not in vmapped_axes) for axes in spec) if vmapped_axes else spec
@@ -73,19 +80,22 @@ def prepare(graph: Graph, mesh: Mesh | None, vmapped_axes: frozenset[str] = froz
             for i, v in enumerate(node.inputs):
                 spec = strategy.input_spec(i)
                 if spec is not None and layout.get(v) != spec and graph.values[v].is_array:
-                    in_pins.append((i, sharding(spec), f"in{i}"))
+                    in_pins.append((i, sharding(spec, v), f"in{i}"))
             for j, v in enumerate(node.outputs):
                 spec = strategy.output_spec(j)
                 layout[v] = spec
                 if spec is not None and graph.values[v].is_array:
-                    all_out.append((j, sharding(spec), f"out{j}"))
+                    all_out.append((j, sharding(spec, v), f"out{j}"))
                     if v not in implied:
                         out_pins.append(all_out[-1])
         body_key = keys.node(graph, node)
+        relaid = layouts.nodes.get(node.id) if layouts is not None else None
+        if relaid is not None and body_key is not None:
+            body_key = (body_key, relaid.signature)
         share = None if body_key is None else shares.setdefault(
             (body_key, tuple(in_pins), tuple(out_pins), tuple(all_out)), len(shares))
-        steps[node.id] = Step(node, node_body(node), tuple(in_pins), tuple(out_pins),
-                              recompute.is_communication(node), share, tuple(all_out))
+        steps[node.id] = Step(node, node_body(node) if relaid is None else relaid.body, tuple(in_pins),
+                              tuple(out_pins), recompute.is_communication(node), share, tuple(all_out))
     return steps
 
 

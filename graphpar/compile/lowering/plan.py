@@ -18,6 +18,7 @@ no one changes after planning). The jit functions the plan's shared calls and gr
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ from typing import Any
 
 from jax.sharding import Mesh
 
-from graphpar.compile.lowering import call_groups, recompute
+from graphpar._logging import notice_once
+from graphpar.compile.lowering import call_groups, channels_last, recompute
 from graphpar.compile.lowering.call_groups import Group
+from graphpar.compile.lowering.layout_rules import Perm
 from graphpar.compile.lowering.pins import Step, prepare
 from graphpar.ir.graph import Graph
 
@@ -66,6 +69,7 @@ class LoweringPlan:
     consts: tuple[tuple[int, Any], ...]
     calls: Mapping[int, Step]
     named: frozenset[int] = frozenset()
+    output_perms: tuple[Perm, ...] = ()  # per output, the layout it is held in (channels-last), () when all written
 
 
 def shared_calls(steps: Sequence[Step]) -> dict[int, Step]:
@@ -113,12 +117,21 @@ def _checkpointed(graph: Graph, steps: list[Step], config: recompute.RecomputeCo
 
 
 def plan_lowering(graph: Graph, mesh: Mesh | None = None, vmapped_axes: frozenset[str] = frozenset(),
-                  name_activations: bool = False) -> LoweringPlan:
+                  name_activations: bool = False, channels_last_on: bool = False) -> LoweringPlan:
     """The :class:`LoweringPlan` of ``graph`` (uncached: :func:`lowering_plan` is the cached one). With ``mesh``,
     layouts are pinned, less ``vmapped_axes`` (mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already
     splits over); ``name_activations``: level3 of the parallel optimizer (``recompute.naming_activations``), whose
-    per-node naming keeps every node a call site of its own (no groups, no shared calls)."""
-    steps = prepare(graph, mesh, vmapped_axes)
+    per-node naming keeps every node a call site of its own (no groups, no shared calls); ``channels_last_on``: run
+    the channels-last pass (``compile.lowering.channels_last``)."""
+    layouts = channels_last.plan_graph(graph) if channels_last_on else None
+    if layouts is not None and not layouts.nodes:
+        layouts = None
+    if layouts is not None:
+        notice_once(f"channels-last:{graph.name}:{layouts.convolutions}:{layouts.edges}",
+                    f"{graph.name}: {layouts.convolutions} convolution(s) and the ops between them run channels-last; "
+                    f"{layouts.edges} transpose(s) where values leave that region (set_context(format_transform="
+                    "'off') runs them as written)", logging.INFO)
+    steps = prepare(graph, mesh, vmapped_axes, layouts)
     segments = recompute.segments(graph)
     plain = [[steps[node.id] for node in nodes] for config, nodes in segments if config is None]
     # runs of nodes repeated as a whole: one shared call each; a node outside the groups whose body others compute
@@ -137,23 +150,25 @@ def plan_lowering(graph: Graph, mesh: Mesh | None = None, vmapped_axes: frozense
             planned.append(_checkpointed(graph, [steps[node.id] for node in nodes], config, last_read,
                                          position[nodes[-1].id]))
     consts = tuple((vid, value.const) for vid, value in graph.values.items() if value.kind == "const")
+    outs = layouts.output_perms(graph.outputs) if layouts is not None else ()
     return LoweringPlan(tuple(planned), tuple(graph.inputs), tuple(graph.outputs), consts, calls,
-                        _named_activations(graph) if name_activations else frozenset())
+                        _named_activations(graph) if name_activations else frozenset(),
+                        outs if any(p is not None for p in outs) else ())
 
 
 _plans: dict[int, dict[tuple[Any, ...], LoweringPlan]] = {}  # id(graph) -> its plans, dropped with the graph
 
 
 def lowering_plan(graph: Graph, mesh: Mesh | None = None, vmapped_axes: frozenset[str] = frozenset(),
-                  name_activations: bool = False) -> LoweringPlan:
+                  name_activations: bool = False, channels_last_on: bool = False) -> LoweringPlan:
     """:func:`plan_lowering`, computed once per graph and arguments (see the module docstring). The plan holds the
     graph's nodes, never the graph, so the entry goes when the graph does."""
     per_graph = _plans.get(id(graph))
     if per_graph is None:
         per_graph = _plans[id(graph)] = {}
         weakref.finalize(graph, _plans.pop, id(graph), None)
-    key = (mesh, vmapped_axes, name_activations)
+    key = (mesh, vmapped_axes, name_activations, channels_last_on)
     found = per_graph.get(key)
     if found is None:
-        found = per_graph[key] = plan_lowering(graph, mesh, vmapped_axes, name_activations)
+        found = per_graph[key] = plan_lowering(graph, mesh, vmapped_axes, name_activations, channels_last_on)
     return found

@@ -29,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 from graphpar import _context
 from graphpar.communication.devices import all_devices, local_ranks
 from graphpar.communication.rank_axis import replica_axis
+from graphpar.compile.lowering import channels_last
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.interpret import evaluate
 from graphpar.compile.lowering.network_state import NetworkState
@@ -69,6 +70,13 @@ class ExecutionPlan:
 
     def __init__(self) -> None:
         self.pctx = _context.current_parallel()
+        self.format_transform = _context.current().format_transform
+
+    @property
+    def channels_last(self) -> bool:
+        """Whether convolutions run channels-last in this plan's programs (``compile.lowering.channels_last``): the
+        ``format_transform`` setting in force when the plan was made, on this plan's platform."""
+        return channels_last.enabled(self.format_transform, self.devices[0].platform)
 
     @property
     def n(self) -> int:
@@ -110,7 +118,8 @@ class ExecutionPlan:
         if self.pynative:
             model = ns.merge(params, rest)
             return call_network(model, inputs), ns.split_after(model)
-        loss, *new_rest = evaluate(planned.graph, _flat(params, rest, inputs), self._mesh_for_pins())
+        loss, *new_rest = evaluate(planned.graph, _flat(params, rest, inputs), self._mesh_for_pins(),
+                                   channels_last=self.channels_last)
         return loss, ns.rest.unflatten(new_rest)
 
     def objective(self, planned: Planned, ns: NetworkState, params: Any, rest: Any, inputs: Sequence[Any],
@@ -126,7 +135,8 @@ class ExecutionPlan:
             return call_network(model, inputs), ns.split_after(model)
         if planned.graph is None:
             raise RuntimeError("graphpar: a GRAPH_MODE forward needs a planned graph")
-        flat = evaluate(planned.graph, _flat(params, rest, inputs), self._mesh_for_pins())
+        flat = evaluate(planned.graph, _flat(params, rest, inputs), self._mesh_for_pins(),
+                        channels_last=self.channels_last)
         n_out = planned.out_treedef.num_leaves
         return jax.tree.unflatten(planned.out_treedef, flat[:n_out]), ns.rest.unflatten(flat[n_out:])
 

@@ -159,7 +159,8 @@ def _replicas_of(plan: ExecutionPlan, planned: Any, ns: NetworkState, split: Rep
 
     def planned_loss(params, rest, inputs):
         flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
-        loss, *new_rest = evaluate(split.graph, flat, split.mesh, vmapped_axes=vmapped)
+        loss, *new_rest = evaluate(split.graph, flat, split.mesh, vmapped_axes=vmapped,
+                                   channels_last=plan.channels_last)
         return loss, ns.rest.unflatten(new_rest)
 
     return Replicas(planned_loss, split.replicas, split.mesh, split.axes, split.mean, False)
