@@ -65,9 +65,7 @@ class Context(_Revised):
     max_device_memory: str | None = None  # "xxGB": bounds AUTO_PARALLEL's search (None: no bound)
     enable_compile_cache_setting: bool | None = None  # set_context(enable_compile_cache=...); read: compile_cache()
     compile_cache_path_setting: str | None = None  # set_context(compile_cache_path=...); read: compile_cache()
-    # where NCHW convolutions run channels-last: "auto" (GPUs), "channels_last" (everywhere), "off"; MindSpore's
-    # disable_format_transform=True is "off"
-    format_transform: str = "auto"
+    format_transform: str = "auto"  # NCHW convs run NHWC: "auto" (GPUs), "channels_last", "off" (MindSpore's disable)
 
     @property
     def save_graphs(self) -> int:
