@@ -49,7 +49,7 @@ def _with_residuals(node: Node, spec: DimSpec, outs: list) -> DimSpec:
     if extra <= 0 or node.body is not None or not node.is_op:
         return spec
     padding = tuple(tuple(None for _ in shape) for shape in outs[len(spec.outputs):])
-    return dataclasses.replace(spec, outputs=spec.outputs + padding)
+    return dataclasses.replace(spec, outputs=spec.outputs + padding, residuals=extra)
 
 
 @dataclass
