@@ -4,6 +4,7 @@
 while tracing, records an op node for the graph IR.
 """
 
+from graphpar.ops import auto_generate as auto_generate
 from graphpar.ops import composite as composite
 from graphpar.ops import functional as functional
 from graphpar.ops.composite import GradOperation as GradOperation

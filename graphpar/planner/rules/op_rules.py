@@ -14,7 +14,8 @@ _UNARY = ("ReLU", "ReLU6", "GeLU", "FastGeLU", "SiLU", "Exp", "Log", "Sqrt", "Rs
 _BINARY = ("Add", "Sub", "Mul", "RealDiv", "Div", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Pow",
            "SquaredDifference", "Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd",
            "LogicalOr", "Select", "AddN", "Depend", "Mod", "TruncateDiv", "TruncateMod", "Xlogy", "Xdivy", "MulNoNan",
-           "DivNoNan", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Atan2", "MaskedFill")
+           "DivNoNan", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Atan2", "MaskedFill", "AddExt", "SubExt",
+           "AddcmulExt")
 
 
 ELEMENTWISE = frozenset(_UNARY + _BINARY)  # what set_algo_parameters(elementwise_op_strategy_follow) calls elementwise
