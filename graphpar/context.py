@@ -11,6 +11,9 @@ from graphpar._context import set_auto_parallel_context as set_auto_parallel_con
 from graphpar._context import set_context as set_context
 from graphpar.communication import tls_config
 
+# MindSpore's private name for the same reset (its parallel unit tests call it)
+_reset_auto_parallel_context = reset_auto_parallel_context
+
 
 def set_ps_context(**kwargs) -> None:
     """MindSpore's ``set_ps_context``: TLS of the control plane (``enable_ssl``, ``config_file_path``,

@@ -4,6 +4,7 @@
 while tracing, records an op node for the graph IR.
 """
 
+from graphpar.ops import auto_generate as auto_generate
 from graphpar.ops import composite as composite
 from graphpar.ops import functional as functional
 from graphpar.ops.composite import GradOperation as GradOperation
@@ -11,7 +12,7 @@ from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad
 from graphpar.ops import operations as operations
 from graphpar.ops.functional import (  # noqa: F401
-    cast, concat, depend, fill, matmul, ones, rank, relu, reshape, scalar_to_array, scalar_to_tensor, shape,
+    cast, concat, depend, div, fill, matmul, ones, rank, relu, reshape, scalar_to_array, scalar_to_tensor, shape,
     softmax, stop_gradient, transpose, tuple_to_array, zeros)
 from graphpar.ops.operations import *  # noqa: F401,F403
 from graphpar.ops.operations import Primitive as Primitive

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -138,12 +139,27 @@ class StridedSlice(Primitive):
 
 
 class Gather(Primitive):
-    """``Gather()(input_params, input_indices, axis)``: take slices of ``input_params`` along ``axis``."""
+    """``Gather(batch_dims=0)(input_params, input_indices, axis)``: take slices of ``input_params`` along ``axis``.
+    The first ``batch_dims`` dimensions of both inputs are batch dimensions (equal sizes, ``axis >= batch_dims``):
+    each batch element gathers from its own slice of the table."""
 
     input_names = ("input_params", "input_indices")
 
+    def __init__(self, batch_dims: int = 0):
+        if isinstance(batch_dims, bool) or not isinstance(batch_dims, int):
+            raise TypeError(f"Gather(batch_dims=...) takes an int, got {type(batch_dims).__name__} {batch_dims!r}")
+        super().__init__(batch_dims=batch_dims)
+
     def compute(self, params, indices, axis=0):
-        return jnp.take(params, indices, axis=axis)
+        b = self.attrs.get("batch_dims", 0)
+        b = b + jnp.ndim(indices) if b < 0 else b  # MindSpore counts a negative batch_dims from the indices' rank
+        axis = axis % jnp.ndim(params)
+        if axis < b:
+            raise ValueError(f"Gather '{self.instance_name}': axis {axis} must be >= batch_dims {b}")
+        take = functools.partial(jnp.take, axis=axis - b)
+        for _ in range(b):
+            take = jax.vmap(take)
+        return take(params, indices)
 
 
 GatherV2 = Gather

@@ -84,3 +84,17 @@ def fill(dtype, shape, value):
 
 def depend(value, expr):
     return value
+
+
+def div(input, other, rounding_mode=None):  # noqa: A002 (MindSpore's argument name)
+    """MindSpore's ``ops.div``: ``input / other``, rounded toward zero (``rounding_mode="trunc"``) or down
+    (``"floor"``); ``None`` keeps the true quotient."""
+    if rounding_mode is None:
+        return jnp.true_divide(input, other)
+    if rounding_mode == "floor":
+        return jnp.floor_divide(input, other)
+    if rounding_mode == "trunc":
+        if jnp.issubdtype(jnp.result_type(input, other), jnp.integer):
+            return jax.lax.div(*jnp.broadcast_arrays(input, other))
+        return jnp.trunc(jnp.true_divide(input, other))
+    raise ValueError(f"ops.div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")

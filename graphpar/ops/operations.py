@@ -3,6 +3,9 @@
 from graphpar.ops.array_ops import (  # noqa: F401
     Cast, Concat, Depend, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice,
     Split, Squeeze, Stack, StridedSlice, TensorToScalar, Tile, Transpose)
+from graphpar.ops.binary_ops import (  # noqa: F401
+    Atan2, BitwiseAnd, BitwiseOr, BitwiseXor, DivNoNan, MaskedFill, Mod, MulNoNan, TruncateDiv, TruncateMod, Xdivy,
+    Xlogy)
 from graphpar.ops.comm_ops import (  # noqa: F401
     AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
 from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401

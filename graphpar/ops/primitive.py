@@ -67,6 +67,8 @@ class Primitive:
     argument is a tuple of tensors) and implement :meth:`compute`."""
 
     input_names: ClassVar[tuple[str, ...] | None] = ("x",)
+    # trailing input_names that may be given as a number: a strategy then has no entry for them (MaskedFill's value)
+    optional_inputs: ClassVar[int] = 0
     _amp_cast: Any = None  # amp_level="O1" on a white-listed op: ops._mixed_precision.CellCast
 
     def __init__(self, **attrs: Any) -> None:
@@ -123,6 +125,9 @@ class Primitive:
             self.in_strategy = self.out_strategy = None
             return self
         n_inputs = None if self.input_names is None else len(self.input_names)
+        if n_inputs is not None and isinstance(in_strategy, tuple) and (
+                n_inputs - self.optional_inputs <= len(in_strategy) < n_inputs):
+            n_inputs = len(in_strategy)
         self.in_strategy = check_structure(self.name, in_strategy, n_inputs, "in_strategy", self.input_names)
         self.out_strategy = None
         if out_strategy is not None:
@@ -200,6 +205,9 @@ class Primitive:
                 shapes, all_names = [tuple(np.shape(t)) for t in tensors], names
             else:
                 present = [i for i in self._tensor_arg_indices() if i < len(args)]
+                while len(present) > len(self.in_strategy) and not _is_tensor(args[present[-1]]) and (
+                        present[-1] >= len(self.input_names) - self.optional_inputs):
+                    present.pop()  # an optional input given as a number, without a strategy entry
                 shapes = [tuple(np.shape(args[i])) for i in present]
                 all_names = self.input_names[:len(present)]
             in_strategy, out_strategy = self._strategies_for(shapes, scope)

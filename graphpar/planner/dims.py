@@ -33,6 +33,12 @@ class DimSpec:
     fixed: frozenset[str] = field(default_factory=frozenset)
     repeat_first: bool = False
     batch: str | None = None  # the label MindSpore's batch (default) strategy splits; None: input 0's dim 0
+    residuals: int = 0  # trailing outputs that are JAX residuals for a backward, not the op's own
+
+    @property
+    def own_outputs(self) -> tuple[tuple[Label, ...], ...]:
+        """The op's own outputs, the ones a user's ``out_strategy`` names (residuals excluded)."""
+        return self.outputs[:len(self.outputs) - self.residuals]
 
     @property
     def contracted(self) -> frozenset[str]:

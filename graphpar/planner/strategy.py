@@ -317,8 +317,9 @@ def with_out_strategy(node, strategy: NodeStrategy, out_hint: tuple, out_shapes)
     """Apply MindSpore's ``out_strategy``: an output dimension may take extra splits from the contracted or
     repeated devices (``MatMul`` ((2, 4), (4, 1)) with out_strategy ((8, 1),) is a reduce-scatter)."""
     op, scope, mesh = node.instance_name, node.scope, strategy.mesh
-    if len(out_hint) != len(strategy.dims.outputs):
-        raise StrategyError(op, out_hint, f"out_strategy has {len(out_hint)} entries for {len(strategy.dims.outputs)} "
+    own = strategy.dims.own_outputs
+    if len(out_hint) != len(own):
+        raise StrategyError(op, out_hint, f"out_strategy has {len(out_hint)} entries for {len(own)} "
                             "output(s)", scope, "Give one tuple per output")
     pool = list(strategy.partial_axes) + list(strategy.repeat_axes)
     specs = []
@@ -342,4 +343,6 @@ def with_out_strategy(node, strategy: NodeStrategy, out_hint: tuple, out_shapes)
                                     scope, f"Splits beyond {have} must come from contracted or repeated devices")
             spec.append(tuple(base) + tuple(extra))
         specs.append(tuple(spec))
-    return NodeStrategy(strategy.dims, strategy.label_axes, strategy.repeat_axes, mesh, tuple(specs))
+    # residuals a backward reads (an op differentiated inside construct) keep the in_strategy's layout
+    residual_specs = strategy.output_specs[len(own):]
+    return NodeStrategy(strategy.dims, strategy.label_axes, strategy.repeat_axes, mesh, tuple(specs) + residual_specs)

@@ -825,6 +825,9 @@ ROWS: list[Row] = [
         lambda t: _jit_step("shapes"), ERR + "TracedControlFlowError",
         ("catalogue.py:", "`g` is float32[4, 8] after the `if` branch and float32[4] after the `else` branch",
          "same kind")),
+    Row("ops-div-rounding-mode", "construct", "ops.div(x, y, rounding_mode='round')",
+        lambda t: _ops().div(np.ones(2), np.ones(2), rounding_mode="round"), ValueError,
+        ("rounding_mode must be None, 'floor' or 'trunc'", "'round'")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

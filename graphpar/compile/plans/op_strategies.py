@@ -22,7 +22,7 @@ import numpy as np
 
 from graphpar import _context
 from graphpar._context import ParallelMode
-from graphpar.compile.lowering.graph_trace import trace_network
+from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.wrap import TrainOneStepCell
@@ -72,8 +72,27 @@ def strategy_table(graph: Graph, top: str | None = None) -> dict[str, list[list[
 def _aval(x: Any) -> jax.ShapeDtypeStruct:
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
-    array = x if hasattr(x, "dtype") and hasattr(x, "shape") else np.asarray(x)
-    return jax.ShapeDtypeStruct(tuple(array.shape), np.dtype(array.dtype))
+    return jax.ShapeDtypeStruct(tuple(x.shape), np.dtype(x.dtype))
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.ShapeDtypeStruct, jax.Array, np.ndarray, np.generic))
+
+
+def _split_inputs(inputs: Sequence[Any]) -> tuple[list[jax.ShapeDtypeStruct], Any]:
+    """The array leaves of ``inputs`` as avals, and the call that puts the other leaves back as constants: in
+    MindSpore's graph mode a Python number or tuple passed to ``construct`` (``compile(net, x, (-1, 32))``) is a
+    compile-time constant, as in a forward call (``compile.runtime.forward``)."""
+    leaves, treedef = jax.tree.flatten(tuple(inputs))
+    statics = {i: leaf for i, leaf in enumerate(leaves) if not _is_array(leaf)}
+
+    def call(model: Any, xs: Sequence[Any]) -> Any:
+        it = iter(xs)
+        args = jax.tree.unflatten(treedef, [statics[i] if i in statics else next(it)
+                                            for i in range(treedef.num_leaves)])
+        return call_network(model, args)
+
+    return [_aval(x) for i, x in enumerate(leaves) if i not in statics], call
 
 
 def table_of_cell(cell: Any, inputs: Sequence[Any]) -> dict[str, list[list[int]]]:
@@ -93,7 +112,8 @@ def plan_cell(cell: Any, inputs: Sequence[Any]) -> Graph | None:
     network = cell.network if train else cell
     purpose = "train" if train else "forward"
     ns = NetworkState(network, network.trainable_params())
-    graph, _ = trace_network(ns, [_aval(x) for x in inputs], purpose)
+    avals, call = _split_inputs(inputs)
+    graph, _ = trace_network(ns, avals, purpose, call=call)
     if pctx.parallel_mode not in _PLANNED_MODES:
         return None
     devices = _context.get_auto_parallel_context("device_num")

@@ -49,7 +49,7 @@ def _with_residuals(node: Node, spec: DimSpec, outs: list) -> DimSpec:
     if extra <= 0 or node.body is not None or not node.is_op:
         return spec
     padding = tuple(tuple(None for _ in shape) for shape in outs[len(spec.outputs):])
-    return dataclasses.replace(spec, outputs=spec.outputs + padding)
+    return dataclasses.replace(spec, outputs=spec.outputs + padding, residuals=extra)
 
 
 @dataclass
@@ -101,10 +101,12 @@ class PlanContext:
         if node.id not in self._dims:
             rule = rule_for(node.kind)
             spec = None
-            if rule is not None:
+            ins, outs = shapes_of(node, graph)
+            # an op whose outputs a differentiated construct never reads (JAX's partial evaluation dropped them,
+            # e.g. a Reshape feeding only an Add) has nothing to lay out
+            if rule is not None and outs:
                 spec = rule(node, graph)
                 if spec is not None:
-                    ins, outs = shapes_of(node, graph)
                     spec = _with_residuals(node, spec, outs)
                     if len(spec.inputs) != len(ins) or len(spec.outputs) != len(outs) or any(
                             len(r) != len(s) for r, s in zip(spec.inputs + spec.outputs, ins + outs)):

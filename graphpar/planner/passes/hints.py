@@ -78,6 +78,7 @@ class IgnoredHint(ReadHint):
 def read_hint(node: Node, graph: Graph, ctx: PlanContext) -> ReadHint:
     """What ``read_hints`` records for one hinted node (see the module docstring)."""
     hint, text = node.hint, strategy_text(node.hint)
+    hint = _pcl_matmul(node, hint, ctx.request.devices) or hint
     dims = ctx.dims(node, graph)
     if is_layout_strategy(hint) and not follows_input(node) and dims is not None:
         ins, outs = shapes_of(node, graph)
@@ -107,6 +108,22 @@ def read_hint(node: Node, graph: Graph, ctx: PlanContext) -> ReadHint:
             f"the {ctx.request.devices} devices", node.scope,
             "Use every device (or none: all ones), or call set_algo_parameters(fully_use_devices=False)"))
     return CheckedHint(text, matrix, in_strategy, tuple(splits.items()), node.out_hint)
+
+
+def _pcl_matmul(node: Node, hint, devices: int) -> tuple | None:
+    """MindSpore's "PCL MatMul" (``MatMulInfo::CheckPCLMatMul``): a 2-D ``MatMul`` without transposes whose two
+    inputs both have the strategy ``(a, b)`` with ``a * b`` the device count. ``x`` (m, k) arrives split (a, b) and
+    ``w`` (k, n) split (a, b); MindSpore all-gathers ``x``'s k over the b devices and ``w``'s k over the a devices and
+    multiplies, so the output is split (a, b) without a reduction: the op's strategy ``((a, 1), (1, b))``, reached by
+    the redistribution of each input. None for any other hint (under the ordinary rule such a hint is invalid
+    unless ``a == b == 1``)."""
+    if (node.kind != "MatMul" or is_layout_strategy(hint) or not isinstance(hint, tuple) or len(hint) != 2
+            or node.attrs.get("transpose_a") or node.attrs.get("transpose_b")):
+        return None
+    x, w = hint
+    if x != w or len(x) != 2 or math.prod(x) != devices or x == (1, 1):
+        return None
+    return ((x[0], 1), (1, x[1]))
 
 
 def _fully_use_checked(ctx: PlanContext) -> bool:

@@ -13,7 +13,9 @@ _UNARY = ("ReLU", "ReLU6", "GeLU", "FastGeLU", "SiLU", "Exp", "Log", "Sqrt", "Rs
           "Identity", "StopGradient", "LogicalNot", "Cast")
 _BINARY = ("Add", "Sub", "Mul", "RealDiv", "Div", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Pow",
            "SquaredDifference", "Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd",
-           "LogicalOr", "Select", "AddN", "Depend")
+           "LogicalOr", "Select", "AddN", "Depend", "Mod", "TruncateDiv", "TruncateMod", "Xlogy", "Xdivy", "MulNoNan",
+           "DivNoNan", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Atan2", "MaskedFill", "AddExt", "SubExt",
+           "AddcmulExt")
 
 
 ELEMENTWISE = frozenset(_UNARY + _BINARY)  # what set_algo_parameters(elementwise_op_strategy_follow) calls elementwise
@@ -148,10 +150,13 @@ def _gather(node, graph):
     ins, outs = shapes_of(node, graph)
     params, indices = ins[0], ins[1]
     axis = node.static_args.get(2, 0) % len(params)
-    p_labels = tuple("v" if i == axis else f"p{i}" for i in range(len(params)))
+    b = node.attrs.get("batch_dims", 0)
+    b = b + len(indices) if b < 0 else b
+    # batch_dims leading dimensions are shared by the table, the indices and the output
+    p_labels = tuple(f"q{i}" if i < b else "v" if i == axis else f"p{i}" for i in range(len(params)))
     i_labels = tuple(f"q{i}" for i in range(len(indices)))
-    out = p_labels[:axis] + i_labels + p_labels[axis + 1:]
-    order = i_labels + p_labels
+    out = p_labels[:axis] + i_labels[b:] + p_labels[axis + 1:]
+    order = i_labels + p_labels[b:]
     # MindSpore's GatherInfo batch strategy splits the indices' batch dimension, never the table
     return DimSpec((p_labels, i_labels), (out,), order, batch=i_labels[0] if i_labels else None)
 
