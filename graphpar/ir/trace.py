@@ -317,8 +317,10 @@ def _trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tupl
         info = jaxpr.debug_info
         if info is not None and info.result_paths is not None:
             info = info._replace(result_paths=tuple(info.result_paths)[:n])
-        jaxpr = jcore.Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars[:n], jaxpr.eqns, jaxpr.effects, info)
-        closed = jcore.ClosedJaxpr(jaxpr, closed.consts)
+        # replace() keeps the constants paired with their variables: jax >= 0.12 merged ClosedJaxpr into Jaxpr,
+        # where a Jaxpr built from constvars without their values takes them as leading invars.
+        closed = closed.replace(jaxpr=jaxpr.replace(outvars=jaxpr.outvars[:n], debug_info=info))
+        jaxpr = closed.jaxpr
     builder = _Builder(recorder, delimiters)
     env: dict = {}
     for var, c in zip(jaxpr.constvars, closed.consts):

@@ -69,9 +69,10 @@ def test_recompute_under_a_gradient_taken_in_construct_is_applied(notices):
     graph = program.planned(X).graph
     recomputed = [n for n in graph.node_list() if n.remat is not None]
     # the backward recomputes the block's forward (an op JAX kept whole is planned as that op: BiasAdd; the rest
-    # as the primitives JAX split them into) next to its transposes
+    # as the primitives JAX split them into: jax 0.10 splits Tanh into tanh and its derivative's sub and mul, jax
+    # 0.12 keeps it whole) next to its transposes
     kinds = {n.kind for n in recomputed}
-    assert {"BiasAdd", "dot_general", "tanh", "add_any"} <= kinds
+    assert {"BiasAdd", "dot_general", "mul"} <= kinds and kinds & {"Tanh", "tanh"}
     assert all(n.strategy is not None and n.provenance.kind != "fallback" for n in recomputed)
     assert "optimization_barrier" in program.lower(X).as_text()
     assert not [r for r in notices.records if "not applied" in r.getMessage()]

@@ -1,4 +1,4 @@
-"""Propagation passes through split, scatter-add, top_k, scan, while, cond and custom_vjp bodies: the op after
+"""Propagation passes through split, unstack, scatter-add, top_k, scan, while, cond and custom_vjp bodies: the op after
 each keeps the hinted split (no fallback to replicated), and the numbers equal one device's."""
 
 import jax
@@ -21,6 +21,7 @@ _clipped_softmax.defvjp(lambda x: (_clipped_softmax(x), x), lambda x, g: (jnp.cl
 
 BODIES = {
     "split": lambda h: jnp.split(h, 2, axis=1)[0],
+    "unstack": lambda h: h * jnp.unstack(h, axis=1)[0][:, None],
     "scatter-add": lambda h: h.at[:, jnp.array([1, 3])].add(1.0),
     "top_k": lambda h: lax.top_k(h, 4)[0],
     "scan": lambda h: lax.scan(lambda c, r: (c * 0.5 + r, None), h, jnp.ones((3,) + h.shape))[0],

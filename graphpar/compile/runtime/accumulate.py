@@ -266,11 +266,16 @@ def _per_replica(replicas: Replicas, ns: NetworkState, opt: OptimizerSharding, p
         acc, rest, loss_sum = carry
         local = [replicas.split(x) for x in micro_inputs(xs)]
         run = jax.vmap(per_replica, in_axes=(None, None, 0), axis_name=REPLICA_AXIS, spmd_axis_name=axes)
+        # level3: the stored parameters enter each micro-batch in their storage layout. Unconstrained inside the
+        # loop, the compute layout their gathers ask for may propagate onto the loop's carried value (Shardy in
+        # jax 0.12 does): the weights are then gathered once before the loop, kept alive through it, and
+        # backward gathers nothing again.
+        params = [_constrain(p, st) for p, st in zip(p_compute, opt.storage)] if regather else p_compute
         if replicas.collectives_axis:
             with replica_axis(REPLICA_AXIS):
-                g, losses, new_rests = run(p_compute, rest, local)
+                g, losses, new_rests = run(params, rest, local)
         else:
-            g, losses, new_rests = run(p_compute, rest, local)
+            g, losses, new_rests = run(params, rest, local)
         new_rest = [jnp.mean(v, axis=0).astype(v.dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v[0]
                     for v in new_rests]
         if shard_carry:  # reduce each micro-batch's gradients into the sharded storage layout

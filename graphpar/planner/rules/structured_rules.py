@@ -4,6 +4,8 @@ Without a rule, a primitive runs replicated and propagation stops at it (everyth
 default). These rules let layouts pass through:
 
 * ``split``: every dimension but the split axis keeps its label on every piece.
+* ``unstack`` (jax >= 0.12: ``lax.unstack``, and the keys of ``jax.random.split`` that a Dropout draws from): every
+  dimension but the unstacked axis keeps its label on every result, which drops that axis.
 * ``scatter`` / ``scatter-add`` / ...: the operand's window dimensions that the updates cover whole share labels
   with the updates' window dimensions and the result; scattered dimensions and the indices stay whole.
 * ``top_k``: the leading dimensions keep their labels; the searched axis stays whole.
@@ -35,6 +37,16 @@ def _split(node, graph):
     axis = node.eqn.params["axis"] % len(labels)
     row = tuple(None if i == axis else l for i, l in enumerate(labels))
     return DimSpec((row,), tuple(row for _ in outs), tuple(l for l in row if l))
+
+
+@register("unstack")
+def _unstack(node, graph):
+    ins, outs = shapes_of(node, graph)
+    labels = _labels(len(ins[0]))
+    axis = node.eqn.params["axis"] % len(labels)
+    row = tuple(None if i == axis else l for i, l in enumerate(labels))
+    kept = tuple(l for l in row if l)
+    return DimSpec((row,), tuple(kept for _ in outs), kept)
 
 
 @register("scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "scatter-min", "scatter_min",
@@ -79,10 +91,19 @@ def _carry(ins, outs, pairs) -> DimSpec:
     return DimSpec(tuple(map(tuple, in_rows)), tuple(map(tuple, out_rows)), tuple(order))
 
 
+def _scan_counts(params) -> tuple[int, int]:
+    """(constants, carry) operand counts of a scan equation. jax < 0.12 gives them as ``num_consts`` and
+    ``num_carry``; later jax packs the operands as one tree of (constants, carry, xs) in ``ft_in``."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(list(consts)), len(list(carry))
+
+
 @register("scan")
 def _scan(node, graph):
     ins, outs = shapes_of(node, graph)
-    consts, carry = node.eqn.params["num_consts"], node.eqn.params["num_carry"]
+    consts, carry = _scan_counts(node.eqn.params)
     return _carry(ins, outs, [(consts + j, j) for j in range(carry)])
 
 
