@@ -35,8 +35,8 @@ FIND_LATEST_PYTHON := \
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "graphpar needs Python >= 3.11; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -e '.[test]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -53,8 +53,8 @@ latest-python:  ## print the Python >= 3.12 that test-latest uses (exits 1 with 
 
 $(LATEST_STAMP): pyproject.toml
 	@$(FIND_LATEST_PYTHON); test -x $(LATEST_PY) || (echo "make test-latest: creating $(LATEST_VENV) with $$py" && "$$py" -m venv $(LATEST_VENV))
-	$(LATEST_PY) -m pip install -q --upgrade pip
-	$(LATEST_PY) -m pip install -q --upgrade --upgrade-strategy eager -e '.[test]'
+	$(LATEST_PY) -m pip install -qq --upgrade pip
+	$(LATEST_PY) -m pip install -qq --upgrade --upgrade-strategy eager -e '.[test]'
 	@touch $(LATEST_STAMP)
 
 test-latest: $(LATEST_STAMP)  ## the default suite on Python >= 3.12 and the newest allowed jax (.venv-latest)
