@@ -178,6 +178,7 @@ def test_a_directory_made_read_only_mid_run_is_one_line(tmp_path, mode):
     directory.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHPAR_", "MS_"))}
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    env["MS_COMPILER_CACHE_ENABLE"] = "0"  # the suite's setting (tests/conftest.py): no cache, nothing said of it
     try:
         result = subprocess.run([*_without_override(), sys.executable, str(SCRIPTS / "readonly_directory.py"),
                                  str(directory), mode], env=env, capture_output=True, text=True, timeout=180)
