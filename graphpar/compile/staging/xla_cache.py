@@ -24,6 +24,9 @@ from graphpar import _context
 from graphpar._logging import notice_once
 
 MIN_COMPILE_SECONDS = 0.1
+# JAX 0.11 began storing programs that call back to the host (its cache write no longer skips them; read in JAX's
+# compiler.py of 0.10.2, 0.11.0, 0.11.2 and 0.12.0)
+CACHES_HOST_CALLBACKS = jax.__version_info__ >= (0, 11)
 _JAX_DEFAULT_MIN_COMPILE_SECONDS = 1.0
 
 
@@ -31,13 +34,13 @@ def use_persistent_cache(what: str, effects: tuple[str, ...] = ()) -> None:
     """Point JAX's persistent cache where the settings say, or switch it off, if it is not so already (cheap when
     nothing changed: three config reads), before ``what`` is compiled. JAX opens its cache once per process: a change
     of directory or switch resets it, so the next compile opens the new one. A program with JAX ``effects`` calls
-    back to the host (the op checks of ``ops.runtime_checks``, a ``jax.debug.print``): JAX never stores one, since
-    the callback is an object of this process, and graphpar says so once."""
+    back to the host (an in-program op check of ``ops.runtime_checks``, a ``jax.debug.print``): JAX before 0.11
+    never stores one, and graphpar says so once."""
     choice = _context.compile_cache()
-    if choice.enabled and effects:
+    if choice.enabled and effects and not CACHES_HOST_CALLBACKS:
         notice_once(f"compile-cache-effects:{what}", f"{what} is not stored in XLA's persistent compilation cache: it "
                     f"calls back to the host ({', '.join(effects)}: op checks of labels or indices, debug prints), "
-                    "which JAX never caches; it is compiled again in the next run", logging.INFO)
+                    f"which JAX {jax.__version__} does not cache; it is compiled again in the next run", logging.INFO)
     directory, enabled = jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache
     if not choice.explicit and directory is not None and directory != choice.directory:
         return  # the user set up JAX's own cache; graphpar's defaults do not move it
