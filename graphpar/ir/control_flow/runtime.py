@@ -106,34 +106,31 @@ def if_exp(cond: Any, then_fn: Callable[[], Any], else_fn: Callable[[], Any], si
     return value
 
 
-def and_(site: tuple, *operands: Callable[[], Any]) -> Any:
-    """``a and b and ...`` in a test: Python's for concrete operands, ``logical_and`` from the first traced one."""
+def _chain(site: tuple, operands: tuple[Callable[[], Any], ...], stop_on: bool,
+           combine: Callable[[Any, Any], Any]) -> Any:
+    """Python's short-circuit chain over concrete operands (the first whose truth is ``stop_on`` is the value), and
+    ``combine`` of the predicates from the first traced one on."""
     value = operands[0]()
     for i in range(1, len(operands)):
         truth = _truth(value)
         if truth is None:
-            rest = and_(site, *operands[i:])
+            rest = _chain(site, operands[i:], stop_on, combine)
             rest_truth = _truth(rest)
-            return jnp.logical_and(predicate(value, site), predicate(rest, site) if rest_truth is None else rest_truth)
-        if not truth:
+            return combine(predicate(value, site), predicate(rest, site) if rest_truth is None else rest_truth)
+        if truth == stop_on:
             return value
         value = operands[i]()
     return value
+
+
+def and_(site: tuple, *operands: Callable[[], Any]) -> Any:
+    """``a and b and ...`` in a test: Python's for concrete operands, ``logical_and`` from the first traced one."""
+    return _chain(site, operands, False, jnp.logical_and)
 
 
 def or_(site: tuple, *operands: Callable[[], Any]) -> Any:
     """``a or b or ...`` in a test: Python's for concrete operands, ``logical_or`` from the first traced one."""
-    value = operands[0]()
-    for i in range(1, len(operands)):
-        truth = _truth(value)
-        if truth is None:
-            rest = or_(site, *operands[i:])
-            rest_truth = _truth(rest)
-            return jnp.logical_or(predicate(value, site), predicate(rest, site) if rest_truth is None else rest_truth)
-        if truth:
-            return value
-        value = operands[i]()
-    return value
+    return _chain(site, operands, True, jnp.logical_or)
 
 
 def not_(value: Any, site: tuple) -> Any:

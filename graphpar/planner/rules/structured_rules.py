@@ -30,23 +30,25 @@ def _labels(rank: int, prefix: str = "d") -> tuple[str, ...]:
     return tuple(f"{prefix}{i}" for i in range(rank))
 
 
-@register("split")
-def _split(node, graph):
+def _input_without_axis(node, graph) -> tuple[tuple[str | None, ...], int]:
+    """The input's labels with the eqn's ``axis`` left unlabelled (never split), and the number of outputs."""
     ins, outs = shapes_of(node, graph)
     labels = _labels(len(ins[0]))
     axis = node.eqn.params["axis"] % len(labels)
-    row = tuple(None if i == axis else l for i, l in enumerate(labels))
-    return DimSpec((row,), tuple(row for _ in outs), tuple(l for l in row if l))
+    return tuple(None if i == axis else l for i, l in enumerate(labels)), len(outs)
+
+
+@register("split")
+def _split(node, graph):
+    row, n_out = _input_without_axis(node, graph)
+    return DimSpec((row,), (row,) * n_out, tuple(l for l in row if l))
 
 
 @register("unstack")
 def _unstack(node, graph):
-    ins, outs = shapes_of(node, graph)
-    labels = _labels(len(ins[0]))
-    axis = node.eqn.params["axis"] % len(labels)
-    row = tuple(None if i == axis else l for i, l in enumerate(labels))
+    row, n_out = _input_without_axis(node, graph)
     kept = tuple(l for l in row if l)
-    return DimSpec((row,), tuple(kept for _ in outs), kept)
+    return DimSpec((row,), (kept,) * n_out, kept)
 
 
 @register("scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "scatter-min", "scatter_min",
