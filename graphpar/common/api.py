@@ -6,7 +6,8 @@ Cell: its forward) under the context in force, for the ``device_num`` devices th
 need exist (MindSpore compiles there for a simulated cluster the same way). A strategy that cannot hold raises
 when it is compiled, as MindSpore's (``StrategyError`` is a ``RuntimeError`` too). ``_get_shard_strategy(net)``
 returns what that compile chose, keyed as MindSpore keys it (``"Default/network-Net/MatMul-op0": [[2, 4], [4,
-1]]``; ``graphpar.compile.plans.op_strategies``), or, for a train cell ``Model.train`` ran, what its step runs.
+1]]``; ``graphpar.compile.plans.op_strategies``), or, for a train cell ``Model.train`` ran, what its step runs;
+``net.parameter_layout_dict`` each Parameter's layout in the same compile (``compile.plans.parameter_layout``).
 
 This module sits in the ``common`` layer, below the engine: the engine's side (:class:`GraphCompiler`) is
 registered by the root ``graphpar/__init__.py`` (``graphpar.compile.cell_executor``), as ``nn.runner`` is.
@@ -17,21 +18,31 @@ that is the contract of ``_get_shard_strategy``.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from graphpar.errors import GraphparError
 
 
+@dataclass(frozen=True)
+class CompiledCell:
+    """What one compile of a Cell decided, as MindSpore's tests read it: ``strategies`` (``_get_shard_strategy``)
+    and ``parameter_layouts`` (``Cell.parameter_layout_dict``); both empty when the mode plans nothing."""
+
+    strategies: dict[str, list] = field(default_factory=dict)
+    parameter_layouts: dict[str, list] = field(default_factory=dict)
+
+
 class GraphCompiler(Protocol):
     """What the executor needs from the engine."""
 
-    def compile(self, obj: Any, args: tuple) -> dict[str, list]:
-        """Plan ``obj`` for ``args`` under the context in force; its op strategies (empty when the mode plans
-        none: STAND_ALONE, DATA_PARALLEL)."""
+    def compile(self, obj: Any, args: tuple) -> CompiledCell:
+        """Plan ``obj`` for ``args`` under the context in force (empty records when the mode plans none:
+        STAND_ALONE, DATA_PARALLEL)."""
         ...
 
-    def trained(self, obj: Any) -> dict[str, list] | None:
-        """The op strategies of the step ``obj`` last ran (a train cell after ``Model.train``), or None."""
+    def trained(self, obj: Any) -> CompiledCell | None:
+        """What the step ``obj`` last ran was planned with (a train cell after ``Model.train``), or None."""
         ...
 
 
@@ -62,7 +73,7 @@ class _CellGraphExecutor:
     """MindSpore's ``_cell_graph_executor`` (and its older name ``_executor``): compile a Cell, read its plan."""
 
     def __init__(self) -> None:
-        self._strategies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def compile(self, obj: Any, *args: Any, phase: str = "predict", **kwargs: Any) -> tuple[str, bool]:
         """Plan ``obj`` for ``args``. ``phase`` is MindSpore's name for the compiled graph ("train", "predict"); a
@@ -70,18 +81,28 @@ class _CellGraphExecutor:
         if kwargs:
             raise TypeError(f"_cell_graph_executor.compile(): unexpected keyword argument(s) {sorted(kwargs)}; it "
                             "takes the Cell, its inputs and phase=")
-        self._strategies[obj] = _engine().compile(obj, args)
+        self._compiled[obj] = _engine().compile(obj, args)
         return phase, True
+
+    def _last(self, obj: Any) -> CompiledCell | None:
+        if obj in self._compiled:
+            return self._compiled[obj]
+        return _engine().trained(obj)
 
     def _get_shard_strategy(self, obj: Any) -> dict[str, list]:
         """``{op key: one list of splits per input}`` of ``obj``'s last compile (see the module docstring)."""
-        if obj in self._strategies:
-            return dict(self._strategies[obj])
-        found = _engine().trained(obj)
+        found = self._last(obj)
         if found is None:
             raise NotCompiledError(f"_get_shard_strategy({type(obj).__name__}): this Cell was not compiled; call "
                                    "_cell_graph_executor.compile(cell, *inputs) (or train it) first")
-        return found
+        return dict(found.strategies)
+
+    def parameter_layouts(self, obj: Any) -> dict[str, list]:
+        """``Cell.parameter_layout_dict``: each Parameter's layout in ``obj``'s last compile (or the step it last
+        ran), ``{}`` before any, as MindSpore's (``graphpar.compile.plans.parameter_layout`` says what each entry
+        holds)."""
+        found = self._last(obj)
+        return {} if found is None else dict(found.parameter_layouts)
 
     _get_strategy = _get_shard_strategy  # MindSpore 1.x's name
 

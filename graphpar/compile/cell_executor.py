@@ -1,29 +1,48 @@
 """graphpar.compile's :class:`~graphpar.common.api.GraphCompiler`: the engine side of MindSpore's
 ``_cell_graph_executor`` (``graphpar.common.api``), registered by the root ``graphpar/__init__.py``.
 
-``compile`` plans a Cell for virtual devices (``plans.op_strategies.plan_cell``) and returns its strategy table;
-``trained`` reads the graph a train cell's program last ran (the compile cache's, as ``graphpar.parallel.plan``
-does), so ``_get_shard_strategy(model._train_network)`` after ``Model.train`` answers as MindSpore's does.
+``compile`` plans a Cell for virtual devices (``plans.op_strategies.plan_cell``) and returns its strategy table and
+parameter layouts; ``trained`` reads the graph a train cell's program last ran (the compile cache's, as
+``graphpar.parallel.plan`` does), so ``_get_shard_strategy(model._train_network)`` and ``parameter_layout_dict``
+after ``Model.train`` answer as MindSpore's do.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from graphpar.compile.plans.op_strategies import strategy_table, table_of_cell
+from graphpar import _context
+from graphpar.common.api import CompiledCell
+from graphpar.compile.plans.op_strategies import plan_cell, strategy_table
+from graphpar.compile.plans.parameter_layout import parameter_layout_dict
 from graphpar.compile.runtime.program import TrainProgram
+from graphpar.ir.graph import Graph
 from graphpar.nn.wrap import TrainOneStepCell
+from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
+
+
+def _compiled(cell: Any, graph: Graph, top: str | None) -> CompiledCell:
+    pctx = _context.current_parallel()
+    train = isinstance(cell, TrainOneStepCell)
+    network = cell.network if train else cell
+    trainable = {p.name for p in network.trainable_params()}
+    optimizer = OptimizerParallelConfig.from_context(pctx) if train else None
+    layouts = parameter_layout_dict(graph, graph.plan.mesh.n_devices, pctx.parallel_mode, trainable, optimizer)
+    return CompiledCell(strategy_table(graph, top), layouts)
 
 
 class CellGraphCompiler:
-    def compile(self, obj: Any, args: tuple) -> dict[str, list]:
-        return table_of_cell(obj, args)
+    def compile(self, obj: Any, args: tuple) -> CompiledCell:
+        graph = plan_cell(obj, args)
+        if graph is None:
+            return CompiledCell()
+        return _compiled(obj, graph, None if isinstance(obj, TrainOneStepCell) else type(obj).__name__)
 
-    def trained(self, obj: Any) -> dict[str, list] | None:
+    def trained(self, obj: Any) -> CompiledCell | None:
         if not isinstance(obj, TrainOneStepCell) or not isinstance(obj.program, TrainProgram):
             return None
         avals = obj.program.input_avals()
         if avals is None:
             return None
         graph = obj.program.plan_graph(avals)
-        return None if graph is None else strategy_table(graph)
+        return None if graph is None else _compiled(obj, graph, None)

@@ -23,6 +23,7 @@ import numpy as _np
 from flax import nnx
 
 from graphpar.common import dtype as mstype
+from graphpar.common.api import _cell_graph_executor
 from graphpar._logging import notice_once
 from graphpar.common.deferred import born
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
@@ -30,7 +31,7 @@ from graphpar.errors import CellError, api_boundary
 from graphpar.ir import recorder as _recorder
 from graphpar.ir.control_flow import for_trace
 from graphpar.ops import _mixed_precision
-from graphpar.nn import _comm_fusion
+from graphpar.nn import _cell_flags, _comm_fusion
 from graphpar.nn import _recompute
 from graphpar.nn._recompute import RecomputeConfig, cell_config
 from graphpar.nn.runner import top_level_call
@@ -93,6 +94,8 @@ class Cell(nnx.Module, pytree=False):
     def __init__(self, auto_prefix: bool = True, flags: dict | None = None):
         object.__setattr__(self, "_auto_prefix", auto_prefix)
         self._ensure_fields()
+        if flags:
+            self.add_flags(**flags)
 
     def _ensure_fields(self) -> None:
         # Subclasses that forget super().__init__() still work, as in MindSpore's newer versions.
@@ -194,6 +197,13 @@ class Cell(nnx.Module, pytree=False):
     def trainable_params(self, recurse: bool = True) -> list[Parameter]:
         return [p for p in self.get_parameters(expand=recurse) if p.requires_grad]
 
+    @property
+    def parameter_layout_dict(self) -> dict[str, list]:
+        """Each Parameter's layout in this Cell's last compile (``_cell_graph_executor.compile``) or, for a train
+        cell, the step it last ran: ``{name: [device_arrangement, tensor_map, slice_shape, field_size,
+        uniform_split, opt_shard_group]}``; ``{}`` before either and outside SEMI_AUTO / AUTO, as MindSpore's."""
+        return _cell_graph_executor.parameter_layouts(self)
+
     def untrainable_params(self, recurse: bool = True) -> list[Parameter]:
         return [p for p in self.get_parameters(expand=recurse) if not p.requires_grad]
 
@@ -240,6 +250,24 @@ class Cell(nnx.Module, pytree=False):
                             f"got {dst_type!r}")
         _mixed_precision.set_compute_dtype(self, dtype)
         return self
+
+    def add_flags(self, **flags: Any) -> "Cell":
+        """MindSpore's compile flags on this Cell (``nn/_cell_flags.py`` says which graphpar acts on)."""
+        _cell_flags.precision(type(self).__name__, flags, recursive=False)
+        self.__dict__.setdefault("_flags", {}).update(flags)
+        return self
+
+    def add_flags_recursive(self, **flags: Any) -> "Cell":
+        """:meth:`add_flags` on this Cell and every Cell below it; ``fp16``/``bf16``/``fp32`` = :meth:`to_float`."""
+        dtype = _cell_flags.precision(type(self).__name__, flags, recursive=True)
+        if dtype is not None:
+            self.to_float(dtype)
+        for _, cell in self.cells_and_names():
+            cell.__dict__.setdefault("_flags", {}).update(flags)
+        return self
+
+    def get_flags(self) -> dict[str, Any]:
+        return dict(self.__dict__.get("_flags", {}))
 
     # --- pipeline parallel -------------------------------------------------------------------------------------
     @property

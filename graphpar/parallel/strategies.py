@@ -39,4 +39,4 @@ def strategies(target: Any, *example_inputs: Any) -> dict[str, list[list[int]]]:
     found = CellGraphCompiler().trained(cell)
     if found is None:
         raise PlanError(target, "example inputs are needed: strategies(network, *inputs) (or train it first)")
-    return found
+    return found.strategies

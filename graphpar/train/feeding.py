@@ -43,6 +43,14 @@ class EpochSource(Protocol):
 
 
 @runtime_checkable
+class TupleSource(Protocol):
+    """A MindSpore-style dataset (its own datasets, or a test's mock): ``Model.train`` reads an epoch as
+    MindSpore's does without sinking, ``create_tuple_iterator(num_epochs=..., do_copy=True)``."""
+
+    def create_tuple_iterator(self, num_epochs: int = -1, do_copy: bool = True) -> Iterable[tuple]: ...
+
+
+@runtime_checkable
 class ShardableSource(Protocol):
     """A dataset that can be read by shard (graphpar's datasets are; MindSpore's take ``num_shards``/``shard_id``):
     each local device then reads its own shard of a dataset sharded over the job's ranks."""
@@ -83,8 +91,12 @@ def _epoch_iter(dataset: Any, epoch: int, start: int = 0, read_ahead: bool = Tru
         if start and "start_batch" in inspect.signature(dataset.iter_epoch).parameters:
             return iter(dataset.iter_epoch(epoch, start_batch=start))
         it = iter(dataset.iter_epoch(epoch))
+    elif isinstance(dataset, TupleSource):
+        it = iter(dataset.create_tuple_iterator(num_epochs=1, do_copy=True))
     else:
-        it = iter(dataset.create_tuple_iterator(num_epochs=1, output_numpy=True))
+        raise TypeError(f"Model.train: the dataset ({type(dataset).__name__}) has neither iter_epoch(epoch) nor "
+                        "create_tuple_iterator(num_epochs, do_copy); give a graphpar dataset, or an object with one "
+                        "of those (see graphpar.train.feeding.EpochSource / TupleSource)")
     return itertools.islice(it, start, None) if start else it
 
 

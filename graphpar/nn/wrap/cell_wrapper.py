@@ -1,4 +1,6 @@
-"""Wrapper Cells: ``WithLossCell``, ``WithEvalCell``, ``TrainOneStepCell`` (MindSpore's ``nn.wrap``).
+"""Wrapper Cells: ``WithLossCell``, ``WithEvalCell``, ``TrainOneStepCell`` (MindSpore's ``nn.wrap.cell_wrapper``,
+which also holds ``_VirtualDatasetCell``, ``PipelineCell``, ``MicroBatchInterleaved`` and ``GradAccumulationCell``:
+re-exported here from their own modules).
 
 ``TrainOneStepCell`` is graphpar's unit of training: calling it runs one optimizer step. In GRAPH_MODE the whole
 step (forward, loss, gradients, update) is one compiled program, built by ``graphpar.compile`` (through the runner
@@ -15,8 +17,12 @@ import numpy as np
 from graphpar import _context
 from graphpar.nn._mixed_precision import cast_tree
 from graphpar.nn.cell import Cell
+from graphpar.nn.grad_accumulation import GradAccumulationCell as GradAccumulationCell
+from graphpar.nn.micro_interleaved import MicroBatchInterleaved as MicroBatchInterleaved
+from graphpar.nn.pipeline_cell import PipelineCell as PipelineCell
 from graphpar.nn.pipeline_cell import wants_pipeline
 from graphpar.nn.runner import TrainStep, runner
+from graphpar.nn.wrap.virtual_dataset import _VirtualDatasetCell as _VirtualDatasetCell
 
 
 class WithLossCell(Cell):
