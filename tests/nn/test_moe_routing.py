@@ -115,3 +115,11 @@ def test_mindspore_import_paths():
     assert MoEConfig is from_nn and moe_class is MoE and config_class is MoEParallelConfig
     config = TransformerOpParallelConfig(data_parallel=8, model_parallel=1, expert_parallel=4)
     assert (config.expert_parallel, config.moe_parallel_config.data_parallel) == (4, 8)
+
+
+def test_one_expert_ignores_expert_parallel():
+    """As MindSpore, expert_parallel applies only to expert_num > 1: one expert takes every token (gate 1, capacity
+    ceil(1.1 T) >= T) and the balancing loss is 1 * aux_loss_factor."""
+    moe = MoE(3, 3, 0.0, moe_config=MoEConfig(expert_num=1), parallel_config=MoEParallelConfig(2, 1, 2))
+    _, aux = moe(ms.Tensor(LOGITS_TOP1))
+    assert float(aux) == pytest.approx(0.05)

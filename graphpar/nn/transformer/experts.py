@@ -48,9 +48,8 @@ class ExpertFeedForward(Cell):
     """``mapping`` (hidden -> ffn, then ``hidden_act``), ``projection`` (ffn -> hidden), dropout on the output."""
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, dropout_rate: float, hidden_act: str,
-                 expert_num: int, param_init_type, parallel_config):
+                 expert_num: int, param_init_type, dp: int, mp: int, ep: int):
         super().__init__()
-        dp, mp, ep = parallel_config.data_parallel, parallel_config.model_parallel, parallel_config.expert_parallel
         outer = dp // ep
         for name, size in (("hidden_size", hidden_size), ("ffn_hidden_size", ffn_hidden_size)):
             if size % mp:

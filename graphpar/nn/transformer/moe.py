@@ -91,6 +91,8 @@ def check_moe_config(moe_config, parallel_config) -> None:
             f"parallel_config must be a MoEParallelConfig (or TransformerOpParallelConfig), got "
             f"{type(parallel_config).__name__}"))
     ep, dp = parallel_config.expert_parallel, parallel_config.data_parallel
+    if moe_config.expert_num == 1:  # one expert: nothing to split (MindSpore checks only expert_num > 1)
+        return
     if moe_config.expert_num % ep:
         raise ConfigError("MoE", "expert_num", moe_config.expert_num, reason=(
             f"expert_num={moe_config.expert_num} in MoEConfig must be a multiple of expert_parallel={ep} in "
@@ -110,13 +112,15 @@ class MoE(Cell):
                  parallel_config: MoEParallelConfig = default_moeparallel_config):
         super().__init__()
         check_moe_config(moe_config, parallel_config)
-        dp, ep = parallel_config.data_parallel, parallel_config.expert_parallel
+        dp, mp = parallel_config.data_parallel, parallel_config.model_parallel
+        # one expert is not split (MindSpore's FeedForward takes expert_parallel only when expert_num > 1)
+        ep = parallel_config.expert_parallel if moe_config.expert_num > 1 else 1
         self.hidden_size, self.expert_dim, self.dp_group, self.ep = hidden_size, moe_config.expert_num, dp, ep
         self.capacity_factor, self.aux_loss_factor = moe_config.capacity_factor, moe_config.aux_loss_factor
         self.num_experts_chosen = moe_config.num_experts_chosen
         outer = dp // ep
         self.ffn = ExpertFeedForward(hidden_size, ffn_hidden_size, dropout_rate, hidden_act, self.expert_dim,
-                                     param_init_type, parallel_config)
+                                     param_init_type, dp, mp, ep)
         self.router = Router(d_model=hidden_size, moe_config=moe_config, routing_policy=None, training=True,
                              parallel_config=parallel_config)
         self.reshape = ops.Reshape()
