@@ -11,6 +11,11 @@ Strategies are Megatron's, as the MindSpore transformer sets them from ``dp`` an
 roles get their ``shard()`` (``ALL``: every op but the Reshapes, which MindSpore ignores; ``QKV_FFN1``: the Q/K/V
 and first feed-forward matmuls; ``QKV``: the Q/K/V matmuls only); the rest is left to the mode's planner
 (``NONE``: no hints at all, for AUTO_PARALLEL's searches).
+
+``GPT(..., moe_config=MoEConfig(expert_num=8, ...), expert_parallel=4)`` replaces every block's feed-forward by
+MindSpore's Mixture of Experts layer (``graphpar.nn.transformer.MoE``, parallel config ``MoEParallelConfig(dp, mp,
+expert_parallel)``); the model then returns ``(logits, aux_loss)``, the blocks' load-balancing losses summed, as
+MindSpore's MoE transformer does, and ``gpt_train_cell`` adds ``aux_loss`` to the cross-entropy.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import numpy as np
 from graphpar import nn, ops
 from graphpar.common.parameter import Parameter
 from graphpar.common.tensor import Tensor
+from graphpar.errors import ConfigError
+from graphpar.nn.transformer import MoE, MoEConfig, MoEParallelConfig
 
 ALL = frozenset({"embed", "ln", "qkv", "qkv_bias", "heads", "attn", "proj", "proj_bias", "residual", "ffn1",
                  "ffn1_bias", "gelu", "ffn2", "ffn2_bias", "logits"})
@@ -114,45 +121,78 @@ class FeedForward(nn.Cell):
         return self.projection(self.gelu(self.mapping(x)))
 
 
+def _moe(hidden: int, moe_config: MoEConfig, parallel_config: MoEParallelConfig, seed: int) -> MoE:
+    """An MoE feed-forward (hidden -> 4 hidden -> hidden) whose weights, like the rest of the model's, depend only
+    on ``seed`` (not on the global seed), so every construction of the model starts from the same values."""
+    moe = MoE(hidden, 4 * hidden, 0.0, moe_config=moe_config, parallel_config=parallel_config)
+    for i, param in enumerate((moe.router.dense.weight, moe.ffn.mapping.weight, moe.ffn.projection.weight)):
+        param.set_data(_rand(param.shape, seed + i))
+    return moe
+
+
 class Block(nn.Cell):
-    def __init__(self, seq, hidden, heads, dp, mp, seed, shard):
+    """Attention and feed-forward with residuals; with a ``moe`` (an ``MoE`` layer) as the feed-forward it returns
+    ``(x, aux_loss)``."""
+
+    def __init__(self, seq, hidden, heads, dp, mp, seed, shard, moe: MoE | None = None):
         super().__init__()
+        self.moe = moe is not None
         self.layernorm1 = LayerNorm(hidden, shard, dp)
         self.attention = Attention(seq, hidden, heads, dp, mp, seed, shard)
         self.add = shard(ops.Add(), "residual", ((dp, 1), (dp, 1)))
         self.layernorm2 = LayerNorm(hidden, shard, dp)
-        self.output = FeedForward(hidden, 4 * hidden, dp, mp, seed + 10, shard)
+        self.output = moe if moe is not None else FeedForward(hidden, 4 * hidden, dp, mp, seed + 10, shard)
         self.add2 = shard(ops.Add(), "residual", ((dp, 1), (dp, 1)))
 
     def construct(self, x):
         x = self.add(x, self.attention(self.layernorm1(x)))
+        if self.moe:
+            out, aux_loss = self.output(self.layernorm2(x))
+            return self.add2(x, out), aux_loss
         return self.add2(x, self.output(self.layernorm2(x)))
 
 
 class GPT(nn.Cell):
-    """``GPT(dp, mp, hints)(ids)``: ids (batch, seq) int32 -> logits (batch * seq, vocab), any batch."""
+    """``GPT(dp, mp, hints)(ids)``: ids (batch, seq) int32 -> logits (batch * seq, vocab), any batch; with a
+    ``moe_config``, ``(logits, aux_loss)``."""
 
     def __init__(self, dp: int = 2, mp: int = 4, hints: frozenset = ALL, seq: int = 16, hidden: int = 64,
-                 heads: int = 4, vocab: int = 128, layers: int = 2):
+                 heads: int = 4, vocab: int = 128, layers: int = 2, moe_config: MoEConfig | None = None,
+                 expert_parallel: int = 1):
         super().__init__()
         shard = _Sharder(hints)
+        self.moe_config = moe_config
+        if moe_config is None and expert_parallel != 1:
+            raise ConfigError("GPT", "expert_parallel", expert_parallel, reason=(
+                f"expert_parallel={expert_parallel} splits the experts of an MoE feed-forward; give moe_config="
+                "MoEConfig(expert_num=...) too, or leave expert_parallel=1"))
         self.seq, self.hidden = seq, hidden
         self.embedding_table = Parameter(_rand((vocab, hidden), 1), "embedding_table")
         self.position_embedding = Parameter(_rand((1, seq, hidden), 2), "position_embedding")
         self.gather = shard(ops.Gather(), "embed", ((1, 1), (dp, 1)))
         self.add_position = shard(ops.Add(), "embed", ((dp, 1, 1), (1, 1, 1)))
         self.reshape = ops.Reshape()
-        self.blocks = nn.CellList([Block(seq, hidden, heads, dp, mp, 100 * (i + 1), shard)
+        self.blocks = nn.CellList([Block(seq, hidden, heads, dp, mp, 100 * (i + 1), shard, None if moe_config is None
+                                         else _moe(hidden, moe_config, MoEParallelConfig(dp, mp, expert_parallel),
+                                                   100 * (i + 1) + 20))
                                    for i in range(layers)])
+        if moe_config is not None:
+            self.add_aux = ops.Add().shard(((), ()))
         self.layernorm = LayerNorm(hidden, shard, dp)
         self.logits = shard(ops.MatMul(transpose_b=True), "logits", ((dp, 1), (1, 1)))
 
     def construct(self, ids):
         x = self.add_position(self.gather(self.embedding_table, ids, 0), self.position_embedding)
         x = self.reshape(x, (ids.shape[0] * self.seq, self.hidden))
+        aux_loss = None
         for block in self.blocks:
-            x = block(x)
-        return self.logits(self.layernorm(x), self.embedding_table)
+            if self.moe_config is None:
+                x = block(x)
+                continue
+            x, block_aux = block(x)
+            aux_loss = block_aux if aux_loss is None else self.add_aux(aux_loss, block_aux)
+        logits = self.logits(self.layernorm(x), self.embedding_table)
+        return logits if self.moe_config is None else (logits, aux_loss)
 
 
 def gpt_data(batch: int = 8, seq: int = 16, vocab: int = 128, seed: int = 0):
@@ -162,7 +202,22 @@ def gpt_data(batch: int = 8, seq: int = 16, vocab: int = 128, seed: int = 0):
     return tokens[:, :-1], tokens[:, 1:].reshape(-1)
 
 
+class MoEWithLossCell(nn.Cell):
+    """``WithLossCell`` of a network returning ``(logits, aux_loss)``: ``loss_fn(logits, label) + aux_loss``."""
+
+    def __init__(self, backbone: nn.Cell, loss_fn: nn.Cell):
+        super().__init__(auto_prefix=False)
+        self._backbone, self._loss_fn = backbone, loss_fn
+        self.add = ops.Add().shard(((), ()))
+
+    def construct(self, data, label):
+        logits, aux_loss = self._backbone(data)
+        return self.add(self._loss_fn(logits, label), aux_loss)
+
+
 def gpt_train_cell(net: GPT, lr: float = 0.1) -> nn.TrainOneStepCell:
-    """Sparse softmax cross-entropy on the logits and MindSpore's Momentum(lr, 0.9): the tests' training cell."""
+    """Sparse softmax cross-entropy on the logits (plus the MoE's load-balancing loss) and MindSpore's
+    Momentum(lr, 0.9): the tests' training cell."""
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    return nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), lr, 0.9))
+    with_loss = nn.WithLossCell(net, loss) if net.moe_config is None else MoEWithLossCell(net, loss)
+    return nn.TrainOneStepCell(with_loss, nn.Momentum(net.trainable_params(), lr, 0.9))

@@ -44,6 +44,18 @@ def _ms():
     return graphpar
 
 
+def _transformer():
+    from graphpar.nn import transformer
+
+    return transformer
+
+
+def _moe(experts: int, dp_mp_ep: tuple[int, int, int]):
+    tr = _transformer()
+    return tr.MoE(8, 16, 0.0, moe_config=tr.MoEConfig(expert_num=experts),
+                  parallel_config=tr.MoEParallelConfig(*dp_mp_ep))
+
+
 def _assemble_blocks():
     from graphpar.compile.plans.global_batch import assemble_blocks
 
@@ -746,6 +758,28 @@ ROWS: list[Row] = [
         lambda t: _train(in_strategy=(_ms().Layout((2, 2), ("dp", "mp"))("dp", "mp"),
                                       _ms().Layout((2, 2), ("dp", "mp"))("mp", "None"))), ERR + "StrategyError",
         ("op 'matmul'", "holds 4 devices but the job has 8", "product is 8")),
+    # --- MindSpore's MoE layer and its parallel config (graphpar.nn.transformer) -------------------------------
+    Row("moe-expert-num", "strategy", "MoE(..., moe_config=MoEConfig(expert_num=6), parallel_config="
+        "MoEParallelConfig(data_parallel=8, expert_parallel=4))", lambda t: _moe(6, (8, 1, 4)), ERR + "ConfigError",
+        ("expert_num=6", "multiple of expert_parallel=4", "a divisor of 6")),
+    Row("moe-data-parallel", "strategy", "MoE(..., parallel_config=MoEParallelConfig(data_parallel=2, "
+        "expert_parallel=4))", lambda t: _moe(8, (2, 1, 4)), ERR + "ConfigError",
+        ("data_parallel=2 must be a multiple of expert_parallel=4", "data_parallel=4, expert_parallel=4")),
+    Row("moe-capacity-factor", "strategy", "MoEConfig(capacity_factor=0.5)",
+        lambda t: _transformer().MoEConfig(capacity_factor=0.5), ERR + "ConfigError",
+        ("MoEConfig()", "capacity_factor must be >= 1.0", "0.5")),
+    Row("moe-experts-chosen", "strategy", "MoEConfig(expert_num=4, num_experts_chosen=5)",
+        lambda t: _transformer().MoEConfig(expert_num=4, num_experts_chosen=5), ERR + "ConfigError",
+        ("num_experts_chosen=5", "not be larger than expert_num=4")),
+    Row("moe-group-wise-a2a", "strategy", "MoEConfig(group_wise_a2a=True)",
+        lambda t: _transformer().MoEConfig(group_wise_a2a=True), ERR + "ConfigError",
+        ("group_wise_a2a=True", "not built", "valid choices: False")),
+    Row("moe-tokens", "strategy", "an MoE with data_parallel=4 called on 6 tokens",
+        lambda t: _moe(3, (4, 1, 1))(np.ones((6, 8), np.float32)), ERR + "ConfigError",
+        ("MoE()", "6 tokens", "data_parallel=4", "multiple of 4")),
+    Row("transformer-config-pipeline", "strategy", "TransformerOpParallelConfig(pipeline_stage=2)",
+        lambda t: _transformer().TransformerOpParallelConfig(pipeline_stage=2), ERR + "ConfigError",
+        ("pipeline_stage=2", "Transformer layers", "valid: pipeline_stage=1", "set_auto_parallel_context")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",
