@@ -298,7 +298,7 @@ class PipelineProgram(Program[PipelineSettings]):
         pending_ct: dict[tuple[int, int], list[Any]] = {}  # a split backward's output cotangent, from B until W
         for tick in built.ticks:
             for a in tick:
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 chunk = layout.chunk(a.stage, a.segment)
                 st = stages[chunk]
                 sg = st.sg
@@ -349,7 +349,7 @@ class PipelineProgram(Program[PipelineSettings]):
                                 log.append(log_entry("backward", a.micro, chunk, src, v, built.graph, placed))
                 if timings is not None:  # a traced step: this action alone, waited for
                     self._drain()
-                    timings.append(ActionTiming(a, started, time.perf_counter()))
+                    timings.append(ActionTiming(a, started, time.perf_counter(), time.process_time() - cpu))
         for st in stages:
             if not st.sg.params:
                 continue

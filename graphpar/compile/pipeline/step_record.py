@@ -8,6 +8,8 @@ and the sends of its results), and its start and end recorded. :class:`StepTrace
 the schedule's dependencies (``schedule_cost.measured_timeline``: each group runs its order, an action starts once
 its group is free and its inputs exist) and reports each group's idle fraction: the schedule's bubbles with the real
 relative costs of this model's forward, input-gradient and weight-gradient programs, in place of the cost model's.
+Each action's process CPU time is recorded too: on a machine shared with other work, the wall clock of an action
+includes the time other processes held the cores, its CPU time does not (``cpu=True`` below).
 On hardware where groups really run concurrently the same records would be read as they are.
 """
 
@@ -26,11 +28,13 @@ from graphpar.compile.pipeline.schedule_cost import Timeline, measured_timeline
 
 @dataclass(frozen=True)
 class ActionTiming:
-    """One action of a traced step and when it ran (``time.perf_counter`` seconds, waited for)."""
+    """One action of a traced step: when it ran (``time.perf_counter`` seconds, waited for) and the process CPU
+    seconds it took."""
 
     action: Action
     start: float
     end: float
+    cpu: float
 
 
 @dataclass(frozen=True)
@@ -41,27 +45,28 @@ class StepTrace:
     layout: VirtualLayout
     timings: tuple[ActionTiming, ...]
 
-    def seconds(self) -> dict[Action, float]:
-        return {t.action: t.end - t.start for t in self.timings}
+    def seconds(self, cpu: bool = False) -> dict[Action, float]:
+        """Each action's measured wall-clock seconds (``cpu``: process CPU seconds)."""
+        return {t.action: t.cpu if cpu else t.end - t.start for t in self.timings}
 
-    def kind_seconds(self) -> dict[str, float]:
+    def kind_seconds(self, cpu: bool = False) -> dict[str, float]:
         """Mean measured seconds of each kind of action (``F``, ``B``, ``W``)."""
         by_kind: dict[str, list[float]] = {}
-        for t in self.timings:
-            by_kind.setdefault(t.action.kind, []).append(t.end - t.start)
+        for action, sec in self.seconds(cpu).items():
+            by_kind.setdefault(action.kind, []).append(sec)
         return {k: float(np.mean(v)) for k, v in sorted(by_kind.items())}
 
-    def timeline(self) -> Timeline:
+    def timeline(self, cpu: bool = False) -> Timeline:
         """The schedule with each action's measured duration."""
-        return measured_timeline([list(o) for o in self.orders], self.layout, self.seconds())
+        return measured_timeline([list(o) for o in self.orders], self.layout, self.seconds(cpu))
 
 
-def median_timeline(traces: Sequence[StepTrace]) -> Timeline:
+def median_timeline(traces: Sequence[StepTrace], cpu: bool = False) -> Timeline:
     """The schedule of ``traces`` (steps of one program) with each action's median measured duration: one step's
     durations on a shared machine are noisy, the median of several is the steadier figure."""
     seconds: dict[Action, list[float]] = {}
     for trace in traces:
-        for action, sec in trace.seconds().items():
+        for action, sec in trace.seconds(cpu).items():
             seconds.setdefault(action, []).append(sec)
     first = traces[0]
     return measured_timeline([list(o) for o in first.orders], first.layout,
