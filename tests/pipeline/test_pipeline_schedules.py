@@ -143,3 +143,12 @@ def test_virtual_stage_refusals():
         _train(INTERLEAVED, mlp_virtual(layers=7), steps=1)  # 7 layers on 8 virtual stages
     with pytest.raises(TypeError, match="'pipeline_segment' must be int"):
         mlp_virtual().layers[0].pipeline_segment = 1.0
+
+
+def test_interleave_without_segments_is_plain_1f1b_said_once(notices):
+    """pipeline_interleave=True on a network that sets no pipeline_segment: one segment per stage, so the
+    interleaved schedule is 1F1B's, and graphpar says so."""
+    _, train = _train(INTERLEAVED, mlp_virtual(4, 2, segments=1), micro=4, steps=1, stages=2)
+    assert [a.text for a in train.program.trace_step(list(mlp_data(32)))[1].orders[0]] == [
+        "F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"]
+    assert "interleaved 1F1B is plain 1F1B" in notices.text

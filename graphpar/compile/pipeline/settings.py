@@ -14,6 +14,7 @@ import jax
 
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, AutoParallelContext, ParallelMode
+from graphpar._logging import notice_once
 from graphpar.communication.devices import job_devices
 from graphpar.compile.pipeline.schedule import VirtualLayout
 from graphpar.compile.pipeline.stage_split import PipelineError
@@ -100,6 +101,10 @@ def _segments(pipe: PipelineCell, interleave: bool, scheduler: str, n_stages: in
     if not interleave:
         return 1
     segments = 1 + max((cell.pipeline_segment or 0 for _, cell in pipe.network.cells_and_names()), default=0)
+    if segments == 1 and scheduler == "1f1b":
+        notice_once("pipeline-interleave-one-segment", "pipeline_interleave=True: no Cell sets pipeline_segment, so "
+                    "each stage holds one segment and interleaved 1F1B is plain 1F1B; set pipeline_segment on the "
+                    "Cells of each stage's later layers for virtual stages")
     if scheduler == "zero_bubble_v" and segments != 2:
         raise PipelineError("pipeline_scheduler='zero_bubble_v'", f"places each stage's Cells in 2 segments (a V: "
                             f"segment 0 on stages 0..{n_stages - 1}, segment 1 back on stages {n_stages - 1}..0), "
