@@ -115,7 +115,7 @@ def test_trace_step_times_every_action(tmp_path):
     assert len(timeline.idle) == 2 and all(0 <= x < 1 for x in timeline.idle)
 
 
-def test_schedule_dump_shows_virtual_stages(tmp_path):
+def test_schedule_dump_shows_virtual_stages(tmp_path, capsys):
     ms.set_context(save_graphs=True, save_graphs_path=str(tmp_path))
     try:
         _train(ZERO_BUBBLE_V, mlp_virtual(4, 2, v_shape=True), micro=4, steps=1, stages=2)
@@ -130,6 +130,12 @@ def test_schedule_dump_shows_virtual_stages(tmp_path):
     assert actions[0] == "F0s0" and {"F3s1", "B3s1", "W3s1"} <= set(actions)
     assert schedule["idle"][0] == pytest.approx(0.5 / 12.5, abs=1e-3) and "F=1 B=1 W=1" in schedule["costs"]
     assert schedule["orders"][0]["peak_live"] <= 4
+    from graphpar.cli.main import main
+
+    main(["ir", "summary", str(tmp_path), "--rank", "0"])
+    out = capsys.readouterr().out
+    assert "virtual stages: 2 segments per stage; (stage, segment) of each in model order: 0=(0,0) 1=(1,0)" in out
+    assert "idle (schedule)" in out and "0.040" in out
 
 
 def test_virtual_stage_refusals():
