@@ -15,8 +15,10 @@ concurrent groups would measure how the cores were shared, not the bubbles; see 
 and the median over ``TRACED`` steps of each action's duration is placed on the schedule's dependencies: with each
 action's process CPU time (``idle_trace_cpu``: the steadier figure on a machine shared with other work) and with its
 wall-clock time (``idle_trace_wall``). It also prints the median CPU ms of F, B and W actions and the traced step's
-length in CPU ms: the split backward's W repeats part of B's work (``compile.pipeline.stage_programs``), which the length shows
-and the idle fraction does not. There is no hand-written JAX baseline: the figure is the schedule's, not a speed.
+length in CPU ms. A split backward's W repeats the activation-gradient work inside a chunk that its weight
+gradients need (``compile.pipeline.stage_programs``); here each chunk is one Dense layer, so it repeats nothing and
+B + W is the fused backward's work (W holds the gradient's all-reduce over the stage's devices). There is no
+hand-written JAX baseline: the figure is the schedule's, not a speed.
 
     python -m bench pipeline_schedules
 """
