@@ -17,7 +17,9 @@ action's process CPU time (``idle_trace_cpu``: the steadier figure on a machine 
 wall-clock time (``idle_trace_wall``). It also prints the median CPU ms of F, B and W actions and the traced step's
 length in CPU ms. A split backward's W repeats the activation-gradient work inside a chunk that its weight
 gradients need (``compile.pipeline.stage_programs``); here each chunk is one Dense layer, so it repeats nothing and
-B + W is the fused backward's work (W holds the gradient's all-reduce over the stage's devices). There is no
+B + W is the fused backward's work (W holds the gradient's all-reduce over the stage's devices). The last two rows
+run interleaved 1F1B and zero_bubble_v again with 16 layers (2 per chunk), where W repeats one layer's input
+gradient: compare their B + W with the interleaved fused B. There is no
 hand-written JAX baseline: the figure is the schedule's, not a speed.
 
     python -m bench pipeline_schedules
@@ -37,23 +39,25 @@ STAGES, MICRO, LAYERS, WIDTH, BATCH, TRACED = 4, 8, 8, 512, 512, 5
 SCHEDULES = {"1f1b": ({"pipeline_interleave": False, "pipeline_scheduler": "1f1b"}, 1, False),
              "interleaved 1f1b (2 segments)": ({"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}, 2, False),
              "zero_bubble_v": ({"pipeline_interleave": True, "pipeline_scheduler": "zero_bubble_v"}, 2, True)}
+DEEP = ("interleaved 1f1b (2 segments)", "zero_bubble_v")  # also run with 2 layers per chunk: W's repeated work
 
 
-def _network(segments: int, v_shape: bool) -> DenseStack:
+def _network(segments: int, v_shape: bool, layers: int = LAYERS) -> DenseStack:
     rng = np.random.default_rng(0)
-    net = DenseStack([rng.normal(0, 1 / np.sqrt(WIDTH), (WIDTH, WIDTH)).astype(np.float32) for _ in range(LAYERS)])
+    net = DenseStack([rng.normal(0, 1 / np.sqrt(WIDTH), (WIDTH, WIDTH)).astype(np.float32) for _ in range(layers)])
     for i, layer in enumerate(net.layers):
-        segment, stage = divmod(i * STAGES * segments // LAYERS, STAGES)
+        segment, stage = divmod(i * STAGES * segments // layers, STAGES)
         layer.pipeline_stage = STAGES - 1 - stage if v_shape and segment % 2 else stage
         if segments > 1:
             layer.pipeline_segment = segment
     return net
 
 
-def _row(name: str, config: dict, segments: int, v_shape: bool, x: np.ndarray, y: np.ndarray) -> dict:
+def _row(name: str, config: dict, segments: int, v_shape: bool, x: np.ndarray, y: np.ndarray,
+         layers: int = LAYERS) -> dict:
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=STAGES, pipeline_config=config)
-    net = _network(segments, v_shape)
+    net = _network(segments, v_shape, layers)
     train = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), MICRO),
                                 nn.Momentum(net.trainable_params(), 0.001, 0.9))
     train(x, y)  # compiles every program
@@ -64,7 +68,7 @@ def _row(name: str, config: dict, segments: int, v_shape: bool, x: np.ndarray, y
     for trace in traces:
         for kind, sec in trace.kind_seconds(cpu=True).items():
             kinds[kind].append(sec)
-    return {"schedule": name, "idle_schedule": schedule.idle_total, "idle_trace_cpu": measured_cpu.idle_total,
+    return {"schedule": name, "layers": layers, "idle_schedule": schedule.idle_total, "idle_trace_cpu": measured_cpu.idle_total,
             "idle_trace_cpu_per_stage": " ".join(f"{v:.2f}" for v in measured_cpu.idle),
             "idle_trace_wall": measured.idle_total,
             "F_ms": 1e3 * float(np.median(kinds["F"])), "B_ms": 1e3 * float(np.median(kinds["B"])),
@@ -77,5 +81,6 @@ def bench_pipeline_schedules() -> list[dict]:
     x = rng.normal(size=(BATCH, WIDTH)).astype(np.float32)
     y = rng.normal(size=(BATCH, WIDTH)).astype(np.float32)
     rows = [_row(name, *spec, x, y) for name, spec in SCHEDULES.items()]
+    rows += [_row(name, *SCHEDULES[name], x, y, layers=2 * LAYERS) for name in DEEP]
     ms.reset_auto_parallel_context()
     return rows
