@@ -211,6 +211,15 @@ def _main(argv: list[str], busy: bool) -> int:
                                                  "state_mb_per_device", "handwritten_state_mb",
                                                  "peak_residual_mb_per_device", "transfers_per_step"]), "\n",
               flush=True)
+    if not only or "pipeline_schedules" in only:
+        from bench.pipeline_schedules import bench_pipeline_schedules
+
+        print("Pipeline schedules (issue 24): idle fraction per stage, 4 stages x 2 devices, 8 micro-batches; "
+              "'schedule': cost model F = B = W = 1 per stage, 'trace': each action's measured time (run one at a "
+              "time) placed on the schedule; goal: interleaved < 1f1b, zero_bubble_v < both")
+        print(_table(bench_pipeline_schedules(), ["schedule", "layers", "idle_schedule", "idle_trace_cpu",
+                                                  "idle_trace_cpu_per_stage", "idle_trace_wall", "F_ms", "B_ms",
+                                                  "W_ms", "traced_step_cpu_ms"]), "\n", flush=True)
     return 0
 
 

@@ -44,4 +44,5 @@ from graphpar._context.values import PIPELINE_SCHEDULERS as PIPELINE_SCHEDULERS
 from graphpar._context.values import PYNATIVE_MODE as PYNATIVE_MODE
 from graphpar._context.values import SEARCH_MODES as SEARCH_MODES
 from graphpar._context.values import ParallelMode as ParallelMode
+from graphpar._context.values import check_pipeline_config as check_pipeline_config
 from graphpar._context.values import parse_memory as parse_memory

@@ -56,7 +56,8 @@ IGNORED_WHY = {  # keys whose "no effect" has another reason than XLA's own comm
 PARALLEL_OPTIMIZER_DEFAULTS = {"parallel_optimizer_threshold": 64, "optimizer_weight_shard_size": -1,
                                "gradient_accumulation_shard": False, "optimizer_level": "level1"}
 OPTIMIZER_LEVELS = ("level1", "level2", "level3")
-PIPELINE_SCHEDULERS = ("1f1b", "gpipe")
+PIPELINE_SCHEDULERS = ("1f1b", "gpipe", "zero_bubble_v")
+SEQUENCE_SCHEDULERS = ("seqpipe", "seqvpp", "seqsmartvpp")  # MindSpore schedules graphpar refuses by name
 # set_context(format_transform=...): where NCHW convolutions run channels-last (graphpar.compile.lowering.channels_last)
 FORMAT_TRANSFORMS = ("auto", "channels_last", "off")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GB\s*$")
@@ -134,23 +135,33 @@ def check_parallel_optimizer_config(value: Any, current: dict) -> dict:
     return out
 
 
-def check_pipeline_config(value: Any) -> dict:
-    """MindSpore's ``pipeline_config={"pipeline_interleave": bool, "pipeline_scheduler": "1f1b" | "gpipe"}``."""
-    api, key = "set_auto_parallel_context", "pipeline_config"
+def check_pipeline_config(value: Any, api: str = "set_auto_parallel_context") -> dict:
+    """MindSpore's ``pipeline_config={"pipeline_interleave": bool, "pipeline_scheduler": str}``: "1f1b" or "gpipe"
+    without interleaving; "1f1b" (interleaved 1F1B) or "zero_bubble_v" with it. MindSpore's sequence-split
+    schedules ("seqpipe", "seqvpp", "seqsmartvpp") are refused by name. ``api``: who the errors name."""
+    key = "pipeline_config"
     if not isinstance(value, dict) or not set(value) <= {"pipeline_interleave", "pipeline_scheduler"}:
         raise ConfigError(api, key, value, valid=["a dict with keys pipeline_interleave, pipeline_scheduler"])
     interleave = value.get("pipeline_interleave", False)
     if not isinstance(interleave, bool):
         raise ConfigError(api, key, value, reason=f"pipeline_interleave must be a bool, got {interleave!r}")
-    if interleave:
-        raise ConfigError(api, key, value, valid=["pipeline_interleave=False"],
-                          reason="the interleaved (virtual-stage) pipeline scheduler is not built in graphpar; "
-                                 "use pipeline_interleave=False with pipeline_scheduler '1f1b' or 'gpipe'")
     scheduler = value.get("pipeline_scheduler", "1f1b")
+    valid = [f"pipeline_scheduler={s!r}" for s in PIPELINE_SCHEDULERS]
+    if scheduler in SEQUENCE_SCHEDULERS:
+        raise ConfigError(api, key, value, valid=valid,
+                          reason=f"pipeline_scheduler {scheduler!r} (MindSpore's schedule that also splits the "
+                                 "sequence dimension into pipelined chunks) is not built in graphpar")
     if scheduler not in PIPELINE_SCHEDULERS:
-        raise ConfigError(api, key, value, valid=[f"pipeline_scheduler={s!r}" for s in PIPELINE_SCHEDULERS],
-                          reason=f"pipeline_scheduler {scheduler!r} is not built in graphpar (MindSpore's "
-                                 "seqpipe/seqvpp/seqsmartvpp/zero_bubble_v need interleaving)")
+        raise ConfigError(api, key, value, valid=valid, reason=f"pipeline_scheduler {scheduler!r} is not a schedule")
+    if interleave and scheduler == "gpipe":
+        raise ConfigError(api, key, value, valid=["pipeline_interleave=True with pipeline_scheduler '1f1b' or "
+                                                  "'zero_bubble_v'", "pipeline_interleave=False with 'gpipe'"],
+                          reason="the interleaved (virtual-stage) pipeline runs the 1f1b or zero_bubble_v schedule")
+    if scheduler == "zero_bubble_v" and not interleave:
+        raise ConfigError(api, key, value, valid=["pipeline_interleave=True with pipeline_scheduler "
+                                                  "'zero_bubble_v'"],
+                          reason="zero_bubble_v places two segments (virtual stages) per stage in a V, so it needs "
+                                 "pipeline_interleave=True")
     return {"pipeline_interleave": interleave, "pipeline_scheduler": scheduler}
 
 

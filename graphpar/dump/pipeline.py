@@ -46,6 +46,7 @@ class PipelineJob:
     n_stages: int
     micro_size: int
     scheduler: str
+    segments: int = 1  # virtual stages per device group (pipeline_interleave)
 
     @property
     def per_stage(self) -> int:
@@ -68,7 +69,8 @@ class StageDescription:
 @dataclass(frozen=True)
 class ScheduleDescription:
     """A planned pipeline as its dumps show it: the planned micro-batch graph, its stages, each stage's order of
-    actions (``"F0"``: the forward of micro-batch 0, ``"B0"`` its backward), the time steps of the whole pipeline
+    actions (``"F0"``: the forward of micro-batch 0, ``"B0"`` its backward, ``"W0"`` its weight gradient when the
+backward is split; ``"F0s1"``: in segment 1, when stages hold several), the time steps of the whole pipeline
     (``(stage, action)`` pairs), and the stage of every node (by id) and of every parameter (by name)."""
 
     graph: Graph
@@ -77,6 +79,9 @@ class ScheduleDescription:
     ticks: tuple[tuple[tuple[int, str], ...], ...]
     node_stage: dict[int, int]
     param_stage: dict[str, int]
+    chunks: tuple[tuple[int, int], ...] = ()  # with virtual stages: (stage, segment) of each chunk in model order
+    idle: tuple[float, ...] = ()  # per stage, the schedule's idle fraction under the cost model ``costs``
+    costs: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,9 +100,11 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
 
 
-def stage_note(job: PipelineJob, stage: int, ranks: Sequence[int]) -> str:
-    """The ``# note`` line of a stage's dumps (the compile layer puts it on the stage's graph before dumping)."""
-    return (f"pipeline stage {stage} of {job.n_stages} on ranks {_ranks_text(ranks)}: this stage's part "
+def stage_note(job: PipelineJob, stage: int, segment: int, ranks: Sequence[int]) -> str:
+    """The ``# note`` line of a stage's (or a stage's segment's) dumps (the compile layer puts it on the stage's
+    graph before dumping)."""
+    part = "this stage's part" if job.segments == 1 else f"segment {segment} of {job.segments}: this virtual stage's part"
+    return (f"pipeline stage {stage} of {job.n_stages} on ranks {_ranks_text(ranks)}: {part} "
             f"of one micro-batch (micro_size {job.micro_size}, scheduler {job.scheduler})")
 
 
@@ -128,11 +135,17 @@ def schedule_text(built: ScheduleDescription, job: PipelineJob, stats: ScheduleM
     lines = ["# graphpar IR dump: pipeline_schedule",
              f"# format: graphpar-ir {FORMAT_VERSION}",
              f"# graph: {st.graph.name}  purpose: train",
-             f"# rank: {{RANK}} of {len(job.devices)}  (stage {st.stage} of {n}, ranks "
+             f"# rank: {{RANK}} of {len(job.devices)}  ({_chunk_text(built, st.stage)} of {n}, ranks "
              f"{_ranks_text(st.ranks)})",
              f"# pipeline_stages: {n}  micro_size: {job.micro_size}  scheduler: {job.scheduler}",
              f"# mesh per stage: {mesh_text(built.graph.plan.mesh)}",
              f"# execute: {EXECUTE_STAGE:02d}_execute_{dump_index(st.graph):04d}.ir", ""]
+    if built.chunks:
+        lines.append(f"# virtual stages: {job.segments} segments per stage; virtual stage (chunk) c in model order "
+                     "runs on (stage, segment): " + " ".join(f"{c}=({s},{g})" for c, (s, g) in enumerate(built.chunks)))
+    if built.idle:
+        lines.append(f"# idle fraction (schedule; costs {built.costs}): "
+                     + " ".join(f"stage{s}={x:.3f}" for s, x in enumerate(built.idle)))
     lines.append("# stage orders")
     for s, order in enumerate(built.orders):
         peak = max(_live(order))
@@ -144,7 +157,7 @@ def schedule_text(built: ScheduleDescription, job: PipelineJob, stats: ScheduleM
         lines.append(f"t{t}: " + " ".join(f"{stage}:{action}" for stage, action in tick))
     lines.append("")
     lines.append("# transfers between stages in one step (activations forward, their gradients backward)")
-    ranks = [built.stages[s].ranks for s in range(n)]
+    ranks = [chunk.ranks for chunk in built.stages]
     here = st.stage
     totals = {"Send": [0, 0.0], "Receive": [0, 0.0]}
     for k, t in enumerate(stats.transfer_log):
@@ -175,15 +188,25 @@ def schedule_text(built: ScheduleDescription, job: PipelineJob, stats: ScheduleM
     return "\n".join(lines) + "\n"
 
 
+def _chunk_text(built: ScheduleDescription, chunk: int) -> str:
+    if not built.chunks:
+        return f"stage {chunk}"
+    stage, segment = built.chunks[chunk]
+    return f"virtual stage {chunk}: segment {segment} of stage {stage}"
+
+
 def transfer_wire_bytes(device_bytes: int) -> float:
     """Wire bytes one device sends for one stage-to-stage transfer (see the module docstring)."""
     return wire_bytes("CollectivePermute", device_bytes, 2)
 
 
 def _live(order: Sequence[str]) -> list[int]:
+    """Residuals held along an order: a forward adds one; the backward releases it (the weight gradient, when the
+    backward is split)."""
+    release = "W" if any(action.startswith("W") for action in order) else "B"
     live, out = 0, [0]
     for action in order:
-        live += 1 if action.startswith("F") else -1
+        live += 1 if action.startswith("F") else -1 if action.startswith(release) else 0
         out.append(live)
     return out
 
@@ -204,6 +227,12 @@ def read_schedule(path: str | Path) -> dict[str, Any]:
     for no, line in enumerate(text.splitlines(), 1):
         if (m := re.match(r"^# pipeline_stages: (\d+)  micro_size: (\d+)  scheduler: (\S+)$", line)):
             out.update(stages=int(m.group(1)), micro_size=int(m.group(2)), scheduler=m.group(3))
+        elif (m := re.match(r"^# idle fraction \(schedule; costs (.*?)\): (.*)$", line)):
+            out["idle"] = {int(k[5:]): float(v) for k, v in (x.split("=") for x in m.group(2).split())}
+            out["costs"] = m.group(1)
+        elif (m := re.match(r"^# virtual stages: (\d+) segments per stage; .*?: (.*)$", line)):
+            out["segments"] = int(m.group(1))
+            out["chunks"] = [tuple(int(v) for v in x.split("=")[1].strip("()").split(",")) for x in m.group(2).split()]
         elif (m := _ORDER.match(line)):
             out["orders"][int(m.group(1))] = {"ranks": m.group(2), "actions": m.group(3).split(),
                                               "peak_live": int(m.group(4))}

@@ -39,7 +39,7 @@ from graphpar.nn.shard import call_sharded, check_shard, resolve_parameters
 from graphpar.ops.primitive import Primitive
 
 _CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
-                "_pipeline_stage")
+                "_pipeline_stage", "_pipeline_segment")
 _FLAG_FIELDS = ("training", "_amp_cast")  # what compile.state.NetworkState.is_current compares
 _ARRAYS = (_np.ndarray, _np.generic, jax.Array)
 _revision = 0  # see revision()
@@ -285,6 +285,23 @@ class Cell(nnx.Module, pytree=False):
             raise ValueError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_stage' can not be less "
                              f"than 0, but got {value}")
         object.__setattr__(self, "_pipeline_stage", value)
+
+    @property
+    def pipeline_segment(self) -> int | None:
+        """Which of its stage's virtual stages (segments) this Cell (and every Cell below it that sets none) runs
+        in, with ``pipeline_config={"pipeline_interleave": True}``; ``None`` when unset (segment 0). Read by
+        ``graphpar.compile.pipeline.stage_split``."""
+        return self.__dict__.get("_pipeline_segment")
+
+    @pipeline_segment.setter
+    def pipeline_segment(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_segment' must be int type, "
+                            f"but got type : {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_segment' can not be less "
+                             f"than 0, but got {value}")
+        object.__setattr__(self, "_pipeline_segment", value)
 
     # --- modes -------------------------------------------------------------------------------------------------
     def set_train(self, mode: bool = True) -> "Cell":

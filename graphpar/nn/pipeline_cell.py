@@ -1,4 +1,4 @@
-"""``PipelineCell(network, micro_size, stage_config=None)``: MindSpore's micro-batch wrapper for pipeline parallel.
+"""``PipelineCell(network, micro_size, stage_config=None, segment_config=None)``: MindSpore's micro-batch wrapper for pipeline parallel.
 
 The wrapped network (usually a ``WithLossCell``) runs on ``micro_size`` equal slices of the batch (dimension 0 of
 every input) and the result is the **sum** of the micro-batches' outputs, as MindSpore's ``PipelineCell`` adds
@@ -8,7 +8,8 @@ on its own devices, with exactly these semantics. With ``pipeline_stages == 1`` 
 runs as written, which is the unpipelined reference.
 
 ``stage_config`` (MindSpore 2.x) maps Cell names, as ``network.cells_and_names()`` gives them
-(``_backbone.layer1``), to stages; it sets those Cells' ``pipeline_stage``.
+(``_backbone.layer1``), to stages; it sets those Cells' ``pipeline_stage``. ``segment_config`` (MindSpore 2.7) maps
+them to segments (virtual stages, with ``pipeline_interleave``) the same way; it sets their ``pipeline_segment``.
 
 :class:`PipelineError` and :func:`wants_pipeline` live here, with the Cell, so that the surface refuses a bad
 micro-batch split and picks the pipelined train step without importing the engine (``compile.pipeline`` uses both).
@@ -60,7 +61,8 @@ def pipeline_cell_of(network: Cell) -> Cell:
 class PipelineCell(Cell):
     """Split the batch into ``micro_size`` micro-batches and sum ``network``'s outputs over them."""
 
-    def __init__(self, network: Cell, micro_size: int, stage_config: dict[str, int] | None = None):
+    def __init__(self, network: Cell, micro_size: int, stage_config: dict[str, int] | None = None,
+                 segment_config: dict[str, int] | None = None):
         super().__init__(auto_prefix=False)
         if not isinstance(network, Cell):
             raise TypeError(f"For 'PipelineCell', the argument 'network' must be a Cell, but got "
@@ -75,6 +77,8 @@ class PipelineCell(Cell):
         self.micro_size = micro_size
         if stage_config:
             _apply_stage_config(network, stage_config)
+        if segment_config:
+            _apply_stage_config(network, segment_config, "segment")
 
     def construct(self, *inputs: Any) -> Any:
         for i, x in enumerate(inputs):
@@ -96,15 +100,18 @@ def check_micro_split(index: int, shape: tuple[int, ...], micro_size: int) -> No
                             f"use a batch size that is a multiple of {micro_size}")
 
 
-def _apply_stage_config(network: Cell, stage_config: dict[str, int]) -> None:
+def _apply_stage_config(network: Cell, stage_config: dict[str, int], what: str = "stage") -> None:
     cells = dict(network.cells_and_names())
     unknown = [name for name in stage_config if name not in cells]
     if unknown:
         names = [n for n in cells if n][:8]
-        raise KeyError(f"For 'PipelineCell', stage_config names Cells that the network does not have: {unknown}; "
+        raise KeyError(f"For 'PipelineCell', {what}_config names Cells that the network does not have: {unknown}; "
                        f"Cell names are as network.cells_and_names() gives them, e.g. {names}")
-    for name, stage in stage_config.items():
-        cells[name].pipeline_stage = stage
+    for name, value in stage_config.items():
+        if what == "stage":
+            cells[name].pipeline_stage = value
+        else:
+            cells[name].pipeline_segment = value
 
 
 class Pipeline(PipelineCell):

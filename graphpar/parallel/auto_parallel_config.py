@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from graphpar import _context
-from graphpar._context import OPTIMIZER_LEVELS, PIPELINE_SCHEDULERS, OpStrategyConfig
+from graphpar._context import OPTIMIZER_LEVELS, OpStrategyConfig, check_pipeline_config
 from graphpar._logging import notice_once
 from graphpar.errors import ConfigError, JitError, SettingTypeError
 
@@ -151,11 +151,9 @@ class Configuration:
         _int("pipeline", "stages", stages, stages > 0, "an int > 0")
         _bool("pipeline", "output_broadcast", output_broadcast)
         _bool("pipeline", "interleave", interleave)
-        if scheduler not in PIPELINE_SCHEDULERS:
-            raise ConfigError("AutoParallel.pipeline", "scheduler", scheduler, valid=PIPELINE_SCHEDULERS)
-        if interleave:
-            raise JitError("AutoParallel.pipeline", "interleave=True: the interleaved (virtual-stage) pipeline "
-                           "scheduler is not built; use interleave=False with scheduler '1f1b' or 'gpipe'")
+        # the same schedules and combinations as set_auto_parallel_context(pipeline_config=...)
+        config = check_pipeline_config({"pipeline_interleave": interleave, "pipeline_scheduler": scheduler},
+                                       "AutoParallel.pipeline")
         if stages > 1 and self._step_form:
             raise JitError("AutoParallel.pipeline", f"stages={stages} around a step function is not built: a "
                            "compiled step runs every stage on one mesh. Train the pipeline as a Cell: "
@@ -164,8 +162,7 @@ class Configuration:
         if output_broadcast:
             self._said("pipeline", "output_broadcast=True: one process drives every stage and sees the last "
                        "stage's result; nothing is broadcast")
-        self._configure("pipeline", self._overlay.merged(pipeline_stages=stages, pipeline_config={
-            "pipeline_interleave": interleave, "pipeline_scheduler": scheduler}))
+        self._configure("pipeline", self._overlay.merged(pipeline_stages=stages, pipeline_config=config))
 
     def dataset_strategy(self, config: Any) -> None:
         """How the step's inputs are laid out: "data_parallel" (each device its slice of the batch), "full_batch"

@@ -168,9 +168,15 @@ def _print_pipeline(p: dict[str, Any]) -> None:
     print(f"\npipeline: {p['stages']} stages, micro_size {p['micro_size']}, scheduler {p['scheduler']}; "
           f"{p['transfers_per_step']} activation transfers per step between stages (a stage's forward and backward "
           f"programs, whose collectives are listed above, run once per micro-batch)")
-    emit_table(["stage", "ranks", "order", "peak live micro-batches (schedule / measured)"],
-                [[str(s), o["ranks"], " ".join(o["actions"]), f"{o['peak_live']} / {p['peak_live'].get(s, '-')}"]
-                 for s, o in sorted(p["orders"].items())], title="schedule")
+    if p.get("segments"):
+        print(f"virtual stages: {p['segments']} segments per stage; (stage, segment) of each in model order: "
+              + " ".join(f"{c}=({s},{g})" for c, (s, g) in enumerate(p["chunks"])))
+    idle = p.get("idle", {})
+    emit_table(["stage", "ranks", "order", "peak live micro-batches (schedule / measured)", "idle (schedule)"],
+                [[str(s), o["ranks"], " ".join(o["actions"]), f"{o['peak_live']} / {p['peak_live'].get(s, '-')}",
+                  f"{idle[s]:.3f}" if s in idle else "-"] for s, o in sorted(p["orders"].items())], title="schedule")
+    if idle:
+        print(f"idle fraction: waiting time over the step, from the schedule with costs {p['costs']}")
     rows = [[t["pass"], str(t["micro"]), f"{t['src_stage']} -> {t['dest_stage']}", "send" if k == "sends" else "receive",
              str(t["bytes"]), f"{t['wire_bytes']:g}" if "wire_bytes" in t else "-"]
             for k in ("sends", "receives") for t in p[k]]

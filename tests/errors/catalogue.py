@@ -478,6 +478,21 @@ def _asnumpy_in_jit():
     return jax.jit(lambda x: x.asnumpy())(jnp.ones(2))
 
 
+def _pipeline_segments(config: dict, segments: int):
+    """Train 4 Dense layers on 2 pipeline stages with ``pipeline_config=config``, the layers set to ``segments``
+    segments (virtual stages) per stage."""
+    ms, nn = _ms(), _ms().nn
+    from graphpar.models.mlp import DenseStack
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2, pipeline_config=config)
+    net = DenseStack([np.ones((8, 8), np.float32)] * 4)
+    for i, layer in enumerate(net.layers):
+        layer.pipeline_segment, layer.pipeline_stage = divmod(i * 2 * segments // 4, 2)
+    train = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4),
+                                nn.SGD(net.trainable_params(), 0.1))
+    return train(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
+
+
 def _interleaved_uneven():
     ms, nn = _ms(), _ms().nn
     net = nn.MicroBatchInterleaved(nn.WithLossCell(nn.Dense(8, 4), nn.MSELoss()), 3)
@@ -582,6 +597,18 @@ ROWS: list[Row] = [
     Row("context-format-transform", "context", "set_context(format_transform='NHWC')",
         lambda t: _ms().set_context(format_transform="NHWC"), ERR + "ConfigError",
         ("format_transform", "'auto', 'channels_last', 'off'")),
+    Row("pipeline-scheduler-seqpipe", "context", "set_auto_parallel_context(pipeline_config={'pipeline_scheduler': "
+        "'seqpipe'})", lambda t: _ms().set_auto_parallel_context(pipeline_config={"pipeline_scheduler": "seqpipe"}),
+        ERR + "ConfigError", ("'seqpipe'", "not built", "'zero_bubble_v'")),
+    Row("pipeline-interleave-gpipe", "context", "set_auto_parallel_context(pipeline_config={'pipeline_interleave': "
+        "True, 'pipeline_scheduler': 'gpipe'})", lambda t: _ms().set_auto_parallel_context(
+            pipeline_config={"pipeline_interleave": True, "pipeline_scheduler": "gpipe"}),
+        ERR + "ConfigError", ("interleaved", "pipeline_interleave=True with pipeline_scheduler '1f1b' or "
+                              "'zero_bubble_v'")),
+    Row("pipeline-zero-bubble-v-interleave", "context", "set_auto_parallel_context(pipeline_config="
+        "{'pipeline_scheduler': 'zero_bubble_v'})", lambda t: _ms().set_auto_parallel_context(
+            pipeline_config={"pipeline_scheduler": "zero_bubble_v"}),
+        ERR + "ConfigError", ("zero_bubble_v", "needs pipeline_interleave=True")),
     # --- TLS files --------------------------------------------------------------------------------------------
     Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),
@@ -862,6 +889,12 @@ ROWS: list[Row] = [
     Row("ops-div-rounding-mode", "construct", "ops.div(x, y, rounding_mode='round')",
         lambda t: _ops().div(np.ones(2), np.ones(2), rounding_mode="round"), ValueError,
         ("rounding_mode must be None, 'floor' or 'trunc'", "'round'")),
+    Row("pipeline-zero-bubble-v-segments", "construct", "zero_bubble_v on Cells that set no pipeline_segment, then "
+        "train", lambda t: _pipeline_segments({"pipeline_interleave": True, "pipeline_scheduler": "zero_bubble_v"}, 1),
+        "graphpar.nn.pipeline_cell:PipelineError", ("'zero_bubble_v'", "2 segments", "use 1", "pipeline_segment=0")),
+    Row("pipeline-segment-no-interleave", "construct", "layer.pipeline_segment = 1 without pipeline_interleave, "
+        "then train", lambda t: _pipeline_segments({"pipeline_scheduler": "1f1b"}, 2),
+        "graphpar.nn.pipeline_cell:PipelineError", ("'_backbone.layers.2'", "pipeline_segment=1", "pipeline_interleave=False")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -142,6 +142,11 @@ def test_a_wrapped_cell_makes_its_settings_the_jobs():
     assert config["optimizer_weight_shard_size"] == 2 and config["optimizer_level"] == "level2"
     assert ms.get_auto_parallel_context("pipeline_stages") == 2
     assert ms.get_auto_parallel_context("pipeline_config")["pipeline_scheduler"] == "gpipe"
+    parallel_net.pipeline(stages=4, interleave=True, scheduler="zero_bubble_v")  # virtual stages: ZB-V
+    assert ms.get_auto_parallel_context("pipeline_config") == {"pipeline_interleave": True,
+                                                              "pipeline_scheduler": "zero_bubble_v"}
+    with pytest.raises(ConfigError, match=r"AutoParallel.pipeline\(\): the interleaved .* 1f1b or zero_bubble_v"):
+        parallel_net.pipeline(stages=4, interleave=True, scheduler="gpipe")
 
 
 def test_hsdp_of_a_wrapped_cell_shards_the_parameters_model_trains():
@@ -157,7 +162,6 @@ def test_hsdp_of_a_wrapped_cell_shards_the_parameters_model_trains():
 @pytest.mark.parametrize("call, message", [
     (lambda n: n.pipeline(stages=2), r"AutoParallel.pipeline\): stages=2 around a step function is not built.*"
                                      r"nn.PipelineCell"),
-    (lambda n: n.pipeline(interleave=True), r"AutoParallel.pipeline\): interleave=True"),
     (lambda n: n.no_init_parameters_in_compile(), r"AutoParallel.no_init_parameters_in_compile\): not built"),
     (lambda n: n.enable_fp32_communication(), r"AutoParallel.enable_fp32_communication\): not built"),
     (lambda n: n.disable_loss_repeated_mean(), r"AutoParallel.disable_loss_repeated_mean\): not built"),
@@ -175,7 +179,8 @@ def test_methods_not_built_are_refused_by_name(call, message):
 @pytest.mark.parametrize("call, message", [
     (lambda n: n.hsdp(shard_size=0), r"AutoParallel.hsdp\(\): shard_size must be -1 or an int > 0, got 0"),
     (lambda n: n.hsdp(optimizer_level="level4"), r"AutoParallel.hsdp\(\).*'level1', 'level2', 'level3'"),
-    (lambda n: n.pipeline(scheduler="zero_bubble_v"), r"AutoParallel.pipeline\(\).*'1f1b', 'gpipe'"),
+    (lambda n: n.pipeline(scheduler="seqpipe"), r"AutoParallel.pipeline\(\).*'seqpipe'.*not built.*'zero_bubble_v'"),
+    (lambda n: n.pipeline(scheduler="zero_bubble_v"), r"AutoParallel.pipeline\(\).*needs pipeline_interleave=True"),
     (lambda n: n.dataset_strategy("batch"), r"AutoParallel.dataset_strategy\(\).*'data_parallel', 'full_batch'"),
     (lambda n: n.save_param_strategy_file(3), r"AutoParallel.save_param_strategy_file\(\): file_path must be a str"),
     (lambda n: n.comm_fusion([1]), r"AutoParallel.comm_fusion\(\): config must be a dict"),

@@ -113,3 +113,21 @@ class TokenLoss(nn.Cell):
 
     def construct(self, logits, targets):
         return self.loss(self.reshape(logits, (-1, self.vocab)), self.reshape(targets, (-1,)))
+
+
+def mlp_virtual(layers=8, stages=4, segments=2, v_shape=False, d=16, hidden=32, d_out=8, seed=0) -> DenseStack:
+    """``layers`` Dense layers (ReLU between) cut into ``stages * segments`` virtual stages in model order, set as a
+    MindSpore user sets them with ``pipeline_interleave``: ``pipeline_stage`` and ``pipeline_segment`` per layer.
+    Interleaved 1F1B (MindSpore's docs: "stage 0 has layers 0 and 4"): virtual stage ``c`` is segment
+    ``c // stages`` of stage ``c % stages``. ``v_shape`` (zero_bubble_v: "stage 0 has layer 0 and 7"): segment 1
+    runs back from the last stage to stage 0. ``segments=1`` sets no ``pipeline_segment``."""
+    rng = np.random.default_rng(seed)
+    dims = [d] + [hidden] * (layers - 1) + [d_out]
+    net = DenseStack([rng.normal(0, 0.3, (dims[i + 1], dims[i])).astype(np.float32) for i in range(layers)])
+    for i, layer in enumerate(net.layers):
+        chunk = i * stages * segments // layers
+        segment, stage = divmod(chunk, stages)
+        layer.pipeline_stage = stages - 1 - stage if v_shape and segment % 2 else stage
+        if segments > 1:
+            layer.pipeline_segment = segment
+    return net

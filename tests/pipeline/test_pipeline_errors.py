@@ -28,10 +28,18 @@ def test_context_settings():
     assert ms.get_auto_parallel_context("pipeline_stages") == 4
     assert ms.get_auto_parallel_context("pipeline_config") == {"pipeline_interleave": False,
                                                               "pipeline_scheduler": "gpipe"}
-    with pytest.raises(ConfigError, match="pipeline_interleave=False"):
-        ms.set_auto_parallel_context(pipeline_config={"pipeline_interleave": True})
-    with pytest.raises(ConfigError, match="'seqpipe' is not built"):
-        ms.set_auto_parallel_context(pipeline_config={"pipeline_scheduler": "seqpipe"})
+    ms.set_auto_parallel_context(pipeline_config={"pipeline_interleave": True})  # interleaved 1F1B
+    assert ms.get_auto_parallel_context("pipeline_config") == {"pipeline_interleave": True,
+                                                              "pipeline_scheduler": "1f1b"}
+    with pytest.raises(ConfigError, match="interleaved .* runs the 1f1b or zero_bubble_v schedule"):
+        ms.set_auto_parallel_context(pipeline_config={"pipeline_interleave": True, "pipeline_scheduler": "gpipe"})
+    with pytest.raises(ConfigError, match="zero_bubble_v places two segments .* needs pipeline_interleave=True"):
+        ms.set_auto_parallel_context(pipeline_config={"pipeline_scheduler": "zero_bubble_v"})
+    for name in ("seqpipe", "seqvpp", "seqsmartvpp"):
+        with pytest.raises(ConfigError, match=f"'{name}' .*sequence dimension.* is not built"):
+            ms.set_auto_parallel_context(pipeline_config={"pipeline_scheduler": name})
+    with pytest.raises(ConfigError, match="'zbv' is not a schedule; valid choices: .*'zero_bubble_v'"):
+        ms.set_auto_parallel_context(pipeline_config={"pipeline_scheduler": "zbv"})
     with pytest.raises(ConfigError, match="keys pipeline_interleave, pipeline_scheduler"):
         ms.set_auto_parallel_context(pipeline_config={"scheduler": "1f1b"})
     with pytest.raises(ConfigError, match="pipeline_stages must be an int >= 1"):

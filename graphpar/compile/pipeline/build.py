@@ -24,7 +24,8 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.compile.lowering.network_state import NetworkState
-from graphpar.compile.pipeline.schedule import Action
+from graphpar.compile.pipeline.schedule import Action, VirtualLayout
+from graphpar.compile.pipeline.schedule_cost import ScheduleCosts, schedule_timeline
 from graphpar.compile.pipeline.stage_programs import stage_programs
 from graphpar.compile.pipeline.stage_split import StageGraph, StageSplit
 from graphpar.compile.plans.layout import Layout
@@ -56,7 +57,9 @@ class StageLayout(Layout):
         return self._inputs.get(index) or self.state_sharding(shape)
 
 
-PROGRAM_KINDS = ("forward", "backward", "update", "zeros")  # the programs of one stage
+COSTS = ScheduleCosts()  # the cost model of the idle fractions the schedule dump shows
+
+PROGRAM_KINDS = ("forward", "backward", "update", "zeros", "backward_input", "backward_weight")  # of one stage
 
 
 @dataclass
@@ -75,9 +78,11 @@ class Stage:
     compiled: dict[str, Compiled] = field(default_factory=dict)  # kind -> its compiled stage, once called
 
     def hlo(self) -> str:
-        """The compiled HLO of the stage's forward, backward and update programs (those that ran)."""
+        """The compiled HLO of the stage's forward, backward and update programs (those that ran; the split
+        backward's two programs when they ran)."""
+        split = tuple(kind for kind in ("backward_input", "backward_weight") if kind in self.compiled)
         return "\n".join(self.compiled[kind].as_text() if kind in self.compiled else ""
-                         for kind in ("forward", "backward", "update"))
+                         for kind in ("forward", "backward", "update") + split)
 
 
 @dataclass
@@ -91,16 +96,26 @@ class Built:
     stages: list[Stage]
     ticks: list[list[Action]]
     orders: list[list[Action]]
+    layout: VirtualLayout | None = None  # None: one chunk per stage
     dumped: bool = False
     opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
 
+    @property
+    def virtual(self) -> VirtualLayout:
+        return self.layout or VirtualLayout(len(self.orders))
+
     def description(self) -> ScheduleDescription:
-        """What the pipeline dumps show of it."""
+        """What the pipeline dumps show of it: actions named with their segment when stages hold several, and
+        each stage's idle fraction under the default cost model (``schedule_cost``)."""
+        lay = self.virtual
+        timeline = schedule_timeline(self.orders, lay, COSTS)
         return ScheduleDescription(
             self.graph, tuple(StageDescription(st.sg.stage, tuple(st.ranks), st.sg.graph) for st in self.stages),
-            tuple(tuple(a.text for a in order) for order in self.orders),
-            tuple(tuple((a.stage, a.text) for a in tick) for tick in self.ticks),
-            self.split.node_stage, self.split.param_stage)
+            tuple(tuple(a.label(lay.virtual) for a in order) for order in self.orders),
+            tuple(tuple((a.stage, a.label(lay.virtual)) for a in tick) for tick in self.ticks),
+            {n: lay.place(c)[0] for n, c in self.split.node_stage.items()}, self.split.param_stage,
+            tuple(lay.place(c) for c in range(lay.chunks)) if lay.virtual else (), timeline.idle,
+            f"F={COSTS.f:g} B={COSTS.b:g} W={COSTS.w:g} per stage, 1/{lay.segments} of that per segment")
 
 
 def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
@@ -108,16 +123,18 @@ def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
 
 
 def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Sequence[jax.Device], per_stage: int,
-                 optimizer: Optimizer, sens: float) -> list[Stage]:
-    """Every stage of ``split`` (cut from the planned ``graph``) placed on its ``per_stage`` devices of
-    ``devices`` and compiled."""
+                 optimizer: Optimizer, sens: float, layout: VirtualLayout | None = None) -> list[Stage]:
+    """Every stage (chunk) of ``split`` (cut from the planned ``graph``) placed on its group's ``per_stage`` devices
+    of ``devices`` and compiled."""
+    layout = layout or VirtualLayout(len(split.stages))
     sizes = graph.plan.mesh.sizes
     k = per_stage
     specs = graph.plan.value_specs
     n_params = len(ns.params.values())
     stages = []
     for sg in split.stages:
-        mesh = make_mesh(devices[sg.stage * k:(sg.stage + 1) * k], [sizes])
+        group = layout.place(sg.stage)[0]
+        mesh = make_mesh(devices[group * k:(group + 1) * k], [sizes])
         ins = graph.inputs
         param_sh = {i: spec_sharding(mesh, specs.get(ins[i]), len(graph.values[ins[i]].shape)) for i in sg.params}
         rest_sh = {i: spec_sharding(mesh, specs.get(ins[n_params + i]),
@@ -136,7 +153,7 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
         planned = Planned(sg.graph, StageLayout(mesh, named, dict(zip(sg.data, data_sh))), "train")
         programs = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
                                   optimizer.transformation(), sens)
-        stages.append(Stage(sg, mesh, list(range(sg.stage * k, (sg.stage + 1) * k)), param_sh, rest_sh, data_sh,
+        stages.append(Stage(sg, mesh, list(range(group * k, (group + 1) * k)), param_sh, rest_sh, data_sh,
                             value_sh, planned, dict(zip(PROGRAM_KINDS, programs))))
     return stages
 

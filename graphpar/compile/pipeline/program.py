@@ -13,9 +13,14 @@ XLA's SPMD partitioner places every op of a program on all of the program's devi
    backward program (the residuals' VJP, accumulating parameter gradients over micro-batches) and an update program
    (the optax update of the stage's parameters), each lowered and compiled on its first call into the same stage
    values as any program (``Lowered``, ``Compiled``, counted in :attr:`PipelineProgram.counts`);
-3. **run**: dispatch the programs in the schedule's order (``compile.pipeline_schedule``: GPipe or 1F1B), moving each
-   activation to the next stage's devices and each activation gradient back with ``jax.device_put`` (counted in
-   :class:`PipelineStats`), then one optimizer update per stage.
+3. **run**: dispatch the programs in the schedule's order (``compile.pipeline.schedule``: GPipe, 1F1B, interleaved
+   1F1B, zero_bubble_v), moving each activation to the next stage's devices and each activation gradient back with
+   ``jax.device_put`` (counted in :class:`PipelineStats`), then one optimizer update per stage.
+
+With ``pipeline_interleave`` the cut is by virtual stage (chunk): each chunk gets its own programs on its stage's
+devices, and the schedule's actions name (stage, segment); a schedule with ``W`` actions runs each backward as
+``backward_input`` then, later, ``backward_weight`` (``stage_programs``). :meth:`PipelineProgram.trace_step` runs
+one step with each action timed (``step_record``).
 
 The loss is MindSpore's ``PipelineCell`` loss: the sum of the micro-batches' losses. Residuals are held only as the
 buffers of the forward's VJP object until that micro-batch's backward ran; :class:`PipelineStats` records the most
@@ -28,6 +33,7 @@ one :class:`PipelineSettings` snapshot per compile key, its network state and st
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +48,12 @@ from graphpar.common.parameter import Parameter
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.pipeline.build import Built, Stage, build_stages, stage_compiled
-from graphpar.compile.pipeline.schedule import dispatch_order, stage_orders
+from graphpar.compile.pipeline.schedule import dispatch_order, splits_backward
+from graphpar.compile.pipeline.schedule_virtual import schedule_orders
 from graphpar.compile.pipeline.settings import PipelinePlan, PipelineSettings, read_pipeline_settings
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
 from graphpar.compile.pipeline.stage_programs import is_float
+from graphpar.compile.pipeline.step_record import ActionTiming, StepTrace, log_entry, residual_bytes
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
 from graphpar.compile.plans.layout import GraphLayout, Layout
 from graphpar.compile.plans.planned import Planned, Traced
@@ -148,7 +156,8 @@ class PipelineProgram(Program[PipelineSettings]):
             return Traced(graph, "train", out_treedef)
 
         def passes(graph: Graph) -> Graph:
-            assign_stages(graph, self.network, self.n_stages)  # bad stages are reported before any planning
+            # bad stages are reported before any planning
+            assign_stages(graph, self.network, self.n_stages, self.settings.layout)
             # each stage's devices plan the graph (one mesh of per_stage devices)
             return plan_graph(graph, PlanRequest(self.per_stage, pctx.parallel_mode, pctx.search_mode, "train",
                                                  pctx.dataset_strategy, strategy_file.for_plan(pctx),
@@ -162,16 +171,17 @@ class PipelineProgram(Program[PipelineSettings]):
             return self.orchestrator.planned_by(key, "train", progress, trace, passes, layout)
 
     def _build(self, ns: NetworkState, key: ProgramKey, avals: list[jax.ShapeDtypeStruct]) -> Built:
-        job = self.job
+        job, layout = self.job, self.settings.layout
         graph = self._planned(ns, key, avals).graph
-        split = split_stages(graph, self.network, job.n_stages, len(ns.params.values()), len(ns.rest.values()))
-        stages = build_stages(graph, split, ns, job.devices, job.per_stage, self.optimizer, self.sens)
-        orders = stage_orders(job.scheduler, job.n_stages, job.micro_size)
-        built = Built(key, graph, split, stages, dispatch_order(orders), orders)
+        split = split_stages(graph, self.network, job.n_stages, len(ns.params.values()), len(ns.rest.values()),
+                             layout)
+        stages = build_stages(graph, split, ns, job.devices, job.per_stage, self.optimizer, self.sens, layout)
+        orders = schedule_orders(job.scheduler, layout, job.micro_size)
+        built = Built(key, graph, split, stages, dispatch_order(orders, layout), orders, layout)
         self._record_stages(ns, split)
         if _context.current().save_graphs:  # each stage's dumps say which stage and ranks they describe
             for st in stages:
-                st.sg.graph = st.sg.graph.with_plan(note=stage_note(job, st.sg.stage, st.ranks))
+                st.sg.graph = st.sg.graph.with_plan(note=stage_note(job, *layout.place(st.sg.stage), st.ranks))
         maybe_dump_begin(built.description(), job)
         maybe_save_strategy(built.description(), job, set(ns.param_names()))
         return built
@@ -248,6 +258,16 @@ class PipelineProgram(Program[PipelineSettings]):
 
     def run_step(self, inputs: Any) -> jax.Array:
         """One pipelined training step on a global batch; returns the summed micro-batch loss."""
+        return self._step(inputs, None)[0]
+
+    def trace_step(self, inputs: Any) -> tuple[jax.Array, StepTrace]:
+        """One training step (as :meth:`run_step`) whose actions run one at a time, each waited for and timed: the
+        loss and the :class:`~graphpar.compile.pipeline.step_record.StepTrace` (see ``step_record``)."""
+        timings: list[ActionTiming] = []
+        loss, built = self._step(inputs, timings)
+        return loss, StepTrace(tuple(tuple(o) for o in built.orders), built.virtual, tuple(timings))
+
+    def _step(self, inputs: Any, timings: list[ActionTiming] | None) -> tuple[jax.Array, Built]:
         ns = self.state
         arrays = [np.asarray(x) for x in inputs]
         for i, x in enumerate(arrays):
@@ -274,44 +294,62 @@ class PipelineProgram(Program[PipelineSettings]):
         grads: list[Any] = [None] * len(stages)
         losses, moved, log = [], 0, []
         first = self.stats.steps == 0
+        layout, split_bwd = built.virtual, splits_backward(built.orders)
+        pending_ct: dict[tuple[int, int], list[Any]] = {}  # a split backward's output cotangent, from B until W
         for tick in built.ticks:
             for a in tick:
-                st = stages[a.stage]
+                started, cpu = time.perf_counter(), time.process_time()
+                chunk = layout.chunk(a.stage, a.segment)
+                st = stages[chunk]
                 sg = st.sg
                 if a.kind == "F":
-                    recv = [inbox.pop((v, a.stage, a.micro)) for v in sg.received]
+                    recv = [inbox.pop((v, chunk, a.micro)) for v in sg.received]
                     sent, loss, new_rest, vjp = self._call(built, st, "forward", [pvals[i] for i in sg.params],
-                                                           [rest[i] for i in sg.rest], data[a.stage][a.micro], recv)
+                                                           [rest[i] for i in sg.rest], data[chunk][a.micro], recv)
                     for j, value in zip(sg.rest_out, new_rest):
                         rest[j] = value
-                    residual[(a.stage, a.micro)] = vjp
+                    residual[(chunk, a.micro)] = vjp
                     if loss is not None:
                         losses.append(loss)
                     for v, x in zip(sg.sent, sent):
                         for d in dests[v]:
                             inbox[(v, d, a.micro)] = placed = jax.device_put(x, stages[d].value_sh[v])
-                            moved += 1
-                            if first:
-                                log.append(_log_entry("forward", a.micro, a.stage, d, v, built, placed))
-                    self._measure(a.stage, residual, [pvals[i] for i in sg.params])
+                            if layout.place(d)[0] != a.stage:  # not between two chunks of one stage's devices
+                                moved += 1
+                                if first:
+                                    log.append(log_entry("forward", a.micro, chunk, d, v, built.graph, placed))
+                    self._measure(a.stage, layout, residual, pvals)
+                elif a.kind == "W":
+                    vjp, ct = residual.pop((chunk, a.micro)), pending_ct.pop((chunk, a.micro))
+                    if sg.params:
+                        grads[chunk] = self._call(built, st, "backward_weight", vjp, ct, grads[chunk])
+                    del vjp
                 else:
                     ct = []
                     for v in sg.sent:
                         parts = ct_box.pop((v, a.micro))
                         ct.append(parts[0] if len(parts) == 1 else sum(parts[1:], parts[0]))
-                    if grads[a.stage] is None:
-                        grads[a.stage] = self._call(built, st, "zeros", [pvals[i] for i in sg.params])
-                    vjp = residual.pop((a.stage, a.micro))
-                    grads[a.stage], drecv = self._call(built, st, "backward", vjp, ct, grads[a.stage])
-                    del vjp
+                    if grads[chunk] is None:
+                        grads[chunk] = self._call(built, st, "zeros", [pvals[i] for i in sg.params])
+                    if split_bwd:  # the input gradient now; the weight gradient at this micro-batch's W
+                        pending_ct[(chunk, a.micro)] = ct
+                        drecv = self._call(built, st, "backward_input", residual[(chunk, a.micro)], ct)
+                    else:
+                        vjp = residual.pop((chunk, a.micro))
+                        grads[chunk], drecv = self._call(built, st, "backward", vjp, ct, grads[chunk])
+                        del vjp
                     floats = [v for v in sg.received if is_float(built.graph.values[v])]
                     for v, d in zip(floats, drecv):
                         src = source[v]
                         placed = jax.device_put(d, stages[src].value_sh[v])
                         ct_box.setdefault((v, a.micro), []).append(placed)
-                        moved += 1
-                        if first:
-                            log.append(_log_entry("backward", a.micro, a.stage, src, v, built, placed))
+                        if layout.place(src)[0] != a.stage:
+                            moved += 1
+                            if first:
+                                log.append(log_entry("backward", a.micro, chunk, src, v, built.graph, placed))
+                if timings is not None:  # a traced step: this action alone, waited for
+                    self._drain()
+                    timings.append(ActionTiming(a, started, time.perf_counter(), time.process_time() - cpu))
         for st in stages:
             if not st.sg.params:
                 continue
@@ -336,19 +374,19 @@ class PipelineProgram(Program[PipelineSettings]):
                                [st.hlo() for st in built.stages])
         # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled)
         total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
-        return jax.device_put(total, self.devices[-1])
+        return jax.device_put(total, self.devices[-1]), built
 
-    def _measure(self, stage: int, residual: dict[tuple[int, int], Any], params: list[Any]) -> None:
-        """The live residual buffers of ``stage``: how many micro-batches, and their bytes on one device (each
-        buffer once; the stage's parameters, which a VJP also holds, are not activations)."""
-        held = [vjp for (s, _), vjp in residual.items() if s == stage]
-        seen = {p.addressable_shards[0].data.unsafe_buffer_pointer() for p in params if isinstance(p, jax.Array)}
-        nbytes = 0
-        for leaf in (x for vjp in held for x in jax.tree.leaves(vjp) if isinstance(x, jax.Array)):
-            shard = leaf.addressable_shards[0].data
-            if shard.unsafe_buffer_pointer() not in seen:
-                seen.add(shard.unsafe_buffer_pointer())
-                nbytes += shard.nbytes
+    def _drain(self) -> None:
+        """Wait for every queued program (a traced step times each action alone)."""
+        while self._queue:
+            jax.block_until_ready([x for x in jax.tree.leaves(self._queue.popleft())
+                                   if isinstance(x, jax.Array) and not x.is_deleted()])
+
+    def _measure(self, stage: int, layout: Any, residual: dict[tuple[int, int], Any], params: list[Any]) -> None:
+        """The live residual buffers of ``stage``'s devices (all its chunks): how many micro-batch chunks, and
+        their bytes on one device (``step_record.residual_bytes``)."""
+        held = [vjp for (c, _), vjp in residual.items() if layout.place(c)[0] == stage]
+        nbytes = residual_bytes(held, params)
         count = len(held)
         self.stats.peak_live_micro_batches[stage] = max(self.stats.peak_live_micro_batches[stage], count)
         self.stats.peak_residual_bytes[stage] = max(self.stats.peak_residual_bytes[stage], nbytes)
@@ -359,11 +397,3 @@ class PipelineProgram(Program[PipelineSettings]):
         losses = [self.run_step([x[i] for x in stacked]) for i in range(stacked[0].shape[0])]
         return jnp.stack([jax.device_put(x, self.devices[-1]) for x in losses])
 
-
-def _log_entry(direction: str, micro: int, src: int, dst: int, vid: int, built: Built, x: Any) -> dict[str, Any]:
-    value = built.graph.values[vid]
-    producer = built.graph.nodes[value.producer]
-    return {"pass": direction, "micro": micro, "src_stage": src, "dst_stage": dst, "value": vid,
-            "producer": producer.instance_name, "scope": producer.scope, "dtype": str(np.dtype(x.dtype)),
-            "shape": list(x.shape), "bytes": int(x.nbytes),
-            "device_bytes": int(x.addressable_shards[0].data.nbytes)}

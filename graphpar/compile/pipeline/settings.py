@@ -14,7 +14,9 @@ import jax
 
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, AutoParallelContext, ParallelMode
+from graphpar._logging import notice_once
 from graphpar.communication.devices import job_devices
+from graphpar.compile.pipeline.schedule import VirtualLayout
 from graphpar.compile.pipeline.stage_split import PipelineError
 from graphpar.dump.pipeline import PipelineJob
 from graphpar.nn.pipeline_cell import PipelineCell
@@ -52,6 +54,11 @@ class PipelineSettings:
     plan: PipelinePlan
     job: PipelineJob
 
+    @property
+    def layout(self) -> VirtualLayout:
+        """Which device group runs each virtual stage (one per stage without interleaving)."""
+        return VirtualLayout(self.job.n_stages, self.job.segments, self.job.scheduler == "zero_bubble_v")
+
 
 def read_pipeline_settings(pipe: PipelineCell) -> PipelineSettings:
     """The settings in force for pipelining ``pipe``, checked."""
@@ -82,5 +89,29 @@ def read_pipeline_settings(pipe: PipelineCell) -> PipelineSettings:
         raise PipelineError(f"PipelineCell micro_size={micro_size}",
                             f"is smaller than pipeline_stages={n_stages} (MindSpore requires micro_size >= "
                             "stages)", f"use micro_size >= {n_stages}")
-    job = PipelineJob(pctx, devices, n_stages, micro_size, pctx.pipeline_config["pipeline_scheduler"])
+    scheduler = pctx.pipeline_config["pipeline_scheduler"]
+    segments = _segments(pipe, pctx.pipeline_config["pipeline_interleave"], scheduler, n_stages, micro_size)
+    job = PipelineJob(pctx, devices, n_stages, micro_size, scheduler, segments)
     return PipelineSettings(PipelinePlan(pctx, devices, n_stages), job)
+
+
+def _segments(pipe: PipelineCell, interleave: bool, scheduler: str, n_stages: int, micro_size: int) -> int:
+    """How many segments (virtual stages) each stage holds: one more than the largest ``pipeline_segment`` set on
+    the network's Cells, with ``pipeline_interleave`` (segments set without it are refused by ``stage_split``)."""
+    if not interleave:
+        return 1
+    segments = 1 + max((cell.pipeline_segment or 0 for _, cell in pipe.network.cells_and_names()), default=0)
+    if segments == 1 and scheduler == "1f1b":
+        notice_once("pipeline-interleave-one-segment", "pipeline_interleave=True: no Cell sets pipeline_segment, so "
+                    "each stage holds one segment and interleaved 1F1B is plain 1F1B; set pipeline_segment on the "
+                    "Cells of each stage's later layers for virtual stages")
+    if scheduler == "zero_bubble_v" and segments != 2:
+        raise PipelineError("pipeline_scheduler='zero_bubble_v'", f"places each stage's Cells in 2 segments (a V: "
+                            f"segment 0 on stages 0..{n_stages - 1}, segment 1 back on stages {n_stages - 1}..0), "
+                            f"but the network's Cells use {segments}",
+                            "set pipeline_segment=0 on the first half of the network's Cells and 1 on the second")
+    if scheduler == "1f1b" and segments > 1 and micro_size % n_stages:
+        raise PipelineError(f"PipelineCell micro_size={micro_size}", f"interleaved {scheduler} runs micro-batches in "
+                            f"rounds of pipeline_stages={n_stages}", f"use a micro_size that is a multiple of "
+                            f"{n_stages}")
+    return segments

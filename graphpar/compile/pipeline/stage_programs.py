@@ -4,6 +4,15 @@ Each is jitted for the stage's own mesh. The forward evaluates the stage's sub-g
 layout pinned) under ``jax.vjp`` and returns the VJP object itself: a pytree whose leaves are the residuals the
 backward needs, so they stay on the stage's devices as ordinary arrays until that micro-batch's backward consumes
 them. Only floating-point activations are differentiated (an integer activation crossing stages has no gradient).
+
+A schedule that splits the backward (zero_bubble_v) runs it as two programs on the same VJP object and output
+cotangent: ``backward_input`` returns only the gradient of the received activations (``B``: what the previous
+stage waits for) and ``backward_weight`` only the parameters' gradient (``W``), accumulated. Each is one jitted call
+of the whole VJP whose unused outputs XLA removes as dead code, so ``B`` does no weight-gradient work; but ``W``
+repeats the part of the activation-gradient chain inside the stage that the weight gradients need (all of it but the
+last step into the received activations: nothing for a stage of one Dense layer, most of ``B`` for a deep one), and
+the residuals and the cotangent stay alive from ``B`` until ``W``. The alternative, a ``B`` that also returns every
+intermediate cotangent a weight gradient reads, would avoid the repeat at the price of holding those cotangents.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ def is_float(value: Any) -> bool:
 
 
 def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str],
-                   tx: optax.GradientTransformation, sens: float) -> tuple[Any, Any, Any, Any]:
-    """``(forward, backward, update, zeros)`` of stage ``sg`` (jitted, compiled on first call); ``names``: its
-    parameters' names, ``sens``: the loss sensitivity (MindSpore's ``TrainOneStepCell(sens=...)``)."""
+                   tx: optax.GradientTransformation, sens: float) -> tuple[Any, ...]:
+    """``(forward, backward, update, zeros, backward_input, backward_weight)`` of stage ``sg`` (jitted, compiled on
+    first call); ``names``: its parameters' names, ``sens``: the loss sensitivity (MindSpore's
+    ``TrainOneStepCell(sens=...)``)."""
     g = sg.graph
     recv_float = [i for i, v in enumerate(sg.received) if is_float(graph.values[v])]
     sent_float = [i for i, v in enumerate(sg.sent) if is_float(graph.values[v])]
@@ -57,6 +67,12 @@ def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str
         dp, drecv = vjp(([ct_sent[i] for i in sent_float], ct_loss))
         return [a + d for a, d in zip(acc, dp)], drecv
 
+    def backward_input(vjp, ct_sent):
+        return backward(vjp, ct_sent, [])[1]  # the parameters' gradient is dead code
+
+    def backward_weight(vjp, ct_sent, acc):
+        return backward(vjp, ct_sent, acc)[0]  # the received activations' gradient is dead code
+
     def step(pvals, grads, opt_state):
         pdict, gdict = dict(zip(names, pvals)), dict(zip(names, grads))
         updates, opt_state = tx.update(gdict, opt_state, pdict)
@@ -67,4 +83,4 @@ def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str
         return [jnp.zeros_like(p) for p in pvals]
 
     return (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)), jax.jit(step, donate_argnums=(0, 1, 2)),
-            jax.jit(zeros))
+            jax.jit(zeros), jax.jit(backward_input), jax.jit(backward_weight, donate_argnums=(2,)))

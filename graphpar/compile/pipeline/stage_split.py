@@ -5,6 +5,11 @@ that set no stage of their own) runs in stage ``k`` on the ``k``-th group of ``d
 devices. This module reads those settings off the Cell tree, maps every node of the traced graph to a stage, and
 cuts the graph into one :class:`StageGraph` per stage plus the :class:`Transfer` s of activations between them.
 
+With ``pipeline_interleave`` a stage's Cells are further divided by ``cell.pipeline_segment = g`` into virtual
+stages (chunks); the cut is then by chunk, in model order (``schedule.VirtualLayout``: chunk ``c`` of ``C``), and
+every "stage" below (``StageGraph.stage``, ``Transfer.src``/``dst``, ``node_stage``) is a chunk index; without
+interleaving a chunk is a stage.
+
 Reads: the planned (or unplanned) micro-batch ``Graph`` of the train step (inputs ``params + rest + data``, outputs
 ``[loss] + new rest``) and the root Cell it was traced from. Adds nothing to the graph; returns a
 :class:`StageSplit`. Raises :class:`PipelineError` naming the Cell, op, Parameter or stage at fault.
@@ -21,6 +26,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphpar.compile.pipeline.schedule import VirtualLayout
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
 from graphpar.nn.pipeline_cell import PipelineError as PipelineError  # defined with the Cell it checks
@@ -62,32 +68,43 @@ class StageSplit:
     param_stage: dict[str, int] = field(default_factory=dict)  # every parameter's (and state's) stage by name
 
 
-def check_cell_stages(root: Any, n_stages: int) -> dict[str, int]:
+def check_cell_stages(root: Any, n_stages: int, layout: VirtualLayout | None = None) -> dict[str, int]:
     """``{cell path: stage}`` of every Cell under ``root`` that sets ``pipeline_stage``, refusing out-of-range
-    stages by the Cell's path."""
+    stages and segments by the Cell's path."""
+    layout = layout or VirtualLayout(n_stages)
     out = {}
     for path, cell in root.cells_and_names():
+        name = f"Cell '{path or type(root).__name__}' ({type(cell).__name__})"
+        segment = cell.pipeline_segment
+        if segment is not None and segment >= layout.segments:
+            if layout.segments == 1:
+                raise PipelineError(name, f"pipeline_segment={segment} needs virtual stages, but "
+                                    "pipeline_config has pipeline_interleave=False",
+                                    "set pipeline_config={'pipeline_interleave': True, ...} or leave "
+                                    "pipeline_segment unset")
+            raise PipelineError(name, f"pipeline_segment={segment} but the pipeline has {layout.segments} "
+                                "segments per stage", f"valid segments are 0..{layout.segments - 1}")
         stage = cell.pipeline_stage
         if stage is None:
             continue
         if stage >= n_stages:
             raise PipelineError(
-                f"Cell '{path or type(root).__name__}' ({type(cell).__name__})",
-                f"pipeline_stage={stage} but set_auto_parallel_context(pipeline_stages={n_stages})",
+                name, f"pipeline_stage={stage} but set_auto_parallel_context(pipeline_stages={n_stages})",
                 f"valid stages are 0..{n_stages - 1}")
         out[path] = stage
     return out
 
 
-def _scope_stages(root: Any) -> Any:
-    """A function ``scope -> stage or None``: the innermost staged Cell on the scope's path below ``root``."""
+def _scope_stages(root: Any, layout: VirtualLayout) -> Any:
+    """A function ``scope -> chunk or None``: the stage of the innermost staged Cell on the scope's path below
+    ``root``, in the segment of the innermost Cell that sets one (segment 0 when none does)."""
     cache: dict[str, int | None] = {}
 
     def stage_of(scope: str) -> int | None:
         if scope in cache:
             return cache[scope]
         parts = scope.split("/")
-        cell, stage = root, root.pipeline_stage
+        cell, stage, segment = root, root.pipeline_stage, root.pipeline_segment
         # parts[0] is "Default" (the train step), parts[1] the root network, then one "{attribute}-{Class}" per Cell
         for part in parts[2:]:
             child = _find_child(cell, *part.split("-", 1)) if "-" in part else None
@@ -96,8 +113,10 @@ def _scope_stages(root: Any) -> Any:
             cell = child
             if cell.pipeline_stage is not None:
                 stage = cell.pipeline_stage
-        cache[scope] = stage
-        return stage
+            if cell.pipeline_segment is not None:
+                segment = cell.pipeline_segment
+        cache[scope] = None if stage is None else layout.chunk(stage, segment or 0)
+        return cache[scope]
 
     return stage_of
 
@@ -117,10 +136,12 @@ def _find_child(cell: Cell, attr: str, cls: str, depth: int = 3) -> Cell | None:
     return None
 
 
-def assign_stages(graph: Graph, root: Any, n_stages: int) -> dict[int, int]:
-    """Every node's stage (see the module docstring), checked to never flow from a later stage to an earlier one."""
-    check_cell_stages(root, n_stages)
-    stage_of = _scope_stages(root)
+def assign_stages(graph: Graph, root: Any, n_stages: int, layout: VirtualLayout | None = None) -> dict[int, int]:
+    """Every node's stage (chunk: see the module docstring), checked to never flow from a later chunk to an earlier
+    one."""
+    layout = layout or VirtualLayout(n_stages)
+    check_cell_stages(root, n_stages, layout)
+    stage_of = _scope_stages(root, layout)
     stage: dict[int, int | None] = {n.id: stage_of(n.scope) for n in graph.node_list()}
     producers = {n.id: [graph.values[v].producer for v in n.inputs if graph.values[v].producer is not None]
                  for n in graph.node_list()}
@@ -138,19 +159,28 @@ def assign_stages(graph: Graph, root: Any, n_stages: int) -> dict[int, int]:
         for p in producers[node.id]:
             if out[p] > out[node.id]:
                 src = graph.nodes[p]
+                order = ("" if not layout.virtual else " in model order (segment 0 of stages 0, 1, ..., then "
+                         + ("segment 1 of the stages in reverse (zero_bubble_v's V), ...)" if layout.v_shape
+                            else "segment 1 of stages 0, 1, ..., ...)"))
                 raise PipelineError(
-                    f"op '{node.instance_name}' in {node.scope} (stage {out[node.id]})",
-                    f"its input comes from op '{src.instance_name}' in {src.scope}, which runs in the later stage "
-                    f"{out[p]}; activations only flow from a stage to a later one",
-                    "give Cells along the network's data flow non-decreasing pipeline_stage values")
+                    f"op '{node.instance_name}' in {node.scope} ({layout.describe(out[node.id])})",
+                    f"its input comes from op '{src.instance_name}' in {src.scope}, which runs in the later "
+                    f"{layout.describe(out[p])}; activations only flow from a stage to a later one{order}",
+                    "give Cells along the network's data flow non-decreasing pipeline_stage values"
+                    + (" (and pipeline_segment values in that order)" if layout.virtual else ""))
     used = set(out.values())
-    for k in range(n_stages):
+    for k in range(layout.chunks):
         if k not in used:
             cells = {}
             for path, cell in root.cells_and_names():
                 if cell.pipeline_stage is not None:
                     cells.setdefault(cell.pipeline_stage, []).append(path or type(root).__name__)
             listing = "; ".join(f"stage {s}: {', '.join(c[:4])}" for s, c in sorted(cells.items())) or "none set"
+            if layout.virtual:
+                stage, segment = layout.place(k)
+                raise PipelineError(layout.describe(k), f"no Cell runs in segment {segment} of stage {stage} "
+                                    f"({layout.segments} segments per stage; staged Cells: {listing})",
+                                    f"set pipeline_stage={stage} and pipeline_segment={segment} on a sub-Cell")
             raise PipelineError(f"stage {k}", f"no Cell runs in stage {k} of {n_stages} (staged Cells: {listing})",
                                 f"set pipeline_stage={k} on a sub-Cell, or use pipeline_stages="
                                 f"{max(used) + 1 if used else 1}")
@@ -169,10 +199,13 @@ def _value_stage(graph: Graph, vid: int, node_stage: dict[int, int], what: str) 
     return stages[0] if stages else 0
 
 
-def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: int) -> StageSplit:
-    """Cut the micro-batch train graph into per-stage graphs (inputs ``params + rest + data``, outputs
-    ``[loss] + new rest``, as ``compile.graph_trace.trace_network`` builds it)."""
-    node_stage = assign_stages(graph, root, n_stages)
+def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: int,
+                 layout: VirtualLayout | None = None) -> StageSplit:
+    """Cut the micro-batch train graph into per-stage graphs (per-chunk with virtual stages; inputs
+    ``params + rest + data``, outputs ``[loss] + new rest``, as ``compile.graph_trace.trace_network`` builds it)."""
+    layout = layout or VirtualLayout(n_stages)
+    n_stages = layout.chunks  # below, a stage is a chunk
+    node_stage = assign_stages(graph, root, layout.stages, layout)
     param_vids = graph.inputs[:n_params]
     rest_vids = graph.inputs[n_params:n_params + n_rest]
     data_vids = graph.inputs[n_params + n_rest:]
@@ -185,8 +218,9 @@ def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: 
 
     loss_stage = producer_stage(loss_vid)
     if loss_stage is not None and loss_stage != last:
-        raise PipelineError("the network's loss", f"is computed in stage {loss_stage}, not the last stage {last}",
-                            f"run the loss (and the Cells after stage {loss_stage}) in stage {last}")
+        raise PipelineError("the network's loss", f"is computed in {layout.describe(loss_stage)}, not the last "
+                            f"{layout.describe(last)}", f"run the loss (and the Cells after "
+                            f"{layout.describe(loss_stage)}) in {layout.describe(last)}")
     param_stage = [_value_stage(graph, v, node_stage, "Parameter") for v in param_vids]
     rest_stage = [_value_stage(graph, v, node_stage, "state") for v in rest_vids]
     rest_out_stage = []
@@ -226,6 +260,7 @@ def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: 
             graph, nodes={nid: graph.nodes[nid] for nid in order}, order=order, inputs=inputs, outputs=outputs,
             name=f"{graph.name}_stage{s}").with_plan(value_specs=stage_specs)
         stages.append(StageGraph(s, sub, params, rest, data, received, sent, s == last, rest_out))
-    names = {graph.values[v].name: st for v, st in zip(param_vids, param_stage)}
-    names.update({graph.values[v].name: st for v, st in zip(rest_vids, rest_stage)})
+    # what checkpoints and strategy files record: each parameter's stage (its device group, not its chunk)
+    names = {graph.values[v].name: layout.place(st)[0] for v, st in zip(param_vids, param_stage)}
+    names.update({graph.values[v].name: layout.place(st)[0] for v, st in zip(rest_vids, rest_stage)})
     return StageSplit(stages, transfers, node_stage, names)
