@@ -32,6 +32,7 @@ from graphpar.ir import recorder as _recorder
 from graphpar.ir.control_flow import for_trace
 from graphpar.ops import _mixed_precision
 from graphpar.nn import _cell_flags, _comm_fusion
+from graphpar.nn._pipeline_placement import PipelinePlacement
 from graphpar.nn import _recompute
 from graphpar.nn._recompute import RecomputeConfig, cell_config
 from graphpar.nn.runner import top_level_call
@@ -77,7 +78,7 @@ def _moved(cell: "Cell", name: str, value: Any) -> None:
         _structure_revision += 1
 
 
-class Cell(nnx.Module, pytree=False):
+class Cell(PipelinePlacement, nnx.Module, pytree=False):
     """Base class of every network: subclass it, assign layers and Parameters in ``__init__``, compute in
     ``construct``."""
 
@@ -268,40 +269,6 @@ class Cell(nnx.Module, pytree=False):
 
     def get_flags(self) -> dict[str, Any]:
         return dict(self.__dict__.get("_flags", {}))
-
-    # --- pipeline parallel -------------------------------------------------------------------------------------
-    @property
-    def pipeline_stage(self) -> int | None:
-        """The pipeline stage this Cell (and every Cell below it that sets none) runs in; ``None`` when unset, as
-        MindSpore's default. Read by ``graphpar.compile.pipeline.stage_split`` when ``pipeline_stages > 1``."""
-        return self.__dict__.get("_pipeline_stage")
-
-    @pipeline_stage.setter
-    def pipeline_stage(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_stage' must be int type, "
-                            f"but got type : {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_stage' can not be less "
-                             f"than 0, but got {value}")
-        object.__setattr__(self, "_pipeline_stage", value)
-
-    @property
-    def pipeline_segment(self) -> int | None:
-        """Which of its stage's virtual stages (segments) this Cell (and every Cell below it that sets none) runs
-        in, with ``pipeline_config={"pipeline_interleave": True}``; ``None`` when unset (segment 0). Read by
-        ``graphpar.compile.pipeline.stage_split``."""
-        return self.__dict__.get("_pipeline_segment")
-
-    @pipeline_segment.setter
-    def pipeline_segment(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_segment' must be int type, "
-                            f"but got type : {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"For 'Cell' {type(self).__name__}, the property 'pipeline_segment' can not be less "
-                             f"than 0, but got {value}")
-        object.__setattr__(self, "_pipeline_segment", value)
 
     # --- modes -------------------------------------------------------------------------------------------------
     def set_train(self, mode: bool = True) -> "Cell":
