@@ -58,10 +58,11 @@ def _shape(value: Any) -> tuple:
 def _control_flow(exc: BaseException, scope: str, cell: str) -> ControlFlowError:
     return ControlFlowError(
         f"Cell '{cell}' (scope {scope}): construct uses a traced value as a Python value "
-        f"({type(exc).__name__}); a graph is compiled once for all data, so bool()/int()/float() of a Tensor, or "
-        "an `if` in a helper function construct calls, cannot depend on its value (an `if` on a Tensor written in "
-        "construct itself is compiled). Compute both branches and choose with ops.Select(cond, a, b) or "
-        "jnp.where(cond, a, b), or move the `if` into construct", scope, _first_line(exc))
+        f"({type(exc).__name__}); a graph is compiled once for all data, so bool()/int()/float() of a Tensor "
+        "cannot depend on its value (an `if` on a Tensor is compiled in construct and in the functions and methods "
+        "of your own code it calls, not in a lambda, code without source or a library's function). Compute both "
+        "branches and choose with ops.Select(cond, a, b) or jnp.where(cond, a, b), or move the `if` into construct",
+        scope, _first_line(exc))
 
 
 def for_op(exc: BaseException, op_name: str, kind: str, scope: str, names: Sequence[str],

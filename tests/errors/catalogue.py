@@ -251,7 +251,7 @@ def _train(mistake: str = "", in_dim: int = 8, **strategy):
 
 def _jit_step(mistake: str):
     """MindSpore 2.x's functional step under ``@ms.jit`` with one mistake: "two-gradients", "no-optimizer",
-    "helper-if" (the update under an ``if`` on a Tensor in a helper the step calls), "traced-while" (a ``while`` on a
+    "python-float" (``float()`` of a Tensor in the step), "traced-while" (a ``while`` on a
     Tensor), "if-return" (a traced ``if`` that returns), "one-branch" (a name bound in one branch, read after) or
     "shapes" (branches binding one name to Tensors of different shapes)."""
     from graphpar import nn
@@ -265,17 +265,13 @@ def _jit_step(mistake: str):
 
     grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters)
 
-    def update_if_finite(grads):
-        if ms.amp.all_finite(grads):
-            optimizer(grads)
-
     @ms.jit
     def train_step(x, y):
         loss, grads = grad_fn(x, y)
         if mistake == "two-gradients":
             grad_fn(x, y)
-        if mistake == "helper-if":
-            update_if_finite(grads)
+        if mistake == "python-float":
+            loss = loss * float(loss > 1.0)
         elif mistake == "traced-while":
             while loss > 1.0:
                 loss = loss / 2
@@ -292,7 +288,7 @@ def _jit_step(mistake: str):
             else:
                 g = grads[1]
             loss = loss + g.sum()
-        if mistake not in ("no-optimizer", "helper-if"):
+        if mistake != "no-optimizer":
             optimizer(grads)
         return loss
 
@@ -846,10 +842,10 @@ ROWS: list[Row] = [
     Row("jit-auto-parallel-mode", "construct", "AutoParallel(train_step, parallel_mode='semi')",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len, parallel_mode="semi"),
         ERR + "JitError", ("parallel_mode='semi'", "'semi_auto'", "'sharding_propagation'")),
-    Row("jit-traced-if", "construct", "`if amp.all_finite(grads): optimizer(grads)` in a helper a @ms.jit step calls",
-        lambda t: _jit_step("helper-if"), ERR + "JitError",
-        ("train_step", "Python control flow on a traced value", "catalogue.py:", "if ms.amp.all_finite(grads):",
-         "in a Cell's construct", "ops.Select()(cond, a, b)")),
+    Row("jit-traced-value", "construct", "`loss * float(loss > 1.0)` in a @ms.jit step",
+        lambda t: _jit_step("python-float"), ERR + "JitError",
+        ("train_step", "Python control flow on a traced value", "catalogue.py:", "float(loss > 1.0)",
+         "bool()/int()/float() of a Tensor", "ops.Select()(cond, a, b)")),
     Row("construct-predict-tuple-strategy-processes", "construct", "Model.predict(x) under dataset_strategy=((2, 1),) "
         "in a job of several processes", lambda t: _predict_tuple_strategy_multiprocess(), ERR + "ConfigError",
         ("Model.predict", "tuple dataset_strategy", "multi-process", "'data_parallel'", "'full_batch'")),

@@ -133,3 +133,32 @@ def test_methods_keep_private_names_and_super():
     obj = Scaled()
     np.testing.assert_allclose(jax.jit(for_trace(obj.apply))(jnp.ones(2)), [2.0, 2.0])
     np.testing.assert_allclose(for_trace(obj.apply)(-np.ones(2)), [-1.0, -1.0])
+
+
+def halve_if_large(x):
+    """A helper with its own ``if`` on the value: called from a rewritten function, it is rewritten too."""
+    if x.sum() > 0:
+        x = x * 0.5
+    else:
+        x = x + 1.0
+    return x
+
+
+class Scaler:
+    def apply(self, x):
+        return halve_if_large(x) + self.offset(x)
+
+    def offset(self, x):
+        return 1.0 if x.max() > 2 else 0.0
+
+
+def calls_helpers(x):
+    return Scaler().apply(jnp.asarray(x)) + jnp.tanh(x)  # a user method, a user function, a library function
+
+
+def test_an_if_in_a_function_the_traced_function_calls_is_compiled_too():
+    compiled = jax.jit(for_trace(calls_helpers))
+    for x in (np.ones(3, np.float32), -np.ones(3, np.float32), np.full(3, 3.0, np.float32)):
+        np.testing.assert_allclose(compiled(x), calls_helpers(x), rtol=1e-6)
+    with pytest.raises(jax.errors.TracerBoolConversionError):  # the same helper, not reached through a rewrite
+        jax.jit(halve_if_large)(np.ones(3, np.float32))

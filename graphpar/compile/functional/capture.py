@@ -152,9 +152,10 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
 
 def control_flow_error(name: str, exc: BaseException) -> JitError:
     """The :class:`JitError` for Python control flow on a traced value that graphpar did not compile, naming the
-    user's line: ``bool()``/``int()``/``float()`` of a traced value, or an ``if`` in a function the step calls
-    (the step itself, the function it differentiates and every Cell's ``construct`` have their ``if``s on traced
-    values compiled, ``ir.control_flow``; other functions are traced as Python)."""
+    user's line: ``bool()``/``int()``/``float()`` of a traced value, or an ``if`` in code the rewrite does not reach
+    (the step, the functions of the user's own code it calls and every Cell's ``construct`` have their ``if``s on
+    traced values compiled, ``ir.control_flow``; a lambda, code without source and library functions are traced as
+    Python)."""
     tb = user_traceback(exc.__traceback__)
     where, text = "", ""
     while tb is not None:
@@ -164,7 +165,7 @@ def control_flow_error(name: str, exc: BaseException) -> JitError:
         tb = tb.tb_next
     at = f" at {where} (`{text}`)" if where else ""
     return JitError(name, f"Python control flow on a traced value{at}: a compiled step is traced once for all data, "
-                    "so bool()/int()/float() of a Tensor, or an `if` in a helper function the step calls, cannot "
-                    "depend on its value. graphpar compiles an `if` on a Tensor written in the step function itself, "
-                    "in the function it differentiates or in a Cell's construct: move the `if` there (or into a "
-                    "Cell), or choose values with ops.Select()(cond, a, b)")
+                    "so bool()/int()/float() of a Tensor cannot depend on its value. graphpar compiles an `if` on a "
+                    "Tensor in Python source it can rewrite (the step, the functions and methods of your own code "
+                    "it calls, every Cell's construct; not a lambda, code typed at a prompt or a library's "
+                    "function): write the `if` there, or choose values with ops.Select()(cond, a, b)")

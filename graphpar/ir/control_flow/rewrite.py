@@ -11,6 +11,11 @@ What is rewritten (inside the function and the functions and lambdas nested in i
 * ``x if test else y`` becomes ``runtime.if_exp(test, lambda: x, lambda: y, site)``.
 * ``and`` / ``or`` / ``not`` in a test become ``runtime.and_`` / ``or_`` / ``not_`` (short-circuit kept for
   concrete values; ``jnp.logical_*`` for traced ones).
+* every call ``f(...)`` becomes ``callee(f)(...)``: a function or method of the user's own code
+  (not graphpar's, the standard library's or an installed package's) is called in its rewritten form, so an ``if``
+  in a helper function a step or ``construct`` calls compiles as one written in ``construct`` does (MindSpore's graph
+  mode compiles the functions ``construct`` calls too). Cells, primitives and library functions are called as they
+  are (a Cell's ``construct`` is rewritten when the Cell is called).
 * An ``if`` whose branches leave the block (``return``, ``break``/``continue`` of an outer loop, ``yield``), raise,
   delete a name or declare ``global``/``nonlocal`` keeps its Python form, and so does every ``while``: their test
   becomes ``runtime.concrete(test, site, reason)``, which passes a concrete value through and refuses a traced one
@@ -31,6 +36,8 @@ import ast
 import collections
 import inspect
 import linecache
+import os
+import sysconfig
 import textwrap
 import tokenize
 import types
@@ -159,6 +166,16 @@ class _Rewriter(ast.NodeTransformer):
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
         return node  # a class body's scope is not a function's: left as written
 
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _FRAME_BUILTINS:
+            return node  # these read the calling frame: called directly
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == HELPERS:
+            return node
+        node.func = ast.copy_location(ast.Call(_helper("callee"), [func], []), func)
+        return node
+
     def visit_While(self, node: ast.While) -> ast.While:
         self.generic_visit(node)
         node.test = self.concrete(node, "while")
@@ -205,8 +222,11 @@ class _Rewriter(ast.NodeTransformer):
         return [ast.fix_missing_locations(ast.copy_location(s, node)) for s in out]
 
 
+_FRAME_BUILTINS = frozenset({"locals", "globals", "vars", "super", "eval", "exec", "dir"})
+
+
 def _needs_rewrite(fdef: ast.FunctionDef) -> bool:
-    return any(isinstance(n, (ast.If, ast.IfExp, ast.While)) for n in ast.walk(fdef))
+    return any(isinstance(n, (ast.If, ast.IfExp, ast.While, ast.Call)) for n in ast.walk(fdef))
 
 
 def _explicit_super(fdef: ast.FunctionDef) -> None:
@@ -283,6 +303,46 @@ def _same_function(old: types.CodeType, new: types.CodeType) -> bool:
             and _all_names(old) <= _all_names(new))
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """Where code that is not the user's lives: graphpar itself, the standard library, installed packages."""
+    paths = sysconfig.get_paths()
+    dirs = {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+    dirs.update(os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
+    return tuple(sorted(d.rstrip(os.sep) + os.sep for d in dirs))
+
+
+_LIBRARY_DIRS = _library_dirs()
+
+
+def _users(fn: types.FunctionType) -> bool:
+    filename = fn.__code__.co_filename
+    return not filename.startswith("<") and not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+
+
+def callee(fn: Any) -> Any:
+    """What a rewritten call runs for ``fn``: the rewritten form of a plain function or method of the user's own
+    code (see the module docstring), anything else unchanged."""
+    if isinstance(fn, types.FunctionType) and _users(fn):
+        return for_trace(fn)
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType) and _users(fn.__func__):
+        return for_trace(fn)
+    return fn
+
+
+class _Helpers:
+    """What the rewritten code reaches through its ``_graphpar_cf`` cell: ``runtime``'s helpers and
+    :func:`callee` (which needs the rewrite, so it cannot live in ``runtime``)."""
+
+    def __init__(self) -> None:
+        for name in dir(runtime):
+            if not name.startswith("__"):
+                setattr(self, name, getattr(runtime, name))
+        self.callee = callee
+
+
+_HELPERS = _Helpers()
+
+
 def converted(fn: Callable[..., Any]) -> Callable[..., Any] | None:
     """``fn`` with its ``if``/``while`` statements rewritten for traced conditions (see the module docstring), or
     None when it has none to rewrite. Cached per function (the rewrite itself per code object)."""
@@ -306,7 +366,7 @@ def converted(fn: Callable[..., Any]) -> Callable[..., Any] | None:
     out = None
     if new_code is not None:
         cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
-        cells[HELPERS] = types.CellType(runtime)
+        cells[HELPERS] = types.CellType(_HELPERS)
         if all(n in cells for n in new_code.co_freevars):
             out = types.FunctionType(new_code, fn.__globals__, fn.__name__, fn.__defaults__,
                                      tuple(cells[n] for n in new_code.co_freevars))
