@@ -80,8 +80,21 @@ def place_state(values: Sequence[Any], shardings: Sequence[jax.sharding.Sharding
     """State values (parameters, other state) in ``shardings``: deferred ones drawn there (:func:`born_in_place`),
     the others moved (:func:`ensure_placed`)."""
     drawn = born_in_place(values, shardings)
-    return [v if isinstance(old, Deferred) else ensure_placed(v, s)
-            for v, old, s in zip(drawn, values, shardings)]
+    seen: set[int] = set()
+    out = []
+    for value, old, sharding in zip(drawn, values, shardings):
+        if isinstance(old, Deferred):
+            out.append(value)
+        elif isinstance(value, jax.Array) and id(value) in seen:
+            # one Tensor held by several Cells (a mask every block stores) is one array at several places of the
+            # state, which the step donates: XLA refuses one buffer donated twice, so each further place gets its
+            # own copy, made where the array is and then placed (JAX's device_put onto a replicated sharding
+            # reuses the source's buffer on its device even with may_alias=False, as the first place may too)
+            out.append(ensure_placed(jax.device_put(value, value.sharding, may_alias=False), sharding))
+        else:
+            seen.add(id(value))
+            out.append(ensure_placed(value, sharding))
+    return out
 
 
 def put_batch(x: Any, sharding: jax.sharding.Sharding, shape: tuple[int, ...] | None = None) -> jax.Array:
