@@ -99,8 +99,9 @@ def test_the_searched_plan_is_no_slower_than_the_best_megatron_configuration_und
     assert again == best
 
 
-def test_plan_for_devices_with_auto_pipeline_reports_the_stage_table_and_runners_up():
-    ms.set_auto_parallel_context(parallel_mode="auto_parallel", auto_pipeline=True)
+def test_plan_for_devices_with_auto_pipeline_reports_the_stage_table_and_runners_up(tmp_path):
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", auto_pipeline=True,
+                                 strategy_ckpt_config={"save_file": str(tmp_path / "plan.json")})
     assert ms.get_auto_parallel_context("auto_pipeline") is True
     with no_init_parameters():
         net = loss_network(**SMALL)
@@ -118,6 +119,16 @@ def test_plan_for_devices_with_auto_pipeline_reports_the_stage_table_and_runners
                                              / (chosen["micro_batches"] + chosen["pipeline_stages"] - 1))
     assert max(chosen["stage_memory_bytes"]) <= 0.25 * 2 ** 30
     assert data["alternatives"] and all(a["step_time_s"] >= chosen["step_time_s"] for a in data["alternatives"])
+    # the strategy file: MindSpore's per-op "stage", and the pipeline section with each layer Cell's stage
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    pipeline = saved["graphpar"]["pipeline"]
+    assert pipeline["pipeline_stages"] == chosen["pipeline_stages"]
+    assert pipeline["micro_batches"] == chosen["micro_batches"]
+    cells = pipeline["cell_stages"]
+    assert len(cells) == 8 and sorted(cells.values()) == list(cells.values())
+    assert [list(cells.values()).count(k) for k in range(chosen["pipeline_stages"])] == chosen["layers_per_stage"]
+    stages = {item["stage"] for item in saved["parallel_strategy_item"].values()}
+    assert stages == set(range(chosen["pipeline_stages"]))
 
 
 def test_without_auto_pipeline_no_stage_search_runs():

@@ -34,6 +34,7 @@ from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.plans.plan_summary import PlanSummary
+from graphpar.compile.plans.stage_file import save_pipeline
 from graphpar.compile.plans.stage_profile import search_pipeline
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
@@ -68,7 +69,8 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     ``devices`` devices that need not exist. ``optimizer``: the one training would run (its state per parameter
     counts in the memory predicted; without one, Adam's two moments are assumed). With ``auto_pipeline=True`` in
     AUTO_PARALLEL and the ``network`` traced, the stage search runs too (``PlanSummary.stages``); the memory budget
-    then bounds the pipelined plan, and the whole graph's intra-op plan (one stage) is made without it."""
+    then bounds the pipelined plan, and the whole graph's intra-op plan (one stage) is made without it; with a
+    ``strategy_ckpt_config`` save_file the plan and its stages are written there (``stage_file``)."""
     pctx = pctx if pctx is not None else _context.current_parallel()
     mode, search_mode = _modes(pctx)
     started = time.perf_counter()
@@ -85,6 +87,9 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
         devices, mode, search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
         search_settings(mode, search_mode, None if pipelined else budget, platform),
         slots, algo=_context.current_algo()))
+    if stages is not None:  # the searched pipeline goes to strategy_ckpt_config's save_file, if one is set
+        params = {v.name for v in graph.values.values() if v.kind == "param" and v.producer is None}
+        save_pipeline(graph, stages, devices, pctx, set(slots) if slots else params)
     info = graph.plan.mesh
     training = purpose == "train"
     per_node = plan_cost(graph, info, training=training)

@@ -72,6 +72,33 @@ class ModelLayers:
     head: tuple[int, ...]
     tail: tuple[int, ...]
     inputs: tuple[jax.ShapeDtypeStruct, ...]
+    copies: tuple[tuple[int, ...], ...] = ()  # node ids of each copy, in model order
+
+    def stage_of(self, graph: Graph, layers_per_stage: tuple[int, ...]) -> dict[int, int]:
+        """Per op node, its pipeline stage: the head's on the first, each copy's by the layer count per stage, the
+        tail's on the last."""
+        out = {nid: 0 for nid in graph.order}
+        k = 0
+        for stage, n in enumerate(layers_per_stage):
+            for copy in self.copies[k:k + n]:
+                out.update({nid: stage for nid in copy})
+            k += n
+        out.update({nid: len(layers_per_stage) - 1 for nid in self.tail})
+        return out
+
+    def cell_scopes(self, graph: Graph) -> list[str]:
+        """Each copy's Cell scope, in model order."""
+        return [_common_scope([graph.nodes[n].scope for n in copy]) for copy in self.copies]
+
+
+def _common_scope(scopes: list[str]) -> str:
+    parts = [s.split("/") for s in scopes]
+    common = []
+    for segment in zip(*parts):
+        if len(set(segment)) != 1:
+            break
+        common.append(segment[0])
+    return "/".join(common)
 
 
 def find_layers(network: Cell, graph: Graph) -> ModelLayers | None:
@@ -110,7 +137,7 @@ def find_layers(network: Cell, graph: Graph) -> ModelLayers | None:
     end = order.index(copies[-1][-1])
     head = tuple(n for n in order[:start] if n not in inside)
     tail = tuple(n for n in order[end + 1:] if n not in inside)
-    return ModelLayers(cell, scope, len(copies), head, tail, tuple(inputs[:1]))
+    return ModelLayers(cell, scope, len(copies), head, tail, tuple(inputs[:1]), tuple(tuple(c) for c in copies))
 
 
 def _cell_at(network: Cell, scope: str) -> Cell | None:
@@ -199,6 +226,7 @@ class StageReport:
     repeated, and the CPU time profiling and searching took."""
 
     search: StageSearch
+    layers: ModelLayers
     layer_scope: str
     n_layers: int
     global_batch: int
@@ -230,5 +258,5 @@ def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, bu
     head, tail = edge_costs(graph, layers, global_batch)
     profiled = time.process_time()
     found = search_stages(costs, layers.count, head, tail, cluster, global_batch, slots)
-    return StageReport(found, layers.scope, layers.count, global_batch, cluster, profiled - started,
+    return StageReport(found, layers, layers.scope, layers.count, global_batch, cluster, profiled - started,
                        time.process_time() - profiled)
