@@ -110,7 +110,9 @@ def test_plan_for_devices_with_auto_pipeline_reports_the_stage_table_and_runners
     ms.set_context(max_device_memory="0.25GB")  # the conftest puts the context back
     summary = plan_for_devices(net, ids, labels, devices=DEVICES)
     text = summary.text()
-    assert "pipeline search: 8 copies of 0-Block" in text and "runner-up 1:" in text and "vs chosen:" in text
+    assert "pipeline search: 8 copies of 0-Block, global batch 64, 64 devices" in text
+    assert "  stage  layers  recompute  ms/micro-batch  memory" in text
+    assert "runner-up 1:" in text and "vs chosen:" in text
     data = json.loads(summary.to_json())["pipeline"]
     chosen = data["chosen"]
     assert sum(chosen["layers_per_stage"]) == 8
@@ -138,3 +140,33 @@ def test_without_auto_pipeline_no_stage_search_runs():
     summary = plan_for_devices(net, jax.ShapeDtypeStruct((8, SMALL["seq"]), np.int32),
                                jax.ShapeDtypeStruct((8 * SMALL["seq"],), np.int32), devices=8)
     assert summary.stages is None and json.loads(summary.to_json())["pipeline"] is None
+
+
+SCRIPT = '''
+import numpy as np
+import graphpar as ms
+from graphpar import nn
+from graphpar.nn.utils import no_init_parameters
+from bench.stage_gpt import GPT
+
+ms.set_context(mode=ms.GRAPH_MODE, max_device_memory="0.25GB")
+ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.AUTO_PARALLEL, auto_pipeline=True)
+with no_init_parameters():
+    net = GPT(512, 64, 256, 8, 8)
+loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Adam(net.trainable_params(), 1e-4))
+train(np.zeros((8, 64), np.int32), np.zeros((8 * 64,), np.int32))  # one sequence per device, 8 devices
+'''
+
+
+def test_graphpar_plan_json_has_the_pipeline(tmp_path, capsys):
+    """``graphpar plan SCRIPT --devices 64 --json`` on a script with auto_pipeline=True (the table: the test above)."""
+    from graphpar.cli.main import main
+
+    script = tmp_path / "gpt_script.py"
+    script.write_text(SCRIPT)
+    assert main(["plan", str(script), "--devices", "64", "--json"]) == 0
+    pipeline = json.loads(capsys.readouterr().out)["pipeline"]
+    assert pipeline["layers"] == 8 and pipeline["global_batch"] == 64 and pipeline["devices"] == 64
+    chosen = pipeline["chosen"]
+    assert sum(chosen["layers_per_stage"]) == 8 and max(chosen["stage_memory_bytes"]) <= 0.25 * 2 ** 30

@@ -21,6 +21,9 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     if sum(plan.recompute) != sum(best.recompute):
         parts.append(f"recompute on {sum(plan.recompute)} stages (not {sum(best.recompute)})")
     why = []
+    pipe = (a.micro_batches + a.stages - 1) * max(plan.stage_time)
+    if pipe > (b.micro_batches + b.stages - 1) * max(best.stage_time) * (1 + 1e-9):
+        why.append(f"pipeline {a.micro_batches + a.stages - 1} x slowest stage = {pipe:.4g} s")
     if max(plan.stage_time) > max(best.stage_time) * (1 + 1e-9):
         why.append(f"slowest stage {max(plan.stage_time) * 1e3:.4g} ms per micro-batch")
     if plan.bubble > best.bubble:
@@ -30,7 +33,7 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     if max(plan.stage_memory) > max(best.stage_memory):
         why.append(f"peak {_gib(max(plan.stage_memory))}")
     loss = plan.step_time / best.step_time - 1 if best.step_time else 0.0
-    return f"{', '.join(parts) or 'same shape'}: +{loss:.2%} step time ({'; '.join(why) or 'ties'})"
+    return f"{', '.join(parts) or 'same shape'}: +{loss:.2%} step time ({'; '.join(why) or 'the same time'})"
 
 
 def stage_text(report: Any) -> str:
