@@ -170,3 +170,36 @@ def test_graphpar_plan_json_has_the_pipeline(tmp_path, capsys):
     assert pipeline["layers"] == 8 and pipeline["global_batch"] == 64 and pipeline["devices"] == 64
     chosen = pipeline["chosen"]
     assert sum(chosen["layers_per_stage"]) == 8 and max(chosen["stage_memory_bytes"]) <= 0.25 * 2 ** 30
+
+
+def test_the_searched_pipeline_applied_trains_with_the_losses_of_stand_alone():
+    """``summary.stages.apply(loss_net)`` sets each layer Cell's ``pipeline_stage`` and returns the settings; the
+    pipelined program (2 stages of 4 devices, the stages' intra-op plans searched) trains as STAND_ALONE does.
+    ``pipeline_stages=2`` set with ``auto_pipeline``: the user's stage count is kept, the rest searched."""
+    from graphpar import nn
+    from graphpar.models.mlp import mlp_data, search_mlp
+
+    x, y = mlp_data(32, 64)
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", auto_pipeline=True, pipeline_stages=2)
+    net = nn.WithLossCell(search_mlp(8, 64), nn.MSELoss())
+    summary = plan_for_devices(net, x, y, devices=8, platform="cpu",
+                               optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    best = summary.stages.search.best
+    assert best.shape.stages == 2 and sum(best.layers) == 7  # the first Dense reads the batch: not a copy
+
+    def train(pipelined):
+        ms.reset_auto_parallel_context()
+        loss_net = nn.WithLossCell(search_mlp(8, 64), nn.MSELoss())
+        if pipelined:
+            ms.set_auto_parallel_context(parallel_mode="auto_parallel", **summary.stages.apply(loss_net))
+        cell = nn.TrainOneStepCell(nn.PipelineCell(loss_net, best.shape.micro_batches),
+                                   nn.Momentum(loss_net.trainable_params(), 0.01, 0.9))
+        losses = [float(cell(x, y)) for _ in range(3)]
+        return losses, cell.program.stats.transfers_last_step if pipelined else None, loss_net
+
+    got, transfers, loss_net = train(True)
+    stages = [loss_net._backbone.layers[i].pipeline_stage for i in range(1, 8)]
+    assert stages == [0] * best.layers[0] + [1] * best.layers[1]
+    assert transfers == 2 * best.shape.micro_batches  # one activation and its gradient per micro-batch
+    want, _, _ = train(False)
+    np.testing.assert_allclose(got, want, rtol=1e-5)

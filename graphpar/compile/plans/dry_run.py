@@ -82,7 +82,8 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     if pipelined:
         per_param = [v for v in (slots or {}).values()]
         stages = search_pipeline(network, graph, devices, platform, parse_memory(budget) if budget else None,
-                                 max(per_param) if per_param else DEFAULT_OPTIMIZER_SLOTS)
+                                 max(per_param) if per_param else DEFAULT_OPTIMIZER_SLOTS,
+                                 stages=pctx.pipeline_stages if pctx.pipeline_stages > 1 else None)
     graph = plan_graph(graph, PlanRequest(
         devices, mode, search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
         search_settings(mode, search_mode, None if pipelined else budget, platform),

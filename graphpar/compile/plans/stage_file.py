@@ -29,7 +29,7 @@ def pipeline_strategy(graph: Graph, report: Any, devices: int, pctx: Any, traina
         if key in data["parallel_strategy_item"]:
             data["parallel_strategy_item"][key]["stage"] = stage_of.get(nid, 0)
             data["graphpar"]["strategies"][key]["stage"] = stage_of.get(nid, 0)
-    scopes = report.layers.cell_scopes(graph)
+    scopes = report.cell_scopes
     cells, k = {}, 0
     for stage, n in enumerate(best.layers):
         cells.update({scope: stage for scope in scopes[k:k + n]})

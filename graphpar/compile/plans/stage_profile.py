@@ -87,18 +87,14 @@ class ModelLayers:
         return out
 
     def cell_scopes(self, graph: Graph) -> list[str]:
-        """Each copy's Cell scope, in model order."""
-        return [_common_scope([graph.nodes[n].scope for n in copy]) for copy in self.copies]
-
-
-def _common_scope(scopes: list[str]) -> str:
-    parts = [s.split("/") for s in scopes]
-    common = []
-    for segment in zip(*parts):
-        if len(set(segment)) != 1:
-            break
-        common.append(segment[0])
-    return "/".join(common)
+        """Each copy's Cell scope, in model order (a copy widened to its parent's nodes between copies keeps the
+        scope of its own Cell)."""
+        depth = len(self.scope.split("/"))
+        out = []
+        for copy in self.copies:
+            parts = next(p for p in (graph.nodes[n].scope.split("/") for n in copy) if len(p) >= depth)
+            out.append("/".join(parts[:depth]))
+        return out
 
 
 def find_layers(network: Cell, graph: Graph) -> ModelLayers | None:
@@ -227,6 +223,7 @@ class StageReport:
 
     search: StageSearch
     layers: ModelLayers
+    cell_scopes: tuple[str, ...]  # each layer copy's Cell scope, in model order
     layer_scope: str
     n_layers: int
     global_batch: int
@@ -237,14 +234,37 @@ class StageReport:
     def text(self) -> str:
         return stage_text(self)
 
+    def apply(self, network: Cell) -> dict[str, Any]:
+        """Put the chosen plan on ``network`` (the loss network planned): each layer Cell's ``pipeline_stage`` by
+        the layers per stage (the ops outside the layers follow their neighbours' stages, as
+        ``compile.pipeline.stage_split`` places them). Returns the ``set_auto_parallel_context`` settings to run it
+        with (``pipeline_stages``, ``pipeline_config``); wrap the network in ``PipelineCell(network,
+        plan.shape.micro_batches)``."""
+        best = self.search.best
+        if best is None:
+            raise ValueError("the stage search found no plan that fits the budget: nothing to apply")
+        k = 0
+        for stage, n in enumerate(best.layers):
+            for scope in self.cell_scopes[k:k + n]:
+                cell = _cell_at(network, scope)
+                if cell is None:
+                    raise ValueError(f"{type(network).__name__} has no Cell at {scope}: apply the plan to the "
+                                     "network it was made for (the loss network plan_for_devices traced)")
+                cell.pipeline_stage = stage
+            k += n
+        return {"pipeline_stages": best.shape.stages,
+                "pipeline_config": {"pipeline_scheduler": best.shape.schedule, "pipeline_interleave": False}}
+
     def data(self) -> dict[str, Any]:
         return stage_data(self)
 
 
 def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, budget: float | None,
-                    slots: float = DEFAULT_OPTIMIZER_SLOTS, micros: Iterable[int] = MICROS) -> StageReport | None:
+                    slots: float = DEFAULT_OPTIMIZER_SLOTS, micros: Iterable[int] = MICROS,
+                    stages: int | None = None) -> StageReport | None:
     """The stage search on a traced training ``graph`` (global batch) of ``network`` for ``devices`` devices; None
-    when the model has no repeated layer to split into stages."""
+    when the model has no repeated layer to split into stages. ``stages``: a stage count the user set
+    (``pipeline_stages`` > 1), kept; the search chooses the rest."""
     started = time.process_time()
     layers = find_layers(network, graph)
     if layers is None:
@@ -257,6 +277,7 @@ def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, bu
     costs = layer_costs(layers, global_batch, tps, micros, cluster, slots)
     head, tail = edge_costs(graph, layers, global_batch)
     profiled = time.process_time()
-    found = search_stages(costs, layers.count, head, tail, cluster, global_batch, slots)
-    return StageReport(found, layers, layers.scope, layers.count, global_batch, cluster, profiled - started,
+    found = search_stages(costs, layers.count, head, tail, cluster, global_batch, slots,
+                          stage_counts=None if stages is None else (stages,))
+    return StageReport(found, layers, tuple(layers.cell_scopes(graph)), layers.scope, layers.count, global_batch, cluster, profiled - started,
                        time.process_time() - profiled)

@@ -136,14 +136,17 @@ def _bottleneck_counts(p: int, n_layers: int, times: Mapping[bool, float], fixed
 
 
 def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[int], tps: Iterable[int],
-           schedules: Iterable[str] = SCHEDULES) -> Iterable[Shape]:
+           schedules: Iterable[str] = SCHEDULES, stage_counts: Iterable[int] | None = None) -> Iterable[Shape]:
     """Every parallel shape: stage counts dividing the devices (at most one stage per layer), tensor groups inside a
     node, replicas dividing the batch, micro-batches whose size has a layer cost, both schedules, optimizer
     sharding on and off."""
     micros, tps = set(micros), sorted(set(tps))
+    allowed = None if stage_counts is None else set(stage_counts)
     for p in divisors(cluster.devices):
         if p > n_layers:
             break
+        if allowed is not None and p not in allowed:
+            continue
         per_stage = cluster.devices // p
         for tp in tps:
             if per_stage % tp or tp > cluster.node_size:
@@ -161,14 +164,16 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
 
 
 def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
-                  cluster: Cluster, global_batch: int, slots: float, top: int = 5) -> StageSearch:
+                  cluster: Cluster, global_batch: int, slots: float, top: int = 5,
+                  stage_counts: Iterable[int] | None = None) -> StageSearch:
     """The best pipeline plan over every :func:`shapes` that has a layer cost (``layers[(tp, micro)]``), and the
-    ``top`` best runners-up of other stage counts, tensor sizes or schedules."""
+    ``top`` best runners-up of other stage counts or tensor sizes. ``stage_counts``: the stage counts
+    allowed (None: every one; the user's ``pipeline_stages`` when set)."""
     tps = sorted({tp for tp, _ in layers})
     micros = sorted({m for _, m in layers})
     plans: list[StagePlan] = []
     priced = 0
-    for shape in shapes(cluster, n_layers, global_batch, micros, tps):
+    for shape in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts):
         layer = layers.get((shape.tp, shape.micro))
         if layer is None:
             continue
@@ -178,9 +183,14 @@ def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, he
             plans.append(plan)
     plans.sort(key=lambda q: q.step_time)  # stable: the enumeration order breaks ties
     runners, seen = [], set()
-    for q in plans[1:]:
-        key = (q.shape.stages, q.shape.tp, q.shape.schedule)
-        if key in seen or (plans and key == (plans[0].shape.stages, plans[0].shape.tp, plans[0].shape.schedule)):
+    for q in plans:
+        # one per stage count and tensor size (GPipe's plan of a shape takes 1F1B's time with more memory: it
+        # follows 1F1B's and is not listed)
+        key = (q.shape.stages, q.shape.tp)
+        if key in seen:
+            continue
+        if q is plans[0]:
+            seen.add(key)
             continue
         seen.add(key)
         runners.append(q)
