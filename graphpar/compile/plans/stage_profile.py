@@ -26,6 +26,7 @@ import jax
 from graphpar._context import ParallelMode
 from graphpar.common.initializer import initializer
 from graphpar.common.parameter import Parameter
+from graphpar.errors import GraphparError
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
@@ -43,6 +44,12 @@ from graphpar.planner.stages.report import stage_data, stage_text
 from graphpar.planner.stages.search import StageSearch, search_stages
 
 PROBE = "stage_probe"
+
+
+class StagePlanError(GraphparError, ValueError):
+    """A stage plan that cannot be put on the network given (none was found, or the network is another one)."""
+
+
 TENSOR_GROUPS = (1, 2, 4, 8)  # tensor-group sizes searched (within a node)
 MICROS = (1, 2, 4, 8)  # sequences per replica in one micro-batch
 
@@ -242,14 +249,17 @@ class StageReport:
         plan.shape.micro_batches)``."""
         best = self.search.best
         if best is None:
-            raise ValueError("the stage search found no plan that fits the budget: nothing to apply")
+            raise StagePlanError("StageReport.apply: the stage search found no plan within the memory budget "
+                                 f"({self.search.fitted} of {self.search.priced} shapes fit): raise "
+                                 "max_device_memory or plan for more devices")
+        cells = [_cell_at(network, scope) for scope in self.cell_scopes]
+        if None in cells:
+            scope = self.cell_scopes[cells.index(None)]
+            raise StagePlanError(f"StageReport.apply({type(network).__name__}): no Cell at {scope}; apply the plan "
+                                 "to the network it was made for (the loss network plan_for_devices traced)")
         k = 0
         for stage, n in enumerate(best.layers):
-            for scope in self.cell_scopes[k:k + n]:
-                cell = _cell_at(network, scope)
-                if cell is None:
-                    raise ValueError(f"{type(network).__name__} has no Cell at {scope}: apply the plan to the "
-                                     "network it was made for (the loss network plan_for_devices traced)")
+            for cell in cells[k:k + n]:
                 cell.pipeline_stage = stage
             k += n
         return {"pipeline_stages": best.shape.stages,
