@@ -211,6 +211,13 @@ def _main(argv: list[str], busy: bool) -> int:
                                                  "state_mb_per_device", "handwritten_state_mb",
                                                  "peak_residual_mb_per_device", "transfers_per_step"]), "\n",
               flush=True)
+    if not only or "stages" in only:
+        from bench.stage_search import main as bench_stages
+
+        print("Pipeline stage search at LLM scale (issue 25): GPT-3 175B on 1,536 GPUs of 80 GB, searched against the "
+              "best Megatron-style configuration under the same cost model; search time against depth and devices")
+        bench_stages([])
+        print(flush=True)
     return 0
 
 
