@@ -47,7 +47,8 @@ def megatron(cfg: dict, batch: int, cluster: Cluster, n_layers: int):
     layers = find_layers(net, graph)
     costs = layer_costs(layers, batch, [8], MICROS, cluster, ADAM, mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
     head, tail = edge_costs(graph, layers, batch)
-    return best_fixed(costs, n_layers, head, tail, cluster, batch, ADAM, 8, MEGATRON_STAGES)
+    return [best_fixed(costs, n_layers, head, tail, cluster, batch, ADAM, 8, MEGATRON_STAGES, shard)
+            for shard in (False, True)]
 
 
 def searched(cfg: dict, batch: int, devices: int):
@@ -68,12 +69,13 @@ def main(argv: list[str]) -> int:
     report, cpu = searched(cfg, args.batch, args.devices)
     print(report.text())
     best = report.search.best
-    mega = megatron(cfg, args.batch, report.cluster, args.layers)
+    mega, mega_sharded = megatron(cfg, args.batch, report.cluster, args.layers)
     print(f"\nsearched: {best.describe()} (trace + profile + search {cpu:.2f} s CPU)")
-    print(f"Megatron: {mega.describe() if mega else 'no configuration fits'}")
-    if mega is not None:
-        print(f"searched / Megatron step time: {best.step_time / mega.step_time:.3f}; Megatron vs searched: "
-              f"{differences(mega, best)}")
+    for name, plan in (("Megatron", mega), ("Megatron + distributed optimizer", mega_sharded)):
+        print(f"{name}: {plan.describe() if plan else 'no configuration fits'}")
+        if plan is not None:
+            print(f"  searched / {name} step time: {best.step_time / plan.step_time:.3f}; {name} vs searched: "
+                  f"{differences(plan, best)}")
     print("\nsearch time (s; the model's trace is separate, it grows with the depth):")
     for layers, devices in ((12, args.devices), (96, args.devices), (cfg["layers"], 8), (cfg["layers"], 4096)):
         r, t = searched({**cfg, "layers": layers}, args.batch, devices)

@@ -201,11 +201,11 @@ def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, he
 
 def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
                cluster: Cluster, global_batch: int, slots: float, tp: int,
-               stage_counts: Iterable[int]) -> StagePlan | None:
+               stage_counts: Iterable[int], optimizer_shard: bool = False) -> StagePlan | None:
     """The best hand-set (Megatron-style) configuration priced by the same model: tensor ``tp`` (its layer costs
     ``layers[(tp, micro)]``), each stage count in ``stage_counts`` with data parallel over the rest, layers split
-    evenly, the same recompute on every stage, 1F1B, no optimizer sharding; the micro-batch count and recompute
-    that fit and are fastest."""
+    evenly, the same recompute on every stage, 1F1B, optimizer sharding as given (Megatron's distributed
+    optimizer); the micro-batch count and recompute that fit and are fastest."""
     best = None
     for p in stage_counts:
         if cluster.devices % (p * tp):
@@ -218,8 +218,8 @@ def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head:
             if layer is None:
                 continue
             for rc in (False, True):
-                plan = assign(Shape(p, tp, dp, m, layer.micro), n_layers, layer, head, tail, cluster, slots,
-                              fixed_recompute=rc, even=True)
+                plan = assign(Shape(p, tp, dp, m, layer.micro, "1f1b", optimizer_shard and dp > 1), n_layers, layer,
+                              head, tail, cluster, slots, fixed_recompute=rc, even=True)
                 if plan is not None and (best is None or plan.step_time < best.step_time):
                     best = plan
     return best
