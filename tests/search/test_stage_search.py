@@ -20,7 +20,7 @@ from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.stage_profile import edge_costs, find_layers, layer_costs, search_pipeline
 from graphpar.nn.utils import no_init_parameters
 from graphpar.parallel import plan_for_devices
-from graphpar.planner.stages import Cluster, EdgeCost, LayerCost, Shape, assign, best_fixed, search_stages
+from graphpar.planner.stages import Cluster, EdgeCost, LayerCost, Shape, assign, best_fixed
 
 SMALL = dict(vocab=512, seq=64, hidden=256, heads=8, layers=8)
 BATCH, DEVICES = 64, 64
