@@ -220,6 +220,13 @@ def _main(argv: list[str], busy: bool) -> int:
         print(_table(bench_pipeline_schedules(), ["schedule", "layers", "idle_schedule", "idle_trace_cpu",
                                                   "idle_trace_cpu_per_stage", "idle_trace_wall", "F_ms", "B_ms",
                                                   "W_ms", "traced_step_cpu_ms"]), "\n", flush=True)
+    if not only or "stages" in only:
+        from bench.stage_search import main as bench_stages
+
+        print("Pipeline stage search at LLM scale (issue 25): GPT-3 175B on 1,536 GPUs of 80 GB, searched against the "
+              "best Megatron-style configuration under the same cost model; search time against depth and devices")
+        bench_stages([])
+        print(flush=True)
     return 0
 
 

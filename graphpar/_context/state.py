@@ -24,7 +24,7 @@ from graphpar._context.cache_dir import CompileCache, resolve_compile_cache
 from graphpar._context.devices import check_device_id, check_platform
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
-    PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_bool, check_dataset_strategy, check_format_transform,
+    PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_auto_pipeline, check_bool, check_dataset_strategy, check_format_transform,
     check_parallel_optimizer_config, check_pipeline_config, check_writable_dir, parse_memory)
 from graphpar import _env
 from graphpar._logging import notice_once
@@ -105,6 +105,7 @@ class AutoParallelContext(_Revised):
     parallel_optimizer_config: dict = field(default_factory=lambda: dict(PARALLEL_OPTIMIZER_DEFAULTS))
     grad_accumulation_step: int = 1
     pipeline_stages: int = 1
+    auto_pipeline: bool = False  # AUTO_PARALLEL: graphpar plan / plan_for_devices search pipeline stages
     pipeline_config: dict = field(default_factory=lambda: {"pipeline_interleave": False,
                                                            "pipeline_scheduler": "1f1b"})
 
@@ -212,10 +213,8 @@ def get_context(key: str) -> Any:
 def set_auto_parallel_context(**kwargs: Any) -> None:
     """Set MindSpore's auto-parallel context. See ``docs/porting_from_mindspore.md`` for every difference."""
     api = "set_auto_parallel_context"
-    valid = {"parallel_mode", "search_mode", "auto_parallel_search_mode", "gradients_mean", "parameter_broadcast",
-             "device_num", "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
-             "strategy_ckpt_load_file", "strategy_ckpt_save_file", "enable_parallel_optimizer", "pipeline_stages",
-             "parallel_optimizer_config", "optimizer_weight_shard_size", "grad_accumulation_step", "pipeline_config"}
+    valid = _PARALLEL_GETTERS | {"auto_parallel_search_mode", "strategy_ckpt_load_file", "strategy_ckpt_save_file",
+                                 "optimizer_weight_shard_size"}
     for key, value in kwargs.items():
         if key == "sharding_propagation":  # MindSpore 1.x spelling, applied after the loop: True propagates
             check_bool(api, key, value)         # whatever search_mode says (MindSpore's edge cost: use_sp = either)
@@ -267,6 +266,8 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
             _auto_parallel.pipeline_stages = value
         elif key == "pipeline_config":
             _auto_parallel.pipeline_config = check_pipeline_config(value)
+        elif key == "auto_pipeline":
+            _auto_parallel.auto_pipeline = check_auto_pipeline(value)
         elif key == "strategy_ckpt_config":
             if not isinstance(value, dict) or not set(value) <= {"load_file", "save_file", "only_trainable_params"}:
                 raise ConfigError(api, key, value, valid=["a dict with keys load_file, save_file, "
@@ -293,7 +294,7 @@ def register_rank_source(source: Callable[[], int]) -> None:
 _PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",
                      "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
                      "enable_parallel_optimizer", "pipeline_stages", "parallel_optimizer_config",
-                     "grad_accumulation_step", "pipeline_config"}
+                     "grad_accumulation_step", "pipeline_config", "auto_pipeline"}
 
 
 def get_auto_parallel_context(key: str) -> Any:

@@ -5,10 +5,12 @@ settings themselves live in ``graphpar._context.state``).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any
 
+from graphpar._logging import notice_once
 from graphpar.errors import ConfigError
 
 GRAPH_MODE = 0
@@ -42,13 +44,21 @@ IGNORED_CONTEXT_KEYS = frozenset({
 IGNORED_PARALLEL_KEYS = frozenset({
     "gradient_fp32_sync", "all_reduce_fusion_config", "comm_fusion", "enable_alltoall", "loss_repeated_mean",
     "pipeline_result_broadcast", "group_ckpt_save_file", "optimizer_weight_shard_aggregated_save",
-    "auto_pipeline",
 })
+def check_auto_pipeline(value: Any) -> bool:
+    """``auto_pipeline``: a bool; True is said once (what it does here: the stage search of the plans)."""
+    if check_bool("set_auto_parallel_context", "auto_pipeline", value):
+        notice_once("parallel:auto_pipeline", AUTO_PIPELINE_NOTE, logging.INFO)
+    return value
+
+
+AUTO_PIPELINE_NOTE = ("set_auto_parallel_context(auto_pipeline=True): in AUTO_PARALLEL, graphpar plan and "
+                      "plan_for_devices search pipeline stages, micro-batches, recompute and optimizer sharding (the "
+                      "plan summary's stage table); a training run pipelines as pipeline_stages and each Cell's "
+                      "pipeline_stage say")
 IGNORED_WHY = {  # keys whose "no effect" has another reason than XLA's own communication scheduling
     "loss_repeated_mean": "the gradient is that of the global batch's loss, computed once: MindSpore's default "
                           "loss_repeated_mean=True",
-    "auto_pipeline": "pipeline stages come from pipeline_stages and each Cell's pipeline_stage; none are chosen "
-                     "automatically",
     "pipeline_result_broadcast": "one process drives every stage and sees the last stage's result",
 }
 

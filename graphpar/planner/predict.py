@@ -17,7 +17,8 @@ from graphpar.planner.strategy import MeshInfo, NodeStrategy
 from graphpar.planner.wire import wire_bytes
 
 
-def data_parallel_costs(graph: Graph, n_devices: int, training: bool = True) -> dict[int, Cost]:
+def data_parallel_costs(graph: Graph, n_devices: int, training: bool = True,
+                        only: frozenset[int] | None = None) -> dict[int, Cost]:
     """Per node, the cost of ``graph`` run as DATA_PARALLEL on ``n_devices``. The graph is one replica's (per-device
     shapes): every op is given its batch split over one mesh axis of ``n_devices`` as it stands, so each
     Parameter's gradient is AllReduced over all devices and SyncBatchNorm's statistics too; a plain BatchNorm keeps
@@ -26,6 +27,8 @@ def data_parallel_costs(graph: Graph, n_devices: int, training: bool = True) -> 
     grads = grad_values(graph) if training else frozenset()
     out: dict[int, Cost] = {}
     for node in graph.node_list():
+        if only is not None and node.id not in only:
+            continue
         rule = rule_for(node.kind)
         dims = rule(node, graph) if rule is not None else None
         label = batch_label(dims) if dims is not None else None

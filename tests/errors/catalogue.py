@@ -535,6 +535,21 @@ def _export(tmp: Path, file_format: str, **kwargs):
                      file_format=file_format, **kwargs)
 
 ERR = "graphpar.errors:"
+
+
+def _apply_stages_elsewhere():
+    ms = _ms()
+    from graphpar import nn
+    from graphpar.models.mlp import mlp_data, search_mlp
+
+    x, y = mlp_data(32, 16)
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", auto_pipeline=True)
+    try:
+        summary = ms.parallel.plan_for_devices(nn.WithLossCell(search_mlp(8, 16), nn.MSELoss()), x, y, devices=8,
+                                               platform="cpu")
+    finally:
+        ms.reset_auto_parallel_context()
+    return summary.stages.apply(nn.WithLossCell(search_mlp(2, 16), nn.MSELoss()))
 _PROCESS_0 = {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0"}
 ROWS: list[Row] = [
     # --- context settings -------------------------------------------------------------------------------------
@@ -803,6 +818,10 @@ ROWS: list[Row] = [
     Row("transformer-config-pipeline", "strategy", "TransformerOpParallelConfig(pipeline_stage=2)",
         lambda t: _transformer().TransformerOpParallelConfig(pipeline_stage=2), ERR + "ConfigError",
         ("pipeline_stage=2", "Transformer layers", "valid: pipeline_stage=1", "set_auto_parallel_context")),
+    Row("stages-apply-other-network", "strategy", "summary.stages.apply(other_net) with a stage plan made for an "
+        "8-layer MLP (auto_pipeline=True) put on a 2-layer one", lambda t: _apply_stages_elsewhere(),
+        "graphpar.compile.plans.stage_profile:StagePlanError",
+        ("StageReport.apply(WithLossCell)", "no Cell at", "2-Dense", "the network it was made for")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

@@ -29,11 +29,13 @@ import numpy as np
 from jax.sharding import AbstractMesh
 
 from graphpar import _context
-from graphpar._context import ParallelMode
+from graphpar._context import ParallelMode, parse_memory
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.plans.plan_summary import PlanSummary
+from graphpar.compile.plans.stage_file import save_pipeline
+from graphpar.compile.plans.stage_profile import search_pipeline
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
 from graphpar.planner.passes.context import PlanRequest
@@ -62,17 +64,33 @@ def _modes(pctx: Any) -> tuple[str, str]:
 
 
 def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", pctx: Any = None,
-                           platform: str = "gpu", optimizer: Any = None) -> PlanSummary:
+                           platform: str = "gpu", optimizer: Any = None, network: Any = None) -> PlanSummary:
     """Plan a traced ``graph`` (global shapes for ``devices`` devices) with the pass pipeline, on a mesh of
     ``devices`` devices that need not exist. ``optimizer``: the one training would run (its state per parameter
-    counts in the memory predicted; without one, Adam's two moments are assumed)."""
+    counts in the memory predicted; without one, Adam's two moments are assumed). With ``auto_pipeline=True`` in
+    AUTO_PARALLEL and the ``network`` traced, the stage search runs too (``PlanSummary.stages``); the memory budget
+    then bounds the pipelined plan, and the whole graph's intra-op plan (one stage) is made without it; with a
+    ``strategy_ckpt_config`` save_file the plan and its stages are written there (``stage_file``)."""
     pctx = pctx if pctx is not None else _context.current_parallel()
     mode, search_mode = _modes(pctx)
     started = time.perf_counter()
+    budget = _context.current().max_device_memory
+    pipelined = (pctx.auto_pipeline and network is not None and purpose == "train"
+                 and mode == ParallelMode.AUTO_PARALLEL)
+    slots = graph_optimizer_slots(graph, optimizer)
+    stages = None
+    if pipelined:
+        per_param = [v for v in (slots or {}).values()]
+        stages = search_pipeline(network, graph, devices, platform, parse_memory(budget) if budget else None,
+                                 max(per_param) if per_param else DEFAULT_OPTIMIZER_SLOTS,
+                                 stages=pctx.pipeline_stages if pctx.pipeline_stages > 1 else None)
     graph = plan_graph(graph, PlanRequest(
         devices, mode, search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
-        search_settings(mode, search_mode, _context.current().max_device_memory, platform),
-        graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
+        search_settings(mode, search_mode, None if pipelined else budget, platform),
+        slots, algo=_context.current_algo()))
+    if stages is not None:  # the searched pipeline goes to strategy_ckpt_config's save_file, if one is set
+        params = {v.name for v in graph.values.values() if v.kind == "param" and v.producer is None}
+        save_pipeline(graph, stages, devices, pctx, set(slots) if slots else params)
     info = graph.plan.mesh
     training = purpose == "train"
     per_node = plan_cost(graph, info, training=training)
@@ -80,7 +98,7 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     return PlanSummary(devices, mode, search_mode, AbstractMesh(info.sizes, info.names), graph,
                        predicted_peak(graph, info, per_node, training), total.comm_bytes, total.messages,
                        time.perf_counter() - started, per_node, _optimizer_text(optimizer, training),
-                       dataclasses.replace(pctx, parallel_mode=mode, search_mode=search_mode))
+                       dataclasses.replace(pctx, parallel_mode=mode, search_mode=search_mode), stages)
 
 
 def _optimizer_text(optimizer: Any, training: bool) -> str:
@@ -106,7 +124,8 @@ def plan_for_devices(network: Any, *inputs: Any, devices: int, purpose: str = "t
     ns = NetworkState(network, network.trainable_params())
     started = time.perf_counter()
     graph, _ = trace_network(ns, [_aval(x) for x in inputs], purpose)
-    summary = plan_graph_for_devices(graph, devices, purpose, platform=platform, optimizer=optimizer)
+    summary = plan_graph_for_devices(graph, devices, purpose, platform=platform, optimizer=optimizer,
+                                     network=network)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -117,8 +136,10 @@ class DryRunPlan(ExecutionPlan):
 
     name = "plan-only"
 
-    def __init__(self, devices: int, script_devices: int, platform: str, optimizer: Any = None):
+    def __init__(self, devices: int, script_devices: int, platform: str, optimizer: Any = None,
+                 network: Any = None):
         super().__init__()
+        self.network = network  # the loss network the script trains (the stage search re-traces its layer)
         self.devices = jax.local_devices()[:1]
         self.virtual, self.script_devices, self.platform = devices, script_devices, platform
         self.optimizer = optimizer
@@ -139,7 +160,7 @@ class DryRunPlan(ExecutionPlan):
         """Plan the traced graph for the virtual devices and end the script with the summary (the orchestrator
         asks for the request of the traced graph: planning starts here)."""
         summary = plan_graph_for_devices(graph, self.virtual, purpose, self.pctx, self.platform,
-                                         self.optimizer if purpose == "train" else None)
+                                         self.optimizer if purpose == "train" else None, self.network)
         raise PlanDone(summary)
 
 
@@ -183,7 +204,7 @@ def plan_only(network: Any, optimizer: Any = None) -> ExecutionPlan | None:
         return None
     pctx = _context.current_parallel()
     script_devices = pctx.device_num or jax.device_count()
-    plan = DryRunPlan(request.devices, script_devices, request.platform, optimizer)
+    plan = DryRunPlan(request.devices, script_devices, request.platform, optimizer, network)
     if request.parallel_mode:
         plan.pctx.parallel_mode = request.parallel_mode
     if request.search_mode:

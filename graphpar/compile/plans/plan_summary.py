@@ -44,6 +44,7 @@ class PlanSummary:
     per_node: dict[int, Any] = field(default_factory=dict)  # node id -> Cost
     memory_terms: str = "parameters + activations"  # what memory_bytes counts (the optimizer whose state it is)
     pctx: AutoParallelContext | None = None  # the settings planned under (the dump header's modes)
+    stages: Any = None  # compile.plans.stage_profile.StageReport: the pipeline search (auto_pipeline=True)
 
     def _rows(self) -> list[tuple[str, ...]]:
         rows = []
@@ -93,6 +94,8 @@ class PlanSummary:
         note = self.replica_note()
         if note is not None:
             lines.append(note)
+        if self.stages is not None:
+            lines.append(self.stages.text())
         lines.append(f"traced and planned in {self.seconds:.2f} s")
         return "\n".join(lines)
 
@@ -121,6 +124,7 @@ class PlanSummary:
             "search": None if search is None else {**search.problem, "build_s": search.build_s,
                                                    "solve_s": search.solve_s, "optimal": search.optimal,
                                                    "gap": search.gap},
+            "pipeline": None if self.stages is None else self.stages.data(),
             "seconds": self.seconds,
         }
 

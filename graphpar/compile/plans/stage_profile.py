@@ -1,0 +1,293 @@
+"""The stage search's inputs, measured on the model itself: the repeated layer planned by the intra-op search on
+each tensor-group size, and the ops around the layers.
+
+The traced graph names the repeated layer (``planner.search.layers``: Cell copies whose nodes match). Its first
+copy's Cell is traced again on its own, for each micro-batch size, with abstract inputs only (the network's
+Parameters may be deferred: nothing is drawn): the layer's input is the model's activation scaled from the global
+batch to the micro-batch. A scalar probe Parameter added to that input makes the gradient flow into it, as it does
+inside the model (its Add is left out of the figures). Each trace is planned once per tensor-group size by the
+AUTO_PARALLEL search (``dynamic_programming``'s time objective) and priced by the cost model: one solve per
+(group size, micro-batch), whatever the depth of the model or the device count.
+
+The ops before the first layer and after the last (embedding, final norm, logits, loss) are priced from the traced
+graph as data parallel with one sequence per device, scaled by the micro-batch, and counted split over the tensor
+group (vocabulary-parallel embedding and head, as Megatron splits them; their split is not searched).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+
+from graphpar._context import ParallelMode
+from graphpar.common.initializer import initializer
+from graphpar.common.parameter import Parameter
+from graphpar.errors import GraphparError
+from graphpar.compile.lowering.graph_trace import trace_network
+from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.ir.graph import Graph
+from graphpar.nn.cell import Cell
+from graphpar import ops
+from graphpar.planner.cost import plan_cost, sum_costs
+from graphpar.planner.memory_model import DEFAULT_OPTIMIZER_SLOTS
+from graphpar.planner.passes.context import PlanRequest
+from graphpar.planner.planning import plan_graph
+from graphpar.planner.predict import data_parallel_costs
+from graphpar.planner.search.layers import repeated_layers
+from graphpar.planner.search.settings import SearchSettings, objective_hardware
+from graphpar.planner.stages.model import Cluster, EdgeCost, LayerCost
+from graphpar.planner.stages.report import stage_data, stage_text
+from graphpar.planner.stages.search import StageSearch, search_stages
+
+PROBE = "stage_probe"
+
+
+class StagePlanError(GraphparError, ValueError):
+    """A stage plan that cannot be put on the network given (none was found, or the network is another one)."""
+
+
+TENSOR_GROUPS = (1, 2, 4, 8)  # tensor-group sizes searched (within a node)
+MICROS = (1, 2, 4, 8)  # sequences per replica in one micro-batch
+
+
+class _Probe(Cell):
+    """``layer(x + probe, *rest)``: the layer traced alone, with its input differentiated as inside the model."""
+
+    def __init__(self, layer: Cell):
+        super().__init__()
+        self._auto_prefix = False  # the layer's Parameters keep the model's names
+        self.layer = layer
+        self.stage_probe = Parameter(initializer("zeros", [], "float32"), name=PROBE)
+        self.probe_add = ops.Add()
+
+    def construct(self, x, *rest):
+        return self.layer(self.probe_add(x, self.stage_probe), *rest)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelLayers:
+    """Where the repeated layer is in the traced model: its Cell, how many copies, the node ids before the first
+    and after the last copy, and the layer's inputs (the model's abstract values at the global batch)."""
+
+    cell: Cell
+    scope: str
+    count: int
+    head: tuple[int, ...]
+    tail: tuple[int, ...]
+    inputs: tuple[jax.ShapeDtypeStruct, ...]
+    copies: tuple[tuple[int, ...], ...] = ()  # node ids of each copy, in model order
+
+    def stage_of(self, graph: Graph, layers_per_stage: tuple[int, ...]) -> dict[int, int]:
+        """Per op node, its pipeline stage: the head's on the first, each copy's by the layer count per stage, the
+        tail's on the last."""
+        out = {nid: 0 for nid in graph.order}
+        k = 0
+        for stage, n in enumerate(layers_per_stage):
+            for copy in self.copies[k:k + n]:
+                out.update({nid: stage for nid in copy})
+            k += n
+        out.update({nid: len(layers_per_stage) - 1 for nid in self.tail})
+        return out
+
+    def cell_scopes(self, graph: Graph) -> list[str]:
+        """Each copy's Cell scope, in model order (a copy widened to its parent's nodes between copies keeps the
+        scope of its own Cell)."""
+        depth = len(self.scope.split("/"))
+        out = []
+        for copy in self.copies:
+            parts = next(p for p in (graph.nodes[n].scope.split("/") for n in copy) if len(p) >= depth)
+            out.append("/".join(parts[:depth]))
+        return out
+
+
+def find_layers(network: Cell, graph: Graph) -> ModelLayers | None:
+    """The model's most repeated layer (the group with the most nodes in all), or None without one."""
+    groups = repeated_layers(graph)
+    if not groups:
+        return None
+    copies = max(groups, key=lambda g: (len(g) * len(g[0]), len(g)))
+    first, second = copies[0], copies[1]
+    scope = None
+    for a, b in zip(first, second):
+        sa, sb = graph.nodes[a].scope.split("/"), graph.nodes[b].scope.split("/")
+        for j, (x, y) in enumerate(zip(sa, sb)):
+            if x != y:
+                scope = "/".join(sa[:j + 1])
+                break
+        if scope:
+            break
+    cell = _cell_at(network, scope) if scope else None
+    if cell is None:
+        return None
+    inside = {n for c in copies for n in c}
+    members = [n for n in first if graph.nodes[n].scope.startswith(scope + "/") or graph.nodes[n].scope == scope]
+    local = set(members)
+    inputs, seen = [], set()
+    for nid in members:
+        for vid in graph.nodes[nid].inputs:
+            v = graph.values[vid]
+            if vid in seen or not v.is_array or (v.producer is not None and v.producer in local):
+                continue
+            if v.producer is not None or v.kind == "input":
+                seen.add(vid)
+                inputs.append(jax.ShapeDtypeStruct(tuple(v.shape), v.dtype))
+    order = graph.order
+    start = order.index(copies[0][0])
+    end = order.index(copies[-1][-1])
+    head = tuple(n for n in order[:start] if n not in inside)
+    tail = tuple(n for n in order[end + 1:] if n not in inside)
+    return ModelLayers(cell, scope, len(copies), head, tail, tuple(inputs[:1]), tuple(tuple(c) for c in copies))
+
+
+def _cell_at(network: Cell, scope: str) -> Cell | None:
+    """The Cell a scope names (``Default/network-WithLossCell/_backbone-GPT/0-Block``), searched from ``network``
+    or a Cell inside it (a train cell holding the loss network): each segment names the shallowest descendant with
+    that attribute name and class (a CellList's items are scoped under the Cell holding the list)."""
+    level: list[Cell] = [network]
+    cell = None
+    for part in scope.split("/")[1:]:  # after Default/
+        attr, _, cls = part.rpartition("-")
+        cell = None
+        while level and cell is None:
+            cell = next((c for c in level if (c._scope_attr or "network") == attr and type(c).__name__ == cls), None)
+            if cell is None:
+                level = [g for c in level for g in c.name_cells().values()]
+        if cell is None:
+            return None
+        level = list(cell.name_cells().values())
+    return cell
+
+
+def _scaled(aval: jax.ShapeDtypeStruct, micro: int, global_batch: int) -> jax.ShapeDtypeStruct:
+    shape = tuple(aval.shape)
+    if shape and shape[0] % global_batch == 0:
+        shape = (shape[0] // global_batch * micro,) + shape[1:]
+    return jax.ShapeDtypeStruct(shape, aval.dtype)
+
+
+def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micros: Iterable[int],
+                cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL) -> dict[tuple[int, int], LayerCost]:
+    """Per (tensor-group size, sequences per micro-batch), the repeated layer's cost planned on that group."""
+    out: dict[tuple[int, int], LayerCost] = {}
+    held = layers.cell._scope_attr
+    probe = _Probe(layers.cell)
+    try:
+        ns = NetworkState(probe, probe.trainable_params())
+        for micro in micros:
+            avals = [_scaled(a, micro, global_batch) for a in layers.inputs]
+            graph, _ = trace_network(ns, avals, "train")
+            for tp in tps:
+                out[(tp, micro)] = _price_layer(graph, tp, micro, cluster, slots, mode)
+    finally:
+        layers.cell._scope_attr = held
+    return out
+
+
+def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: float, mode: str) -> LayerCost:
+    settings = SearchSettings(None, objective_hardware("dynamic_programming", cluster.hw))
+    planned = plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel",
+                                            search=settings, optimizer_slots=None))
+    per_node = plan_cost(planned, planned.plan.mesh, training=True)
+    nodes = [n for n in planned.node_list() if not any(planned.values[v].name == PROBE for v in n.inputs)]
+    total = sum_costs(per_node[n.id] for n in nodes)
+    arguments = total.memory_bytes - total.activation_bytes - total.gradient_bytes
+    boundary = _input_bytes(planned)
+    text = ", ".join(f"{n.instance_name} {n.strategy.in_strategy_text()}" for n in nodes
+                     if n.kind in ("MatMul", "BatchMatMul"))
+    return LayerCost(tp, micro, total.flops, total.comm_bytes, total.messages, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS),
+                     total.activation_bytes, boundary, total.transient_bytes, text)
+
+
+def _input_bytes(graph: Graph) -> float:
+    """The layer's first input (the activation), whole on every device of the group."""
+    for vid in graph.inputs:
+        v = graph.values[vid]
+        if v.kind == "input":
+            return float(v.nbytes)
+    return 0.0
+
+
+def edge_costs(graph: Graph, layers: ModelLayers, global_batch: int) -> tuple[EdgeCost, EdgeCost]:
+    """The ops before and after the layers, per sequence on one device (before the tensor group's split)."""
+    per_node = data_parallel_costs(graph, global_batch, only=frozenset(layers.head + layers.tail))
+
+    def edge(ids: tuple[int, ...]) -> EdgeCost:
+        total = sum_costs(per_node[n] for n in ids if n in per_node)
+        arguments = total.memory_bytes - total.activation_bytes - total.gradient_bytes
+        return EdgeCost(total.flops, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS), total.activation_bytes)
+
+    return edge(layers.head), edge(layers.tail)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageReport:
+    """What the stage search found for a traced model: the search (best plan and runners-up), the layer it
+    repeated, and the CPU time profiling and searching took."""
+
+    search: StageSearch
+    layers: ModelLayers
+    cell_scopes: tuple[str, ...]  # each layer copy's Cell scope, in model order
+    layer_scope: str
+    n_layers: int
+    global_batch: int
+    cluster: Cluster
+    profile_s: float
+    search_s: float
+
+    def text(self) -> str:
+        return stage_text(self)
+
+    def apply(self, network: Cell) -> dict[str, Any]:
+        """Put the chosen plan on ``network`` (the loss network planned): each layer Cell's ``pipeline_stage`` by
+        the layers per stage (the ops outside the layers follow their neighbours' stages, as
+        ``compile.pipeline.stage_split`` places them). Returns the ``set_auto_parallel_context`` settings to run it
+        with (``pipeline_stages``, ``pipeline_config``); wrap the network in ``PipelineCell(network,
+        plan.shape.micro_batches)``."""
+        best = self.search.best
+        if best is None:
+            raise StagePlanError("StageReport.apply: the stage search found no plan within the memory budget "
+                                 f"({self.search.fitted} of {self.search.priced} shapes fit): raise "
+                                 "max_device_memory or plan for more devices")
+        cells = [_cell_at(network, scope) for scope in self.cell_scopes]
+        if None in cells:
+            scope = self.cell_scopes[cells.index(None)]
+            raise StagePlanError(f"StageReport.apply({type(network).__name__}): no Cell at {scope}; apply the plan "
+                                 "to the network it was made for (the loss network plan_for_devices traced)")
+        k = 0
+        for stage, n in enumerate(best.layers):
+            for cell in cells[k:k + n]:
+                cell.pipeline_stage = stage
+            k += n
+        return {"pipeline_stages": best.shape.stages,
+                "pipeline_config": {"pipeline_scheduler": best.shape.schedule, "pipeline_interleave": False}}
+
+    def data(self) -> dict[str, Any]:
+        return stage_data(self)
+
+
+def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, budget: float | None,
+                    slots: float = DEFAULT_OPTIMIZER_SLOTS, micros: Iterable[int] = MICROS,
+                    stages: int | None = None) -> StageReport | None:
+    """The stage search on a traced training ``graph`` (global batch) of ``network`` for ``devices`` devices; None
+    when the model has no repeated layer to split into stages. ``stages``: a stage count the user set
+    (``pipeline_stages`` > 1), kept; the search chooses the rest."""
+    started = time.process_time()
+    layers = find_layers(network, graph)
+    if layers is None:
+        return None
+    batch_value = next(graph.values[v] for v in graph.inputs if graph.values[v].kind == "input")
+    global_batch = int(batch_value.shape[0])
+    cluster = Cluster.for_platform(devices, platform, budget)
+    tps = [t for t in TENSOR_GROUPS if t <= cluster.node_size and devices % t == 0]
+    micros = [m for m in micros if m <= global_batch]
+    costs = layer_costs(layers, global_batch, tps, micros, cluster, slots)
+    head, tail = edge_costs(graph, layers, global_batch)
+    profiled = time.process_time()
+    found = search_stages(costs, layers.count, head, tail, cluster, global_batch, slots,
+                          stage_counts=None if stages is None else (stages,))
+    return StageReport(found, layers, tuple(layers.cell_scopes(graph)), layers.scope, layers.count, global_batch, cluster, profiled - started,
+                       time.process_time() - profiled)

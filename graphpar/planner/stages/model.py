@@ -1,0 +1,158 @@
+"""The priced pieces of a pipeline plan: one repeated layer on a tensor group, the parts around the layers, the
+cluster, and the price of one stage assignment (time per micro-batch, memory, step time).
+
+Everything is per device. A *layer cost* is one copy of the model's repeated layer (the transformer block) planned
+by the intra-op search on a group of ``tp`` devices for a micro-batch of ``micro`` sequences per data-parallel
+replica (:mod:`graphpar.compile.plans.stage_profile` makes them); the stage search (:mod:`.search`) combines them
+with the pipeline's stage count, micro-batch count, schedule, recompute and optimizer sharding:
+
+* time of stage i per micro-batch = its layers' compute (gamma x FLOPs) and tensor-group collectives (alpha x
+  messages + beta x wire bytes, inside a node) + full recompute's second forward (a third of the FLOPs, half of the
+  collectives) + the embedding / head on the first / last stage + the activation sent to and the gradient received
+  from the next stage (inter-node beta);
+* step time = (m + p - 1) x the slowest stage's time per micro-batch (1F1B and GPipe alike: the bubble is
+  (p - 1) / (m + p - 1) of the step) + the slowest stage's data-parallel gradient reduction (an AllReduce of its
+  weight blocks over dp, inter-node when the stage spans nodes; with optimizer sharding a ReduceScatter and an
+  AllGather, the same wire bytes);
+* memory of stage i = weights + gradients + optimizer state (sharded over dp with optimizer sharding, the gathered
+  weights then live through the step) + the activations of the micro-batches in flight: min(p - i, m) under 1F1B,
+  m under GPipe; per micro-batch each layer keeps what the memory model says it keeps, or under full recompute
+  only its input, plus one layer's activations while it is recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphpar.planner.cost import HARDWARE, Hardware
+from graphpar.planner.wire import wire_bytes
+
+SCHEDULES = ("1f1b", "gpipe")
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One copy of the repeated layer on ``tp`` devices, per micro-batch of ``micro`` sequences per replica."""
+
+    tp: int
+    micro: int
+    flops: float  # per device, forward + backward
+    comm_bytes: float  # wire bytes inside the tensor group, forward + backward
+    messages: int
+    weight_bytes: float  # the layer's parameter blocks on one device
+    activation_bytes: float  # kept for the backward pass
+    boundary_bytes: float  # the layer's input on one device (kept by full recompute, sent between stages)
+    transient_bytes: float = 0.0
+    plan: str = ""  # what the intra-op search chose (for the report)
+
+
+@dataclass(frozen=True)
+class EdgeCost:
+    """The ops before the first layer (embedding) or after the last (final norm, logits, loss), per sequence of the
+    micro-batch on one device (they scale with the micro-batch), and their weights; on a stage they are split over
+    its tensor group (a vocabulary-parallel embedding and head, as Megatron splits them: not searched)."""
+
+    flops_per_sequence: float = 0.0
+    weight_bytes: float = 0.0
+    activation_per_sequence: float = 0.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The devices planned for: ``node_size`` devices per node share the fast links (``hw.beta``); between nodes
+    ``inter_beta`` (s per byte). ``memory``: the per-device budget (bytes, None: unbounded)."""
+
+    devices: int
+    hw: Hardware = HARDWARE["gpu"]
+    node_size: int = 8
+    inter_beta: float = 4e-11  # ~25 GB/s per GPU across nodes (one 200 Gb/s InfiniBand port per GPU)
+    memory: float | None = None
+
+    @staticmethod
+    def for_platform(devices: int, platform: str, memory: float | None) -> "Cluster":
+        """GPU nodes of 8 with NVLink inside and InfiniBand between; TPU and CPU one flat network."""
+        hw = HARDWARE.get(platform, HARDWARE["gpu"])
+        if platform == "gpu":
+            return Cluster(devices, hw, 8, 4e-11, memory)
+        return Cluster(devices, hw, devices, hw.beta, memory)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The parallel shape shared by every stage: stage count, tensor group, data-parallel replicas, micro-batches
+    (and sequences per replica in one), schedule, optimizer sharding over the replicas."""
+
+    stages: int
+    tp: int
+    dp: int
+    micro_batches: int
+    micro: int
+    schedule: str = "1f1b"
+    optimizer_shard: bool = False
+
+
+def in_flight(shape: Shape, stage: int) -> int:
+    """Micro-batches whose activations stage ``stage`` holds at once under the schedule."""
+    if shape.schedule == "gpipe":
+        return shape.micro_batches
+    return min(shape.stages - stage, shape.micro_batches)
+
+
+def layer_time(layer: LayerCost, hw: Hardware, recompute: bool) -> float:
+    t = hw.alpha * layer.messages + hw.beta * layer.comm_bytes + hw.gamma * layer.flops
+    if recompute:  # a second forward: a third of the FLOPs, the forward half of the collectives
+        t += hw.alpha * layer.messages / 2 + hw.beta * layer.comm_bytes / 2 + hw.gamma * layer.flops / 3
+    return t
+
+
+def edge_time(edge: EdgeCost, shape: Shape, cluster: Cluster) -> float:
+    return cluster.hw.gamma * edge.flops_per_sequence * shape.micro / shape.tp
+
+
+def fixed_time(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost, cluster: Cluster) -> float:
+    """Stage ``stage``'s time per micro-batch besides its layers: head / tail ops and the point-to-point sends."""
+    t = 0.0
+    if stage == 0:
+        t += edge_time(head, shape, cluster)
+    if stage == shape.stages - 1:
+        t += edge_time(tail, shape, cluster)
+    if shape.stages > 1:
+        sends = (stage > 0) + (stage < shape.stages - 1)  # activation in / out, gradient back
+        t += sends * (cluster.hw.alpha + cluster.inter_beta * layer.boundary_bytes)
+    return t
+
+
+def weight_factor(shape: Shape, slots: float) -> float:
+    """Resident bytes per weight byte: weights + gradients + optimizer state (``slots`` copies), the state and the
+    stored weights sharded over the replicas with optimizer sharding (the gathered weights live through the
+    step)."""
+    if shape.optimizer_shard and shape.dp > 1:
+        return 2.0 + (1.0 + slots) / shape.dp
+    return 2.0 + slots
+
+
+def layer_memory(layer: LayerCost, shape: Shape, stage: int, recompute: bool, slots: float) -> float:
+    """Per layer on stage ``stage``: its resident weight bytes and the activations of the micro-batches in flight
+    (full recompute: the layer's input only)."""
+    kept = layer.boundary_bytes if recompute else layer.activation_bytes
+    return layer.weight_bytes * weight_factor(shape, slots) + in_flight(shape, stage) * kept
+
+
+def fixed_memory(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost, slots: float,
+                 recompute: bool) -> float:
+    """Stage ``stage``'s memory besides its layers: head / tail weights and activations, the layer recomputed at
+    once under full recompute, and the largest transient buffer."""
+    m = layer.transient_bytes + (layer.activation_bytes if recompute else 0.0)
+    for edge, here in ((head, stage == 0), (tail, stage == shape.stages - 1)):
+        if here:
+            m += edge.weight_bytes / shape.tp * weight_factor(shape, slots)
+            m += in_flight(shape, stage) * edge.activation_per_sequence * shape.micro / shape.tp
+    return m
+
+
+def sync_time(weight_bytes: float, shape: Shape, cluster: Cluster) -> float:
+    """The data-parallel gradient reduction of one stage's weights (once per step)."""
+    if shape.dp <= 1:
+        return 0.0
+    beta = cluster.inter_beta if shape.tp * shape.dp > cluster.node_size else cluster.hw.beta
+    return cluster.hw.alpha + beta * wire_bytes("AllReduce", weight_bytes, shape.dp)

@@ -1,0 +1,85 @@
+"""How a stage search reads: the chosen plan's stage table (layers, recompute, time per micro-batch, memory), the
+bubble, the step time, and the runners-up with what separates each from the chosen plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphpar.planner.stages.search import StagePlan
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2 ** 30:.2f} GiB"
+
+
+def differences(plan: StagePlan, best: StagePlan) -> str:
+    """What separates ``plan`` from ``best``: the settings that differ and the step time it loses."""
+    a, b = plan.shape, best.shape
+    parts = [f"{name} {getattr(a, attr)} (not {getattr(b, attr)})" for name, attr in (
+        ("pp", "stages"), ("tp", "tp"), ("dp", "dp"), ("micro-batches", "micro_batches"), ("micro", "micro"),
+        ("schedule", "schedule"), ("optimizer sharding", "optimizer_shard")) if getattr(a, attr) != getattr(b, attr)]
+    if sum(plan.recompute) != sum(best.recompute):
+        parts.append(f"recompute on {sum(plan.recompute)} stages (not {sum(best.recompute)})")
+    why = []
+    pipe = (a.micro_batches + a.stages - 1) * max(plan.stage_time)
+    if pipe > (b.micro_batches + b.stages - 1) * max(best.stage_time) * (1 + 1e-9):
+        why.append(f"pipeline {a.micro_batches + a.stages - 1} x slowest stage = {pipe:.4g} s")
+    if max(plan.stage_time) > max(best.stage_time) * (1 + 1e-9):
+        why.append(f"slowest stage {max(plan.stage_time) * 1e3:.4g} ms per micro-batch")
+    if plan.bubble > best.bubble:
+        why.append(f"bubble {plan.bubble:.1%}")
+    if plan.sync_time > best.sync_time:
+        why.append(f"gradient sync {plan.sync_time * 1e3:.4g} ms")
+    if max(plan.stage_memory) > max(best.stage_memory):
+        why.append(f"peak {_gib(max(plan.stage_memory))}")
+    loss = plan.step_time / best.step_time - 1 if best.step_time else 0.0
+    return f"{', '.join(parts) or 'same shape'}: +{loss:.2%} step time ({'; '.join(why) or 'the same time'})"
+
+
+def stage_text(report: Any) -> str:
+    s = report.search
+    budget = report.cluster.memory
+    lines = [f"pipeline search: {report.n_layers} copies of {report.layer_scope.rsplit('/', 1)[-1]}, global batch "
+             f"{report.global_batch}, {report.cluster.devices} devices ({report.cluster.node_size} per node), "
+             f"budget {_gib(budget) if budget else 'none'}; {s.priced} shapes priced, {s.fitted} fit; CPU: profile "
+             f"{report.profile_s:.2f} s, search {report.search_s:.2f} s"]
+    best = s.best
+    if best is None:
+        lines.append("no pipeline plan fits the budget: raise max_device_memory or use more devices")
+        return "\n".join(lines)
+    lines.append("chosen: " + best.describe())
+    lines.append(f"  predicted step {best.step_time:.4g} s = {best.shape.micro_batches + best.shape.stages - 1} x "
+                 f"{max(best.stage_time) * 1e3:.4g} ms (slowest stage per micro-batch) + {best.sync_time * 1e3:.4g} ms "
+                 f"gradient sync; bubble (p-1)/(m+p-1) = {best.bubble:.1%}")
+    lines.append("  stage  layers  recompute  ms/micro-batch  memory")
+    first = 0
+    for i, (n, rc, t, m) in enumerate(zip(best.layers, best.recompute, best.stage_time, best.stage_memory)):
+        lines.append(f"  {i:<5}  {first}-{first + n - 1:<{5}}  {'full' if rc else 'none':<9}  {t * 1e3:<14.4g}  {_gib(m)}")
+        first += n
+    if best.layer_plan:
+        lines.append(f"  layer plan on tp {best.shape.tp}: {best.layer_plan}")
+    for k, alt in enumerate(s.alternatives, 1):
+        lines.append(f"  runner-up {k}: {alt.describe()}")
+        lines.append(f"    vs chosen: {differences(alt, best)}")
+    return "\n".join(lines)
+
+
+def plan_data(plan: StagePlan) -> dict[str, Any]:
+    s = plan.shape
+    return {"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp,
+            "micro_batches": s.micro_batches, "micro_batch_sequences": s.micro, "schedule": s.schedule,
+            "optimizer_shard": s.optimizer_shard, "layers_per_stage": list(plan.layers),
+            "recompute": ["full" if r else "none" for r in plan.recompute],
+            "stage_time_s": list(plan.stage_time), "stage_memory_bytes": list(plan.stage_memory),
+            "sync_time_s": plan.sync_time, "bubble": plan.bubble, "step_time_s": plan.step_time,
+            "layer_plan": plan.layer_plan}
+
+
+def stage_data(report: Any) -> dict[str, Any]:
+    s = report.search
+    return {"layer": report.layer_scope, "layers": report.n_layers, "global_batch": report.global_batch,
+            "devices": report.cluster.devices, "node_size": report.cluster.node_size,
+            "budget_bytes": report.cluster.memory, "shapes_priced": s.priced, "shapes_fit": s.fitted,
+            "profile_s": report.profile_s, "search_s": report.search_s,
+            "chosen": None if s.best is None else plan_data(s.best),
+            "alternatives": [{**plan_data(a), "vs_chosen": differences(a, s.best)} for a in s.alternatives]}

@@ -1,0 +1,225 @@
+"""The stage search: pipeline stage count, layer-to-stage assignment, micro-batches, schedule, tensor x data
+parallel inside a stage, recompute per stage and optimizer sharding, under the per-device memory budget, minimising
+the predicted step time of :mod:`.model`.
+
+For one parallel :class:`~.model.Shape` the repeated layers are identical, so a contiguous assignment is a count of
+layers per stage, and stage i's time per micro-batch is ``fixed_i + l_i x t(recompute_i)``. The slowest stage sets
+the step, so the assignment minimises the bottleneck exactly: every bottleneck worth trying is one of the values
+``fixed_i + l x t(r)`` (all i, l, r); for a bottleneck T stage i can take ``max over r of min(layers fitting in T,
+layers fitting in memory)``; the smallest T whose capacities sum to the layer count is the optimum (Alpa's stage DP
+reduces to this for identical layers), and the layers are then handed out from the first stage on, each stage
+taking what it can up to what is left, with recompute only where memory needs it. Shapes are enumerated in a fixed
+order and ties keep the first, so the result is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphpar.planner.stages.model import (SCHEDULES, Cluster, EdgeCost, LayerCost, Shape, fixed_memory,
+                                           fixed_time, layer_memory, layer_time, sync_time)
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """A priced pipeline plan: the shape, per stage its layer count, recompute, time per micro-batch and memory,
+    and the step's prediction."""
+
+    shape: Shape
+    layers: tuple[int, ...]
+    recompute: tuple[bool, ...]
+    stage_time: tuple[float, ...]  # s per micro-batch
+    stage_memory: tuple[float, ...]  # bytes per device
+    sync_time: float  # s: the slowest stage's data-parallel gradient reduction
+    step_time: float  # s
+    layer_plan: str = ""
+
+    @property
+    def bubble(self) -> float:
+        s = self.shape
+        return (s.stages - 1) / (s.micro_batches + s.stages - 1)
+
+    def describe(self) -> str:
+        s = self.shape
+        rc = sum(self.recompute)
+        return (f"pp {s.stages} x tp {s.tp} x dp {s.dp}, {s.micro_batches} micro-batches of {s.micro}, {s.schedule}"
+                f"{', optimizer sharded' if s.optimizer_shard else ''}, recompute on {rc}/{s.stages} stages: "
+                f"{self.step_time:.4g} s/step, bubble {self.bubble:.1%}, peak {max(self.stage_memory) / 2 ** 30:.3g} GiB")
+
+
+@dataclass(frozen=True)
+class StageSearch:
+    """The best plan, the runners-up (best first, at most one per stage count / tensor size / schedule) and how
+    many shapes were priced."""
+
+    best: StagePlan | None
+    alternatives: tuple[StagePlan, ...]
+    priced: int
+    fitted: int
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost, cluster: Cluster,
+           slots: float, fixed_recompute: bool | None = None, even: bool = False) -> StagePlan | None:
+    """The best layer-to-stage assignment of ``n_layers`` identical layers for ``shape`` (None when none fits the
+    budget). ``fixed_recompute``: the same recompute on every stage (a hand-set configuration); ``even``: the
+    layers split evenly (Megatron's), nothing searched."""
+    p, hw = shape.stages, cluster.hw
+    if p > n_layers:
+        return None
+    budget = math.inf if cluster.memory is None else cluster.memory
+    options = (False, True) if fixed_recompute is None else (fixed_recompute,)
+    times = {r: layer_time(layer, hw, r) for r in options}
+    fixed_t = np.array([fixed_time(shape, i, layer, head, tail, cluster) for i in range(p)])
+    caps_mem = {}
+    for r in options:
+        per = np.array([layer_memory(layer, shape, i, r, slots) for i in range(p)])
+        free = np.array([budget - fixed_memory(shape, i, layer, head, tail, slots, r) for i in range(p)])
+        caps_mem[r] = np.floor(np.where(per > 0, free / np.maximum(per, 1e-30), n_layers)).clip(-1, n_layers)
+    if even:
+        if n_layers % p:
+            return None
+        counts = [n_layers // p] * p
+    else:
+        counts = _bottleneck_counts(p, n_layers, times, fixed_t, caps_mem)
+        if counts is None:
+            return None
+    recompute = []
+    for i, l in enumerate(counts):
+        fits = [r for r in options if caps_mem[r][i] >= l]
+        if not fits:
+            return None
+        recompute.append(min(fits, key=lambda r: times[r]))
+    stage_time = tuple(float(fixed_t[i] + counts[i] * times[r]) for i, r in enumerate(recompute))
+    memory = tuple(fixed_memory(shape, i, layer, head, tail, slots, r) + counts[i] * layer_memory(layer, shape, i, r, slots)
+                   for i, r in enumerate(recompute))
+    weights = [counts[i] * layer.weight_bytes + ((head.weight_bytes if i == 0 else 0.0)
+                                                  + (tail.weight_bytes if i == p - 1 else 0.0)) / shape.tp
+               for i in range(p)]
+    sync = max(sync_time(w, shape, cluster) for w in weights)
+    step = (shape.micro_batches + p - 1) * max(stage_time) + sync
+    return StagePlan(shape, tuple(counts), tuple(recompute), stage_time, memory, sync, step, layer.plan)
+
+
+def _bottleneck_counts(p: int, n_layers: int, times: Mapping[bool, float], fixed_t: np.ndarray,
+                       caps_mem: Mapping[bool, np.ndarray]) -> list[int] | None:
+    """Layers per stage minimising the slowest stage's time (every stage at least one layer)."""
+    ls = np.arange(1, n_layers + 1)
+    candidates = np.unique(np.concatenate([(fixed_t[:, None] + ls[None, :] * t).ravel() for t in times.values()]))
+
+    def capacity(bound: np.ndarray) -> np.ndarray:  # (p, len(bound)) layers each stage takes under each bound
+        cap = np.full((p, bound.shape[0]), -1.0)
+        for r, t in times.items():
+            by_time = np.floor((bound[None, :] - fixed_t[:, None]) / t + 1e-9) if t > 0 else np.full_like(cap, n_layers)
+            cap = np.maximum(cap, np.minimum(by_time, caps_mem[r][:, None]))
+        return cap
+
+    caps = capacity(candidates)
+    ok = (caps.min(axis=0) >= 1) & (caps.clip(0, None).sum(axis=0) >= n_layers)
+    if not ok.any():
+        return None
+    cap = caps[:, int(np.argmax(ok))].astype(int)
+    counts, left = [], n_layers
+    for i in range(p):
+        take = min(int(cap[i]), left - (p - 1 - i))  # leave at least one layer for each later stage
+        counts.append(take)
+        left -= take
+    return counts if left == 0 and min(counts) >= 1 else None
+
+
+def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[int], tps: Iterable[int],
+           schedules: Iterable[str] = SCHEDULES, stage_counts: Iterable[int] | None = None) -> Iterable[Shape]:
+    """Every parallel shape: stage counts dividing the devices (at most one stage per layer), tensor groups inside a
+    node, replicas dividing the batch, micro-batches whose size has a layer cost, both schedules, optimizer
+    sharding on and off."""
+    micros, tps = set(micros), sorted(set(tps))
+    allowed = None if stage_counts is None else set(stage_counts)
+    for p in divisors(cluster.devices):
+        if p > n_layers:
+            break
+        if allowed is not None and p not in allowed:
+            continue
+        per_stage = cluster.devices // p
+        for tp in tps:
+            if per_stage % tp or tp > cluster.node_size:
+                continue
+            dp = per_stage // tp
+            if global_batch % dp:
+                continue
+            for m in divisors(global_batch // dp):
+                micro = global_batch // dp // m
+                if micro not in micros:
+                    continue
+                for schedule in schedules:
+                    for shard in ((False, True) if dp > 1 else (False,)):
+                        yield Shape(p, tp, dp, m, micro, schedule, shard)
+
+
+def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
+                  cluster: Cluster, global_batch: int, slots: float, top: int = 5,
+                  stage_counts: Iterable[int] | None = None) -> StageSearch:
+    """The best pipeline plan over every :func:`shapes` that has a layer cost (``layers[(tp, micro)]``), and the
+    ``top`` best runners-up of other stage counts or tensor sizes. ``stage_counts``: the stage counts
+    allowed (None: every one; the user's ``pipeline_stages`` when set)."""
+    tps = sorted({tp for tp, _ in layers})
+    micros = sorted({m for _, m in layers})
+    plans: list[StagePlan] = []
+    priced = 0
+    for shape in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts):
+        layer = layers.get((shape.tp, shape.micro))
+        if layer is None:
+            continue
+        priced += 1
+        plan = assign(shape, n_layers, layer, head, tail, cluster, slots)
+        if plan is not None:
+            plans.append(plan)
+    plans.sort(key=lambda q: q.step_time)  # stable: the enumeration order breaks ties
+    runners, seen = [], set()
+    for q in plans:
+        # one per stage count and tensor size (GPipe's plan of a shape takes 1F1B's time with more memory: it
+        # follows 1F1B's and is not listed)
+        key = (q.shape.stages, q.shape.tp)
+        if key in seen:
+            continue
+        if q is plans[0]:
+            seen.add(key)
+            continue
+        seen.add(key)
+        runners.append(q)
+        if len(runners) == top:
+            break
+    return StageSearch(plans[0] if plans else None, tuple(runners), priced, len(plans))
+
+
+def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
+               cluster: Cluster, global_batch: int, slots: float, tp: int,
+               stage_counts: Iterable[int], optimizer_shard: bool = False) -> StagePlan | None:
+    """The best hand-set (Megatron-style) configuration priced by the same model: tensor ``tp`` (its layer costs
+    ``layers[(tp, micro)]``), each stage count in ``stage_counts`` with data parallel over the rest, layers split
+    evenly, the same recompute on every stage, 1F1B, optimizer sharding as given (Megatron's distributed
+    optimizer); the micro-batch count and recompute that fit and are fastest."""
+    best = None
+    for p in stage_counts:
+        if cluster.devices % (p * tp):
+            continue
+        dp = cluster.devices // (p * tp)
+        if global_batch % dp:
+            continue
+        for m in divisors(global_batch // dp):
+            layer = layers.get((tp, global_batch // dp // m))
+            if layer is None:
+                continue
+            for rc in (False, True):
+                plan = assign(Shape(p, tp, dp, m, layer.micro, "1f1b", optimizer_shard and dp > 1), n_layers, layer,
+                              head, tail, cluster, slots, fixed_recompute=rc, even=True)
+                if plan is not None and (best is None or plan.step_time < best.step_time):
+                    best = plan
+    return best
