@@ -466,6 +466,24 @@ def _asnumpy_in_jit():
     return jax.jit(lambda x: x.asnumpy())(jnp.ones(2))
 
 
+def _flash_attention_kv_split():
+    """A FlashAttentionScore whose key/value sequence is split unlike the query's, called in SEMI_AUTO_PARALLEL."""
+    ms = _ms()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    fa = _ops().FlashAttentionScore(2, input_layout="BNSD").shard(((1, 2, 4, 1), (1, 2, 2, 1), (1, 2, 2, 1)))
+    x = ms.Tensor(np.ones((1, 2, 16, 16), np.float32))
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fa = fa
+
+        def construct(self, q):
+            return self.fa(q, q, q)[3]
+
+    return Net()(x)
+
+
 def _interleaved_uneven():
     ms, nn = _ms(), _ms().nn
     net = nn.MicroBatchInterleaved(nn.WithLossCell(nn.Dense(8, 4), nn.MSELoss()), 3)
@@ -746,6 +764,12 @@ ROWS: list[Row] = [
         lambda t: _train(in_strategy=(_ms().Layout((2, 2), ("dp", "mp"))("dp", "mp"),
                                       _ms().Layout((2, 2), ("dp", "mp"))("mp", "None"))), ERR + "StrategyError",
         ("op 'matmul'", "holds 4 devices but the job has 8", "product is 8")),
+    Row("flash-attention-kv-split", "strategy", "ops.FlashAttentionScore(2, input_layout='BNSD').shard(((1, 2, 4, 1), "
+        "(1, 2, 2, 1), (1, 2, 2, 1))) as self.fa, then called", lambda t: _flash_attention_kv_split(),
+        ERR + "StrategyError", ("op 'fa'", "split as the query's (4: ring attention", "Split dimension S")),
+    Row("flash-attention-dropout", "strategy", "ops.FlashAttentionScore(2, keep_prob=0.9)",
+        lambda t: _ops().FlashAttentionScore(2, keep_prob=0.9), ValueError,
+        ("keep_prob=0.9", "not built", "keep_prob=1.0")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",
