@@ -10,8 +10,8 @@ XLA scheduler can hoist them: the attention's saved activations are O(S * D) ins
 Context parallel (MindSpore's ``context_parallel_algo="colossalai_cp"``, ring attention) is selected by the
 strategy: when ``shard()`` splits the sequence dimension of the query and of the key/value ``cp`` ways, the local
 sequence is taken as ``cp`` ring blocks (the dimension reshaped to ``(cp, S / cp)``, so each device holds one) and
-the key/value blocks are rotated one block per ring step (``jnp.roll`` on the block dimension, which XLA's SPMD
-partitioner compiles to a collective-permute over the cp group); each step's causal band is worked out from the
+the key/value blocks are rotated one block per ring step (a concatenate of static slices of the block dimension,
+which XLA's SPMD partitioner compiles to a collective-permute over the cp group); each step's causal band is worked out from the
 blocks' global positions. Ulysses (``"ulysses_cp"``) needs nothing here: the op's heads dimension is split instead,
 and the redistribution from the sequence-split inputs is XLA's all-to-all.
 """
@@ -110,6 +110,21 @@ def _split(strategy: Any, dim: int) -> int:
     return strategy[dim]
 
 
+def _rotate(blocks):
+    """Block i moves to position i + 1 (the last to 0) along dimension 2, as the sum of two zero-padded shifts
+    (blocks 0..r-2 padded one block up, block r-1 padded to position 0). XLA partitions a pad of a split dimension
+    as halo exchanges, so a step sends one block to the next device (collective-permutes); a concatenate (what
+    ``jnp.roll`` is) it may instead move onto another dimension and back (all-to-alls) when one is unsplit."""
+    ring = blocks.shape[2]
+    zero = jnp.zeros((), blocks.dtype)
+    pads = [(0, 0, 0)] * blocks.ndim
+    shifted = lax.pad(lax.slice_in_dim(blocks, 0, ring - 1, axis=2), zero,
+                      [*pads[:2], (1, 0, 0), *pads[3:]])
+    wrapped = lax.pad(lax.slice_in_dim(blocks, ring - 1, ring, axis=2), zero,
+                      [*pads[:2], (0, ring - 1, 0), *pads[3:]])
+    return shifted + wrapped
+
+
 def ring_attention(q, k, v, scale: float, pre_tokens: int, next_tokens: int, ring: int):
     """``(out, row max, row sum)`` of the banded softmax attention of q ``(B, N, S1, D)`` over k, v ``(B, N, S2,
     D)``, with ``ring`` blocks along the sequence rotated one block per step (see the module's docstring)."""
@@ -142,7 +157,7 @@ def ring_attention(q, k, v, scale: float, pre_tokens: int, next_tokens: int, rin
     k_blocks, v_blocks = blocks(k, sk), blocks(v, sk)
     for step in range(ring):  # ring is the cp size (a few): unrolled, so the last step sends nothing
         if step:  # pass the key/value blocks one device along the ring: a collective-permute over the cp group
-            k_blocks, v_blocks = jnp.roll(k_blocks, 1, axis=2), jnp.roll(v_blocks, 1, axis=2)
+            k_blocks, v_blocks = _rotate(k_blocks), _rotate(v_blocks)
         k_first = ((jnp.arange(ring) - step) % ring) * sk  # the first key position of the block each device holds
         body = jax.checkpoint(lambda c_, c, kb=k_blocks, vb=v_blocks, kf=k_first: chunk_step(c_, c, kb, vb, kf))
         (out, m, l), _ = lax.scan(body, (out, m, l), jnp.arange(sk // chunk))

@@ -95,3 +95,41 @@ def test_key_sequence_split_unlike_the_querys_is_refused():
     q, k, v = (ms.Tensor(t) for t in _qkv(s=16))
     with pytest.raises(StrategyError, match="op .fa.*split as the query.s"):
         _Attention(((1, 2, 4, 1), (1, 2, 2, 1), (1, 2, 2, 1)))(q, k, v)
+
+
+class _Projected(nn.Cell):
+    """x -> FlashAttentionScore(x w_q, x w_k, x w_v) in BNSD, the attention given ``strategy`` (a trainable net)."""
+
+    def __init__(self, strategy):
+        super().__init__()
+        rng = np.random.default_rng(1)
+        self.w = ms.Parameter(ms.Tensor(rng.normal(0, 0.3, (3, 16, 16)).astype(np.float32)), "w")
+        self.bmm = ops.BatchMatMul()
+        self.fa = ops.FlashAttentionScore(2, scale_value=0.25, next_tokens=0, input_layout="BNSD").shard(strategy)
+
+    def construct(self, x):  # x (1, 2, 64, 16)
+        return self.fa(self.bmm(x, self.w[0]), self.bmm(x, self.w[1]), self.bmm(x, self.w[2]))[3]
+
+
+def test_a_sequence_split_strategy_is_ring_attention():
+    """``shard()`` splitting S of query, key and value 4 ways (heads 2 ways) on 8 devices: the compiled step passes
+    key/value blocks round groups of 4 (its only collectives are collective-permutes: no all-gather of the sequence)
+    and the trained weights equal STAND_ALONE's."""
+    from graphpar.dump.hlo import parse_collectives
+
+    x = ms.Tensor(np.random.default_rng(0).normal(size=(1, 2, 64, 16)).astype(np.float32))
+    y = ms.Tensor(np.zeros((1, 2, 64, 16), np.float32))
+    weights = {}
+    for mode in ("stand_alone", "semi_auto_parallel"):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode)
+        net = _Projected(((1, 2, 4, 1),) * 3)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.5))
+        train(x, y)
+        weights[mode] = net.w.asnumpy()
+    np.testing.assert_allclose(weights["semi_auto_parallel"], weights["stand_alone"], rtol=1e-5, atol=1e-6)
+    found = parse_collectives(train.program.lower_step([x, y]).compile().as_text(), 8)
+    ring = [c for c in found if "/fa#" in c.op_name]  # the collectives of the attention op itself
+    assert {c.kind for c in ring} == {"CollectivePermute"}, [(c.kind, c.groups) for c in ring]
+    # (source, target) pairs inside one group of the 4 devices that hold one (batch, head)'s sequence blocks
+    assert all(len({d // 4 for d in pair}) == 1 for c in ring for pair in c.groups), [c.groups for c in ring]
