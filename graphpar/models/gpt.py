@@ -162,6 +162,9 @@ class GPT(nn.Cell):
         super().__init__()
         shard = _Sharder(hints)
         par = GPTParallel(dp, mp, context_parallel, use_seq_parallel, context_parallel_algo, use_flash_attention)
+        if (use_seq_parallel or context_parallel > 1) and hints != ALL:
+            raise ValueError(f"GPT(use_seq_parallel={use_seq_parallel}, context_parallel={context_parallel}): these "
+                             f"are strategies of every role, so they need hints=ALL (got {sorted(hints)})")
         self.seq, self.hidden = seq, hidden
         self.embedding_table = Parameter(_rand((vocab, hidden), 1), "embedding_table")
         self.position_embedding = Parameter(_rand((1, seq, hidden), 2), "position_embedding")

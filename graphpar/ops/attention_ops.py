@@ -103,6 +103,18 @@ class FlashAttentionScore(Primitive):
         return stats[0], stats[1], jnp.zeros((0,), query.dtype), out.astype(query.dtype)
 
 
+def flash_attention_score(query, key, value, head_num, real_shift=None, drop_mask=None, padding_mask=None,
+                          attn_mask=None, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, keep_prob=1.0,
+                          scalar_value=1.0, pre_tokens=_NO_BAND, next_tokens=_NO_BAND, inner_precise=0,
+                          input_layout="BSH", sparse_mode=0):
+    """``mindspore.ops.flash_attention_score``: the ``attention_out`` of :class:`FlashAttentionScore` (the scale is
+    ``scalar_value``, MindSpore's spelling), with its refusals."""
+    op = FlashAttentionScore(head_num, keep_prob, scalar_value, pre_tokens, next_tokens, inner_precise, input_layout,
+                             sparse_mode)
+    return op(query, key, value, real_shift, drop_mask, padding_mask, attn_mask, prefix, actual_seq_qlen,
+              actual_seq_kvlen)[3]
+
+
 def _split(strategy: Any, dim: int) -> int:
     """How many pieces one input's strategy (a tuple of ints or a called ``Layout``) cuts dimension ``dim`` into."""
     if isinstance(strategy, Layout):

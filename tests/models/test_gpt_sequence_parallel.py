@@ -13,7 +13,7 @@ import pytest
 
 import graphpar as ms
 from graphpar.dump.hlo import parse_collectives
-from graphpar.models.gpt import GPT, gpt_data, gpt_train_cell
+from graphpar.models.gpt import GPT, QKV, gpt_data, gpt_train_cell
 
 SMALL = dict(hidden=64, heads=4, vocab=128, layers=1)
 SEQ = 64
@@ -75,9 +75,11 @@ def test_context_parallel_equals_the_unsplit_model(unsplit, algo, kind):
     assert not [k for k in found if k[0] == other], found
 
 
-def test_context_parallel_needs_flash_attention():
+def test_settings_that_cannot_hold_are_refused():
     with pytest.raises(ValueError, match="use_flash_attention=True"):
         GPT(dp=1, mp=4, context_parallel=2)
+    with pytest.raises(ValueError, match="need hints=ALL"):
+        GPT(dp=2, mp=4, hints=QKV, use_seq_parallel=True)  # the LayerNorms would keep (dp, 1): nothing to do
     with pytest.raises(ValueError, match="context_parallel_algo='ring'"):
         GPT(dp=1, mp=4, context_parallel=2, use_flash_attention=True, context_parallel_algo="ring")
 

@@ -44,6 +44,15 @@ def test_bsh_layout_is_bnsd_with_heads_in_the_hidden_dimension():
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_functional_form_returns_the_attention_output():
+    """``ops.flash_attention_score`` (MindSpore's functional form, scale named ``scalar_value``) is the op's last
+    output."""
+    q, k, v = _qkv(s=32)
+    out = ops.flash_attention_score(ms.Tensor(q), ms.Tensor(k), ms.Tensor(v), 2, scalar_value=0.25, next_tokens=0,
+                                    input_layout="BNSD")
+    np.testing.assert_allclose(out.asnumpy(), _reference(q, k, v, 0.25, 2147483647, 0), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_gradients_equal_softmax_attention():
     """The blocks are recomputed in the backward (jax.checkpoint): the gradients are the softmax attention's."""
