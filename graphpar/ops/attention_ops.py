@@ -10,9 +10,9 @@ XLA scheduler can hoist them: the attention's saved activations are O(S * D) ins
 Context parallel (MindSpore's ``context_parallel_algo="colossalai_cp"``, ring attention) is selected by the
 strategy: when ``shard()`` splits the sequence dimension of the query and of the key/value ``cp`` ways, the local
 sequence is taken as ``cp`` ring blocks (the dimension reshaped to ``(cp, S / cp)``, so each device holds one) and
-the key/value blocks are rotated one block per ring step (a concatenate of static slices of the block dimension,
-which XLA's SPMD partitioner compiles to a collective-permute over the cp group); each step's causal band is worked out from the
-blocks' global positions. Ulysses (``"ulysses_cp"``) needs nothing here: the op's heads dimension is split instead,
+the key/value blocks are rotated one block per ring step (two zero-padded shifts of the block dimension, which XLA's
+SPMD partitioner compiles to collective-permutes within each cp group: ``_rotate``); each step's causal band is worked
+out from the blocks' global positions. Ulysses (``"ulysses_cp"``) needs nothing here: the op's heads dimension is split instead,
 and the redistribution from the sequence-split inputs is XLA's all-to-all.
 """
 
@@ -31,7 +31,7 @@ from graphpar.planner.layout import Layout
 
 _NO_BAND = 2147483647  # MindSpore's default pre_tokens / next_tokens: no limit
 _CHUNK = 128  # keys per scan step: the largest transient score block is (..., S1 / cp, _CHUNK)
-_MASKED = -1e30  # (float32) a finite "minus infinity": a fully masked chunk leaves the running max finite (no inf - inf)
+_MASKED = -1e30  # a finite "minus infinity" (computed in float32): a fully masked chunk keeps the running max finite
 _UNSUPPORTED_INPUTS = ("real_shift", "drop_mask", "padding_mask", "attn_mask", "prefix", "actual_seq_qlen",
                        "actual_seq_kvlen")
 
@@ -103,8 +103,8 @@ class FlashAttentionScore(Primitive):
         return stats[0], stats[1], jnp.zeros((0,), query.dtype), out.astype(query.dtype)
 
 
-def flash_attention_score(query, key, value, head_num, real_shift=None, drop_mask=None, padding_mask=None,
-                          attn_mask=None, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, keep_prob=1.0,
+def flash_attention_score(query: Any, key: Any, value: Any, head_num: int, real_shift=None, drop_mask=None,
+                          padding_mask=None, attn_mask=None, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, keep_prob=1.0,
                           scalar_value=1.0, pre_tokens=_NO_BAND, next_tokens=_NO_BAND, inner_precise=0,
                           input_layout="BSH", sparse_mode=0):
     """``mindspore.ops.flash_attention_score``: the ``attention_out`` of :class:`FlashAttentionScore` (the scale is
@@ -122,7 +122,7 @@ def _split(strategy: Any, dim: int) -> int:
     return strategy[dim]
 
 
-def _rotate(blocks):
+def _rotate(blocks: jax.Array) -> jax.Array:
     """Block i moves to position i + 1 (the last to 0) along dimension 2, as the sum of two zero-padded shifts
     (blocks 0..r-2 padded one block up, block r-1 padded to position 0). XLA partitions a pad of a split dimension
     as halo exchanges, so a step sends one block to the next device (collective-permutes); a concatenate (what
@@ -137,7 +137,8 @@ def _rotate(blocks):
     return shifted + wrapped
 
 
-def ring_attention(q, k, v, scale: float, pre_tokens: int, next_tokens: int, ring: int):
+def ring_attention(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, pre_tokens: int, next_tokens: int,
+                   ring: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(out, row max, row sum)`` of the banded softmax attention of q ``(B, N, S1, D)`` over k, v ``(B, N, S2,
     D)``, with ``ring`` blocks along the sequence rotated one block per step (see the module's docstring)."""
     b, n, s1, d = q.shape
@@ -146,8 +147,13 @@ def ring_attention(q, k, v, scale: float, pre_tokens: int, next_tokens: int, rin
         raise ValueError(f"FlashAttentionScore: sequence lengths {s1} and {s2} must divide by the ring size {ring}")
     sq, sk = s1 // ring, s2 // ring
     pre_tokens, next_tokens = min(pre_tokens, s1 + s2), min(next_tokens, s1 + s2)  # no int32 overflow below
-    chunk = _CHUNK if sk % _CHUNK == 0 else sk
-    blocks = lambda t, s: t.reshape(b, n, ring, s, d)  # noqa: E731 - block dimension 2, one block per device
+    chunk = max(c for c in range(1, min(sk, _CHUNK) + 1) if sk % c == 0)
+    chunk = chunk if chunk >= 16 else sk  # a length with no divisor in 16..128 is one chunk, not a long scan
+    q, k, v = (t.astype(jnp.float32) for t in (q, k, v))  # the softmax's statistics in float32, as the kernel keeps
+
+    def blocks(t: jax.Array, size: int) -> jax.Array:  # the sequence as (ring, size): dimension 2, a block per device
+        return t.reshape(b, n, ring, size, d)
+
     qb = blocks(q, sq) * jnp.asarray(scale, q.dtype)
     q_pos = (jnp.arange(ring)[:, None] * sq + jnp.arange(sq)[None, :])[:, :, None]  # (ring, sq, 1)
 
@@ -165,7 +171,7 @@ def ring_attention(q, k, v, scale: float, pre_tokens: int, next_tokens: int, rin
         out = out * alpha[..., None] + jnp.einsum("bnrqk,bnrkd->bnrqd", p, vc)
         return (out, m_new, l), None
 
-    out, m, l = jnp.zeros_like(qb), jnp.full((b, n, ring, sq), _MASKED, q.dtype), jnp.zeros((b, n, ring, sq), q.dtype)
+    out, m, l = jnp.zeros_like(qb), jnp.full((b, n, ring, sq), _MASKED), jnp.zeros((b, n, ring, sq))
     k_blocks, v_blocks = blocks(k, sk), blocks(v, sk)
     for step in range(ring):  # ring is the cp size (a few): unrolled, so the last step sends nothing
         if step:  # pass the key/value blocks one device along the ring: a collective-permute over the cp group

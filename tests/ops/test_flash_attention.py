@@ -36,6 +36,17 @@ def test_equals_softmax_attention_over_the_band(pre, nxt):
         np.testing.assert_allclose(softmax_sum.asnumpy()[:, :, 0], 1.0, rtol=1e-6)
 
 
+def test_half_precision_inputs_keep_float32_statistics():
+    """float16 query/key/value: the output is float16, softmax_max / softmax_sum float32 (the masked band's
+    "minus infinity" would overflow float16), as the kernel's outputs are."""
+    q, k, v = _qkv(s=64)
+    outs = ops.FlashAttentionScore(2, scale_value=0.25, next_tokens=0, input_layout="BNSD")(
+        *(ms.Tensor(t.astype(np.float16)) for t in (q, k, v)))
+    assert [str(o.dtype) for o in (outs[0], outs[1], outs[3])] == ["float32", "float32", "float16"]
+    np.testing.assert_allclose(outs[3].asnumpy().astype(np.float32), _reference(q, k, v, 0.25, 2147483647, 0),
+                               rtol=1e-2, atol=1e-2)
+
+
 def test_bsh_layout_is_bnsd_with_heads_in_the_hidden_dimension():
     q, k, v = _qkv(n=4, s=32)
     bsh = [ms.Tensor(t.transpose(0, 2, 1, 3).reshape(2, 32, 64)) for t in (q, k, v)]
