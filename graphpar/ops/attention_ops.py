@@ -11,9 +11,9 @@ Context parallel (MindSpore's ``context_parallel_algo="colossalai_cp"``, ring at
 strategy: when ``shard()`` splits the sequence dimension of the query and of the key/value ``cp`` ways, the local
 sequence is taken as ``cp`` ring blocks (the dimension reshaped to ``(cp, S / cp)``, so each device holds one) and
 the key/value blocks are rotated one block per ring step (two zero-padded shifts of the block dimension, which XLA's
-SPMD partitioner compiles to collective-permutes within each cp group: ``_rotate``); each step's causal band is worked
-out from the blocks' global positions. Ulysses (``"ulysses_cp"``) needs nothing here: the op's heads dimension is split instead,
-and the redistribution from the sequence-split inputs is XLA's all-to-all.
+SPMD partitioner compiles to collective-permutes within each cp group: ``_rotate``); each step's causal band is
+worked out from the blocks' global positions. Ulysses (``"ulysses_cp"``) needs nothing here: the op's heads dimension
+is split instead, and the redistribution from the sequence-split inputs is XLA's all-to-all.
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ class FlashAttentionScore(Primitive):
 
 
 def flash_attention_score(query: Any, key: Any, value: Any, head_num: int, real_shift=None, drop_mask=None,
-                          padding_mask=None, attn_mask=None, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, keep_prob=1.0,
-                          scalar_value=1.0, pre_tokens=_NO_BAND, next_tokens=_NO_BAND, inner_precise=0,
-                          input_layout="BSH", sparse_mode=0):
+                          padding_mask=None, attn_mask=None, prefix=None, actual_seq_qlen=None,
+                          actual_seq_kvlen=None, keep_prob=1.0, scalar_value=1.0, pre_tokens=_NO_BAND,
+                          next_tokens=_NO_BAND, inner_precise=0, input_layout="BSH", sparse_mode=0):
     """``mindspore.ops.flash_attention_score``: the ``attention_out`` of :class:`FlashAttentionScore` (the scale is
     ``scalar_value``, MindSpore's spelling), with its refusals."""
     op = FlashAttentionScore(head_num, keep_prob, scalar_value, pre_tokens, next_tokens, inner_precise, input_layout,
