@@ -7,6 +7,7 @@ while tracing, records an op node for the graph IR.
 from graphpar.ops import auto_generate as auto_generate
 from graphpar.ops import composite as composite
 from graphpar.ops import functional as functional
+from graphpar.ops.attention_ops import flash_attention_score as flash_attention_score
 from graphpar.ops.composite import GradOperation as GradOperation
 from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad

@@ -487,6 +487,22 @@ def _pipeline_segments(config: dict, segments: int):
     train = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4),
                                 nn.SGD(net.trainable_params(), 0.1))
     return train(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
+def _flash_attention_kv_split():
+    """A FlashAttentionScore whose key/value sequence is split unlike the query's, called in SEMI_AUTO_PARALLEL."""
+    ms = _ms()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    fa = _ops().FlashAttentionScore(2, input_layout="BNSD").shard(((1, 2, 4, 1), (1, 2, 2, 1), (1, 2, 2, 1)))
+    x = ms.Tensor(np.ones((1, 2, 16, 16), np.float32))
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fa = fa
+
+        def construct(self, q):
+            return self.fa(q, q, q)[3]
+
+    return Net()(x)
 
 
 def _interleaved_uneven():
@@ -822,6 +838,12 @@ ROWS: list[Row] = [
         "8-layer MLP (auto_pipeline=True) put on a 2-layer one", lambda t: _apply_stages_elsewhere(),
         "graphpar.compile.plans.stage_profile:StagePlanError",
         ("StageReport.apply(WithLossCell)", "no Cell at", "2-Dense", "the network it was made for")),
+    Row("flash-attention-kv-split", "strategy", "ops.FlashAttentionScore(2, input_layout='BNSD').shard(((1, 2, 4, 1), "
+        "(1, 2, 2, 1), (1, 2, 2, 1))) as self.fa, then called", lambda t: _flash_attention_kv_split(),
+        ERR + "StrategyError", ("op 'fa'", "split as the query's (4: ring attention", "Split dimension S")),
+    Row("flash-attention-dropout", "strategy", "ops.FlashAttentionScore(2, keep_prob=0.9)",
+        lambda t: _ops().FlashAttentionScore(2, keep_prob=0.9), ValueError,
+        ("keep_prob=0.9", "not built", "keep_prob=1.0")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

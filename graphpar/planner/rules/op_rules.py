@@ -243,3 +243,17 @@ def _reshard(node, graph):
     output keeps the input's labels, so the hint is the layout of both."""
     ins, outs = shapes_of(node, graph)
     return elementwise(ins, outs)
+
+
+@register("FlashAttentionScore")
+def _flash_attention(node, graph):
+    """Batch, heads and the query's sequence split freely; the key/value sequence carries the query's label, so a
+    sequence split puts key/value block i with query block i (the ring of context parallel), never a split of the
+    softmax's axis alone. BSH's hidden dimension is the heads' (``N * D``, split by heads)."""
+    ins, outs = shapes_of(node, graph)
+    if node.attrs.get("input_layout") == "BNSD":
+        tensor = ("b", "n", "s", None)
+    else:
+        tensor = ("b", "s", "n")
+    stats = ("b", "n", "s", None)
+    return DimSpec((tensor,) * 3, (stats, stats, (None,) * len(outs[2]), tensor), ("b", "n", "s"))
