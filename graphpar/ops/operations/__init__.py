@@ -1,4 +1,9 @@
-"""Every primitive class (``from graphpar.ops import operations as P``, as MindSpore scripts write)."""
+"""Every primitive class (``from graphpar.ops import operations as P``, as MindSpore scripts write).
+
+A package, as MindSpore's ``mindspore.ops.operations``: its submodules ``array_ops``, ``math_ops``, ``nn_ops``,
+``comm_ops`` and ``_inner_ops`` re-export the classes MindSpore files there, so ``from
+mindspore.ops.operations.comm_ops import AllReduce`` ports by changing the package name only.
+"""
 
 from graphpar.ops.array_ops import (  # noqa: F401
     Cast, Concat, Depend, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice,
@@ -10,6 +15,7 @@ from graphpar.ops.comm_ops import (  # noqa: F401
     AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
 from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401
 from graphpar.ops.debug_ops import Print  # noqa: F401
+from graphpar.ops.index_ops import BroadcastTo, GatherD, GatherNd, TensorScatterUpdate  # noqa: F401
 from graphpar.ops.math_ops import (  # noqa: F401
     Abs, Add, AddN, Argmax, Argmin, ArgMaxWithValue, BatchMatMul, Ceil, Cos, CumSum, Div, Equal, Erf, Exp, Floor,
     FloorDiv, FloorMod, Greater, GreaterEqual, Identity, Less, LessEqual, Log, LogicalAnd, LogicalNot, LogicalOr,
@@ -20,4 +26,12 @@ from graphpar.ops.nn_ops import (  # noqa: F401
     AdaptiveAvgPool2D, AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm,
     LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,
     SparseSoftmaxCrossEntropyWithLogits, SyncBatchNorm)
+from graphpar.ops.norm_act_ops import L2Loss, Lerp, PReLU, RmsNorm, SigmoidCrossEntropyWithLogits  # noqa: F401
+from graphpar.ops.operations import _inner_ops as _inner_ops
+from graphpar.ops.operations import array_ops as array_ops
+from graphpar.ops.operations import comm_ops as comm_ops
+from graphpar.ops.operations import math_ops as math_ops
+from graphpar.ops.operations import nn_ops as nn_ops
 from graphpar.ops.primitive import Primitive  # noqa: F401
+from graphpar.ops.segment_ops import (  # noqa: F401
+    UnsortedSegmentMax, UnsortedSegmentMin, UnsortedSegmentProd, UnsortedSegmentSum)

@@ -1,0 +1,9 @@
+"""``mindspore.ops.operations.nn_ops``: the neural-network primitives, re-exported from where graphpar defines
+them."""
+
+from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401
+from graphpar.ops.nn_ops import (  # noqa: F401
+    AdaptiveAvgPool2D, AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm,
+    LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,
+    SparseSoftmaxCrossEntropyWithLogits)
+from graphpar.ops.norm_act_ops import L2Loss, PReLU, RmsNorm, SigmoidCrossEntropyWithLogits  # noqa: F401

@@ -1,0 +1,100 @@
+"""GatherNd, GatherD, TensorScatterUpdate and BroadcastTo: the math against numpy, one sharded plan each on 8
+devices (strategy and result), and the strategies MindSpore's infos refuse."""
+
+import numpy as np
+import pytest
+
+from graphpar import nn, ops
+from graphpar.errors import StrategyError
+from graphpar.ops import operations as P
+from tests.planner.helpers import OneOp, forward, rand, shard_shape, strategies
+
+
+def test_gather_nd_matches_numpy():
+    x = rand(4, 5, 6)
+    idx = np.array([[[0, 1], [3, 4]], [[2, 2], [1, 0]]], np.int32)  # (2, 2, 2): pairs into x's first two dims
+    out = np.asarray(P.GatherNd()(x, idx))
+    assert out.shape == (2, 2, 6)
+    np.testing.assert_array_equal(out, x[idx[..., 0], idx[..., 1]])
+
+
+def test_gather_nd_index_deeper_than_rank_is_refused():
+    with pytest.raises(ValueError, match=r"indices.shape\[-1\] \(3\) must be <= the rank of input_x \(2\)"):
+        P.GatherNd()(rand(4, 4), np.zeros((2, 3), np.int32))
+
+
+def test_gather_nd_plan_splits_the_indices_only():
+    x = rand(8, 16)
+    idx = np.random.default_rng(1).integers(0, 8, size=(16, 4, 1)).astype(np.int32)
+    out, _, graph = forward(OneOp(P.GatherNd().shard(((1, 1), (4, 2, 1)))), x, idx)
+    assert strategies(graph)["op"] == ((1, 1), (4, 2, 1))
+    assert shard_shape(out) == (4, 2, 16)
+    np.testing.assert_array_equal(np.asarray(out), x[idx[..., 0]])
+
+
+@pytest.mark.parametrize("hint, where", [(((2, 1), (4, 1, 1)), "input_x dim 0"),
+                                         (((1, 1), (1, 1, 2)), "indices dim 2")])
+def test_gather_nd_refuses_a_split_table_or_index_tuple(hint, where):
+    with pytest.raises(StrategyError, match=f"GatherNd cannot split {where}"):
+        forward(OneOp(P.GatherNd().shard(hint)), rand(8, 16), np.zeros((16, 4, 2), np.int32))
+
+
+class GatherDNet(nn.Cell):
+    def __init__(self, hint):
+        super().__init__()
+        self.gather_d = P.GatherD().shard(hint)
+
+    def construct(self, x, index):
+        return self.gather_d(x, 1, index)
+
+
+def test_gather_d_matches_numpy_and_keeps_dim_whole():
+    x = rand(8, 6)
+    idx = np.random.default_rng(2).integers(0, 6, size=(8, 4)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(P.GatherD()(x, 1, idx)), np.take_along_axis(x, idx, 1))
+    out, _, graph = forward(GatherDNet(((8, 1), (8, 1))), x, idx)
+    assert strategies(graph)["gather_d"] == ((8, 1), (8, 1)) and shard_shape(out) == (1, 4)
+    np.testing.assert_array_equal(np.asarray(out), np.take_along_axis(x, idx, 1))
+    with pytest.raises(StrategyError, match="GatherD cannot split x dim 1"):
+        forward(GatherDNet(((4, 2), (4, 2))), x, idx)
+
+
+def test_tensor_scatter_update_matches_numpy():
+    x = rand(6, 4)
+    idx = np.array([[1], [4]], np.int32)
+    upd = rand(2, 4, seed=3)
+    want = x.copy()
+    want[[1, 4]] = upd
+    np.testing.assert_array_equal(np.asarray(P.TensorScatterUpdate()(x, idx, upd)), want)
+
+
+def test_tensor_scatter_update_plan_splits_the_trailing_dims():
+    x, idx, upd = rand(6, 8), np.array([[1], [4]], np.int32), rand(2, 8, seed=3)
+    out, _, graph = forward(OneOp(P.TensorScatterUpdate().shard(((1, 8), (1, 1), (1, 8)))), x, idx, upd)
+    assert strategies(graph)["op"] == ((1, 8), (1, 1), (1, 8)) and shard_shape(out) == (6, 1)
+    want = x.copy()
+    want[[1, 4]] = upd
+    np.testing.assert_array_equal(np.asarray(out), want)
+    with pytest.raises(StrategyError, match="TensorScatterUpdate cannot split input_x dim 0"):
+        forward(OneOp(P.TensorScatterUpdate().shard(((2, 4), (1, 1), (1, 4)))), x, idx, upd)
+
+
+def test_broadcast_to_matches_numpy_with_minus_one():
+    x = rand(1, 3)
+    out = P.BroadcastTo((2, 4, -1))(x)
+    np.testing.assert_array_equal(np.asarray(out), np.broadcast_to(x, (2, 4, 3)))
+    with pytest.raises(ValueError, match="each entry must be a positive int or -1"):
+        P.BroadcastTo((2, 0))
+
+
+def test_broadcast_to_plan_follows_the_kept_dims():
+    x = rand(1, 16, 8)
+    out, _, graph = forward(OneOp(P.BroadcastTo((4, 16, 8)).shard(((1, 4, 2),))), x)
+    assert strategies(graph)["op"] == ((1, 4, 2),) and shard_shape(out) == (4, 4, 4)
+    np.testing.assert_array_equal(np.asarray(out), np.broadcast_to(x, (4, 16, 8)))
+
+
+def test_operations_is_a_package_with_mindspore_submodules():
+    from graphpar.ops.operations import _inner_ops, array_ops, comm_ops, math_ops, nn_ops
+    assert comm_ops.AllReduce is P.AllReduce and nn_ops.RmsNorm is P.RmsNorm and array_ops.GatherNd is ops.GatherNd
+    assert math_ops.Lerp is ops.Lerp and _inner_ops.SiLU is P.SiLU
