@@ -7,6 +7,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from graphpar.ops.array_ops import Gather
 from graphpar.ops.primitive import Primitive
 
 
@@ -83,3 +84,8 @@ class BroadcastTo(Primitive):
 
     def compute(self, x):
         return jnp.broadcast_to(x, self.target(jnp.shape(x)))
+
+
+class SparseGatherV2(Gather):
+    """``SparseGatherV2()(input_params, input_indices, axis)``: Gather's forward (MindSpore's variant whose table
+    gradient is a sparse row update; JAX's gather gradient is a scatter-add of the same rows). Planned as Gather."""

@@ -98,3 +98,38 @@ def test_operations_is_a_package_with_mindspore_submodules():
     from graphpar.ops.operations import _inner_ops, array_ops, comm_ops, math_ops, nn_ops
     assert comm_ops.AllReduce is P.AllReduce and nn_ops.RmsNorm is P.RmsNorm and array_ops.GatherNd is ops.GatherNd
     assert math_ops.Lerp is ops.Lerp and _inner_ops.SiLU is P.SiLU
+
+
+def test_sparse_gather_v2_is_gather_and_plans_as_gather():
+    table, idx = rand(16, 8), np.array([[1, 3], [15, 0]], np.int32)
+    out, _, graph = forward(OneOp(P.SparseGatherV2().shard(((1, 8), (1, 1))), 0), table, idx)
+    assert strategies(graph)["op"] == ((1, 8), (1, 1)) and shard_shape(out) == (2, 2, 1)
+    np.testing.assert_array_equal(np.asarray(out), table[idx])
+
+
+@pytest.mark.parametrize("paddings, contiguous, widths", [((1, 2), True, ((0, 0), (0, 0), (1, 2))),
+                                                          ((0, 0, 1, 2), True, ((0, 0), (1, 2), (0, 0))),
+                                                          ((1, 0, 2, 3), False, ((0, 0), (0, 3), (1, 2)))])
+def test_pad_v3_pads_the_last_dimensions_first(paddings, contiguous, widths):
+    x = rand(2, 3, 4)
+    out = P.PadV3(paddings_contiguous=contiguous)(x, paddings, 0.5)
+    np.testing.assert_array_equal(np.asarray(out), np.pad(x, widths, constant_values=0.5))
+
+
+def test_pad_v3_modes_and_cropping():
+    x = rand(3, 4)
+    np.testing.assert_array_equal(np.asarray(P.PadV3("reflect")(x, (1, 1))), np.pad(x, ((0, 0), (1, 1)), "reflect"))
+    np.testing.assert_array_equal(np.asarray(P.PadV3("circular")(x, (2, 1))), np.pad(x, ((0, 0), (2, 1)), "wrap"))
+    np.testing.assert_array_equal(np.asarray(P.PadV3()(x, (-1, 0))), x[:, 1:])  # a negative width crops
+
+
+def test_pad_v3_plan_keeps_padded_dims_whole():
+    x = rand(8, 16, 8)
+    net = OneOp(P.PadV3().shard(((2, 4, 1), (1,), ())), (1, 2), np.float32(0.5))
+    out, _, graph = forward(net, x)
+    assert strategies(graph)["op"] == ((2, 4, 1), ()) and shard_shape(out) == (4, 4, 11)  # x and value
+    np.testing.assert_array_equal(np.asarray(out), np.pad(x, ((0, 0), (0, 0), (1, 2)), constant_values=0.5))
+    with pytest.raises(StrategyError, match="PadV3 cannot split x dim 2"):
+        forward(OneOp(P.PadV3().shard(((2, 2, 2), (1,), ())), (1, 2), np.float32(0.5)), x)
+    with pytest.raises(StrategyError, match=r"paddings' entry \(2,\) must be all 1"):
+        P.PadV3().shard(((2, 2, 2), (2,), ()))

@@ -15,7 +15,8 @@ from graphpar.ops.comm_ops import (  # noqa: F401
     AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
 from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401
 from graphpar.ops.debug_ops import Print  # noqa: F401
-from graphpar.ops.index_ops import BroadcastTo, GatherD, GatherNd, TensorScatterUpdate  # noqa: F401
+from graphpar.ops.index_ops import (  # noqa: F401
+    BroadcastTo, GatherD, GatherNd, SparseGatherV2, TensorScatterUpdate)
 from graphpar.ops.math_ops import (  # noqa: F401
     Abs, Add, AddN, Argmax, Argmin, ArgMaxWithValue, BatchMatMul, Ceil, Cos, CumSum, Div, Equal, Erf, Exp, Floor,
     FloorDiv, FloorMod, Greater, GreaterEqual, Identity, Less, LessEqual, Log, LogicalAnd, LogicalNot, LogicalOr,
@@ -32,6 +33,11 @@ from graphpar.ops.operations import array_ops as array_ops
 from graphpar.ops.operations import comm_ops as comm_ops
 from graphpar.ops.operations import math_ops as math_ops
 from graphpar.ops.operations import nn_ops as nn_ops
+from graphpar.ops.pad_ops import PadV3  # noqa: F401
 from graphpar.ops.primitive import Primitive  # noqa: F401
 from graphpar.ops.segment_ops import (  # noqa: F401
     UnsortedSegmentMax, UnsortedSegmentMin, UnsortedSegmentProd, UnsortedSegmentSum)
+
+# ``from graphpar.ops.operations import *`` (graphpar.ops does) exports the primitive classes only: the submodule
+# names above (nn_ops, math_ops, ...) must not replace graphpar.ops' own modules of the same names.
+__all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and isinstance(v, type))

@@ -66,3 +66,12 @@ def _unsorted_segment(node, graph):
     labels = tuple(f"d{i}" for i in range(len(x)))
     out = (None,) + labels[len(ids):]
     return DimSpec((labels, labels[:len(ids)]), (out,), labels)
+
+
+@register("PadV3")
+def _pad_v3(node, graph):
+    """MindSpore's PadV3Info: a dimension that is padded (or cropped) stays whole; the others split, and the
+    output follows them. ``value`` is a scalar."""
+    ins, outs = shapes_of(node, graph)
+    labels = tuple(f"d{i}" if a == b else None for i, (a, b) in enumerate(zip(ins[0], outs[0])))
+    return DimSpec((labels,) + tuple(() for _ in ins[1:]), (labels,), tuple(l for l in labels if l))
