@@ -7,3 +7,4 @@ from graphpar.ops.nn_ops import (  # noqa: F401
     LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,
     SparseSoftmaxCrossEntropyWithLogits)
 from graphpar.ops.norm_act_ops import L2Loss, PReLU, RmsNorm, SigmoidCrossEntropyWithLogits  # noqa: F401
+from graphpar.ops.pool3d_ops import AvgPool3D, Conv3D, MaxPool3D  # noqa: F401
