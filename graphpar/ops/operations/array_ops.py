@@ -8,3 +8,4 @@ from graphpar.ops.index_ops import (  # noqa: F401
 from graphpar.ops.pad_ops import PadV3  # noqa: F401
 from graphpar.ops.segment_ops import (  # noqa: F401
     UnsortedSegmentMax, UnsortedSegmentMin, UnsortedSegmentProd, UnsortedSegmentSum)
+from graphpar.ops.misc_ops import SplitV  # noqa: F401

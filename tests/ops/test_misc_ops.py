@@ -1,0 +1,110 @@
+"""Cdist, CheckValid, SplitV, TopK, ArgMinWithValue, ResizeBilinearV2 and ResizeNearestNeighbor: the math against
+numpy, one sharded plan each on 8 devices (strategy and result), and the splits MindSpore's infos refuse."""
+
+import jax
+import numpy as np
+import pytest
+
+from graphpar import nn
+from graphpar.errors import StrategyError
+from graphpar.ops import operations as P
+from tests.planner.helpers import OneOp, forward, rand, shard_shape, strategies
+
+
+def _cdist(x, y, p):
+    return (np.abs(x[..., :, None, :] - y[..., None, :, :]) ** p).sum(-1) ** (1 / p)
+
+
+def test_cdist_matches_numpy_and_splits_batch_and_rows():
+    x, y = rand(2, 8, 5), rand(2, 4, 5, seed=1)
+    np.testing.assert_allclose(np.asarray(P.Cdist()(x, y)), _cdist(x, y, 2), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(P.Cdist(p=1.0)(x, y)), _cdist(x, y, 1), rtol=1e-5)
+    assert np.isfinite(np.asarray(jax.grad(lambda a: P.Cdist()(a, a).sum())(x))).all()  # zero distances
+    out, _, graph = forward(OneOp(P.Cdist().shard(((2, 4, 1), (2, 1, 1)))), x, y)
+    assert strategies(graph)["op"] == ((2, 4, 1), (2, 1, 1)) and shard_shape(out) == (1, 2, 4)
+    np.testing.assert_allclose(np.asarray(out), _cdist(x, y, 2), rtol=1e-5)
+    with pytest.raises(StrategyError, match="input_y dim 0 is split 1 but input_x dim 0 is split 2"):
+        forward(OneOp(P.Cdist().shard(((2, 2, 1), (1, 2, 1)))), x, y)
+    with pytest.raises(StrategyError, match="Cdist cannot split input_x dim 2"):
+        forward(OneOp(P.Cdist().shard(((1, 1, 5), (1, 1, 1)))), x, y)
+
+
+def test_check_valid_matches_mindspores_example_and_splits_boxes():
+    boxes, meta = np.linspace(0, 6, 12).reshape(3, 4).astype(np.float32), np.array([2, 1, 3], np.float32)
+    np.testing.assert_array_equal(np.asarray(P.CheckValid()(boxes, meta)), [True, False, False])
+    many = np.abs(rand(16, 4)) * 3
+    out, _, graph = forward(OneOp(P.CheckValid().shard(((8, 1), (1,)))), many, meta)
+    assert strategies(graph)["op"] == ((8, 1), (1,)) and shard_shape(out) == (2,)
+    want = (many[:, 0] >= 0) & (many[:, 1] >= 0) & (many[:, 2] <= 2) & (many[:, 3] <= 5)
+    np.testing.assert_array_equal(np.asarray(out), want)
+    with pytest.raises(StrategyError, match="CheckValid cannot split bboxes dim 1"):
+        forward(OneOp(P.CheckValid().shard(((2, 2), (1,)))), many, meta)
+
+
+class SplitVNet(nn.Cell):
+    def __init__(self, hint):
+        super().__init__()
+        self.split_v = P.SplitV((3, -1, 2), 1, 3).shard(hint)
+
+    def construct(self, x):
+        a, b, c = self.split_v(x)
+        return a.sum(1) + b.sum(1) * 2 + c.sum(1) * 3
+
+
+def test_split_v_sizes_with_minus_one_and_plan():
+    x = rand(8, 8, 4)
+    parts = P.SplitV((3, -1, 2), 1, 3)(x)
+    assert [p.shape[1] for p in parts] == [3, 3, 2]
+    np.testing.assert_array_equal(np.asarray(parts[1]), x[:, 3:6])
+    out, _, graph = forward(SplitVNet(((2, 1, 4),)), x)
+    assert strategies(graph)["split_v"] == ((2, 1, 4),)
+    want = x[:, :3].sum(1) + x[:, 3:6].sum(1) * 2 + x[:, 6:].sum(1) * 3
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5)
+    with pytest.raises(StrategyError, match="SplitV cannot split x dim 1"):
+        forward(SplitVNet(((1, 2, 4),)), x)
+
+
+def test_top_k_and_arg_min_with_value():
+    x = rand(8, 16)
+    values, idx = P.TopK()(x, 3)
+    np.testing.assert_allclose(np.asarray(values), -np.sort(-x, axis=1)[:, :3])
+    np.testing.assert_array_equal(np.asarray(idx), np.argsort(-x, axis=1)[:, :3])
+    out, _, graph = forward(OneOp(P.TopK().shard(((8, 1),)), 3), x)
+    assert strategies(graph)["op"] == ((8, 1),) and shard_shape(out[0]) == (1, 3)
+    np.testing.assert_allclose(np.asarray(out[0]), -np.sort(-x, axis=1)[:, :3])
+    with pytest.raises(StrategyError, match="TopK cannot split x dim 1"):
+        forward(OneOp(P.TopK().shard(((1, 8),)), 3), x)
+    index, value = P.ArgMinWithValue(axis=1)(x)
+    np.testing.assert_array_equal(np.asarray(index), x.argmin(1))
+    np.testing.assert_allclose(np.asarray(value), x.min(1))
+    out, _, graph = forward(OneOp(P.ArgMinWithValue(axis=1).shard(((8, 1),))), x)
+    assert strategies(graph)["op"] == ((8, 1),)
+    np.testing.assert_allclose(np.asarray(out[1]), x.min(1))
+
+
+def test_resize_bilinear_conventions():
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 1, 4)
+    legacy = P.ResizeBilinearV2()(x, (1, 8))  # source = i * 4 / 8
+    np.testing.assert_allclose(np.asarray(legacy)[0, 0, 0], [0, 0.5, 1, 1.5, 2, 2.5, 3, 3])
+    corners = P.ResizeBilinearV2(align_corners=True)(x, (1, 7))  # source = i * 3 / 6
+    np.testing.assert_allclose(np.asarray(corners)[0, 0, 0], [0, 0.5, 1, 1.5, 2, 2.5, 3])
+    half = P.ResizeBilinearV2(half_pixel_centers=True)(x, (1, 8))  # source = (i + .5) / 2 - .5, clamped at 0
+    np.testing.assert_allclose(np.asarray(half)[0, 0, 0], [0, 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3])
+    with pytest.raises(ValueError, match="cannot both be True"):
+        P.ResizeBilinearV2(True, True)
+
+
+def test_resize_nearest_and_plans():
+    x = rand(4, 2, 4, 4)
+    near = P.ResizeNearestNeighbor((8, 8))(x)
+    np.testing.assert_array_equal(np.asarray(near), x.repeat(2, 2).repeat(2, 3))
+    out, _, graph = forward(OneOp(P.ResizeNearestNeighbor((8, 8)).shard(((2, 1, 2, 2),))), x)
+    assert strategies(graph)["op"] == ((2, 1, 2, 2),) and shard_shape(out) == (2, 2, 4, 4)
+    np.testing.assert_array_equal(np.asarray(out), x.repeat(2, 2).repeat(2, 3))
+    with pytest.raises(StrategyError, match="ResizeNearestNeighbor cannot split x dim 2"):
+        forward(OneOp(P.ResizeNearestNeighbor((8, 8), align_corners=True).shard(((2, 1, 2, 2),))), x)
+    out, _, graph = forward(OneOp(P.ResizeBilinearV2().shard(((2, 2, 1, 2),)), (8, 8)), x)
+    assert strategies(graph)["op"] == ((2, 2, 1, 2),) and shard_shape(out) == (2, 1, 8, 4)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(P.ResizeBilinearV2()(x, (8, 8))), rtol=1e-6)
+    with pytest.raises(StrategyError, match="ResizeBilinearV2 cannot split x dim 2"):
+        forward(OneOp(P.ResizeBilinearV2().shard(((1, 1, 2, 1),)), (8, 8)), x)
