@@ -89,3 +89,51 @@ class BroadcastTo(Primitive):
 class SparseGatherV2(Gather):
     """``SparseGatherV2()(input_params, input_indices, axis)``: Gather's forward (MindSpore's variant whose table
     gradient is a sparse row update; JAX's gather gradient is a scatter-add of the same rows). Planned as Gather."""
+
+
+class EmbeddingLookup(Primitive):
+    """``EmbeddingLookup()(input_params, input_indices, offset)``: the rows ``input_indices - offset`` of
+    ``input_params`` (a table shard whose first row is global row ``offset``); an index outside the table's rows
+    gives a row of zeros, as MindSpore's kernel."""
+
+    input_names = ("input_params", "input_indices")
+
+    def compute(self, params, indices, offset=0):
+        rows = jnp.shape(params)[0]
+        local = jnp.asarray(indices) - offset
+        inside = (local >= 0) & (local < rows)
+        out = jnp.take(params, jnp.where(inside, local, 0), axis=0)
+        return jnp.where(jnp.expand_dims(inside, tuple(range(local.ndim, out.ndim))), out, 0)
+
+
+class _InplaceRows(Primitive):
+    """``Inplace*(indices)(x, v)``: row ``indices[i]`` of ``x`` combined with row ``i`` of ``v`` (``v`` has
+    ``len(indices)`` rows and ``x``'s other dimensions); a new array, as every JAX value."""
+
+    input_names = ("x", "v")
+
+    def __init__(self, indices: Any):
+        indices = (indices,) if isinstance(indices, int) else tuple(int(i) for i in indices)
+        super().__init__(indices=indices)
+
+    def rows(self, x, v):
+        idx = jnp.asarray(self.attrs["indices"], jnp.int32)
+        if jnp.shape(v)[0] != idx.shape[0] or jnp.shape(v)[1:] != jnp.shape(x)[1:]:
+            raise ValueError(f"{self.name} '{self.instance_name}': v's shape {jnp.shape(v)} must be "
+                             f"({idx.shape[0]},) + x's shape {jnp.shape(x)} without its first dimension")
+        return jnp.asarray(x).at[idx]
+
+
+class InplaceAdd(_InplaceRows):
+    def compute(self, x, v):
+        return self.rows(x, v).add(v)
+
+
+class InplaceSub(_InplaceRows):
+    def compute(self, x, v):
+        return self.rows(x, v).add(-v)
+
+
+class InplaceUpdate(_InplaceRows):
+    def compute(self, x, v):
+        return self.rows(x, v).set(v)

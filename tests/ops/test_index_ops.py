@@ -133,3 +133,38 @@ def test_pad_v3_plan_keeps_padded_dims_whole():
         forward(OneOp(P.PadV3().shard(((2, 2, 2), (1,), ())), (1, 2), np.float32(0.5)), x)
     with pytest.raises(StrategyError, match=r"paddings' entry \(2,\) must be all 1"):
         P.PadV3().shard(((2, 2, 2), (2,), ()))
+
+
+class EmbeddingNet(nn.Cell):
+    def __init__(self, hint, offset):
+        super().__init__()
+        self.lookup = P.EmbeddingLookup().shard(hint)
+        self.offset = offset
+
+    def construct(self, table, idx):
+        return self.lookup(table, idx, self.offset)
+
+
+def test_embedding_lookup_offset_zero_fills_and_row_split():
+    table = rand(8, 4)
+    idx = np.array([[2, 9], [5, 1]], np.int32)  # with offset 1: rows 1, 8 (outside: zeros), 4, 0
+    want = np.stack([table[i - 1] if 0 <= i - 1 < 8 else np.zeros(4, np.float32) for i in idx.ravel()]).reshape(
+        2, 2, 4)
+    np.testing.assert_array_equal(np.asarray(P.EmbeddingLookup()(table, idx, 1)), want)
+    out, _, graph = forward(EmbeddingNet(((8, 1), (1, 1)), 1), table, idx)
+    assert strategies(graph)["lookup"] == ((8, 1), (1, 1))
+    np.testing.assert_array_equal(np.asarray(out), want)
+
+
+@pytest.mark.parametrize("kind, combine", [("InplaceAdd", lambda a, b: a + b), ("InplaceSub", lambda a, b: a - b),
+                                           ("InplaceUpdate", lambda a, b: b)])
+def test_inplace_ops_match_numpy_and_keep_rows_whole(kind, combine):
+    x, v = rand(6, 4, 8), rand(2, 4, 8, seed=1)
+    want = x.copy()
+    want[[1, 4]] = combine(x[[1, 4]], v)
+    np.testing.assert_allclose(np.asarray(getattr(P, kind)((1, 4))(x, v)), want, rtol=1e-6)
+    out, _, graph = forward(OneOp(getattr(P, kind)((1, 4)).shard(((1, 4, 2), (1, 4, 2)))), x, v)
+    assert strategies(graph)["op"] == ((1, 4, 2), (1, 4, 2)) and shard_shape(out) == (6, 1, 4)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6)
+    with pytest.raises(StrategyError, match=f"{kind} cannot split x dim 0"):
+        forward(OneOp(getattr(P, kind)((1, 4)).shard(((2, 4, 1), (2, 4, 1)))), x, v)

@@ -16,7 +16,8 @@ from graphpar.ops.comm_ops import (  # noqa: F401
 from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401
 from graphpar.ops.debug_ops import Print  # noqa: F401
 from graphpar.ops.index_ops import (  # noqa: F401
-    BroadcastTo, GatherD, GatherNd, SparseGatherV2, TensorScatterUpdate)
+    BroadcastTo, EmbeddingLookup, GatherD, GatherNd, InplaceAdd, InplaceSub, InplaceUpdate, SparseGatherV2,
+    TensorScatterUpdate)
 from graphpar.ops.math_ops import (  # noqa: F401
     Abs, Add, AddN, Argmax, Argmin, ArgMaxWithValue, BatchMatMul, Ceil, Cos, CumSum, Div, Equal, Erf, Exp, Floor,
     FloorDiv, FloorMod, Greater, GreaterEqual, Identity, Less, LessEqual, Log, LogicalAnd, LogicalNot, LogicalOr,

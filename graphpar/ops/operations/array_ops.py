@@ -4,7 +4,7 @@ from graphpar.ops.array_ops import (  # noqa: F401
     Cast, Concat, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice, Split,
     Squeeze, Stack, StridedSlice, TensorToScalar, Tile, Transpose)
 from graphpar.ops.index_ops import (  # noqa: F401
-    BroadcastTo, GatherD, GatherNd, SparseGatherV2, TensorScatterUpdate)
+    BroadcastTo, EmbeddingLookup, GatherD, GatherNd, SparseGatherV2, TensorScatterUpdate)
 from graphpar.ops.pad_ops import PadV3  # noqa: F401
 from graphpar.ops.segment_ops import (  # noqa: F401
     UnsortedSegmentMax, UnsortedSegmentMin, UnsortedSegmentProd, UnsortedSegmentSum)

@@ -9,3 +9,4 @@ from graphpar.ops.math_ops import (  # noqa: F401
     ReduceMin, ReduceProd, ReduceSum, Rsqrt, Sign, Sin, Sqrt, Square, SquaredDifference, Sub, Tanh, TensorAdd)
 from graphpar.ops.norm_act_ops import Lerp  # noqa: F401
 from graphpar.ops.misc_ops import ArgMinWithValue, Cdist  # noqa: F401
+from graphpar.ops.index_ops import InplaceAdd, InplaceSub, InplaceUpdate  # noqa: F401

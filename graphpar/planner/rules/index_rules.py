@@ -75,3 +75,25 @@ def _pad_v3(node, graph):
     ins, outs = shapes_of(node, graph)
     labels = tuple(f"d{i}" if a == b else None for i, (a, b) in enumerate(zip(ins[0], outs[0])))
     return DimSpec((labels,) + tuple(() for _ in ins[1:]), (labels,), tuple(l for l in labels if l))
+
+
+@register("EmbeddingLookup")
+def _embedding_lookup(node, graph):
+    """A Gather on axis 0 (MindSpore plans EmbeddingLookup with its GatherInfo): a split of the table's rows
+    leaves each device the rows it holds (the others give zeros) and the output sums them; the columns and the
+    indices split freely."""
+    ins, _ = shapes_of(node, graph)
+    params, indices = ins
+    p_labels = ("v",) + tuple(f"p{i}" for i in range(1, len(params)))
+    i_labels = tuple(f"q{i}" for i in range(len(indices)))
+    return DimSpec((p_labels, i_labels), (i_labels + p_labels[1:],), i_labels + p_labels,
+                   batch=i_labels[0] if i_labels else None)
+
+
+@register("InplaceAdd", "InplaceSub", "InplaceUpdate")
+def _inplace_rows(node, graph):
+    """MindSpore's InplaceOpInfo: the indexed (first) dimension stays whole; the others split alike on ``x``, ``v``
+    and the output."""
+    ins, _ = shapes_of(node, graph)
+    labels = (None,) + tuple(f"d{i}" for i in range(1, len(ins[0])))
+    return DimSpec((labels, labels), (labels,), labels[1:])
