@@ -92,3 +92,12 @@ class ArgMinWithValue(ArgMaxWithValue):
     def compute(self, x):
         axis, keep = self.attrs["axis"], self.attrs["keep_dims"]
         return (jnp.argmin(x, axis=axis, keepdims=keep).astype(jnp.int32), jnp.min(x, axis=axis, keepdims=keep))
+
+
+class _VirtualDataset(Primitive):
+    """MindSpore's ``_VirtualDataset()(*inputs)``, the op its planner puts after the dataset to hold the dataset
+    strategy. graphpar's planner reads ``dataset_strategy`` at the network's inputs itself
+    (``planner/passes/propagate.py``), so this is the identity on its inputs and records no op."""
+
+    def __call__(self, *inputs: Any) -> Any:
+        return inputs[0] if len(inputs) == 1 else tuple(inputs)

@@ -9,6 +9,7 @@ MindSpore's kernels drop them. A segment that no id names holds the reduction's 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import jax
@@ -52,8 +53,36 @@ class UnsortedSegmentSum(_UnsortedSegment):
     reduce = staticmethod(jax.ops.segment_sum)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _segment_prod(x, ids, num_segments):
+    """``jax.ops.segment_prod`` with a gradient for repeated ids (JAX's scatter-multiply has none): the derivative
+    of a segment's product by one of its entries is the product of the others, taken without dividing so that
+    zeros are exact (one zero: the others' product for it, 0 for the rest; two or more: 0)."""
+    return jax.ops.segment_prod(x, ids, num_segments=num_segments)
+
+
+def _segment_prod_fwd(x, ids, num_segments):
+    return _segment_prod(x, ids, num_segments), (x, ids)
+
+
+def _segment_prod_bwd(num_segments, res, g):
+    x, ids = res
+    zero = x == 0
+    nonzero_prod = jax.ops.segment_prod(jnp.where(zero, 1, x), ids, num_segments=num_segments)
+    zeros = jax.ops.segment_sum(zero.astype(jnp.int32), ids, num_segments=num_segments)
+    rows = jnp.clip(ids, 0, num_segments - 1)
+    in_range = jnp.reshape((ids >= 0) & (ids < num_segments), (-1,) + (1,) * (x.ndim - 1))
+    own_zeros, own_prod, own_g = zeros[rows], nonzero_prod[rows], g[rows]
+    others = jnp.where(own_zeros == 0, own_prod / jnp.where(zero, 1, x),
+                       jnp.where((own_zeros == 1) & zero, own_prod, 0))
+    return jnp.where(in_range, own_g * others, 0), None
+
+
+_segment_prod.defvjp(_segment_prod_fwd, _segment_prod_bwd)
+
+
 class UnsortedSegmentProd(_UnsortedSegment):
-    reduce = staticmethod(jax.ops.segment_prod)
+    reduce = staticmethod(lambda x, ids, num_segments: _segment_prod(x, ids, num_segments))
 
 
 class UnsortedSegmentMin(_UnsortedSegment):

@@ -108,3 +108,10 @@ def test_resize_nearest_and_plans():
     np.testing.assert_allclose(np.asarray(out), np.asarray(P.ResizeBilinearV2()(x, (8, 8))), rtol=1e-6)
     with pytest.raises(StrategyError, match="ResizeBilinearV2 cannot split x dim 2"):
         forward(OneOp(P.ResizeBilinearV2().shard(((1, 1, 2, 1),)), (8, 8)), x)
+
+
+def test_virtual_dataset_is_the_identity():
+    from graphpar.ops.operations.comm_ops import _VirtualDataset
+    x, y = rand(2, 2), rand(3)
+    a, b = _VirtualDataset()(x, y)
+    assert a is x and b is y and _VirtualDataset()(x) is x

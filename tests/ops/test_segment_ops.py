@@ -1,6 +1,7 @@
 """UnsortedSegmentSum/Prod/Min/Max: the math against numpy (empty segments, dropped ids), one sharded plan on 8
 devices (a split of the segmented rows leaves partial reductions the output combines) and a refused strategy."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -51,3 +52,10 @@ def test_ids_split_unlike_the_rows_is_refused():
     x, ids = rand(4, 4, 8), np.zeros((4, 4), np.int32)
     with pytest.raises(StrategyError, match="segment_ids dim 1 is split 4 but input_x dim 1 is split 2"):
         forward(SegmentNet("Sum", ((2, 2, 1), (2, 4))), x, ids)
+
+
+def test_prod_gradient_with_repeated_ids_and_zeros():
+    x = np.array([[2.0], [3.0], [0.0], [5.0], [0.0], [0.0], [7.0]], np.float32)
+    ids = np.array([0, 0, 1, 1, 2, 2, 3], np.int32)  # segment 1 has one zero, segment 2 two, 3 is alone
+    grad = jax.grad(lambda a: (P.UnsortedSegmentProd()(a, ids, 4) * np.arange(1, 5)[:, None]).sum())(x)
+    np.testing.assert_allclose(np.asarray(grad)[:, 0], [3.0, 2.0, 5.0 * 2, 0.0, 0.0, 0.0, 4.0])

@@ -2,3 +2,4 @@
 
 from graphpar.ops.comm_ops import (  # noqa: F401
     AllGather, AllReduce, AlltoAll, Broadcast, ReduceOp, ReduceScatter)
+from graphpar.ops.misc_ops import _VirtualDataset  # noqa: F401
