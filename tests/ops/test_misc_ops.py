@@ -115,3 +115,39 @@ def test_virtual_dataset_is_the_identity():
     x, y = rand(2, 2), rand(3)
     a, b = _VirtualDataset()(x, y)
     assert a is x and b is y and _VirtualDataset()(x) is x
+
+
+def _crop_numpy(x, boxes, box_index, size, fill=0.0):
+    n_h, n_w = size
+    _, height, width, _ = x.shape
+    out = np.full((len(boxes), n_h, n_w, x.shape[3]), fill, np.float32)
+    for b, (y1, x1, y2, x2) in enumerate(boxes):
+        for i in range(n_h):
+            y = y1 * (height - 1) + i * (y2 - y1) * (height - 1) / (n_h - 1)
+            for j in range(n_w):
+                xx = x1 * (width - 1) + j * (x2 - x1) * (width - 1) / (n_w - 1)
+                if not (0 <= y <= height - 1 and 0 <= xx <= width - 1):
+                    continue
+                y0, x0 = int(np.floor(y)), int(np.floor(xx))
+                y1_, x1_ = min(y0 + 1, height - 1), min(x0 + 1, width - 1)
+                dy, dx = y - y0, xx - x0
+                img = x[box_index[b]]
+                top = img[y0, x0] * (1 - dx) + img[y0, x1_] * dx
+                bottom = img[y1_, x0] * (1 - dx) + img[y1_, x1_] * dx
+                out[b, i, j] = top * (1 - dy) + bottom * dy
+    return out
+
+
+def test_crop_and_resize_matches_numpy_and_splits_boxes():
+    x = rand(4, 6, 5, 8)
+    boxes = np.array([[0, 0, 1, 1], [0.2, 0.1, 0.9, 0.7], [-0.2, 0.3, 0.5, 1.2], [0.5, 0.5, 0.5, 0.5]], np.float32)
+    box_index = np.array([0, 3, 1, 2], np.int32)
+    want = _crop_numpy(x, boxes, box_index, (3, 4))
+    np.testing.assert_allclose(np.asarray(P.CropAndResize()(x, boxes, box_index, (3, 4))), want, rtol=1e-5,
+                               atol=1e-6)
+    out, _, graph = forward(OneOp(P.CropAndResize().shard(((2, 1, 1, 2), (2, 1), (2,))), (3, 4)), x, boxes,
+                            box_index)
+    assert strategies(graph)["op"] == ((2, 1, 1, 2), (2, 1), (2,)) and shard_shape(out) == (2, 3, 4, 4)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(StrategyError, match="box_index dim 0 is split 1 but boxes dim 0 is split 2"):
+        forward(OneOp(P.CropAndResize().shard(((4, 1, 1, 1), (2, 1), (1,))), (3, 4)), x, boxes, box_index)

@@ -38,7 +38,7 @@ from graphpar.ops.operations import nn_ops as nn_ops
 from graphpar.ops.pad_ops import PadV3  # noqa: F401
 from graphpar.ops.pool3d_ops import AvgPool3D, Conv3D, MaxPool3D  # noqa: F401
 from graphpar.ops.primitive import Primitive  # noqa: F401
-from graphpar.ops.resize_ops import ResizeBilinearV2, ResizeNearestNeighbor  # noqa: F401
+from graphpar.ops.resize_ops import CropAndResize, ResizeBilinearV2, ResizeNearestNeighbor  # noqa: F401
 from graphpar.ops.segment_ops import (  # noqa: F401
     UnsortedSegmentMax, UnsortedSegmentMin, UnsortedSegmentProd, UnsortedSegmentSum)
 

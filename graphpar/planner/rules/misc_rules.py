@@ -62,3 +62,11 @@ def _resize_nearest(node, graph):
     hw = (None, None) if node.attrs.get("align_corners") else ("h", "w")
     row = ("n", "c") + hw
     return DimSpec((row,), (row,), tuple(l for l in row if l))
+
+
+@register("CropAndResize")
+def _crop_and_resize(node, graph):
+    """MindSpore's CropAndResizeInfo: the images split by batch (each device crops the boxes whose image it holds,
+    the others contribute zeros to a sum) and channel; height and width stay whole; boxes and box_index split
+    alike by box, and the output follows the boxes and the channels."""
+    return DimSpec((("n", None, None, "c"), ("b", None), ("b",)), (("b", None, None, "c"),), ("b", "n", "c"))
