@@ -55,7 +55,11 @@ def test_gather_d_matches_numpy_and_keeps_dim_whole():
     out, _, graph = forward(GatherDNet(((8, 1), (8, 1))), x, idx)
     assert strategies(graph)["gather_d"] == ((8, 1), (8, 1)) and shard_shape(out) == (1, 4)
     np.testing.assert_array_equal(np.asarray(out), np.take_along_axis(x, idx, 1))
-    with pytest.raises(StrategyError, match="GatherD cannot split x dim 1"):
+    # x's gathered dimension may split (each device answers the indices in its slice); index's may not
+    out, _, graph = forward(GatherDNet(((4, 2), (4, 1))), x, idx)
+    assert strategies(graph)["gather_d"] == ((4, 2), (4, 1)) and shard_shape(out) == (2, 4)
+    np.testing.assert_array_equal(np.asarray(out), np.take_along_axis(x, idx, 1))
+    with pytest.raises(StrategyError, match="GatherD cannot split index dim 1"):
         forward(GatherDNet(((4, 2), (4, 2))), x, idx)
 
 

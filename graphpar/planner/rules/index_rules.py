@@ -21,13 +21,16 @@ def _gather_nd(node, graph):
 
 @register("GatherD")
 def _gather_d(node, graph):
-    """MindSpore's GatherDInfo: ``x`` and ``index`` split alike, except along ``dim`` (an index may point anywhere
-    in it); the output has ``index``'s layout."""
+    """MindSpore's GatherDInfo: ``x`` and ``index`` split alike on every dimension but ``dim``, and the output has
+    ``index``'s layout. Along ``dim`` the index stays whole (an index may point anywhere in it) while ``x`` may split
+    (MindSpore 2.x: each device gathers the indices that fall in its slice, the others give 0, and the output sums
+    them)."""
     ins, _ = shapes_of(node, graph)
     rank = len(ins[0])
     dim = int(node.static_args.get(1, 0)) % rank
-    labels = tuple(None if i == dim else f"d{i}" for i in range(rank))
-    return DimSpec((labels, labels), (labels,), tuple(l for l in labels if l))
+    index = tuple(None if i == dim else f"d{i}" for i in range(rank))
+    x = tuple("v" if i == dim else f"d{i}" for i in range(rank))
+    return DimSpec((x, index), (index,), tuple(l for l in x if l))
 
 
 @register("TensorScatterUpdate")
