@@ -80,3 +80,17 @@ def test_l2_loss_and_sigmoid_cross_entropy():
 
 def test_functional_abs():
     np.testing.assert_array_equal(np.asarray(ops.abs(np.array([-1.5, 2.0], np.float32))), [1.5, 2.0])
+
+
+def test_rms_norm_refuses_an_out_strategy():
+    with pytest.raises(StrategyError, match="RmsNorm's output layouts follow its input's"):
+        forward(_RmsOut(), rand(16, 64), rand(64))
+
+
+class _RmsOut(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.rms_norm = P.RmsNorm().shard(((2, 1), (1,)), ((2, 1), (2, 1)))
+
+    def construct(self, x, g):
+        return self.rms_norm(x, g)[0]

@@ -3,6 +3,7 @@ after MindSpore's ``RmsNormInfo``, ``PReLUInfo`` and its arithmetic infos."""
 
 from __future__ import annotations
 
+from graphpar.errors import StrategyError
 from graphpar.planner.dims import DimSpec, elementwise, reduction, register, shapes_of
 
 
@@ -10,7 +11,11 @@ from graphpar.planner.dims import DimSpec, elementwise, reduction, register, sha
 def _rms_norm(node, graph):
     """MindSpore's RmsNormInfo: ``gamma`` splits as the trailing dimensions of ``x`` it matches; the normalised
     dimensions may split too (MindSpore 2.3+: the mean of squares is then reduced across their devices). ``y``
-    follows ``x``; ``rstd`` (size 1 on the normalised dimensions) follows the leading ones."""
+    follows ``x``; ``rstd`` (size 1 on the normalised dimensions) follows the leading ones. An ``out_strategy`` is
+    refused, as MindSpore refuses it ("not allowed to be set by users"): the outputs' layouts are the input's."""
+    if node.out_hint is not None:
+        raise StrategyError(node.instance_name, node.out_hint, "RmsNorm's output layouts follow its input's and "
+                            "cannot be set", node.scope, "Drop out_strategy; shard x (and gamma) in in_strategy")
     ins, _ = shapes_of(node, graph)
     x, gamma = ins
     begin = len(x) - len(gamma)
