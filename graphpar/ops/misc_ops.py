@@ -101,3 +101,27 @@ class _VirtualDataset(Primitive):
 
     def __call__(self, *inputs: Any) -> Any:
         return inputs[0] if len(inputs) == 1 else tuple(inputs)
+
+
+class IOU(Primitive):
+    """``IOU(mode='iou')(anchor_boxes, gt_boxes)`` → (M, N): for boxes ``(x0, y0, x1, y1)`` in pixel coordinates
+    (MindSpore's kernels count a box's width as ``x1 - x0 + 1``), the overlap of each ground-truth box (row) and
+    each anchor (column) over their union (``'iou'``) or over the ground-truth box's area (``'iof'``)."""
+
+    input_names = ("anchor_boxes", "gt_boxes")
+
+    def __init__(self, mode: str = "iou"):
+        if mode not in ("iou", "iof"):
+            raise KeyError(f"IOU(mode): mode must be 'iou' or 'iof', got {mode!r}")
+        super().__init__(mode=mode)
+
+    def compute(self, anchor_boxes, gt_boxes):
+        a, g = anchor_boxes[None, :, :], gt_boxes[:, None, :]  # (1, N, 4), (M, 1, 4)
+        width = jnp.maximum(0, jnp.minimum(a[..., 2], g[..., 2]) - jnp.maximum(a[..., 0], g[..., 0]) + 1)
+        height = jnp.maximum(0, jnp.minimum(a[..., 3], g[..., 3]) - jnp.maximum(a[..., 1], g[..., 1]) + 1)
+        overlap = width * height
+        area_a = (a[..., 2] - a[..., 0] + 1) * (a[..., 3] - a[..., 1] + 1)
+        area_g = (g[..., 2] - g[..., 0] + 1) * (g[..., 3] - g[..., 1] + 1)
+        if self.attrs["mode"] == "iof":
+            return overlap / (area_g + 1e-10)
+        return overlap / (area_a + area_g - overlap + 1e-10)

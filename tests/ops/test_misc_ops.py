@@ -151,3 +151,30 @@ def test_crop_and_resize_matches_numpy_and_splits_boxes():
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(StrategyError, match="box_index dim 0 is split 1 but boxes dim 0 is split 2"):
         forward(OneOp(P.CropAndResize().shard(((4, 1, 1, 1), (2, 1), (1,))), (3, 4)), x, boxes, box_index)
+
+
+def _iou_numpy(anchors, gts, mode="iou"):
+    out = np.zeros((len(gts), len(anchors)), np.float32)
+    for m, g in enumerate(gts):
+        for n, a in enumerate(anchors):
+            w = max(0.0, min(a[2], g[2]) - max(a[0], g[0]) + 1)
+            h = max(0.0, min(a[3], g[3]) - max(a[1], g[1]) + 1)
+            area_a = (a[2] - a[0] + 1) * (a[3] - a[1] + 1)
+            area_g = (g[2] - g[0] + 1) * (g[3] - g[1] + 1)
+            out[m, n] = w * h / ((area_g if mode == "iof" else area_a + area_g - w * h) + 1e-10)
+    return out
+
+
+def test_iou_matches_mindspores_kernel_formula_and_splits_boxes():
+    rng = np.random.default_rng(5)
+    lo = rng.integers(0, 10, size=(16, 2)).astype(np.float32)
+    anchors = np.concatenate([lo, lo + rng.integers(1, 8, size=(16, 2))], 1)
+    lo = rng.integers(0, 10, size=(8, 2)).astype(np.float32)
+    gts = np.concatenate([lo, lo + rng.integers(1, 8, size=(8, 2))], 1)
+    np.testing.assert_allclose(np.asarray(P.IOU()(anchors, gts)), _iou_numpy(anchors, gts), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(P.IOU("iof")(anchors, gts)), _iou_numpy(anchors, gts, "iof"), rtol=1e-5)
+    out, _, graph = forward(OneOp(P.IOU().shard(((2, 1), (4, 1)))), anchors, gts)
+    assert strategies(graph)["op"] == ((2, 1), (4, 1)) and shard_shape(out) == (2, 8)
+    np.testing.assert_allclose(np.asarray(out), _iou_numpy(anchors, gts), rtol=1e-5)
+    with pytest.raises(StrategyError, match="IOU cannot split anchor_boxes dim 1"):
+        forward(OneOp(P.IOU().shard(((2, 2), (2, 1)))), anchors, gts)

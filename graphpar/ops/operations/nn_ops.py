@@ -8,5 +8,5 @@ from graphpar.ops.nn_ops import (  # noqa: F401
     SparseSoftmaxCrossEntropyWithLogits)
 from graphpar.ops.norm_act_ops import L2Loss, PReLU, RmsNorm, SigmoidCrossEntropyWithLogits  # noqa: F401
 from graphpar.ops.pool3d_ops import AvgPool3D, Conv3D, MaxPool3D  # noqa: F401
-from graphpar.ops.misc_ops import CheckValid, TopK  # noqa: F401
+from graphpar.ops.misc_ops import IOU, CheckValid, TopK  # noqa: F401
 from graphpar.ops.resize_ops import CropAndResize, ResizeBilinearV2, ResizeNearestNeighbor  # noqa: F401

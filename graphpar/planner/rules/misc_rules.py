@@ -70,3 +70,10 @@ def _crop_and_resize(node, graph):
     the others contribute zeros to a sum) and channel; height and width stay whole; boxes and box_index split
     alike by box, and the output follows the boxes and the channels."""
     return DimSpec((("n", None, None, "c"), ("b", None), ("b",)), (("b", None, None, "c"),), ("b", "n", "c"))
+
+
+@register("IOU")
+def _iou(node, graph):
+    """MindSpore's IOUInfo: anchors and ground-truth boxes split by box, their coordinates stay whole; the (M, N)
+    output follows both."""
+    return DimSpec((("n", None), ("m", None)), (("m", "n"),), ("n", "m"))
