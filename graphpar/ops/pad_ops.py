@@ -34,8 +34,8 @@ def pad_widths(paddings: tuple[int, ...], rank: int, contiguous: bool) -> tuple[
 class PadV3(Primitive):
     """``PadV3(mode='constant', paddings_contiguous=True)(x, paddings, value=None)``.
 
-    ``paddings`` (a tuple or a constant tensor of ``2 * k`` ints) pads the last ``k`` dimensions, the last one
-    first: ``[before_last, after_last, before_second_last, ...]`` (``paddings_contiguous=False``: all befores, then
+    ``paddings`` (a tuple or numpy array of ``2 * k`` ints, known when the network is compiled) pads the last
+    ``k`` dimensions, the last one first: ``[before_last, after_last, before_second_last, ...]`` (``paddings_contiguous=False``: all befores, then
     all afters); negative entries crop in ``constant`` mode. ``value`` (default 0) fills in ``constant`` mode.
 
     MindSpore writes the strategy as ``(x's splits, (1,), ())``: paddings' entry (which cannot split) is checked
@@ -65,8 +65,9 @@ class PadV3(Primitive):
 
     def __call__(self, x, paddings, value=None):
         if isinstance(paddings, jax.core.Tracer):
-            raise ValueError(f"PadV3 '{self.instance_name}': paddings must be a constant (a tuple or a Tensor known "
-                             "when the network is compiled), not a value computed in construct")
+            raise ValueError(f"PadV3 '{self.instance_name}': paddings must be known when the network is compiled "
+                             "(the output's shape depends on them): give a tuple or a numpy array; a Tensor held by "
+                             "a Cell is network state in graphpar and is traced")
         paddings = tuple(int(p) for p in np.asarray(paddings).reshape(-1))
         if value is None:
             return super().__call__(x, paddings)

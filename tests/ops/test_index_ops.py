@@ -4,7 +4,7 @@ devices (strategy and result), and the strategies MindSpore's infos refuse."""
 import numpy as np
 import pytest
 
-from graphpar import nn, ops
+from graphpar import Tensor, nn, ops
 from graphpar.errors import StrategyError
 from graphpar.ops import operations as P
 from tests.planner.helpers import OneOp, forward, rand, shard_shape, strategies
@@ -172,3 +172,17 @@ def test_inplace_ops_match_numpy_and_keep_rows_whole(kind, combine):
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6)
     with pytest.raises(StrategyError, match=f"{kind} cannot split x dim 0"):
         forward(OneOp(getattr(P, kind)((1, 4)).shard(((2, 4, 1), (2, 4, 1)))), x, v)
+
+
+def test_pad_v3_refuses_traced_paddings():
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.pad = P.PadV3()
+            self.paddings = Tensor(np.array([1, 2]))  # network state in graphpar: traced
+
+        def construct(self, x):
+            return self.pad(x, self.paddings)
+
+    with pytest.raises(ValueError, match="paddings must be known when the network is compiled"):
+        forward(Net(), rand(8, 4))
