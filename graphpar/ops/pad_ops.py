@@ -36,7 +36,8 @@ class PadV3(Primitive):
 
     ``paddings`` (a tuple or numpy array of ``2 * k`` ints, known when the network is compiled) pads the last
     ``k`` dimensions, the last one first: ``[before_last, after_last, before_second_last, ...]``
-    (``paddings_contiguous=False``: all befores, then all afters); negative entries crop in ``constant`` mode. ``value`` (default 0) fills in ``constant`` mode.
+    (``paddings_contiguous=False``: all befores, then all afters); negative entries crop in ``constant`` mode.
+    ``value`` (default 0) fills in ``constant`` mode.
 
     MindSpore writes the strategy as ``(x's splits, (1,), ())``: paddings' entry (which cannot split) is checked
     and dropped when the strategy is given; the planner sees ``x`` and ``value``.
