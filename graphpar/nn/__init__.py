@@ -17,7 +17,7 @@ from graphpar.nn.learning_rate_schedule import (  # noqa: F401
     polynomial_decay_lr, warmup_lr)
 from graphpar.nn.loss import (  # noqa: F401
     CrossEntropyLoss, L1Loss, LossBase, MAELoss, MSELoss, SmoothL1Loss, SoftmaxCrossEntropyWithLogits)
-from graphpar.nn.optim import SGD, Adam, AdamWeightDecay, Momentum, Optimizer  # noqa: F401
+from graphpar.nn.optim import SGD, Adam, AdamWeightDecay, Lamb, Momentum, Optimizer  # noqa: F401
 from graphpar.nn.pipeline_cell import PipelineCell  # noqa: F401
 from graphpar.nn.wrap import TrainOneStepCell, WithEvalCell, WithLossCell  # noqa: F401
 from graphpar.nn.grad_accumulation import GradAccumulation, GradAccumulationCell  # noqa: F401

@@ -13,7 +13,7 @@ from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad
 from graphpar.ops import operations as operations
 from graphpar.ops.functional import (  # noqa: F401
-    cast, concat, depend, div, fill, matmul, ones, rank, relu, reshape, scalar_to_array, scalar_to_tensor, shape,
+    abs, cast, concat, depend, div, fill, lerp, matmul, ones, rank, relu, reshape, scalar_to_array, scalar_to_tensor, shape,
     softmax, stop_gradient, transpose, tuple_to_array, zeros)
 from graphpar.ops.operations import *  # noqa: F401,F403
 from graphpar.ops.operations import Primitive as Primitive

@@ -98,3 +98,14 @@ def div(input, other, rounding_mode=None):  # noqa: A002 (MindSpore's argument n
             return jax.lax.div(*jnp.broadcast_arrays(input, other))
         return jnp.trunc(jnp.true_divide(input, other))
     raise ValueError(f"ops.div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+
+
+def abs(input):  # noqa: A001,A002 (MindSpore's names)
+    """MindSpore's ``ops.abs(input)``: the elementwise absolute value."""
+    return jnp.abs(input)
+
+
+def lerp(input, end, weight):  # noqa: A002 (MindSpore's argument name)
+    """MindSpore's ``ops.lerp(input, end, weight)``: ``input + weight * (end - input)`` (``weight`` a tensor or a
+    float), broadcast as numpy does."""
+    return input + weight * (end - input)

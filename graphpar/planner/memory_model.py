@@ -48,7 +48,7 @@ _LINEAR = frozenset({
     "Add", "AddN", "Sub", "BiasAdd", "Neg", "Reshape", "Flatten", "ExpandDims", "Squeeze", "Transpose", "Concat",
     "Stack", "Split", "Slice", "StridedSlice", "Pad", "Tile", "ReduceSum", "ReduceMean", "Cast", "Identity",
     "OneHot", "Argmax", "Argmin", "ZerosLike", "OnesLike", "AdaptiveAvgPool2D", "AvgPool", "BroadcastTo",
-    "Depend", "Gather", "CumSum", "Reshard",
+    "Depend", "Gather", "SparseGatherV2", "GatherNd", "GatherD", "UnsortedSegmentSum", "CumSum", "Reshard",
     "add", "sub", "neg", "reshape", "squeeze", "expand_dims", "transpose", "broadcast_in_dim", "concatenate",
     "slice", "pad", "rev", "reduce_sum", "convert_element_type", "copy", "copy_p", "dynamic_slice",
     "dynamic_update_slice", "reduce_window_sum", "cumsum", "gather", "iota", "stop_gradient", "argmax", "argmin",

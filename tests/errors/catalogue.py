@@ -844,6 +844,12 @@ ROWS: list[Row] = [
     Row("flash-attention-dropout", "strategy", "ops.FlashAttentionScore(2, keep_prob=0.9)",
         lambda t: _ops().FlashAttentionScore(2, keep_prob=0.9), ValueError,
         ("keep_prob=0.9", "not built", "keep_prob=1.0")),
+    Row("shard-padv3-paddings", "strategy", "ops.PadV3().shard(((2, 2, 2), (2,), ()))",
+        lambda t: _ops().PadV3().shard(((2, 2, 2), (2,), ())), ERR + "StrategyError",
+        ("op 'PadV3'", "paddings' entry (2,) must be all 1", "((2, 4, 1), (1,), ())")),
+    Row("gathernd-index-depth", "strategy", "ops.GatherNd()(x of shape (4, 4), indices of shape (2, 3))",
+        lambda t: _ops().GatherNd()(np.ones((4, 4), np.float32), np.zeros((2, 3), np.int32)), ValueError,
+        ("GatherNd", "indices.shape[-1] (3)", "<= the rank of input_x (2)")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

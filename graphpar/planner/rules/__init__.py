@@ -5,6 +5,10 @@ imported); look rules up through :func:`rule_for` from here, which is then sure 
 """
 
 from graphpar.planner.dims import rule_for as rule_for
+from graphpar.planner.rules import index_rules as index_rules
 from graphpar.planner.rules import lax_rules as lax_rules
+from graphpar.planner.rules import misc_rules as misc_rules
+from graphpar.planner.rules import norm_act_rules as norm_act_rules
 from graphpar.planner.rules import op_rules as op_rules
+from graphpar.planner.rules import pool3d_rules as pool3d_rules
 from graphpar.planner.rules import structured_rules as structured_rules

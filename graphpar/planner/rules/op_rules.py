@@ -145,7 +145,7 @@ def _slice_like(node, graph):
     return DimSpec((labels,), (labels,), tuple(l for l in labels if l))
 
 
-@register("Gather")
+@register("Gather", "SparseGatherV2")
 def _gather(node, graph):
     ins, outs = shapes_of(node, graph)
     params, indices = ins[0], ins[1]

@@ -1,0 +1,80 @@
+"""Normalisation, activation and loss primitives added for MindSpore parity: ``RmsNorm``, ``PReLU``, ``Lerp``,
+``L2Loss``, ``SigmoidCrossEntropyWithLogits``. Sharding rules: ``graphpar.planner.rules.norm_act_rules``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from graphpar.ops.primitive import Primitive
+
+
+class RmsNorm(Primitive):
+    """``RmsNorm(epsilon=1e-6)(x, gamma)`` → ``(y, rstd)``: ``rstd = 1 / sqrt(mean(x**2) + epsilon)`` over the
+    trailing ``gamma.ndim`` dimensions of ``x`` (kept as size-1 dimensions, float32), ``y = x * rstd * gamma``."""
+
+    input_names = ("x", "gamma")
+
+    def __init__(self, epsilon: float = 1e-6):
+        if not 0 < float(epsilon) <= 1:
+            raise ValueError(f"RmsNorm(epsilon): epsilon must be in (0, 1], got {epsilon!r}")
+        super().__init__(epsilon=float(epsilon))
+
+    def compute(self, x, gamma):
+        begin = jnp.ndim(x) - jnp.ndim(gamma)
+        if begin < 0 or jnp.shape(x)[begin:] != jnp.shape(gamma):
+            raise ValueError(f"RmsNorm '{self.instance_name}': gamma's shape {jnp.shape(gamma)} must equal the "
+                             f"trailing dimensions of x's shape {jnp.shape(x)}")
+        axes = tuple(range(begin, jnp.ndim(x)))
+        x32 = jnp.asarray(x, jnp.float32)
+        rstd = lax.rsqrt(jnp.mean(jnp.square(x32), axis=axes, keepdims=True) + self.attrs["epsilon"])
+        y = (x32 * rstd).astype(jnp.result_type(x)) * gamma
+        return y.astype(jnp.result_type(x)), rstd
+
+
+class PReLU(Primitive):
+    """``PReLU()(x, weight)``: ``x`` where positive, else ``weight * x``; ``weight`` is 1-D with one slope per
+    channel (dimension 1 of ``x``, or dimension 0 of a 1-D ``x``) or a single shared slope."""
+
+    input_names = ("x", "weight")
+
+    def compute(self, x, weight):
+        weight = jnp.asarray(weight)
+        channels = jnp.shape(x)[1] if jnp.ndim(x) > 1 else jnp.shape(x)[0]
+        if weight.ndim != 1 or weight.shape[0] not in (1, channels):
+            raise ValueError(f"PReLU '{self.instance_name}': weight must be 1-D of size 1 or {channels} (x's "
+                             f"channels), got shape {weight.shape}")
+        if jnp.ndim(x) > 1:
+            weight = jnp.reshape(weight, (-1,) + (1,) * (jnp.ndim(x) - 2))
+        return jnp.where(x > 0, x, weight.astype(jnp.result_type(x)) * x)
+
+
+class Lerp(Primitive):
+    """``Lerp()(start, end, weight)``: ``start + weight * (end - start)``, broadcast as numpy does; ``weight`` is a
+    tensor or a float (a float has ``()`` or no entry in the strategy)."""
+
+    input_names = ("start", "end", "weight")
+    optional_inputs = 1
+
+    def compute(self, start, end, weight):
+        if not isinstance(weight, (jax.Array, jax.core.Tracer)) and jnp.ndim(weight) == 0:
+            weight = jnp.asarray(weight, jnp.result_type(start))
+        return start + weight * (end - start)
+
+
+class L2Loss(Primitive):
+    """``L2Loss()(x)``: ``sum(x ** 2) / 2``, a 0-d tensor of ``x``'s dtype."""
+
+    def compute(self, x):
+        return (jnp.sum(jnp.square(x)) / 2).astype(jnp.result_type(x))
+
+
+class SigmoidCrossEntropyWithLogits(Primitive):
+    """``SigmoidCrossEntropyWithLogits()(logits, label)``: the elementwise binary cross entropy of
+    ``sigmoid(logits)`` against ``label``, in the numerically stable form ``max(x, 0) - x * y + log(1 + e^-|x|)``."""
+
+    input_names = ("logits", "label")
+
+    def compute(self, logits, label):
+        return jnp.maximum(logits, 0) - logits * label + jnp.log1p(jnp.exp(-jnp.abs(logits)))
