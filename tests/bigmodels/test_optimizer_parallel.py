@@ -7,6 +7,7 @@ import pytest
 import graphpar as ms
 from graphpar import nn, ops
 from graphpar.errors import ConfigError
+from graphpar.planner import strategy_file
 from tests.bigmodels.hlo_helpers import step_collectives, step_wire_bytes
 from tests.bigmodels.nets import data, params, run_with_memory_scheduler, wide_mlp
 
@@ -150,6 +151,40 @@ def test_level3_cuts_temp_memory_of_8_layers():
     temp = run_with_memory_scheduler(_LEVEL3_MEMORY)
     # level1 keeps every gathered weight (8 blocks x 2 x 1 MB) alive until backward; level3 only activations
     assert temp["level3"] <= 0.5 * temp["level1"], temp
+
+
+class _TwoWeights(nn.Cell):
+    """64 -> 256 -> 64 without biases; ``w2`` opts out of the parallel optimizer as MindSpore lets a Parameter do."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.w1 = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (64, 256)).astype(np.float32)), "w1")
+        self.w2 = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (256, 64)).astype(np.float32)), "w2",
+                               parallel_optimizer=False)
+        self.mm1, self.mm2, self.relu = ops.MatMul(), ops.MatMul(), ops.ReLU()
+
+    def construct(self, x):
+        return self.mm2(self.relu(self.mm1(x, self.w1)), self.w2)
+
+
+@pytest.mark.parametrize("mode", ["data_parallel", "semi_auto_parallel"])
+def test_parameter_with_parallel_optimizer_false_stays_whole(mode, tmp_path, notices):
+    strategy = str(tmp_path / "strategy.json")
+    base, _, _ = _adam(mode, False, steps=2, net=_TwoWeights())
+    net, train, _ = _adam(mode, True, steps=2, net=_TwoWeights(), strategy_ckpt_config={"save_file": strategy})
+    # w1 and its two Adam moments are stored 1/8 per device; w2 and its moments whole on every device
+    assert {s.data.shape for s in net.w1.get_raw_value().addressable_shards} == {(8, 256)}
+    assert {s.data.shape for s in net.w2.get_raw_value().addressable_shards} == {(256, 64)}
+    moments = {leaf.shape: {s.data.shape for s in leaf.addressable_shards}
+               for leaf in jax.tree.leaves(train.optimizer.opt_state) if np.ndim(leaf) == 2}
+    assert moments == {(64, 256): {(8, 256)}, (256, 64): {(256, 64)}}
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(base)[name], rtol=1e-6, atol=1e-7)
+    layouts = strategy_file.read(strategy).layouts  # the strategy file says so too
+    assert (layouts["w1"].opt_weight_shard_size, layouts["w2"].opt_weight_shard_size) == (8, 0)
+    assert "w2" not in notices.text  # the user asked for it: no notice
+    assert net.w2.clone().parallel_optimizer is False
 
 
 def test_bad_parallel_optimizer_config_is_named():

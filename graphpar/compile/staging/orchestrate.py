@@ -40,7 +40,8 @@ def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str
     request = plan.request(graph, purpose)
     graph = plan_graph(graph, request)
     maybe_dump_begin(graph, plan)
-    strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=request.replicated)
+    strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=request.replicated,
+                             parameters=ns.params.holders)
     return graph
 
 
