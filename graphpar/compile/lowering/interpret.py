@@ -29,7 +29,7 @@ of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -45,9 +45,11 @@ from graphpar.compile.lowering.plan import Checkpointed, LoweringPlan, lowering_
 from graphpar.ir.graph import Graph
 
 
-def run(plan: LoweringPlan, args: Sequence[Any]) -> list[Any]:
+def run(plan: LoweringPlan, args: Sequence[Any], combine: Mapping[int, Callable[[Any], Any]] | None = None
+        ) -> list[Any]:
     """The planned graph's outputs for flat ``args`` (in its inputs' order): each unit of ``plan`` bound in order,
-    reading its inputs from and writing its outputs to one environment of values."""
+    reading its inputs from and writing its outputs to one environment of values. ``combine``: value id -> a
+    function the value passes through once computed (``compile.plans.replica_split``'s cross-replica values)."""
     env: dict[int, Any] = dict(plan.consts)
     env.update(zip(plan.inputs, args))
     functions: dict[tuple[str, Any], Callable[..., list[Any]]] = {}  # this trace's jit functions, made on first use
@@ -70,21 +72,33 @@ def run(plan: LoweringPlan, args: Sequence[Any]) -> list[Any]:
         else:
             outs = bind_step(unit, xs, named=unit.node.id in plan.named)
         env.update(zip(unit.outputs, outs))
+        for v in unit.outputs if combine else ():
+            if v in combine:
+                env[v] = combine[v](env[v])
     if plan.output_perms:  # values the channels-last pass holds permuted leave in the layout the user wrote
         return [to_written(env[v], p) for v, p in zip(plan.outputs, plan.output_perms)]
     return [env[v] for v in plan.outputs]
 
 
 def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
-             vmapped_axes: frozenset[str] = frozenset(), channels_last: bool = False) -> list[Any]:
+             vmapped_axes: frozenset[str] = frozenset(), channels_last: bool = False,
+             combine: Mapping[int, Callable[[Any], Any]] | None = None) -> list[Any]:
     """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned:
     :func:`run` over the graph's lowering plan (made on its first lowering and kept: ``plan.lowering_plan``).
 
     ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
     accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout.
     ``channels_last``: convolutions and the ops between them run channels-last (``compile.lowering.channels_last``;
-    the execution plan decides from ``set_context(format_transform=...)`` and the platform)."""
-    return run(lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations(), channels_last), args)
+    the execution plan decides from ``set_context(format_transform=...)`` and the platform). ``combine``: see
+    :func:`run` (each of its values must be the output of a unit, not one inside a repeated run or recomputed
+    run)."""
+    plan = lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations(), channels_last)
+    if combine:
+        produced = {v for unit in plan.units for v in unit.outputs}
+        if not set(combine) <= produced:
+            raise ValueError(f"graphpar: values {sorted(set(combine) - produced)} are not outputs of a lowering "
+                             "unit")
+    return run(plan, args, combine)
 
 
 def _pinned_body(step: Step) -> Callable[..., list[Any]]:

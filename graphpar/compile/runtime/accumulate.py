@@ -32,6 +32,7 @@ The loss reported is the sum of the micro-batch losses, as MindSpore's wrapper r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,14 +157,25 @@ def _replicas_of(plan: ExecutionPlan, planned: Any, ns: NetworkState, split: Rep
     if split is None:
         return None
     vmapped = frozenset(split.axes)
+    combine = {vid: functools.partial(_global_value, mean=mean, replicas=split.replicas)
+               for vid, mean in split.combine}
 
     def planned_loss(params, rest, inputs):
         flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
         loss, *new_rest = evaluate(split.graph, flat, split.mesh, vmapped_axes=vmapped,
-                                   channels_last=plan.channels_last)
+                                   channels_last=plan.channels_last, combine=combine)
         return loss, ns.rest.unflatten(new_rest)
 
     return Replicas(planned_loss, split.replicas, split.mesh, split.axes, split.mean, False)
+
+
+def _global_value(local: Any, mean: bool, replicas: int) -> Any:
+    """One replica's batch reduction ``local``, given the value of the whole batch's (the replicas' mean or sum)
+    and the derivative of its own rows (``replicas`` times it for a sum, so that the mean of the replicas'
+    gradients is the global one; ``compile.plans.replica_split``)."""
+    own = jax.lax.stop_gradient(local)
+    whole = jax.lax.pmean(own, REPLICA_AXIS) if mean else jax.lax.psum(own, REPLICA_AXIS)
+    return whole + (1 if mean else replicas) * (local - own)
 
 
 def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
