@@ -62,7 +62,7 @@ def run(plan: LoweringPlan, args: Sequence[Any], combine: Mapping[int, Callable[
             with jax.named_scope(unit.call_scope):
                 outs = fn(*xs)
         elif isinstance(unit, Checkpointed):
-            outs = _run_checkpointed(unit, plan, xs)
+            outs = _run_checkpointed(unit, plan, xs, combine)
         elif unit.share in plan.calls:  # a shared call: the pinned body of the table's step for its key
             fn = functions.get(("node", unit.share))
             if fn is None:
@@ -90,15 +90,20 @@ def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
     accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout.
     ``channels_last``: convolutions and the ops between them run channels-last (``compile.lowering.channels_last``;
     the execution plan decides from ``set_context(format_transform=...)`` and the platform). ``combine``: see
-    :func:`run` (each of its values must be the output of a unit, not one inside a repeated run or recomputed
-    run)."""
+    :func:`run` (each of its values in :func:`combinable`)."""
     plan = lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations(), channels_last)
-    if combine:
-        produced = {v for unit in plan.units for v in unit.outputs}
-        if not set(combine) <= produced:
-            raise ValueError(f"graphpar: values {sorted(set(combine) - produced)} are not outputs of a lowering "
-                             "unit")
+    if combine and not set(combine) <= combinable(plan):
+        raise ValueError(f"graphpar: values {sorted(set(combine) - combinable(plan))} are computed inside a "
+                         "repeated run of ops")
     return run(plan, args, combine)
+
+
+def combinable(plan: LoweringPlan) -> set[int]:
+    """The values :func:`run`'s ``combine`` can reach: outputs of units and of the steps of recomputed runs (not
+    the values inside a repeated run, which is one function every repetition calls)."""
+    out = {v for unit in plan.units for v in unit.outputs}
+    out.update(v for unit in plan.units if isinstance(unit, Checkpointed) for step in unit.steps for v in step.outputs)
+    return out
 
 
 def _pinned_body(step: Step) -> Callable[..., list[Any]]:
@@ -152,9 +157,10 @@ def _named(x: Any, name_comm: bool) -> Any:
     return checkpoint_name(x, recompute.COMM) if name_comm else x
 
 
-def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any]) -> list[Any]:
+def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any],
+                      combine: Mapping[int, Callable[[Any], Any]] | None = None) -> list[Any]:
     """A run of recomputed nodes inside ``jax.checkpoint``: its steps bound inline, the constants they read closed
-    over."""
+    over (``combine``: see :func:`run`)."""
     consts = dict(unit.consts)
     name_comm = not unit.config.mp_comm_recompute
 
@@ -164,6 +170,9 @@ def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any]) -> 
         for step in unit.steps:
             local.update(zip(step.outputs, bind_step(step, [local[v] for v in step.inputs], name_comm,
                                                      step.node.id in plan.named)))
+            for v in step.outputs if combine else ():
+                if v in combine:
+                    local[v] = combine[v](local[v])
         return [local[v] for v in unit.outputs]
 
     if unit.recomputes:

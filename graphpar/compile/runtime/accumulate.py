@@ -42,10 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from graphpar._logging import notice_once
 from graphpar.communication.rank_axis import replica_axis
-from graphpar.compile.lowering.interpret import evaluate
+from graphpar.compile.lowering.interpret import combinable, evaluate
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.lowering.opt_shard import OptimizerSharding
+from graphpar.compile.lowering.plan import lowering_plan
 from graphpar.compile.lowering.recompute import naming_activations
 from graphpar.compile.lowering.step import StepParts
 from graphpar.compile.plans.execution import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
@@ -350,4 +352,12 @@ def planned_split(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Opti
     else:
         why, fallback = ("the parallel optimizer", "XLA reduces the gradients into the shards itself (on CPU an "
                          "all-reduce and a local slice: 1.5x a reduce-scatter's bytes)")
-    return replica_split(whole, plan.mesh, avals, plan_replica, why, fallback)
+    split = replica_split(whole, plan.mesh, avals, plan_replica, why, fallback)
+    if split is not None and split.combine:
+        lowering = lowering_plan(split.graph, split.mesh, frozenset(split.axes), False, plan.channels_last)
+        if not {vid for vid, _ in split.combine} <= combinable(lowering):
+            notice_once(f"replica-split:{why}:inner", f"{why}: {fallback} because a reduction over the batch that "
+                        "the loss goes on computing with lies inside a repeated run of ops (one function every "
+                        "repetition calls)")
+            return None
+    return split
