@@ -78,8 +78,15 @@ class Parameter(nnx.Param):
     @property
     def parallel_optimizer(self) -> bool:
         """MindSpore's ``parallel_optimizer``: False keeps this Parameter (and its optimizer state) out of the
-        parallel optimizer's sharding."""
+        parallel optimizer's sharding. Read when a train program is built for the settings in force, as MindSpore
+        reads it when it compiles the graph: set it before the first step."""
         return self.get_metadata("parallel_optimizer")
+
+    @parallel_optimizer.setter
+    def parallel_optimizer(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"Parameter '{self.name}'.parallel_optimizer must be a bool, got {value!r}")
+        self.set_metadata(parallel_optimizer=value)
 
     @property
     def data(self) -> "Parameter":

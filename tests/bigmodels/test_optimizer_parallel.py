@@ -153,8 +153,8 @@ class _TwoWeights(nn.Cell):
         super().__init__()
         rng = np.random.default_rng(0)
         self.w1 = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (64, 256)).astype(np.float32)), "w1")
-        self.w2 = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (256, 64)).astype(np.float32)), "w2",
-                               parallel_optimizer=False)
+        self.w2 = ms.Parameter(ms.Tensor(rng.normal(0, 0.1, (256, 64)).astype(np.float32)), "w2")
+        self.w2.parallel_optimizer = False  # as Pangu-alpha sets it; or Parameter(..., parallel_optimizer=False)
         self.mm1, self.mm2, self.relu = ops.MatMul(), ops.MatMul(), ops.ReLU()
 
     def construct(self, x):
@@ -178,6 +178,7 @@ def test_parameter_with_parallel_optimizer_false_stays_whole(mode, tmp_path, not
     assert (layouts["w1"].opt_weight_shard_size, layouts["w2"].opt_weight_shard_size) == (8, 0)
     assert "w2" not in notices.text  # the user asked for it: no notice
     assert net.w2.clone().parallel_optimizer is False
+    assert ms.Parameter(ms.Tensor(np.ones(2, np.float32)), "p", parallel_optimizer=False).parallel_optimizer is False
 
 
 def test_bad_parallel_optimizer_config_is_named():

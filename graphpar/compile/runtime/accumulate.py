@@ -19,7 +19,9 @@ Where the gradients are reduced:
   storage layout) — exactly one gradient reduction per optimizer step.
 * SEMI_AUTO/AUTO whose planned graph splits into data-parallel replicas (``compile.replica_split``): the same, with
   one replica's planned graph under ``vmap(spmd_axis_name=<data-parallel axes>)``; its model-parallel layouts and
-  collectives stay inside each micro-batch.
+  collectives stay inside each micro-batch. A loss that goes on computing after its reductions over the batch
+  makes each reduction global per micro-batch (:func:`_global_value`: a scalar-sized ``pmean``/``psum``), so
+  every replica computes the global loss and the mean of their gradients is the global gradient.
 * With the parallel optimizer at level2/level3 or ``gradient_accumulation_shard``, the carry is kept in the
   sharded storage layout instead: a reduce-scatter per micro-batch, 1/g of the accumulation memory.
 * Other SEMI_AUTO/AUTO graphs and STAND_ALONE: the gradient of each micro-batch's planned global loss is
