@@ -165,6 +165,35 @@ def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_say
     assert any(c.groups == dp_groups for c in loop_collectives(hlo))  # reduced per micro-batch, as said
 
 
+class _SumOverBatchSize(nn.Cell):
+    """sum(d ** 2) / batch size: the divisor is a constant the trace computes from the batch's shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.sub, self.square, self.sum = ops.Sub(), ops.Square(), ops.ReduceSum()
+
+    def construct(self, logits, labels):
+        return self.sum(self.square(self.sub(logits, labels))) / logits.shape[0]
+
+
+def test_semi_auto_constant_from_the_batch_size_keeps_global_gradients_and_says_why(notices):
+    # one replica's graph would divide by its own rows (8), not the micro-batch's (16): not split, and said
+    def run(mode):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
+        net = megatron_mlp(dp=2, mp=4)
+        loss = nn.GradAccumulation(nn.WithLossCell(net, _SumOverBatchSize()), 2)
+        train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.01))
+        return net, [float(train(*data(32, 16, 16))) for _ in range(2)]
+
+    net, losses = run("semi_auto_parallel")
+    assert "reads a constant 16.0 for the whole batch but 8.0 for one replica's rows" in notices.text
+    one, losses_one = run("stand_alone")  # a sum over the micro-batches: the same whichever rows each holds
+    np.testing.assert_allclose(losses, losses_one, rtol=1e-5)
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(one)[name], rtol=1e-5, atol=1e-6)
+
+
 class _RootMeanSquarePlusSum(nn.Cell):
     """A loss that goes on computing after its reductions over the batch, as MindSpore losses often do (a scale,
     an auxiliary term, a penalty): sqrt(mean(d ** 2)) + 1e-3 * sum(logits) + 1e-2 * sum(w2 ** 2)."""

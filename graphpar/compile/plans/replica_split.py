@@ -19,7 +19,9 @@ replica's rows (``replica`` graph, planned alike):
 * the only nodes turning batched values into unbatched ones are ``ReduceMean`` / ``ReduceSum`` nodes the loss is
   computed from, and nothing computed from their outputs is batched (a reduction's result does not flow back
   into rows of the batch);
-* no other output (Cell state such as BatchNorm statistics) depends on the batch.
+* no other output (Cell state such as BatchNorm statistics) depends on the batch;
+* every constant is the same in both graphs (a constant computed from the batch size, ``sum / x.shape[0]``, would
+  differ per replica).
 
 When the loss *is* one such reduction, the global loss is the mean (or sum) of the replicas' losses, and so is
 its gradient. When the loss goes on computing with the reductions (``loss * scale``, ``loss + aux_loss``,
@@ -134,6 +136,18 @@ def _batched_dim(g_shape: tuple[int, ...], r_shape: tuple[int, ...], replicas: i
     return diff[0]
 
 
+def _same_constant(a: Any, b: Any) -> bool:
+    try:
+        return bool(np.shape(a) == np.shape(b) and np.array_equal(np.asarray(a), np.asarray(b)))
+    except (TypeError, ValueError):  # not an array (a PRNG key): compared by identity of type and repr
+        return type(a) is type(b) and repr(a) == repr(b)
+
+
+def _short(value: Any) -> str:
+    text = np.array2string(np.asarray(value), threshold=4) if np.ndim(value) else repr(np.asarray(value).item())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 @dataclass(frozen=True)
 class Separable:
     """How a planned graph splits into replicas (:func:`check_separable`): ``mean``: the replicas' losses and
@@ -156,6 +170,12 @@ def check_separable(whole: Graph, replica: Graph, axes: tuple[str, ...], replica
     batched: dict[int, int] = {}
     for gv, rv in vmap.items():
         g, r = whole.values[gv], replica.values[rv]
+        if (g.kind == "const" or r.kind == "const") and not _same_constant(g.const, r.const):
+            reader = whole.nodes[g.consumers[0][0]] if g.consumers else None
+            where = (f"op '{reader.instance_name}' ({reader.kind}, scope {reader.scope or 'top'}) reads a constant"
+                     if reader is not None else f"the constant '{g.name or gv}' is")
+            raise NotSeparable(f"{where} {_short(g.const)} for the whole batch but {_short(r.const)} for one "
+                               f"replica's rows (computed from the batch size)")
         d = _batched_dim(tuple(g.shape), tuple(r.shape), replicas, f"value '{g.name or gv}'")
         if d is not None:
             batched[gv] = d
