@@ -166,23 +166,28 @@ def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_say
 
 
 class _SumOverBatchSize(nn.Cell):
-    """sum(d ** 2) / batch size: the divisor is a constant the trace computes from the batch's shape."""
+    """sum(d ** 2) / batch size, dividing after the sum or each row before it: the divisor is a constant the trace
+    computes from the batch's shape."""
 
-    def __init__(self):
+    def __init__(self, divide_rows):
         super().__init__()
+        self.divide_rows = divide_rows
         self.sub, self.square, self.sum = ops.Sub(), ops.Square(), ops.ReduceSum()
 
     def construct(self, logits, labels):
+        if self.divide_rows:
+            return self.sum(self.square(self.sub(logits, labels)) / logits.shape[0])
         return self.sum(self.square(self.sub(logits, labels))) / logits.shape[0]
 
 
-def test_semi_auto_constant_from_the_batch_size_keeps_global_gradients_and_says_why(notices):
+@pytest.mark.parametrize("divide_rows", [False, True])
+def test_semi_auto_constant_from_the_batch_size_keeps_global_gradients_and_says_why(divide_rows, notices):
     # one replica's graph would divide by its own rows (8), not the micro-batch's (16): not split, and said
     def run(mode):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
         net = megatron_mlp(dp=2, mp=4)
-        loss = nn.GradAccumulation(nn.WithLossCell(net, _SumOverBatchSize()), 2)
+        loss = nn.GradAccumulation(nn.WithLossCell(net, _SumOverBatchSize(divide_rows)), 2)
         train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.01))
         return net, [float(train(*data(32, 16, 16))) for _ in range(2)]
 
