@@ -181,21 +181,68 @@ class _SumOverBatchSize(nn.Cell):
 
 
 @pytest.mark.parametrize("divide_rows", [False, True])
-def test_semi_auto_constant_from_the_batch_size_keeps_global_gradients_and_says_why(divide_rows, notices):
-    # one replica's graph would divide by its own rows (8), not the micro-batch's (16): not split, and said
+def test_semi_auto_constant_from_the_batch_size_runs_per_replica_with_the_whole_batch_value(divide_rows, notices):
+    # one replica's graph divides by its own rows (8); each replica runs it with the micro-batch's divisor (16)
     def run(mode):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
         net = megatron_mlp(dp=2, mp=4)
         loss = nn.GradAccumulation(nn.WithLossCell(net, _SumOverBatchSize(divide_rows)), 2)
         train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.01))
-        return net, [float(train(*data(32, 16, 16))) for _ in range(2)]
+        losses = [float(train(*data(32, 16, 16))) for _ in range(2)]
+        return net, losses, train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
 
-    net, losses = run("semi_auto_parallel")
-    assert "reads a constant 16.0 for the whole batch but 8.0 for one replica's rows" in notices.text
-    one, losses_one = run("stand_alone")  # a sum over the micro-batches: the same whichever rows each holds
-    np.testing.assert_allclose(losses, losses_one, rtol=1e-5)
+    net, losses, hlo = run("semi_auto_parallel")
+    assert "once per micro-batch" not in notices.text
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # gradients reduced once per step (the sum made global, a scalar, when the division follows it)
+    assert {s for c in loop_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes} <= {()}
+    one, losses_one, _ = run("stand_alone")  # a sum over the micro-batches: the same whichever rows each holds
+    np.testing.assert_allclose(losses, losses_one, rtol=1e-5)  # |D| = 2 times these with the replica's divisor
     for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(one)[name], rtol=1e-5, atol=1e-6)
+
+
+class _DenseBatchNorm(nn.Cell):
+    """Dense -> BatchNorm1d -> ReLU -> Dense: SEMI_AUTO normalizes over the whole batch and keeps moving statistics."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.fc1 = nn.Dense(16, 32, weight_init=ms.Tensor(rng.normal(0, 0.25, (32, 16)).astype(np.float32)),
+                            bias_init="zeros")
+        self.bn, self.relu = nn.BatchNorm1d(32), nn.ReLU()
+        self.fc2 = nn.Dense(32, 8, weight_init=ms.Tensor(rng.normal(0, 0.2, (8, 32)).astype(np.float32)),
+                            bias_init="zeros")
+
+    def construct(self, x):
+        return self.fc2(self.relu(self.bn(self.fc1(x))))
+
+
+def test_semi_auto_batchnorm_accumulates_per_replica_with_statistics_over_every_replica(notices):
+    def run(mode, x, y):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
+        net = _DenseBatchNorm()
+        loss = nn.GradAccumulation(nn.WithLossCell(net, nn.MSELoss()), 4)
+        train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.05))
+        losses = [float(train(x, y)) for _ in range(3)]
+        return net, losses, train.program.lower_step([x, y]).compile().as_text()
+
+    x, y = data(64, 16, 8)
+    net, losses, hlo = run("semi_auto_parallel", x, y)
+    assert "once per micro-batch" not in notices.text
+    # per micro-batch only BatchNorm's statistics cross devices (mean and variance, forward and backward: 32
+    # floats each); every gradient, the moving statistics' average and the loss once per step
+    assert sorted(s for c in loop_collectives(hlo) for _, s in c.shapes) == [(32,)] * 4
+    once = sorted(s for c in step_collectives(hlo) for _, s in c.shapes)
+    assert (32, 16) in once and (8, 32) in once
+    # one device, the same micro-batches: the plan splits the 64 rows over 8 devices and cuts each device's 8 rows
+    # in 4 (micro-batch i holds rows 8j + 2i and 8j + 2i + 1)
+    order = np.concatenate([[8 * j + 2 * i + k for j in range(8) for k in range(2)] for i in range(4)])
+    one, losses_one, _ = run("stand_alone", x[order], y[order])
+    np.testing.assert_allclose(losses, losses_one, rtol=1e-5)
+    for name, value in params(net).items():  # the moving statistics too (unbiased with the whole batch's count)
         np.testing.assert_allclose(value, params(one)[name], rtol=1e-5, atol=1e-6)
 
 

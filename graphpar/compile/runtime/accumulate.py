@@ -46,7 +46,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar._logging import notice_once
 from graphpar.communication.rank_axis import replica_axis
-from graphpar.compile.lowering.interpret import combinable, evaluate
+from graphpar.compile.lowering.interpret import Overrides, combinable, evaluate
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.lowering.opt_shard import OptimizerSharding
 from graphpar.compile.lowering.plan import lowering_plan
@@ -161,13 +161,16 @@ def _replicas_of(plan: ExecutionPlan, planned: Any, ns: NetworkState, split: Rep
     if split is None:
         return None
     vmapped = frozenset(split.axes)
-    combine = {vid: functools.partial(_global_value, mean=mean, replicas=split.replicas)
-               for vid, mean in split.combine}
+    overrides = Overrides(
+        combine={vid: functools.partial(_global_value, mean=mean, replicas=split.replicas)
+                 for vid, mean in split.combine},
+        consts=dict(split.constants),
+        bodies={nid: _synced_batch_norm(split.graph.nodes[nid].attrs["epsilon"]) for nid in split.synced})
 
     def planned_loss(params, rest, inputs):
         flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
         loss, *new_rest = evaluate(split.graph, flat, split.mesh, vmapped_axes=vmapped,
-                                   channels_last=plan.channels_last, combine=combine)
+                                   channels_last=plan.channels_last, overrides=overrides)
         return loss, ns.rest.unflatten(new_rest)
 
     return Replicas(planned_loss, split.replicas, split.mesh, split.axes, split.mean, False)
@@ -180,6 +183,21 @@ def _global_value(local: Any, mean: bool, replicas: int) -> Any:
     own = jax.lax.stop_gradient(local)
     whole = jax.lax.pmean(own, REPLICA_AXIS) if mean else jax.lax.psum(own, REPLICA_AXIS)
     return whole + (1 if mean else replicas) * (local - own)
+
+
+def _synced_batch_norm(epsilon: float) -> Callable[[Sequence[Any]], list[Any]]:
+    """A training-mode BatchNorm node's body for one replica (``BatchNorm.compute`` with statistics over every
+    replica's rows): ``(x, scale, bias, mean, variance) -> (y, batch mean, batch variance)``."""
+    def body(xs: Sequence[Any]) -> list[Any]:
+        x, scale, bias = xs[0], xs[1], xs[2]
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        mean = jax.lax.pmean(jnp.mean(x, axis=axes), REPLICA_AXIS)
+        var = jax.lax.pmean(jnp.mean(jnp.square(x - jnp.reshape(mean, shape)), axis=axes), REPLICA_AXIS)
+        inv = jax.lax.rsqrt(var + epsilon) * scale
+        return [(x - jnp.reshape(mean, shape)) * jnp.reshape(inv, shape) + jnp.reshape(bias, shape), mean, var]
+
+    return body
 
 
 def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
@@ -355,6 +373,10 @@ def planned_split(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Opti
         why, fallback = ("the parallel optimizer", "XLA reduces the gradients into the shards itself (on CPU an "
                          "all-reduce and a local slice: 1.5x a reduce-scatter's bytes)")
     split = replica_split(whole, plan.mesh, avals, plan_replica, why, fallback)
+    if split is not None and split.synced and plan.channels_last:
+        notice_once(f"replica-split:{why}:channels-last", f"{why}: {fallback} because BatchNorm runs channels-last "
+                    "here (its per-replica statistics are written for channels-first)")
+        return None
     if split is not None and split.combine:
         lowering = lowering_plan(split.graph, split.mesh, frozenset(split.axes), False, plan.channels_last)
         if not {vid for vid, _ in split.combine} <= combinable(lowering):
