@@ -8,7 +8,7 @@ from graphpar import nn, ops
 from graphpar.errors import DatasetError
 from graphpar.models.gpt import GPT, gpt_data
 from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
-from tests.bigmodels.nets import data, megatron_mlp, params, wide_mlp
+from tests.bigmodels.nets import DenseBatchNorm, data, megatron_mlp, params, wide_mlp
 
 
 def _train(mode, micro, steps=2, context_steps=None, **ctx):
@@ -203,27 +203,11 @@ def test_semi_auto_constant_from_the_batch_size_runs_per_replica_with_the_whole_
         np.testing.assert_allclose(value, params(one)[name], rtol=1e-5, atol=1e-6)
 
 
-class _DenseBatchNorm(nn.Cell):
-    """Dense -> BatchNorm1d -> ReLU -> Dense: SEMI_AUTO normalizes over the whole batch and keeps moving statistics."""
-
-    def __init__(self):
-        super().__init__()
-        rng = np.random.default_rng(0)
-        self.fc1 = nn.Dense(16, 32, weight_init=ms.Tensor(rng.normal(0, 0.25, (32, 16)).astype(np.float32)),
-                            bias_init="zeros")
-        self.bn, self.relu = nn.BatchNorm1d(32), nn.ReLU()
-        self.fc2 = nn.Dense(32, 8, weight_init=ms.Tensor(rng.normal(0, 0.2, (8, 32)).astype(np.float32)),
-                            bias_init="zeros")
-
-    def construct(self, x):
-        return self.fc2(self.relu(self.bn(self.fc1(x))))
-
-
 def test_semi_auto_batchnorm_accumulates_per_replica_with_statistics_over_every_replica(notices):
     def run(mode, x, y):
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
-        net = _DenseBatchNorm()
+        net = DenseBatchNorm()
         loss = nn.GradAccumulation(nn.WithLossCell(net, nn.MSELoss()), 4)
         train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.05))
         losses = [float(train(x, y)) for _ in range(3)]

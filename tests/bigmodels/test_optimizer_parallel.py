@@ -10,7 +10,7 @@ from graphpar.errors import ConfigError
 from graphpar.models.mlp import DeepFFN
 from graphpar.planner import strategy_file
 from tests.bigmodels.hlo_helpers import step_collectives, step_wire_bytes
-from tests.bigmodels.nets import data, params, wide_mlp
+from tests.bigmodels.nets import DenseBatchNorm, data, params, wide_mlp
 
 
 class _HalfMSE(nn.Cell):
@@ -73,6 +73,19 @@ def test_semi_auto_reduce_scatters_gradients_like_data_parallel(loss):
     assert step_wire_bytes(hlo) <= 1.0001 * step_wire_bytes(hlo_dp)
     for name, value in params(net).items():
         np.testing.assert_allclose(value, params(base)[name], rtol=1e-6, atol=1e-7)
+
+
+def test_semi_auto_batchnorm_reduce_scatters_gradients():
+    # SEMI_AUTO's BatchNorm normalizes over the whole batch: the replicas share its statistics (32 floats a
+    # micro-batch) and still reduce-scatter each gradient once, no more bytes than without the parallel optimizer
+    ms.reset_auto_parallel_context()
+    _, _, hlo_plain = _adam("semi_auto_parallel", False, steps=0, hlo=True, net=DenseBatchNorm(), dims=(16, 8))
+    base, _, _ = _adam("semi_auto_parallel", False, steps=3, net=DenseBatchNorm(), dims=(16, 8))
+    net, _, hlo = _adam("semi_auto_parallel", True, steps=3, hlo=True, net=DenseBatchNorm(), dims=(16, 8))
+    assert "ReduceScatter" in {c.kind for c in step_collectives(hlo)}
+    assert step_wire_bytes(hlo) <= step_wire_bytes(hlo_plain)
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(base)[name], rtol=1e-5, atol=1e-6)
 
 
 def test_default_threshold_keeps_a_16kb_parameter_replicated():
