@@ -144,8 +144,13 @@ def recomputes_in_backward(graph: Any) -> bool:
 MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 SCHEDULER_OPTION = "xla_cpu_scheduler_type"  # a per-compilation debug option of XLA:CPU
 MEMORY_SCHEDULER = "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"
-_CHECKPOINT_PRIMITIVES = frozenset({"remat2", "checkpoint"})  # jax.checkpoint's primitive, as versions name it
 _USER_SCHEDULER_FLAGS = ("xla_cpu_enable_concurrency_optimized_scheduler", SCHEDULER_OPTION)
+
+
+@functools.cache
+def _checkpoint_primitive() -> str:
+    """The name of ``jax.checkpoint``'s primitive in this JAX (``remat2`` in 0.10), read from a traced one."""
+    return jax.make_jaxpr(jax.checkpoint(lambda x: x * 2.0))(1.0).eqns[0].primitive.name
 
 
 def recomputes(jaxpr: Any) -> bool:
@@ -160,7 +165,7 @@ def recomputes(jaxpr: Any) -> bool:
             continue
         seen.add(id(j))
         for eqn in j.eqns:
-            if eqn.primitive.name in _CHECKPOINT_PRIMITIVES:
+            if eqn.primitive.name == _checkpoint_primitive():
                 return True
             for value in eqn.params.values():
                 items = value if isinstance(value, (tuple, list)) else (value,)
