@@ -2,8 +2,8 @@
 
 Being an NNX variable is what lets graphpar split a Cell tree into a pure pytree of arrays for ``jax.jit`` and merge
 it back: the Cell tree is the NNX graph, a Parameter's value is a leaf of its state. MindSpore's attributes live in
-the variable's metadata: ``name`` (the attribute path, ``fc1.weight``, unless the user named it), ``requires_grad``
-and ``layerwise_parallel``.
+the variable's metadata: ``name`` (the attribute path, ``fc1.weight``, unless the user named it), ``requires_grad``,
+``layerwise_parallel`` and ``parallel_optimizer``.
 
 A Parameter made inside ``no_init_parameters()`` from ``initializer(...)`` holds a ``Deferred`` value: its shape and
 dtype, with the draw that makes it, and no data (:attr:`Parameter.has_init`). Tracing and planning read its shape;
@@ -36,7 +36,7 @@ def _to_array(value: Any, what: str) -> jax.Array:
 
 
 class Parameter(nnx.Param):
-    """``Parameter(default_input, name=None, requires_grad=True, layerwise_parallel=False)``.
+    """``Parameter(default_input, name=None, requires_grad=True, layerwise_parallel=False, parallel_optimizer=True)``.
 
     ``default_input`` is an array, a ``Tensor``, a number or the result of ``initializer(...)``. When ``name`` is
     not given, the Cell that holds the Parameter names it after its attribute path (``fc1.weight``).
@@ -74,6 +74,19 @@ class Parameter(nnx.Param):
     @property
     def layerwise_parallel(self) -> bool:
         return self.get_metadata("layerwise_parallel")
+
+    @property
+    def parallel_optimizer(self) -> bool:
+        """MindSpore's ``parallel_optimizer``: False keeps this Parameter (and its optimizer state) out of the
+        parallel optimizer's sharding. Read when a train program is built for the settings in force, as MindSpore
+        reads it when it compiles the graph: set it before the first step."""
+        return self.get_metadata("parallel_optimizer")
+
+    @parallel_optimizer.setter
+    def parallel_optimizer(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"Parameter '{self.name}'.parallel_optimizer must be a bool, got {value!r}")
+        self.set_metadata(parallel_optimizer=value)
 
     @property
     def data(self) -> "Parameter":
@@ -122,7 +135,7 @@ class Parameter(nnx.Param):
         value = self.get_value() if init == "same" else _to_array(init, "Parameter.clone()")
         value = value if isinstance(value, Deferred) else jnp.array(value)  # a deferred one stays deferred
         return Parameter(value, name=self.name, requires_grad=self.requires_grad,
-                         layerwise_parallel=self.layerwise_parallel)
+                         layerwise_parallel=self.layerwise_parallel, parallel_optimizer=self.parallel_optimizer)
 
     def __repr__(self) -> str:
         return (f"Parameter (name={self.name}, shape={tuple(self.shape)}, dtype={mstype.ms_name(self.dtype)}, "

@@ -9,13 +9,15 @@ first dimension only, and only when
 * its first dimension's local size divides by the group size (``optimizer_weight_shard_size``, default the whole
   group; a size that is not a product of leading replica axes falls back to the whole group, as MindSpore does).
 
-Otherwise it stays as it is and the reason is kept (strategy files and notices show it). This module is pure: it
+and it was not made with ``Parameter(..., parallel_optimizer=False)`` (MindSpore's opt-out: that parameter and its
+optimizer state stay in their compute layout, and its gradient is all-reduced). Otherwise it stays as it is and the
+reason is kept (strategy files and notices show it). This module is pure: it
 decides layouts from shapes, specs and the configuration; ``compile.opt_shard`` applies them in the train step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ import numpy as np
 
 Spec = tuple[tuple[str, ...], ...]
 GATHERED = "graphpar_opt_gathered"  # checkpoint name of a gathered parameter (level3 re-gathers it for backward)
+OPTED_OUT = "Parameter(parallel_optimizer=False)"  # the reason kept for a parameter its user left out
 
 
 @dataclass(frozen=True)
@@ -34,13 +37,17 @@ class OptimizerParallelConfig:
     shard_size: int = -1
     level: str = "level1"
     gradient_accumulation_shard: bool = False
+    excluded: frozenset[str] = frozenset()  # names of the Parameters made with parallel_optimizer=False
 
     @classmethod
-    def from_context(cls, pctx: Any) -> "OptimizerParallelConfig":
+    def from_context(cls, pctx: Any, parameters: Iterable[Any] = ()) -> "OptimizerParallelConfig":
+        """The context's settings; ``parameters`` (graphpar ``Parameter``s): those with ``parallel_optimizer=False``
+        are left out."""
         cfg = pctx.parallel_optimizer_config
         return cls(bool(pctx.enable_parallel_optimizer), int(cfg["parallel_optimizer_threshold"]),
                    int(cfg["optimizer_weight_shard_size"]), str(cfg["optimizer_level"]),
-                   bool(cfg["gradient_accumulation_shard"]))
+                   bool(cfg["gradient_accumulation_shard"]),
+                   frozenset(p.name for p in parameters if not p.parallel_optimizer))
 
     @property
     def shard_accumulated_gradients(self) -> bool:
@@ -103,6 +110,8 @@ def shard_parameter(name: str, shape: Sequence[int], itemsize: int, compute_spec
 
     if not config.enabled:
         return keep("the parallel optimizer is off")
+    if name in config.excluded:
+        return keep(OPTED_OUT)
     if not shape:
         return keep("a scalar")
     nbytes = int(np.prod(shape)) * itemsize

@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,16 +301,19 @@ def _op_config(pctx: Any, mode: str) -> str:
     return config.path
 
 
-def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], replicated: bool = False) -> None:
+def maybe_save(graph: Graph, pctx: Any, device_num: int, trainable: set[str], replicated: bool = False,
+               parameters: Sequence[Any] = ()) -> None:
     """Write the plan to the configured ``save_file`` (process 0; train graphs, or the first graph planned), and
-    to ``set_op_strategy_config(mode="SAVE", path)``'s file (the same format)."""
+    to ``set_op_strategy_config(mode="SAVE", path)``'s file (the same format). ``parameters``: the trainable
+    ``Parameter``s (their ``parallel_optimizer`` flags)."""
     config = pctx.strategy_ckpt_config or {}
     for path in (config.get("save_file"), _op_config(pctx, "SAVE")):
         if path:
-            _save(path, graph, pctx, device_num, trainable, replicated)
+            _save(path, graph, pctx, device_num, trainable, replicated, parameters)
 
 
-def _save(path: str, graph: Graph, pctx: Any, device_num: int, trainable: set[str], replicated: bool) -> None:
+def _save(path: str, graph: Graph, pctx: Any, device_num: int, trainable: set[str], replicated: bool,
+          parameters: Sequence[Any]) -> None:
     config = pctx.strategy_ckpt_config or {}
     import jax
 
@@ -317,7 +321,7 @@ def _save(path: str, graph: Graph, pctx: Any, device_num: int, trainable: set[st
         return
     write(path, from_graph(graph, device_num, pctx.parallel_mode, trainable,
                            bool(config.get("only_trainable_params", True)), replicated,
-                           OptimizerParallelConfig.from_context(pctx)))
+                           OptimizerParallelConfig.from_context(pctx, parameters)))
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Networks the bigmodels tests share, built from graphpar.models: a wide MLP (parameters above the parallel
-optimizer's threshold), a deep FFN stack (for recomputation) and Megatron's MLP."""
+optimizer's threshold), a deep FFN stack (for recomputation), Megatron's MLP and a BatchNorm MLP."""
 
 import numpy as np
 
-from graphpar import ops
+from graphpar import Tensor, nn, ops
 from graphpar.models.megatron import MegatronMLP
 from graphpar.models.mlp import MLP
 
@@ -28,6 +28,23 @@ def megatron_mlp(d=16, hidden=64, dp=2, mp=4, seed=0) -> MegatronMLP:
     w1 = rng.normal(0, 1 / np.sqrt(d), (d, hidden)).astype(np.float32)
     w2 = rng.normal(0, 1 / np.sqrt(hidden), (hidden, d)).astype(np.float32)
     return MegatronMLP(w1, w2, dp, mp, activation=ops.ReLU().shard(((dp, mp),)))
+
+
+class DenseBatchNorm(nn.Cell):
+    """Dense without bias -> BatchNorm1d -> ReLU -> Dense (d_in -> hidden -> d_out), normal weights from
+    ``default_rng(seed)``: SEMI_AUTO normalizes over the whole batch and keeps moving statistics."""
+
+    def __init__(self, d_in=16, hidden=32, d_out=8, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.fc1 = nn.Dense(d_in, hidden, weight_init=Tensor(rng.normal(0, 0.25, (hidden, d_in)).astype(np.float32)),
+                            has_bias=False)  # BatchNorm's beta is the bias (as convolutions before BN in ResNets)
+        self.bn, self.relu = nn.BatchNorm1d(hidden), nn.ReLU()
+        self.fc2 = nn.Dense(hidden, d_out, weight_init=Tensor(rng.normal(0, 0.2, (d_out, hidden)).astype(np.float32)),
+                            bias_init="zeros")
+
+    def construct(self, x):
+        return self.fc2(self.relu(self.bn(self.fc1(x))))
 
 
 def run_with_memory_scheduler(script: str) -> dict:

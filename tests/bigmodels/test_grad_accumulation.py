@@ -8,7 +8,7 @@ from graphpar import nn, ops
 from graphpar.errors import DatasetError
 from graphpar.models.gpt import GPT, gpt_data
 from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives
-from tests.bigmodels.nets import data, megatron_mlp, params, wide_mlp
+from tests.bigmodels.nets import DenseBatchNorm, data, megatron_mlp, params, wide_mlp
 
 
 def _train(mode, micro, steps=2, context_steps=None, **ctx):
@@ -130,15 +130,17 @@ def test_semi_auto_dp2_mp4_accumulates_per_replica_and_reduces_once(reduction):
     assert (train.program.counts.traces, train.program.counts.plans) == (2, 2) and train.program.compile_seconds > 0
 
 
-class _SquaredMeanError(nn.Cell):
-    """A loss that is not a plain mean or sum over the batch: the square of the mean error."""
+class _ErrorVariance(nn.Cell):
+    """A loss whose rows depend on the whole batch: the variance of the error, mean((d - batch mean of d) ** 2)."""
 
     def __init__(self):
         super().__init__()
-        self.sub, self.mean, self.square = ops.Sub(), ops.ReduceMean(), ops.Square()
+        self.sub, self.center, self.square = ops.Sub(), ops.Sub(), ops.Square()
+        self.batch_mean, self.mean = ops.ReduceMean(keep_dims=True), ops.ReduceMean()
 
     def construct(self, logits, labels):
-        return self.square(self.mean(self.sub(logits, labels)))
+        d = self.sub(logits, labels)
+        return self.mean(self.square(self.center(d, self.batch_mean(d, 0))))
 
 
 def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_says_why(notices):
@@ -146,7 +148,7 @@ def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_say
         ms.reset_auto_parallel_context()
         ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
         net = megatron_mlp(dp=2, mp=4)
-        loss = nn.WithLossCell(net, _SquaredMeanError())
+        loss = nn.WithLossCell(net, _ErrorVariance())
         if micro > 1:
             loss = nn.GradAccumulation(loss, micro)
         train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.05))
@@ -156,10 +158,124 @@ def test_semi_auto_loss_not_separable_per_replica_keeps_global_gradients_and_say
 
     train = run(4)
     assert ("gradient accumulation: the data-parallel gradient reduction is made once per micro-batch because op "
-            "'mean' (ReduceMean") in notices.text
+            "'center' (Sub") in notices.text
+    assert "computes rows of the batch from a reduction over the batch" in notices.text
     hlo = train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
     dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert any(c.groups == dp_groups for c in loop_collectives(hlo))  # reduced per micro-batch, as said
+
+
+class _SumOverBatchSize(nn.Cell):
+    """sum(d ** 2) / batch size, dividing after the sum or each row before it: the divisor is a constant the trace
+    computes from the batch's shape."""
+
+    def __init__(self, divide_rows):
+        super().__init__()
+        self.divide_rows = divide_rows
+        self.sub, self.square, self.sum = ops.Sub(), ops.Square(), ops.ReduceSum()
+
+    def construct(self, logits, labels):
+        if self.divide_rows:
+            return self.sum(self.square(self.sub(logits, labels)) / logits.shape[0])
+        return self.sum(self.square(self.sub(logits, labels))) / logits.shape[0]
+
+
+@pytest.mark.parametrize("divide_rows", [False, True])
+def test_semi_auto_constant_from_the_batch_size_runs_per_replica_with_the_whole_batch_value(divide_rows, notices):
+    # one replica's graph divides by its own rows (8); each replica runs it with the micro-batch's divisor (16)
+    def run(mode):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
+        net = megatron_mlp(dp=2, mp=4)
+        loss = nn.GradAccumulation(nn.WithLossCell(net, _SumOverBatchSize(divide_rows)), 2)
+        train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.01))
+        losses = [float(train(*data(32, 16, 16))) for _ in range(2)]
+        return net, losses, train.program.lower_step(list(data(32, 16, 16))).compile().as_text()
+
+    net, losses, hlo = run("semi_auto_parallel")
+    assert "once per micro-batch" not in notices.text
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # gradients reduced once per step (the sum made global, a scalar, when the division follows it)
+    assert {s for c in loop_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes} <= {()}
+    one, losses_one, _ = run("stand_alone")  # a sum over the micro-batches: the same whichever rows each holds
+    np.testing.assert_allclose(losses, losses_one, rtol=1e-5)  # |D| = 2 times these with the replica's divisor
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(one)[name], rtol=1e-5, atol=1e-6)
+
+
+def test_semi_auto_batchnorm_accumulates_per_replica_with_statistics_over_every_replica(notices):
+    def run(mode, x, y):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
+        net = DenseBatchNorm()
+        loss = nn.GradAccumulation(nn.WithLossCell(net, nn.MSELoss()), 4)
+        train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.05))
+        losses = [float(train(x, y)) for _ in range(3)]
+        return net, losses, train.program.lower_step([x, y]).compile().as_text()
+
+    x, y = data(64, 16, 8)
+    net, losses, hlo = run("semi_auto_parallel", x, y)
+    assert "once per micro-batch" not in notices.text
+    # per micro-batch only BatchNorm's statistics cross devices (mean and variance, forward and backward: 32
+    # floats each); every gradient, the moving statistics' average and the loss once per step
+    assert sorted(s for c in loop_collectives(hlo) for _, s in c.shapes) == [(32,)] * 4
+    once = sorted(s for c in step_collectives(hlo) for _, s in c.shapes)
+    assert (32, 16) in once and (8, 32) in once
+    # one device, the same micro-batches: the plan splits the 64 rows over 8 devices and cuts each device's 8 rows
+    # in 4 (micro-batch i holds rows 8j + 2i and 8j + 2i + 1)
+    order = np.concatenate([[8 * j + 2 * i + k for j in range(8) for k in range(2)] for i in range(4)])
+    one, losses_one, _ = run("stand_alone", x[order], y[order])
+    np.testing.assert_allclose(losses, losses_one, rtol=1e-5)
+    for name, value in params(net).items():  # the moving statistics too (unbiased with the whole batch's count)
+        np.testing.assert_allclose(value, params(one)[name], rtol=1e-5, atol=1e-6)
+
+
+class _RootMeanSquarePlusSum(nn.Cell):
+    """A loss that goes on computing after its reductions over the batch, as MindSpore losses often do (a scale,
+    an auxiliary term, a penalty): sqrt(mean(d ** 2)) + 1e-3 * sum(logits) + 1e-2 * sum(w2 ** 2)."""
+
+    def __init__(self, w2):
+        super().__init__()
+        self.w2 = w2
+        self.sub, self.square, self.sqrt, self.add = ops.Sub(), ops.Square(), ops.Sqrt(), ops.Add()
+        self.mean, self.sum, self.penalty = ops.ReduceMean(), ops.ReduceSum(), ops.ReduceSum()
+
+    def construct(self, logits, labels):
+        rms = self.sqrt(self.mean(self.square(self.sub(logits, labels))))
+        return self.add(self.add(rms, 1e-3 * self.sum(logits)), 1e-2 * self.penalty(self.square(self.w2)))
+
+
+@pytest.mark.parametrize("recompute_loss", [False, True])
+def test_semi_auto_loss_computed_after_its_reductions_still_reduces_gradients_once(recompute_loss, notices):
+    def run(mode, x, y):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode, device_num=8)
+        net = megatron_mlp(dp=2, mp=4)
+        loss_fn = _RootMeanSquarePlusSum(net.w2)
+        if recompute_loss:  # the reductions and the loss's tail inside one recomputed run
+            loss_fn.recompute()
+        loss = nn.GradAccumulation(nn.WithLossCell(net, loss_fn), 4)
+        train = nn.TrainOneStepCell(loss, nn.SGD(net.trainable_params(), 0.05))
+        return net, train, [float(train(x, y)) for _ in range(3)]
+
+    x, y = data(32, 16, 16)
+    net, train, losses = run("semi_auto_parallel", x, y)
+    hlo = train.program.lower_step([x, y]).compile().as_text()
+    # the same micro-batches on one device: SEMI_AUTO's plan splits the inputs over the 8 devices and cuts each
+    # device's 4 rows in 4 (micro-batch i holds rows i, 4 + i, ..., 28 + i); contiguous micro-batches of these rows
+    # hold the same samples
+    order = np.concatenate([[4 * j + i for j in range(8)] for i in range(4)])
+    one, _, losses_one = run("stand_alone", x[order], y[order])
+    np.testing.assert_allclose(losses, losses_one, rtol=1e-5)
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(one)[name], rtol=1e-5, atol=1e-6)
+    assert "once per micro-batch" not in notices.text
+    dp_groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # per micro-batch only the reductions' values cross replicas (scalars); each gradient once per step
+    in_loop = [s for c in loop_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes]
+    assert in_loop and set(in_loop) == {()}
+    once = sorted(s for c in step_collectives(hlo) if c.groups == dp_groups for _, s in c.shapes)
+    assert once == sorted([(), (16, 16), (16, 16)])
 
 
 def test_gpt_semi_auto_dp2_mp4_four_micro_batches_equal_the_whole_batch_reduced_once():

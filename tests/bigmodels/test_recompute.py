@@ -61,6 +61,25 @@ def test_recomputing_every_layer_of_8_cuts_temp_memory_by_30_percent():
         assert temp[f"{mode}/True"] <= 0.7 * temp[f"{mode}/False"], temp
 
 
+@pytest.mark.parametrize("mode, batch", [("stand_alone", 1024), ("data_parallel", 4096)])  # 1024 rows a device
+def test_recompute_lowers_temp_memory_with_xla_default_cpu_flags(mode, batch, monkeypatch):
+    """With XLA's default CPU flags, graphpar compiles a program that recomputes with XLA:CPU's memory-optimized
+    scheduler (a per-compilation option; the concurrency-optimized default runs recomputations early and keeps them
+    alive); a program without recomputation keeps XLA's default."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")  # no scheduler flag
+    temp = {}
+    for marked in (False, True):
+        ms.reset_auto_parallel_context()
+        ms.set_auto_parallel_context(parallel_mode=mode)
+        net = DeepFFN(128, 8, recompute=marked)
+        train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
+        lowered = train.program.lowered(list(data(batch, 128, 128)))
+        memory_scheduler = ((recompute.SCHEDULER_OPTION, recompute.MEMORY_SCHEDULER),)
+        assert lowered.compiler_options == (memory_scheduler if marked else ())
+        temp[marked] = lowered.compile().memory_analysis().temp_size_in_bytes
+    assert temp[True] <= 0.7 * temp[False], temp
+
+
 class MatMulNet(nn.Cell):
     """A model-parallel layer (a split contraction: an all-reduce in forward) inside a recomputed block."""
 

@@ -73,7 +73,7 @@ class FunctionalProgram(TrainProgram):
             raise JitError(self.captured.name, f"grad_accumulation_step={pctx.grad_accumulation_step} applies to "
                            "Model.train; a compiled step function takes one gradient per call (accumulate the "
                            "gradients in the step, or train with Model.train)")
-        opt_config = OptimizerParallelConfig.from_context(pctx)
+        opt_config = OptimizerParallelConfig.from_context(pctx, self.trainable())
         plan = choose_plan(self.network, self.optimizer, compiled=True)  # compiled in PYNATIVE_MODE too
         advise_cpu_scheduler(self.network, plan.devices[0].platform, opt_config.regather_for_backward)
         return TrainSettings(plan, 1, opt_config)

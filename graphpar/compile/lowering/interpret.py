@@ -29,7 +29,9 @@ of nodes marked for recomputation (``Cell.recompute()``, ``Primitive.recompute()
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -45,22 +47,43 @@ from graphpar.compile.lowering.plan import Checkpointed, LoweringPlan, lowering_
 from graphpar.ir.graph import Graph
 
 
-def run(plan: LoweringPlan, args: Sequence[Any]) -> list[Any]:
+@dataclass(frozen=True)
+class Overrides:
+    """What one data-parallel replica's evaluation of a planned graph changes (``compile.plans.replica_split``):
+    ``combine``: value id -> a function the value passes through once computed (a batch reduction made global);
+    ``consts``: value id -> the constant to use instead (the whole batch's); ``bodies``: node id -> the body to
+    bind instead of the node's own (a BatchNorm whose statistics cover every replica)."""
+
+    combine: Mapping[int, Callable[[Any], Any]] = field(default_factory=dict)
+    consts: Mapping[int, Any] = field(default_factory=dict)
+    bodies: Mapping[int, Callable[[Sequence[Any]], list[Any]]] = field(default_factory=dict)
+
+    def step(self, step: Step) -> Step:
+        body = self.bodies.get(step.node.id)
+        return step if body is None else dataclasses.replace(step, body=body)
+
+
+def run(plan: LoweringPlan, args: Sequence[Any], overrides: Overrides | None = None) -> list[Any]:
     """The planned graph's outputs for flat ``args`` (in its inputs' order): each unit of ``plan`` bound in order,
-    reading its inputs from and writing its outputs to one environment of values."""
+    reading its inputs from and writing its outputs to one environment of values (with ``overrides``)."""
+    o = overrides or Overrides()
     env: dict[int, Any] = dict(plan.consts)
+    env.update(o.consts)
     env.update(zip(plan.inputs, args))
     functions: dict[tuple[str, Any], Callable[..., list[Any]]] = {}  # this trace's jit functions, made on first use
+    member = _evaluate_member if not o.bodies else (lambda step, xs: _evaluate_member(o.step(step), xs))
     for unit in plan.units:
         xs = [env[v] for v in unit.inputs]
         if isinstance(unit, Group):  # the function of its key, made from the first group of that key
             fn = functions.get(("group", unit.share))
             if fn is None:
-                fn = functions[("group", unit.share)] = call_groups.group_function(unit, _evaluate_member)
+                fn = functions[("group", unit.share)] = call_groups.group_function(unit, member)
             with jax.named_scope(unit.call_scope):
                 outs = fn(*xs)
         elif isinstance(unit, Checkpointed):
-            outs = _run_checkpointed(unit, plan, xs)
+            outs = _run_checkpointed(unit, plan, xs, o)
+        elif unit.node.id in o.bodies:
+            outs = bind_step(o.step(unit), xs, named=unit.node.id in plan.named)
         elif unit.share in plan.calls:  # a shared call: the pinned body of the table's step for its key
             fn = functions.get(("node", unit.share))
             if fn is None:
@@ -70,21 +93,38 @@ def run(plan: LoweringPlan, args: Sequence[Any]) -> list[Any]:
         else:
             outs = bind_step(unit, xs, named=unit.node.id in plan.named)
         env.update(zip(unit.outputs, outs))
+        for v in unit.outputs if o.combine else ():
+            if v in o.combine:
+                env[v] = o.combine[v](env[v])
     if plan.output_perms:  # values the channels-last pass holds permuted leave in the layout the user wrote
         return [to_written(env[v], p) for v, p in zip(plan.outputs, plan.output_perms)]
     return [env[v] for v in plan.outputs]
 
 
 def evaluate(graph: Graph, args: Sequence[Any], mesh: Mesh | None = None,
-             vmapped_axes: frozenset[str] = frozenset(), channels_last: bool = False) -> list[Any]:
+             vmapped_axes: frozenset[str] = frozenset(), channels_last: bool = False,
+             overrides: Overrides | None = None) -> list[Any]:
     """The graph's outputs for flat ``args`` (in ``graph.inputs`` order); with ``mesh``, layouts are pinned:
     :func:`run` over the graph's lowering plan (made on its first lowering and kept: ``plan.lowering_plan``).
 
     ``vmapped_axes``: mesh axes a surrounding ``jax.vmap(spmd_axis_name=...)`` already splits over (gradient
     accumulation's per-replica step, ``compile.replica_split``); they are left out of every pinned layout.
     ``channels_last``: convolutions and the ops between them run channels-last (``compile.lowering.channels_last``;
-    the execution plan decides from ``set_context(format_transform=...)`` and the platform)."""
-    return run(lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations(), channels_last), args)
+    the execution plan decides from ``set_context(format_transform=...)`` and the platform). ``overrides``: see
+    :class:`Overrides` (its ``combine`` values in :func:`combinable`)."""
+    plan = lowering_plan(graph, mesh, vmapped_axes, recompute.names_activations(), channels_last)
+    if overrides is not None and not set(overrides.combine) <= combinable(plan):
+        raise ValueError(f"graphpar: values {sorted(set(overrides.combine) - combinable(plan))} are computed "
+                         "inside a repeated run of ops")
+    return run(plan, args, overrides)
+
+
+def combinable(plan: LoweringPlan) -> set[int]:
+    """The values :func:`run`'s ``combine`` can reach: outputs of units and of the steps of recomputed runs (not
+    the values inside a repeated run, which is one function every repetition calls)."""
+    out = {v for unit in plan.units for v in unit.outputs}
+    out.update(v for unit in plan.units if isinstance(unit, Checkpointed) for step in unit.steps for v in step.outputs)
+    return out
 
 
 def _pinned_body(step: Step) -> Callable[..., list[Any]]:
@@ -138,18 +178,22 @@ def _named(x: Any, name_comm: bool) -> Any:
     return checkpoint_name(x, recompute.COMM) if name_comm else x
 
 
-def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any]) -> list[Any]:
+def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any], o: Overrides) -> list[Any]:
     """A run of recomputed nodes inside ``jax.checkpoint``: its steps bound inline, the constants they read closed
-    over."""
+    over (``o``: see :func:`run`)."""
     consts = dict(unit.consts)
+    consts.update((v, c) for v, c in o.consts.items() if v in consts)
     name_comm = not unit.config.mp_comm_recompute
 
     def segment(*args: Any) -> list[Any]:
         local = dict(consts)
         local.update(zip(unit.inputs, args))
         for step in unit.steps:
-            local.update(zip(step.outputs, bind_step(step, [local[v] for v in step.inputs], name_comm,
+            local.update(zip(step.outputs, bind_step(o.step(step), [local[v] for v in step.inputs], name_comm,
                                                      step.node.id in plan.named)))
+            for v in step.outputs if o.combine else ():
+                if v in o.combine:
+                    local[v] = o.combine[v](local[v])
         return [local[v] for v in unit.outputs]
 
     if unit.recomputes:

@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding
 from graphpar._logging import notice_once
 from graphpar.compile.lowering.recompute import activations_only, naming_activations
 from graphpar.planner.optimizer_parallel import (
-    GATHERED, OptimizerParallelConfig, ParameterShard, canonical_spec, shard_parameter)
+    GATHERED, OPTED_OUT, OptimizerParallelConfig, ParameterShard, canonical_spec, shard_parameter)
 from graphpar.planner.strategy import to_partition_spec
 
 
@@ -69,7 +69,8 @@ class OptimizerSharding:
             self.shards.append(shard)
             self.storage.append(NamedSharding(mesh, to_partition_spec(shard.storage_spec)) if shard.sharded else sh)
         if config.enabled:
-            unsharded = [s for s in self.shards if not s.sharded and "threshold" not in s.reason and s.reason]
+            unsharded = [s for s in self.shards if not s.sharded and "threshold" not in s.reason and s.reason
+                         and s.reason != OPTED_OUT]  # the user asked for it: nothing to say
             for s in unsharded:
                 notice_once(f"opt-shard:{s.name}", f"parallel optimizer: Parameter '{s.name}' {s.shape} stays "
                             f"unsharded: {s.reason}")

@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from graphpar._env import xla_flags
 from graphpar._logging import notice_once
@@ -140,21 +142,75 @@ def recomputes_in_backward(graph: Any) -> bool:
 
 
 MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+SCHEDULER_OPTION = "xla_cpu_scheduler_type"  # a per-compilation debug option of XLA:CPU
+MEMORY_SCHEDULER = "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"
+_USER_SCHEDULER_FLAGS = ("xla_cpu_enable_concurrency_optimized_scheduler", SCHEDULER_OPTION)
+
+
+@functools.cache
+def _checkpoint_primitive() -> str:
+    """The name of ``jax.checkpoint``'s primitive in this JAX (``remat2`` in 0.10), read from a traced one."""
+    return jax.make_jaxpr(jax.checkpoint(lambda x: x * 2.0))(1.0).eqns[0].primitive.name
+
+
+def recomputes(jaxpr: Any) -> bool:
+    """Whether a traced program holds a ``jax.checkpoint`` (recomputed Cells, the parallel optimizer's level3), in
+    its equations or any jaxpr they call (each sub-jaxpr read once)."""
+    seen: set[int] = set()
+    todo = [jaxpr]
+    while todo:
+        j = todo.pop()
+        j = j.jaxpr if isinstance(j, ClosedJaxpr) and not isinstance(j, Jaxpr) else j  # one type in jax >= 0.12
+        if id(j) in seen:
+            continue
+        seen.add(id(j))
+        for eqn in j.eqns:
+            if eqn.primitive.name == _checkpoint_primitive():
+                return True
+            for value in eqn.params.values():
+                items = value if isinstance(value, (tuple, list)) else (value,)
+                todo.extend(v for v in items if isinstance(v, (ClosedJaxpr, Jaxpr)))
+    return False
+
+
+@functools.cache
+def _memory_scheduler_known(platform: str) -> bool:
+    """Whether this XLA:CPU takes :data:`SCHEDULER_OPTION` per compilation (older builds refuse the name): one
+    compilation of a scalar add, once per process."""
+    try:
+        jax.jit(lambda x: x + 1).lower(1.0).compile(compiler_options={SCHEDULER_OPTION: MEMORY_SCHEDULER})
+    except Exception:  # XLA's INVALID_ARGUMENT for an option it does not know
+        return False
+    return True
+
+
+def compiler_options(platform: str, jaxpr: Any) -> tuple[tuple[str, str], ...]:
+    """The per-compilation XLA options of a program: on CPU, a program that recomputes is scheduled by XLA's
+    memory-optimized scheduler (its default concurrency-optimized one runs recomputations as early as it can and
+    keeps the results alive, so recomputation saved nothing), unless ``XLA_FLAGS`` chooses a CPU scheduler."""
+    if platform != "cpu" or any(f in xla_flags() for f in _USER_SCHEDULER_FLAGS) or not recomputes(jaxpr):
+        return ()
+    return ((SCHEDULER_OPTION, MEMORY_SCHEDULER),) if _memory_scheduler_known(platform) else ()
 
 
 def advise_cpu_scheduler(network: Cell, platform: str, regather: bool = False) -> None:
     """Say once how to make recomputation (``Cell.recompute()``, or the parallel optimizer's level3 when
-    ``regather``) pay off on CPU.
+    ``regather``) pay off on CPU where graphpar cannot choose XLA's scheduler itself.
 
     XLA's CPU backend schedules with a concurrency-optimized scheduler by default, which runs every recomputation
     as early as it can and keeps the results alive, undoing what recomputation saves (measured on an 8-layer FFN:
-    temp memory 111 MB plain, 114 MB recomputed; 61 MB recomputed with the memory scheduler). The choice is read
-    from ``XLA_FLAGS`` when the backend starts (a per-compilation option is accepted and ignored), so graphpar can
-    only advise it. GPU and TPU schedulers are memory-aware already.
+    temp memory 220 MB plain, 227 MB recomputed; 124 MB recomputed with the memory scheduler). graphpar compiles
+    programs that recompute with the per-compilation option ``xla_cpu_scheduler_type=`` :data:`MEMORY_SCHEDULER`
+    (:func:`compiler_options`; ``--xla_cpu_enable_concurrency_optimized_scheduler`` is read once from
+    ``XLA_FLAGS`` when the backend starts, and ignored per compilation); only an XLA that does not know that option
+    leaves the advice to set the flag. GPU and TPU schedulers are memory-aware already.
     """
-    if platform != "cpu" or MEMORY_SCHEDULER_FLAG in xla_flags():
+    if platform != "cpu" or any(f in xla_flags() for f in _USER_SCHEDULER_FLAGS):
         return
-    if uses_recompute(network):
+    recomputed = uses_recompute(network)
+    if not (recomputed or regather) or _memory_scheduler_known(platform):
+        return
+    if recomputed:
         notice_once("recompute-cpu-scheduler", "recompute(): on CPU, XLA's default scheduler keeps recomputed "
                     "activations alive; start the process with XLA_FLAGS=" + MEMORY_SCHEDULER_FLAG +
                     " for recomputation to lower memory")

@@ -19,7 +19,9 @@ Where the gradients are reduced:
   storage layout) — exactly one gradient reduction per optimizer step.
 * SEMI_AUTO/AUTO whose planned graph splits into data-parallel replicas (``compile.replica_split``): the same, with
   one replica's planned graph under ``vmap(spmd_axis_name=<data-parallel axes>)``; its model-parallel layouts and
-  collectives stay inside each micro-batch.
+  collectives stay inside each micro-batch. A loss that goes on computing after its reductions over the batch
+  makes each reduction global per micro-batch (:func:`_global_value`: a scalar-sized ``pmean``/``psum``), so
+  every replica computes the global loss and the mean of their gradients is the global gradient.
 * With the parallel optimizer at level2/level3 or ``gradient_accumulation_shard``, the carry is kept in the
   sharded storage layout instead: a reduce-scatter per micro-batch, 1/g of the accumulation memory.
 * Other SEMI_AUTO/AUTO graphs and STAND_ALONE: the gradient of each micro-batch's planned global loss is
@@ -32,6 +34,7 @@ The loss reported is the sum of the micro-batch losses, as MindSpore's wrapper r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from graphpar._logging import notice_once
 from graphpar.communication.rank_axis import replica_axis
-from graphpar.compile.lowering.interpret import evaluate
+from graphpar.compile.lowering.interpret import Overrides, combinable, evaluate
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.lowering.opt_shard import OptimizerSharding
+from graphpar.compile.lowering.plan import lowering_plan
 from graphpar.compile.lowering.recompute import naming_activations
 from graphpar.compile.lowering.step import StepParts
 from graphpar.compile.plans.execution import REPLICA_AXIS, DataParallelPlan, ExecutionPlan, _objective_of
@@ -156,14 +161,43 @@ def _replicas_of(plan: ExecutionPlan, planned: Any, ns: NetworkState, split: Rep
     if split is None:
         return None
     vmapped = frozenset(split.axes)
+    overrides = Overrides(
+        combine={vid: functools.partial(_global_value, mean=mean, replicas=split.replicas)
+                 for vid, mean in split.combine},
+        consts=dict(split.constants),
+        bodies={nid: _synced_batch_norm(split.graph.nodes[nid].attrs["epsilon"]) for nid in split.synced})
 
     def planned_loss(params, rest, inputs):
         flat = jax.tree.leaves(params) + jax.tree.leaves(rest) + list(inputs)
         loss, *new_rest = evaluate(split.graph, flat, split.mesh, vmapped_axes=vmapped,
-                                   channels_last=plan.channels_last)
+                                   channels_last=plan.channels_last, overrides=overrides)
         return loss, ns.rest.unflatten(new_rest)
 
     return Replicas(planned_loss, split.replicas, split.mesh, split.axes, split.mean, False)
+
+
+def _global_value(local: Any, mean: bool, replicas: int) -> Any:
+    """One replica's batch reduction ``local``, given the value of the whole batch's (the replicas' mean or sum)
+    and the derivative of its own rows (``replicas`` times it for a sum, so that the mean of the replicas'
+    gradients is the global one; ``compile.plans.replica_split``)."""
+    own = jax.lax.stop_gradient(local)
+    whole = jax.lax.pmean(own, REPLICA_AXIS) if mean else jax.lax.psum(own, REPLICA_AXIS)
+    return whole + (1 if mean else replicas) * (local - own)
+
+
+def _synced_batch_norm(epsilon: float) -> Callable[[Sequence[Any]], list[Any]]:
+    """A training-mode BatchNorm node's body for one replica (``BatchNorm.compute`` with statistics over every
+    replica's rows): ``(x, scale, bias, mean, variance) -> (y, batch mean, batch variance)``."""
+    def body(xs: Sequence[Any]) -> list[Any]:
+        x, scale, bias = xs[0], xs[1], xs[2]
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        mean = jax.lax.pmean(jnp.mean(x, axis=axes), REPLICA_AXIS)
+        var = jax.lax.pmean(jnp.mean(jnp.square(x - jnp.reshape(mean, shape)), axis=axes), REPLICA_AXIS)
+        inv = jax.lax.rsqrt(var + epsilon) * scale
+        return [(x - jnp.reshape(mean, shape)) * jnp.reshape(inv, shape) + jnp.reshape(bias, shape), mean, var]
+
+    return body
 
 
 def accumulated_value_and_grad(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: OptimizerSharding,
@@ -338,4 +372,16 @@ def planned_split(plan: ExecutionPlan, planned: Any, ns: NetworkState, opt: Opti
     else:
         why, fallback = ("the parallel optimizer", "XLA reduces the gradients into the shards itself (on CPU an "
                          "all-reduce and a local slice: 1.5x a reduce-scatter's bytes)")
-    return replica_split(whole, plan.mesh, avals, plan_replica, why, fallback)
+    split = replica_split(whole, plan.mesh, avals, plan_replica, why, fallback)
+    if split is not None and split.synced and plan.channels_last:
+        notice_once(f"replica-split:{why}:channels-last", f"{why}: {fallback} because BatchNorm runs channels-last "
+                    "here (its per-replica statistics are written for channels-first)")
+        return None
+    if split is not None and split.combine:
+        lowering = lowering_plan(split.graph, split.mesh, frozenset(split.axes), False, plan.channels_last)
+        if not {vid for vid, _ in split.combine} <= combinable(lowering):
+            notice_once(f"replica-split:{why}:inner", f"{why}: {fallback} because a reduction over the batch that "
+                        "the loss goes on computing with lies inside a repeated run of ops (one function every "
+                        "repetition calls)")
+            return None
+    return split

@@ -115,7 +115,7 @@ class TrainProgram(Program[TrainSettings]):
     def read_settings(self) -> TrainSettings:
         pctx = _context.current_parallel()
         _, micro_size = unwrap_accumulation(self.train_cell.network, pctx.grad_accumulation_step)
-        opt_config = OptimizerParallelConfig.from_context(pctx)
+        opt_config = OptimizerParallelConfig.from_context(pctx, self.trainable())
         plan = choose_plan(self.network, self.optimizer)
         advise_cpu_scheduler(self.network, plan.devices[0].platform, opt_config.regather_for_backward)
         return TrainSettings(plan, micro_size, opt_config)

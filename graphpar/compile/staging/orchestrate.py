@@ -19,6 +19,7 @@ from typing import Any
 import jax
 
 from graphpar import _context
+from graphpar.compile.lowering import recompute
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.plans.layout import Layout
@@ -40,7 +41,8 @@ def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str
     request = plan.request(graph, purpose)
     graph = plan_graph(graph, request)
     maybe_dump_begin(graph, plan)
-    strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=request.replicated)
+    strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=request.replicated,
+                             parameters=ns.params.holders)
     return graph
 
 
@@ -102,7 +104,7 @@ class Orchestrator:
             self.cache.count("lowerings")
             use_persistent_cache(self.what, lowered.effects)
             with progress.stage("XLA compile"):
-                executable = lowered.lowered.compile()
+                executable = lowered.compile()
             self.cache.count("compiles")
             seconds = {k: progress.seconds[k] for k in ("lowering", "XLA compile")}
             return Compiled(planned, signature, executable, executable, seconds, fn, lowered)
@@ -124,7 +126,17 @@ def lower(fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any]
         traced = jitted.trace(*avals)
         lowered = traced.lower()
     effects = tuple(sorted({type(e).__name__ for e in traced.jaxpr.effects}))
-    return Lowered(planned, lowered, signature, time.perf_counter() - started, time.process_time() - cpu, effects)
+    options = recompute.compiler_options(_platform(signature), traced.jaxpr)
+    return Lowered(planned, lowered, signature, time.perf_counter() - started, time.process_time() - cpu, effects,
+                   options)
+
+
+def _platform(signature: StepSignature) -> str:
+    """The platform of the devices the step's arguments live on (the default backend's when none is placed)."""
+    for sharding in jax.tree.leaves(signature.in_shardings):
+        if isinstance(sharding, jax.sharding.Sharding):
+            return next(iter(sharding.device_set)).platform
+    return jax.default_backend()
 
 
 def _dumps_on() -> bool:

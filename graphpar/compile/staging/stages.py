@@ -39,9 +39,16 @@ class Lowered:
     seconds: float = 0.0  # wall clock of the lowering
     cpu_seconds: float = 0.0  # the process's CPU time in it (steadier than wall on a loaded machine)
     effects: tuple[str, ...] = ()  # JAX effects of the traced step (DebugEffect: it calls back to the host)
+    # per-compilation XLA options (compile.lowering.recompute.compiler_options: the CPU scheduler of a program
+    # that recomputes)
+    compiler_options: tuple[tuple[str, str], ...] = ()
 
     def as_text(self) -> str:
         return self.lowered.as_text()
+
+    def compile(self) -> jax.stages.Compiled:
+        """XLA's executable, compiled with :attr:`compiler_options`."""
+        return self.lowered.compile(compiler_options=dict(self.compiler_options) or None)
 
 
 @dataclass(frozen=True)
