@@ -13,7 +13,8 @@ serves them. What a node shows:
   ``matmul`` of ``dense_q`` is told from the one of ``dense_k`` by the layer it sits in;
 - ``attrs``: the op kind, instance name, scope, strategy and where it came from, the device matrix, each input's
   layout, the collectives compiled for it and the collective bytes per device the cost model predicted and XLA
-  compiled (``predicted bytes`` / ``measured bytes``: wire bytes one device sends, the unit of ``graphpar ir``);
+  compiled (``predicted bytes`` / ``measured bytes``: wire bytes one device sends, the unit of ``graphpar ir``;
+  measured bytes include the op's share of XLA's fused gradient reductions, :mod:`graphpar.viz.attribution`);
 - graph inputs (Parameters, optimizer State, the batch) are nodes too, in the layer of the Cells that use them, with
   their layout, split and bytes per device;
 - an edge overlay ``redistributions`` labels every edge where a value changes layout on its way into an op: the
@@ -25,22 +26,16 @@ input), each with a colour gradient, so the graph can be coloured by any of them
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, Input, Node, TensorType, layout_text
+from graphpar.viz.attribution import gradient_shares, tensor_bytes
 from graphpar.viz.svg import human_bytes, layout_changes
 
-_DTYPE_BYTES = {"Float64": 8, "Int64": 8, "UInt64": 8, "Float16": 2, "BFloat16": 2, "Int16": 2, "UInt16": 2,
-                "Bool": 1, "Int8": 1, "UInt8": 1}
 OVERLAYS = ("predicted bytes", "measured bytes", "memory per device")
 _GRADIENT = [{"stop": 0, "bgColor": "#ffffff"}, {"stop": 0.5, "bgColor": "#ffd8a8"}, {"stop": 1, "bgColor": "#e8590c"}]
-
-
-def nbytes(t: TensorType) -> int:
-    return math.prod(t.shape) * _DTYPE_BYTES.get(t.dtype, 4)
 
 
 def namespace(scope: str) -> str:
@@ -111,8 +106,8 @@ def _redistribution_labels(main: Dump, begin: Dump | None) -> dict[tuple[str, in
 
 
 def _op_node(node: Node, dset: DumpSet, labels: Mapping[tuple[str, int, int], str],
-             producers: Mapping[str, int], memory: dict[str, float], predicted: dict[str, float],
-             measured: dict[str, float]) -> dict[str, Any]:
+             producers: Mapping[str, int], shares: Mapping[int | None, float], memory: dict[str, float],
+             predicted: dict[str, float], measured: dict[str, float]) -> dict[str, Any]:
     nid = f"n{node.id}"
     global_types = dset.global_types(node)
     attrs = [_kv("op", node.kind), _kv("instance name", node.instance_name), _kv("node", node.id),
@@ -126,9 +121,12 @@ def _op_node(node: Node, dset: DumpSet, labels: Mapping[tuple[str, int, int], st
         attrs.append(_kv("predicted bytes", f"{node.predicted_bytes:g}"))
         predicted[nid] = node.predicted_bytes
     if dset.execute is not None:
-        attrs.append(_kv("measured bytes", f"{node.wire_bytes:g}"))
-        measured[nid] = node.wire_bytes
-        out_bytes = sum(nbytes(t) for t in node.output_types)
+        share = shares.get(node.id, 0.0)
+        attrs.append(_kv("measured bytes", f"{node.wire_bytes + share:g}"))
+        if share:
+            attrs.append(_kv("of which fused gradient reductions", f"{share:g}"))
+        measured[nid] = node.wire_bytes + share
+        out_bytes = sum(tensor_bytes(t) for t in node.output_types)
         attrs.append(_kv("output bytes per device", out_bytes))
         memory[nid] = out_bytes
     for i, c in enumerate(node.collectives):
@@ -160,7 +158,7 @@ def _input_node(inp: Input, where: str, execute: Dump | None, memory: dict[str, 
     local = next((i for i in execute.inputs if i.name == inp.name), None) if execute is not None else None
     shape = local.type.shape if local is not None else tuple(s // w if w else s
                                                               for s, w in zip(inp.type.shape, inp.split))
-    per_device = nbytes(TensorType(inp.type.dtype, shape))
+    per_device = tensor_bytes(TensorType(inp.type.dtype, shape))
     memory[inp.name] = per_device
     attrs = [_kv("op", inp.role), _kv("name", inp.name), _kv("shape", inp.type), _kv("layout", layout_text(inp.layout)),
              _kv("split", inp.split), _kv("shape per device", shape), _kv("bytes per device", per_device)]
@@ -183,7 +181,8 @@ def explorer_graph(dset: DumpSet) -> tuple[dict[str, Any], dict[str, dict[str, f
     memory: dict[str, float] = {}
     predicted: dict[str, float] = {}
     measured: dict[str, float] = {}
-    nodes = [_op_node(n, dset, labels, producers, memory, predicted, measured) for n in main.nodes]
+    shares = gradient_shares(dset.execute) if dset.execute is not None else {}
+    nodes = [_op_node(n, dset, labels, producers, shares, memory, predicted, measured) for n in main.nodes]
     consumers: dict[str, list[str]] = {}
     for n in main.nodes:
         for arg in n.args:

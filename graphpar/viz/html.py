@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from graphpar.dump.model import Collective, Dump, Node, TensorType, layout_text
+from graphpar.viz.attribution import gradient_shares
 from graphpar.viz.blocks import block_holders, splits
 from graphpar.viz.svg import bar_chart, graph_picture, human_bytes
 
@@ -80,6 +81,7 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
     if main is None:
         return "<p>no dump</p>"
     rows = []
+    shares = gradient_shares(execute) if execute is not None else {}
     for node in main.nodes:
         twin = begin.node(node.id) if begin is not None else None
         glob = f"{_shapes(twin.input_types)} \u2192 {_shapes(twin.output_types)}" if twin is not None else ""
@@ -88,16 +90,22 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
         prov = node.provenance.text if node.provenance else ""
         colls = "<br>".join(escape(collective_text(c)) for c in node.collectives)
         nbytes = str(node.collective_bytes) if execute is not None else "-"
+        predicted = "-" if node.predicted_bytes is None else f"{node.predicted_bytes:g}"
+        share = shares.get(node.id, 0.0)
+        measured = "-" if execute is None else f"{node.wire_bytes + share:g}" + (
+            f'<br><span class="gp-small">{share:g} of it: fused gradient reductions</span>' if share else "")
         rows.append([str(node.id), f"<b>{escape(node.instance_name)}</b>", escape(node.kind),
                      f'<span class="gp-small">{escape(node.scope)}</span>', code_cell(node.strategy_text or "-"),
-                     escape(prov), shapes, colls, nbytes])
+                     escape(prov), shapes, colls, nbytes, predicted, measured])
     for c in (execute.unattributed if execute is not None else []):
-        rows.append(["-", unattributed_label(c), "", "", "", "", "", escape(collective_text(c)), str(c.bytes)])
+        rows.append(["-", unattributed_label(c), "", "", "", "", "", escape(collective_text(c)), str(c.bytes), "",
+                     "split by parameter into the ops above"])
     attrs = (f' data-rank="{main.rank}" data-graph="{escape(main.graph)}" data-ops="{len(main.nodes)}"'
              f' data-kind="{kind}"')
     classes = ["op-row"] * len(main.nodes) + ["gp-loose"] * (len(rows) - len(main.nodes))
     return table(["node", "op", "kind", "scope", "strategy", "provenance", "global \u2192 per-device shapes",
-                  "collectives", "bytes"], rows, css_class="gp-table op-table", row_classes=classes, attrs=attrs)
+                  "collectives", "bytes", "predicted wire bytes", "measured wire bytes"], rows,
+                 css_class="gp-table op-table", row_classes=classes, attrs=attrs)
 
 
 def header(dump: Dump) -> str:
