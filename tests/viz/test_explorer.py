@@ -176,14 +176,36 @@ def _renderer(page, expression: str):
     return page.evaluate(f"() => {{ const r = window.me_test.renderers[0]; return {expression}; }}")
 
 
-def _toggle_layer(page, group_id: str) -> None:
-    """Collapse or expand a layer as a click on its icon does (the renderer's own toggle, through the hook; a mouse
-    click on the icon drawn in WebGL depends on hover hit-testing that is not reliable in headless SwiftShader),
-    then zoom to fit with the space key, as a user would."""
-    _renderer(page, f"r.handleToggleExpandCollapse(r.curModelGraph.nodesById[{json.dumps(group_id)}])")
+def _settled(page, expression: str):
+    """The value of ``expression`` once the view stops moving (three equal reads in a row, half a second apart)."""
+    reads = [_renderer(page, expression)]
+    while len(reads) < 3 or len({json.dumps(r) for r in reads[-3:]}) > 1:
+        time.sleep(0.5)
+        reads.append(_renderer(page, expression))
+    return reads[-1]
+
+
+def _point_at(page, group_id: str, on_icon: bool) -> tuple[float, float]:
+    """Zoom to fit (space), wait for the view to settle, and rest the pointer on the expand / collapse icon of a
+    layer (``on_icon``: until the renderer shows the icon's tooltip) or on the layer; returns where."""
     page.evaluate("() => document.activeElement?.blur()")  # the key goes to the graph, not the search box
     page.keyboard.press(" ")
-    time.sleep(2.5)
+    time.sleep(1.0)
+    box = _renderer(page, "(() => { const b = r.container.nativeElement.getBoundingClientRect(); "
+                          "return {x: b.x, y: b.y, width: b.width, height: b.height}; })()")
+    hovered = (f"() => {{ const r = window.me_test.renderers[0]; return r.hoveredNodeId === {json.dumps(group_id)}"
+               + (" && /layer$/.test(r.groupNodeIcon?.tooltip ?? ''); }" if on_icon else "; }"))
+    for _ in range(5):
+        pos = _settled(page, f"r.getNodeExpandIconPositionRelativeToCenter({json.dumps(group_id)})")
+        x, y = box["x"] + box["width"] / 2 + pos["x"], box["y"] + box["height"] / 2 + pos["y"]
+        page.mouse.move(x - 8, y - 8)
+        page.mouse.move(x, y, steps=4)
+        try:
+            page.wait_for_function(hovered, timeout=3_000)
+            return x, y
+        except Exception:  # noqa: BLE001  (playwright's TimeoutError: point again)
+            continue
+    raise AssertionError(f"the pointer never rested on layer {group_id}")
 
 
 @pytest.mark.slow
@@ -191,7 +213,7 @@ def _toggle_layer(page, group_id: str) -> None:
                     "chromium)")
 def test_model_explorer_view_of_the_gpt_plan_in_chromium(gpt_plan, tmp_path):
     """Open the plan with ``plan.explore()``, find the MatMul of ``dense_q`` in Block 0 by Model Explorer's search,
-    read its strategy and bytes in the side panel, collapse Block 0 and expand it again; screenshots
+    read its strategy and bytes in the side panel, collapse Block 0 by a click on its icon and expand it by a double click; screenshots
     of each step are written to $GRAPHPAR_SCREENSHOTS (or tmp_path) and their paths printed."""
     pytest.importorskip("model_explorer")
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
@@ -228,12 +250,26 @@ def test_model_explorer_view_of_the_gpt_plan_in_chromium(gpt_plan, tmp_path):
                 assert key in side and value in side, (key, value)
             page.screenshot(path=str(shots / "explorer_1_matmul_selected.png"))
 
-            _toggle_layer(page, block)
+            # collapse Block 0: a click on its icon (the tooltip says "Collapse layer")
+            page.mouse.click(*_point_at(page, block, on_icon=True))
+            time.sleep(2.0)
             assert _renderer(page, f"r.curModelGraph.nodesById[{json.dumps(block)}].expanded") is False
             page.screenshot(path=str(shots / "explorer_2_block_collapsed.png"))
-            _toggle_layer(page, block)
+            # expand it again: a double click on the (selected) layer
+            page.mouse.dblclick(*_point_at(page, block, on_icon=False))
+            time.sleep(2.0)
             assert _renderer(page, f"r.curModelGraph.nodesById[{json.dumps(block)}].expanded") is True
             page.screenshot(path=str(shots / "explorer_3_block_expanded.png"))
+
+            # the redistribution into gather's input 1 (the batch, stored split over all 8 devices, used over dp)
+            search.fill("^gather$")
+            results.filter(has_text="gather").first.get_by_text("gather", exact=True).click(modifiers=["Alt"])
+            time.sleep(2.5)
+            gather = next(n for n in plan.dumps(0).execute.nodes if n.instance_name == "gather")
+            moved = next(c for c in gather.collectives if c.cause == "redistribution of input 1")
+            side = page.locator("body").inner_text()
+            assert "redistribution" in side and f"{moved.kind} {moved.wire_bytes:g} B" in side
+            page.screenshot(path=str(shots / "explorer_4_redistribution_edge.png"))
         finally:
             browser.close()
     print(f"screenshots in {shots}")
