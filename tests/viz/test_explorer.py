@@ -213,8 +213,9 @@ def _point_at(page, group_id: str, on_icon: bool) -> tuple[float, float]:
                     "chromium)")
 def test_model_explorer_view_of_the_gpt_plan_in_chromium(gpt_plan, tmp_path):
     """Open the plan with ``plan.explore()``, find the MatMul of ``dense_q`` in Block 0 by Model Explorer's search,
-    read its strategy and bytes in the side panel, collapse Block 0 by a click on its icon and expand it by a double click; screenshots
-    of each step are written to $GRAPHPAR_SCREENSHOTS (or tmp_path) and their paths printed."""
+    read its strategy and bytes in the side panel, collapse Block 0 by a click on its icon and expand it by a double
+    click, select gather and read the AllGather on its input edge; screenshots of each step are written to
+    $GRAPHPAR_SCREENSHOTS (or tmp_path), and the directory printed."""
     pytest.importorskip("model_explorer")
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     plan, _ = gpt_plan
