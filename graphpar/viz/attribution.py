@@ -36,6 +36,8 @@ def gradient_shares(execute: Dump) -> dict[int | None, float]:
             readers.setdefault(arg, []).append(node.id)
     shares: dict[int | None, float] = {}
     for c in execute.unattributed:
+        if not c.parameters:  # not a gradient reduction: nothing to share out
+            continue
         wire = c.wire_bytes if c.wire_bytes is not None else float(c.bytes)
         total = sum(tensor_bytes(t) for t in c.output_types) or c.bytes or 1
         if len(c.output_types) == len(c.parameters):

@@ -32,7 +32,7 @@ from typing import Any
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, Input, Node, TensorType, layout_text
 from graphpar.viz.attribution import gradient_shares, tensor_bytes
-from graphpar.viz.svg import human_bytes, layout_changes
+from graphpar.viz.svg import human_bytes, redistribution_labels
 
 OVERLAYS = ("predicted bytes", "measured bytes", "memory per device")
 _GRADIENT = [{"stop": 0, "bgColor": "#ffffff"}, {"stop": 0.5, "bgColor": "#ffd8a8"}, {"stop": 1, "bgColor": "#e8590c"}]
@@ -69,40 +69,6 @@ def _kv(key: str, value: Any) -> dict[str, str]:
 def _collective_text(c: Collective) -> str:
     return (f"{c.kind} {human_bytes(c.wire_bytes if c.wire_bytes is not None else c.bytes)} ({c.pass_}, {c.cause}, "
             f"group {{{', '.join(map(str, c.group))}}})")
-
-
-def _redistribution_labels(main: Dump, begin: Dump | None) -> dict[tuple[str, int, int], str]:
-    """``(source node id, target node id, input index) -> label`` of every edge where a value changes layout:
-    the collectives compiled for that input (execute dumps), else the stored and the used layout of a graph input
-    (begin dumps)."""
-    producers = {out: n.id for n in main.nodes for out in n.outputs}
-    inputs = {i.name: i for i in main.inputs}
-    labels: dict[tuple[str, int, int], str] = {}
-    for source, nid, k in sorted(layout_changes(main)):
-        node = main.node(nid)
-        moved = [c for c in node.collectives
-                 if c.cause == f"redistribution of input {k}"] if node is not None else []
-        arg = node.args[k] if node is not None else ""
-        if moved:
-            text = ", ".join(f"{c.kind} {human_bytes(c.wire_bytes if c.wire_bytes is not None else c.bytes)}"
-                             for c in moved)
-        elif arg in inputs and node is not None and k < len(node.in_layouts):
-            text = f"{layout_text(inputs[arg].layout)} -> {layout_text(node.in_layouts[k])}"
-        else:
-            text = "layout change"
-        key = f"n{producers[arg]}" if arg in producers else arg
-        labels[(key, nid, k)] = text
-    for node in main.nodes:  # an output redistributed for every consumer: on each edge out of the op
-        outs = [c for c in node.collectives if c.cause.startswith("redistribution of output")]
-        if not outs:
-            continue
-        text = ", ".join(f"{c.kind} {human_bytes(c.wire_bytes if c.wire_bytes is not None else c.bytes)}"
-                         for c in outs)
-        for consumer in main.nodes:
-            for k, arg in enumerate(consumer.args):
-                if producers.get(arg) == node.id:
-                    labels.setdefault((f"n{node.id}", consumer.id, k), text + " (output)")
-    return labels
 
 
 def _op_node(node: Node, dset: DumpSet, labels: Mapping[tuple[str, int, int], str],
@@ -177,7 +143,7 @@ def explorer_graph(dset: DumpSet) -> tuple[dict[str, Any], dict[str, dict[str, f
     (the overlays of :data:`OVERLAYS` that the dumps hold figures for)."""
     main = dset.main
     producers = {out: n.id for n in main.nodes for out in n.outputs}
-    labels = _redistribution_labels(main, dset.begin)
+    labels = redistribution_labels(main)
     memory: dict[str, float] = {}
     predicted: dict[str, float] = {}
     measured: dict[str, float] = {}

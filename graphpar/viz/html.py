@@ -192,38 +192,57 @@ def op_input_grids(node: Node, begin: Dump) -> str:
 
 # --- charts ----------------------------------------------------------------------------------------------------
 def bytes_by_op(execute: Dump) -> list[tuple[str, dict[str, float]]]:
+    """Wire bytes per op by collective kind, with each op's share of the fused gradient reductions (by the
+    Parameters it reads, :mod:`graphpar.viz.attribution`) as its own series; what no op reads stays on a
+    ``(gradient reduction)`` / ``(not attributed)`` bar."""
+    shares = gradient_shares(execute)
     rows = []
     for n in execute.nodes:
-        if n.collectives:
-            by_kind: dict[str, float] = {}
-            for c in n.collectives:
-                by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
+        by_kind: dict[str, float] = {}
+        for c in n.collectives:
+            by_kind[c.kind] = by_kind.get(c.kind, 0) + (c.wire_bytes if c.wire_bytes is not None else c.bytes)
+        if shares.get(n.id):
+            by_kind["fused gradient reduction"] = shares[n.id]
+        if by_kind:
             rows.append((f"{n.instance_name} (node {n.id})", by_kind))
-    loose: dict[str, dict[str, float]] = {}
+    if shares.get(None):
+        label = unattributed_label(next(iter(execute.unattributed)))
+        rows.append((label, {"fused gradient reduction": shares[None]}))
     for c in execute.unattributed:
-        by_kind = loose.setdefault(unattributed_label(c), {})
-        by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
-    return rows + list(loose.items())
+        if not c.parameters:  # a collective no Parameter explains (not a gradient reduction)
+            rows.append((unattributed_label(c), {c.kind: c.wire_bytes if c.wire_bytes is not None else c.bytes}))
+    return rows
 
 
 def bytes_by_layer(execute: Dump) -> list[tuple[str, dict[str, float]]]:
-    """Collective bytes per Cell scope (a layer), split into forward and backward."""
+    """Collective wire bytes per Cell scope (a layer), split into forward and backward; the fused gradient
+    reductions (backward) counted in the layers of the ops that read their Parameters."""
+    shares = gradient_shares(execute)
     layers: dict[str, dict[str, float]] = {}
     for n in execute.nodes:
         for c in n.collectives:
             entry = layers.setdefault(n.scope or "(top)", {})
-            entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
+            entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + (
+                c.wire_bytes if c.wire_bytes is not None else c.bytes)
+        if shares.get(n.id):
+            entry = layers.setdefault(n.scope or "(top)", {})
+            entry["backward"] = entry.get("backward", 0) + shares[n.id]
+    if shares.get(None):
+        entry = layers.setdefault(unattributed_label(next(iter(execute.unattributed))), {})
+        entry["backward"] = entry.get("backward", 0) + shares[None]
     for c in execute.unattributed:
-        entry = layers.setdefault(unattributed_label(c), {})
-        entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
+        if not c.parameters:
+            entry = layers.setdefault(unattributed_label(c), {})
+            entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + (
+                c.wire_bytes if c.wire_bytes is not None else c.bytes)
     return list(layers.items())
 
 
 def charts(execute: Dump | None) -> str:
     if execute is None:
         return "<p>no execute dump (not compiled): no collectives to chart</p>"
-    return (bar_chart(bytes_by_op(execute), f"collective bytes per op (rank {execute.rank})") + "<br>"
-            + bar_chart(bytes_by_layer(execute), f"collective bytes per layer (Cell scope, rank {execute.rank})"))
+    return (bar_chart(bytes_by_op(execute), f"collective wire bytes per op (rank {execute.rank})") + "<br>"
+            + bar_chart(bytes_by_layer(execute), f"collective wire bytes per layer (Cell scope, rank {execute.rank})"))
 
 
 def legend() -> str:
@@ -238,7 +257,8 @@ def dump_views(begin: Dump | None, execute: Dump | None, grids: bool = True, pic
     main = execute or begin
     if main is None:
         return "<p>no dump</p>"
-    parts = [header(main), "<h4>ops</h4>", f'<div class="gp-scroll">{op_table(begin, execute)}</div>',
+    # the op table flows with the page (a scroll box showed about 8 rows of it); the graph picture keeps its box
+    parts = [header(main), "<h4>ops</h4>", op_table(begin, execute),
              "<h4>where the bytes go</h4>", charts(execute)]
     if grids and begin is not None:
         parts += ["<details><summary>device grids (which device holds which block)</summary>",

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from graphpar.dump.model import Dump, Node
+from graphpar.dump.model import Dump, Node, layout_text
 
 SERIES_COLORS = {"AllReduce": "#4e79a7", "AllGather": "#f28e2b", "ReduceScatter": "#59a14f", "AlltoAll": "#e15759",
                  "CollectivePermute": "#b07aa1", "Broadcast": "#9c755f", "forward": "#4e79a7",
@@ -109,6 +109,40 @@ def layout_changes(dump: Dump) -> set[tuple[str, int, int]]:
     return marked
 
 
+def redistribution_labels(main: Dump) -> dict[tuple[str, int, int], str]:
+    """``(source node id, target node id, input index) -> label`` of every edge where a value changes layout:
+    the collectives compiled for that input (execute dumps), else the stored and the used layout of a graph input
+    (begin dumps)."""
+    producers = {out: n.id for n in main.nodes for out in n.outputs}
+    inputs = {i.name: i for i in main.inputs}
+    labels: dict[tuple[str, int, int], str] = {}
+    for source, nid, k in sorted(layout_changes(main)):
+        node = main.node(nid)
+        moved = [c for c in node.collectives
+                 if c.cause == f"redistribution of input {k}"] if node is not None else []
+        arg = node.args[k] if node is not None else ""
+        if moved:
+            text = ", ".join(f"{c.kind} {human_bytes(c.wire_bytes if c.wire_bytes is not None else c.bytes)}"
+                             for c in moved)
+        elif arg in inputs and node is not None and k < len(node.in_layouts):
+            text = f"{layout_text(inputs[arg].layout)} -> {layout_text(node.in_layouts[k])}"
+        else:
+            text = "layout change"
+        key = f"n{producers[arg]}" if arg in producers else arg
+        labels[(key, nid, k)] = text
+    for node in main.nodes:  # an output redistributed for every consumer: on each edge out of the op
+        outs = [c for c in node.collectives if c.cause.startswith("redistribution of output")]
+        if not outs:
+            continue
+        text = ", ".join(f"{c.kind} {human_bytes(c.wire_bytes if c.wire_bytes is not None else c.bytes)}"
+                         for c in outs)
+        for consumer in main.nodes:
+            for k, arg in enumerate(consumer.args):
+                if producers.get(arg) == node.id:
+                    labels.setdefault((f"n{node.id}", consumer.id, k), text + " (output)")
+    return labels
+
+
 def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
     """The op graph as inline SVG: one box per op (colour: where its strategy came from) and per graph input,
     edges along the data flow; a red dashed edge is a layout change (see :func:`layout_changes`), a red box border
@@ -125,7 +159,9 @@ def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
         out_moved = any(c.cause.startswith("redistribution of output") for c in n.collectives)
         title = (f"node {n.id} {n.instance_name} ({n.kind})\nscope {n.scope}\nstrategy {n.strategy_text or '-'}\n"
                  f"{n.provenance.text if n.provenance else ''}\ncollective bytes {n.collective_bytes}")
-        boxes[f"n{n.id}"] = _Box(f"n{n.id}", n.instance_name, n.strategy_text, PROVENANCE_COLORS.get(kind, "#fff"),
+        cell = n.scope.strip("()").rsplit("/", 1)[-1].split("-", 1)[0] if "/" in n.scope else ""
+        label = f"{cell}/{n.instance_name}" if cell and not cell.startswith("_") else n.instance_name
+        boxes[f"n{n.id}"] = _Box(f"n{n.id}", label, n.strategy_text, PROVENANCE_COLORS.get(kind, "#fff"),
                                  title, layer, stroke="#c92a2a" if out_moved else "#495057")
         for k, a in enumerate(n.args):
             if a in producers:
@@ -157,7 +193,7 @@ def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
     lo = min(layers, default=0)
     height = (max(layers, default=0) - lo + 1) * (box_h + gap_y) + 20
     y_of = lambda b: 10 + (b.layer - lo) * (box_h + gap_y)  # noqa: E731
-    marked = layout_changes(dump)
+    marked = redistribution_labels(dump)
     parts = [f'<svg class="gp-graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
              '<defs><marker id="gp-arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '
@@ -172,7 +208,10 @@ def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
         parts.append(f'<path class="{cls}" d="M{x1:.0f},{y1:.0f} C{x1:.0f},{y1 + gap_y:.0f} {x2:.0f},'
                      f'{y2 - gap_y:.0f} {x2:.0f},{y2:.0f}" fill="none" {style} marker-end="url(#gp-arrow)">'
                      f'<title>{escape(s)} \u2192 input {k} of node {nid}'
-                     f'{" (layout change)" if changed else ""}</title></path>')
+                     f'{" (layout change: " + escape(marked[(s, nid, k)]) + ")" if changed else ""}</title></path>')
+        if changed:
+            parts.append(f'<text class="gp-edge-label" x="{(x1 + x2) / 2 + 4:.0f}" y="{(y1 + y2) / 2 + 3:.0f}" '
+                         f'fill="#c92a2a" font-size="9">{escape(marked[(s, nid, k)])}</text>')
     for b in boxes.values():
         x, y = 10 + b.x, y_of(b)
         label = b.label if len(b.label) <= 24 else b.label[:23] + "\u2026"

@@ -274,3 +274,23 @@ def test_model_explorer_view_of_the_gpt_plan_in_chromium(gpt_plan, tmp_path):
         finally:
             browser.close()
     print(f"screenshots in {shots}")
+
+
+def test_the_html_page_tells_q_k_v_apart_and_labels_redistributions(gpt_plan):
+    """``graphpar ir html``'s pieces on the same plan: graph boxes named by their Cell, the redistribution edge
+    labelled with its collective and bytes, the op table with predicted and measured wire bytes side by side, and
+    the gradient reductions charted on the ops whose Parameters they carry."""
+    from graphpar.viz.html import bytes_by_op, op_table
+    from graphpar.viz.svg import graph_picture
+
+    plan, _ = gpt_plan
+    dset = plan.dumps(0)
+    svg = graph_picture(dset.execute)
+    for cell in ("dense_q", "dense_k", "dense_v"):
+        assert f">{cell}/matmul<" in svg
+    assert '<text class="gp-edge-label"' in svg and ">AllGather 192 B<" in svg
+    assert "<th>predicted wire bytes</th><th>measured wire bytes</th>" in op_table(dset.begin, dset.execute)
+    chart = dict(bytes_by_op(dset.execute))
+    q = next(n for n in dset.execute.nodes
+             if n.kind == "MatMul" and n.scope.endswith("0-Block/attention-Attention/dense_q-Linear"))
+    assert chart[f"matmul (node {q.id})"] == {"fused gradient reduction": 28672}
