@@ -14,7 +14,7 @@ serves them. What a node shows:
 - ``attrs``: the op kind, instance name, scope, strategy and where it came from, the device matrix, each input's
   layout, the collectives compiled for it and the collective bytes per device the cost model predicted and XLA
   compiled (``predicted bytes`` / ``measured bytes``: wire bytes one device sends, the unit of ``graphpar ir``;
-  measured bytes include the op's share of XLA's fused gradient reductions, :mod:`graphpar.viz.attribution`);
+  measured bytes are counted where the cost model counts them, :func:`graphpar.viz.attribution.measured_wire`);
 - graph inputs (Parameters, optimizer State, the batch) are nodes too, in the layer of the Cells that use them, with
   their layout, split and bytes per device;
 - an edge overlay ``redistributions`` labels every edge where a value changes layout on its way into an op: the
@@ -31,7 +31,7 @@ from typing import Any
 
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, Input, Node, TensorType, layout_text
-from graphpar.viz.attribution import gradient_shares, tensor_bytes
+from graphpar.viz.attribution import gradient_shares, measured_wire, tensor_bytes
 from graphpar.viz.svg import human_bytes, redistribution_labels
 
 OVERLAYS = ("predicted bytes", "measured bytes", "memory per device")
@@ -72,7 +72,8 @@ def _collective_text(c: Collective) -> str:
 
 
 def _op_node(node: Node, dset: DumpSet, labels: Mapping[tuple[str, int, int], str],
-             producers: Mapping[str, int], shares: Mapping[int | None, float], memory: dict[str, float],
+             producers: Mapping[str, int], shares: tuple[Mapping[int | None, float], Mapping[int | None, float]],
+             memory: dict[str, float],
              predicted: dict[str, float], measured: dict[str, float]) -> dict[str, Any]:
     nid = f"n{node.id}"
     global_types = dset.global_types(node)
@@ -87,11 +88,11 @@ def _op_node(node: Node, dset: DumpSet, labels: Mapping[tuple[str, int, int], st
         attrs.append(_kv("predicted bytes", f"{node.predicted_bytes:g}"))
         predicted[nid] = node.predicted_bytes
     if dset.execute is not None:
-        share = shares.get(node.id, 0.0)
-        attrs.append(_kv("measured bytes", f"{node.wire_bytes + share:g}"))
+        total, share = shares[0].get(node.id, 0.0), shares[1].get(node.id, 0.0)
+        attrs.append(_kv("measured bytes", f"{total:g}"))
         if share:
             attrs.append(_kv("of which fused gradient reductions", f"{share:g}"))
-        measured[nid] = node.wire_bytes + share
+        measured[nid] = total
         out_bytes = sum(tensor_bytes(t) for t in node.output_types)
         attrs.append(_kv("output bytes per device", out_bytes))
         memory[nid] = out_bytes
@@ -147,7 +148,8 @@ def explorer_graph(dset: DumpSet) -> tuple[dict[str, Any], dict[str, dict[str, f
     memory: dict[str, float] = {}
     predicted: dict[str, float] = {}
     measured: dict[str, float] = {}
-    shares = gradient_shares(dset.execute) if dset.execute is not None else {}
+    shares = ((measured_wire(dset.execute), gradient_shares(dset.execute)) if dset.execute is not None
+              else ({}, {}))
     nodes = [_op_node(n, dset, labels, producers, shares, memory, predicted, measured) for n in main.nodes]
     consumers: dict[str, list[str]] = {}
     for n in main.nodes:

@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from graphpar.dump.model import Collective, Dump, Node, TensorType, layout_text
-from graphpar.viz.attribution import gradient_shares
+from graphpar.viz.attribution import gradient_shares, measured_wire
 from graphpar.viz.blocks import block_holders, splits
 from graphpar.viz.svg import bar_chart, graph_picture, human_bytes
 
@@ -82,6 +82,7 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
         return "<p>no dump</p>"
     rows = []
     shares = gradient_shares(execute) if execute is not None else {}
+    totals = measured_wire(execute) if execute is not None else {}
     for node in main.nodes:
         twin = begin.node(node.id) if begin is not None else None
         glob = f"{_shapes(twin.input_types)} \u2192 {_shapes(twin.output_types)}" if twin is not None else ""
@@ -92,7 +93,7 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
         nbytes = str(node.collective_bytes) if execute is not None else "-"
         predicted = "-" if node.predicted_bytes is None else f"{node.predicted_bytes:g}"
         share = shares.get(node.id, 0.0)
-        measured = "-" if execute is None else f"{node.wire_bytes + share:g}" + (
+        measured = "-" if execute is None else f"{totals.get(node.id, 0.0):g}" + (
             f'<br><span class="gp-small">{share:g} of it: fused gradient reductions</span>' if share else "")
         rows.append([str(node.id), f"<b>{escape(node.instance_name)}</b>", escape(node.kind),
                      f'<span class="gp-small">{escape(node.scope)}</span>', code_cell(node.strategy_text or "-"),
@@ -259,6 +260,9 @@ def dump_views(begin: Dump | None, execute: Dump | None, grids: bool = True, pic
         return "<p>no dump</p>"
     # the op table flows with the page (a scroll box showed about 8 rows of it); the graph picture keeps its box
     parts = [header(main), "<h4>ops</h4>", op_table(begin, execute),
+             '<p class="gp-small">predicted and measured wire bytes (what one device sends) per op, counted alike: the '
+             "redistribution of an op's output on the op that reads it, a fused gradient reduction on the ops that "
+             "read its Parameters</p>",
              "<h4>where the bytes go</h4>", charts(execute)]
     if grids and begin is not None:
         parts += ["<details><summary>device grids (which device holds which block)</summary>",
