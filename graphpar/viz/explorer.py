@@ -14,7 +14,7 @@ serves them. What a node shows:
 - ``attrs``: the op kind, instance name, scope, strategy and where it came from, the device matrix, each input's
   layout, the collectives compiled for it and the collective bytes per device the cost model predicted and XLA
   compiled (``predicted bytes`` / ``measured bytes``: wire bytes one device sends, the unit of ``graphpar ir``;
-  measured bytes are counted where the cost model counts them, :func:`graphpar.viz.attribution.measured_wire`);
+  measured bytes are counted where the cost model counts them, :func:`graphpar.dump.attribution.measured_wire`);
 - graph inputs (Parameters, optimizer State, the batch) are nodes too, in the layer of the Cells that use them, with
   their layout, split and bytes per device;
 - an edge overlay ``redistributions`` labels every edge where a value changes layout on its way into an op: the
@@ -31,7 +31,7 @@ from typing import Any
 
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, Input, Node, TensorType, layout_text
-from graphpar.viz.attribution import gradient_shares, measured_wire, tensor_bytes
+from graphpar.dump.attribution import gradient_shares, measured_wire, tensor_bytes
 from graphpar.viz.svg import human_bytes, redistribution_labels
 
 OVERLAYS = ("predicted bytes", "measured bytes", "memory per device")

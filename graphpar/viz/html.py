@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from graphpar.dump.model import Collective, Dump, Node, TensorType, layout_text
-from graphpar.viz.attribution import gradient_shares, measured_wire
+from graphpar.dump.attribution import gradient_shares, measured_wire
 from graphpar.viz.blocks import block_holders, splits
 from graphpar.viz.svg import bar_chart, graph_picture, human_bytes
 
@@ -194,7 +194,7 @@ def op_input_grids(node: Node, begin: Dump) -> str:
 # --- charts ----------------------------------------------------------------------------------------------------
 def bytes_by_op(execute: Dump) -> list[tuple[str, dict[str, float]]]:
     """Wire bytes per op by collective kind, with each op's share of the fused gradient reductions (by the
-    Parameters it reads, :mod:`graphpar.viz.attribution`) as its own series; what no op reads stays on a
+    Parameters it reads, :mod:`graphpar.dump.attribution`) as its own series; what no op reads stays on a
     ``(gradient reduction)`` / ``(not attributed)`` bar."""
     shares = gradient_shares(execute)
     rows = []
