@@ -171,8 +171,8 @@ def print_summary(data: dict[str, Any]) -> None:
     for c in data["unattributed_collectives"]:
         label = "(gradient reduction)" if c.get("parameters") else "(not attributed)"
         params = list(c.get("parameters", ()))
-        carried = (f"{len(params)} parameters: " + ", ".join(params[:3]) + (", ... (--json lists all)"
-                                                                            if len(params) > 3 else "")) if params else ""
+        more = ", ... (--json lists all)" if len(params) > 3 else ""
+        carried = f"{len(params)} parameters: " + ", ".join(params[:3]) + more if params else ""
         rows.append(["-", label, "", "", carried, "", _fmt_collective(c), str(c["bytes"]),
                      _fmt_bytes(c.get("wire_bytes")), "", ""])
     # measured: wire bytes counted as predicted is (an output's redistribution on its reader, fused gradient
