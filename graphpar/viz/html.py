@@ -31,7 +31,9 @@ CSS = """
 .gp-root .gp-grids{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 .gp-root .gp-grid{border:1px solid #dee2e6;padding:4px}
 .gp-root table.gp-blocks{border-collapse:collapse}
-.gp-root table.gp-blocks td{border:1px solid #fff;padding:4px 6px;text-align:center;min-width:44px;font-size:11px}
+.gp-root table.gp-blocks{table-layout:fixed}
+.gp-root table.gp-blocks td{border:1px solid #fff;padding:0 2px;text-align:center;font-size:10px;overflow:hidden;
+  min-width:14px;min-height:14px}
 .gp-root .gp-small{font-size:10px;color:#343a40}
 .gp-root details>summary{cursor:pointer;font-weight:bold;margin:6px 0}
 """
@@ -134,16 +136,36 @@ def _range(b: int, size: int, w: int) -> str:
     return f"{b * step}:{(b + 1) * step}"
 
 
+def _axes_words(layout: Sequence[Sequence[str]], shape: Sequence[int], mesh: Mapping[str, int]) -> str:
+    """The mesh-axis legend of a grid: which axes split each dimension, and over which the blocks are replicas."""
+    used = {a for axes in layout for a in axes}
+    dims = []
+    for d, (axes, size) in enumerate(zip(layout, shape)):
+        if axes:
+            ways = math.prod(mesh.get(a, 1) for a in axes)
+            dims.append(f"dim {d} ({size}): {ways} ways over " + " \u00d7 ".join(f"{a}={mesh.get(a, 1)}" for a in axes))
+        else:
+            dims.append(f"dim {d} ({size}): whole")
+    spare = [f"{a}={n}" for a, n in mesh.items() if a not in used and n > 1]
+    return "; ".join(dims) + ("; each block replicated over " + " \u00d7 ".join(spare) if spare else "")
+
+
 def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]], mesh: Mapping[str, int]) -> str:
     """Which device holds which block of a tensor: one cell per block (rows: dimension -2, columns: the last
-    dimension), listing the ranks that hold it; a tensor of more than two dimensions is drawn as one grid per
-    block of its leading dimensions. Cells carry ``data-block`` and ``data-devices``."""
+    dimension), listing the ranks that hold it, drawn to the tensor's proportions (a (64, 16) tensor's grid is four
+    times as tall as wide, within 24..160 px), with the mesh axes that split each dimension; a tensor of more than
+    two dimensions is drawn as one grid per block of its leading dimensions. Cells carry ``data-block`` and
+    ``data-devices``."""
     holders = block_holders(shape, layout, mesh)
     ways = splits(layout, mesh)
     nd = len(shape)
     lead = ways[:-2] if nd > 2 else ()
     grids = []
     lead_indices = [()] if not lead else sorted({k[:len(lead)] for k in holders})
+    rows_n = shape[-2] if nd >= 2 else 1
+    cols_n = shape[-1] if nd >= 1 else 1
+    scale = 160 / max(rows_n, cols_n, 1)
+    grid_w, grid_h = max(24, round(cols_n * scale)), max(24, round(rows_n * scale))
     for li in lead_indices:
         rows_w = ways[-2] if nd >= 2 else 1
         cols_w = ways[-1] if nd >= 1 else 1
@@ -154,10 +176,11 @@ def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]]
                 index = li + ((r, c) if nd >= 2 else (c,) if nd == 1 else ())
                 ranks = holders[index]
                 rng = ", ".join(_range(b, s, w) for b, s, w in zip(index, shape, ways))
-                tds.append(f'<td class="gp-block" style="background:{_hue(index, ways)}" '
+                tds.append(f'<td class="gp-block" style="background:{_hue(index, ways)};width:{grid_w / cols_w:.0f}px;'
+                           f'height:{grid_h / rows_w:.0f}px" '
                            f'data-block="{",".join(map(str, index))}" data-devices="{",".join(map(str, ranks))}" '
-                           f'title="block {index} = [{rng}]">dev {", ".join(map(str, ranks))}'
-                           f'<div class="gp-small">[{rng}]</div></td>')
+                           f'title="block {index} = [{rng}] on devices {", ".join(map(str, ranks))}">'
+                           f'{", ".join(map(str, ranks))}</td>')
             trs.append("<tr>" + "".join(tds) + "</tr>")
         caption = ""
         if lead:
@@ -169,6 +192,7 @@ def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]]
             f'<code>{escape(str(tuple(shape)))}</code> layout <code>{escape(layout_text(tuple(map(tuple, layout))))}'
             f'</code> \u2192 blocks <code>{escape(str(tuple(per_block)))}</code>, '
             f'{math.prod(ways)} block(s), each on {len(next(iter(holders.values())))} device(s)</div>'
+            f'<div class="gp-small">{escape(_axes_words(layout, shape, mesh))}</div>'
             f'<div style="display:flex;gap:8px;flex-wrap:wrap">{"".join(grids)}</div></div>')
 
 
