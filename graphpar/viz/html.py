@@ -15,7 +15,7 @@ from typing import Any
 from graphpar.dump.model import Collective, Dump, Node, TensorType, layout_text
 from graphpar.dump.attribution import gradient_shares, measured_wire
 from graphpar.viz.blocks import block_holders, splits
-from graphpar.viz.svg import bar_chart, graph_picture, human_bytes
+from graphpar.viz.svg import bar_chart, collapse_depth, graph_picture, human_bytes
 
 CSS = """
 .gp-root{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;font-size:12px;color:#212529}
@@ -292,8 +292,16 @@ def dump_views(begin: Dump | None, execute: Dump | None, grids: bool = True, pic
         parts += ["<details><summary>device grids (which device holds which block)</summary>",
                   input_grids(begin), "</details>"]
     if picture:
-        parts += ["<details open><summary>graph</summary>", legend(),
-                  f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
+        depth = collapse_depth(main)
+        if depth is None:
+            parts += ["<details open><summary>graph</summary>", legend(),
+                      f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
+        else:  # the model on one screen, each Cell that deep one box; every op below, folded
+            parts += ["<details open><summary>graph, by Cell</summary>", legend(),
+                      f'<div class="gp-scroll">{graph_picture(main, depth=depth)}</div></details>',
+                      "<details><summary>graph, every op (graphpar ir explore: zoom, collapse and expand any "
+                      "Cell in Model Explorer)</summary>",
+                      f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
     return "".join(parts)
 
 

@@ -143,29 +143,74 @@ def redistribution_labels(main: Dump) -> dict[tuple[str, int, int], str]:
     return labels
 
 
-def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
+def _cells(scope: str) -> list[str]:
+    parts = [p for p in scope.strip("()").split("/") if p]
+    return parts[1:] if parts[:1] == ["Default"] else parts
+
+
+def collapse_depth(dump: Dump, most: int = 20) -> int | None:
+    """The deepest Cell level at which the graph, each Cell below it drawn as one box, has at most ``most``
+    boxes (None: the graph is small enough to draw op by op)."""
+    if len(dump.nodes) <= most:
+        return None
+    best = None
+    for depth in range(1, max((len(_cells(n.scope)) for n in dump.nodes), default=0) + 1):
+        units = {"/".join(_cells(n.scope)[:depth + 1]) if len(_cells(n.scope)) > depth else f"n{n.id}"
+                 for n in dump.nodes}
+        if len(units) <= most:
+            best = depth
+    return best
+
+
+def _unit(n: Node, depth: int | None) -> str:
+    cells = _cells(n.scope)
+    return f"n{n.id}" if depth is None or len(cells) <= depth else "c:" + "/".join(cells[:depth + 1])
+
+
+def graph_picture(dump: Dump, max_nodes: int = 1500, depth: int | None = None) -> str:
     """The op graph as inline SVG: one box per op (colour: where its strategy came from) and per graph input,
-    edges along the data flow; a red dashed edge is a layout change (see :func:`layout_changes`), a red box border
-    an op whose output is redistributed for its consumers."""
+    edges along the data flow; a red dashed edge is a layout change (see :func:`layout_changes`) labelled with its
+    collective and bytes, a red box border an op whose output is redistributed for its consumers. With ``depth``,
+    every Cell ``depth`` levels below the root is one box (its ops, their collective bytes), without the graph
+    inputs: the whole model on one screen (:func:`collapse_depth` picks a depth)."""
     nodes = dump.nodes[:max_nodes]
     producers = {out: n.id for n in nodes for out in n.outputs}
-    inputs = {i.name: i for i in dump.inputs}
+    unit_of = {n.id: _unit(n, depth) for n in nodes}
+    inputs = {i.name: i for i in dump.inputs} if depth is None else {}
     boxes: dict[str, _Box] = {}
     edges: list[tuple[str, str, int, int]] = []  # (source key, target key, node id, input index)
+    members: dict[str, list[Node]] = {}
     for n in nodes:
-        layer = 1 + max((boxes[f"n{producers[a]}"].layer for a in n.args if a in producers
-                         and f"n{producers[a]}" in boxes), default=0)
+        unit = unit_of[n.id]
+        if unit.startswith("c:"):
+            members.setdefault(unit, []).append(n)
+            before = [boxes[unit].layer] if unit in boxes else [1]
+            layer = max(before + [1 + boxes[unit_of[producers[a]]].layer for a in n.args if a in producers
+                                  and unit_of[producers[a]] != unit and unit_of[producers[a]] in boxes])
+            group = members[unit]
+            title = (f"Cell {unit[2:]}: {len(group)} ops, collective bytes "
+                     f"{sum(m.collective_bytes for m in group)}")
+            boxes[unit] = _Box(unit, "/".join(unit[2:].split("/")[-2:]), f"{len(group)} ops, "
+                               f"{human_bytes(sum(m.collective_bytes for m in group))} collectives",
+                               "#f1f3f5", title, layer)
+            for k, a in enumerate(n.args):
+                if a in producers and unit_of[producers[a]] != unit:
+                    edges.append((unit_of[producers[a]], unit, n.id, k))
+            continue
+        layer = 1 + max((boxes[unit_of[producers[a]]].layer for a in n.args if a in producers
+                         and unit_of[producers[a]] in boxes), default=0)
         kind = n.provenance.kind if n.provenance else "default"
         out_moved = any(c.cause.startswith("redistribution of output") for c in n.collectives)
         title = (f"node {n.id} {n.instance_name} ({n.kind})\nscope {n.scope}\nstrategy {n.strategy_text or '-'}\n"
                  f"{n.provenance.text if n.provenance else ''}\ncollective bytes {n.collective_bytes}")
-        cell = n.scope.strip("()").rsplit("/", 1)[-1].split("-", 1)[0] if "/" in n.scope else ""
+        segment = n.scope.strip("()").rsplit("/", 1)[-1] if "/" in n.scope else ""
+        cell = segment if segment.split("-", 1)[0].isdigit() else segment.split("-", 1)[0]  # 0-Block, dense_q
         label = f"{cell}/{n.instance_name}" if cell and not cell.startswith("_") else n.instance_name
         boxes[f"n{n.id}"] = _Box(f"n{n.id}", label, n.strategy_text, PROVENANCE_COLORS.get(kind, "#fff"),
                                  title, layer, stroke="#c92a2a" if out_moved else "#495057")
         for k, a in enumerate(n.args):
             if a in producers:
-                edges.append((f"n{producers[a]}", f"n{n.id}", n.id, k))
+                edges.append((unit_of[producers[a]], f"n{n.id}", n.id, k))
             elif a in inputs:
                 edges.append((a, f"n{n.id}", n.id, k))
     for name, inp in inputs.items():
@@ -193,7 +238,14 @@ def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
     lo = min(layers, default=0)
     height = (max(layers, default=0) - lo + 1) * (box_h + gap_y) + 20
     y_of = lambda b: 10 + (b.layer - lo) * (box_h + gap_y)  # noqa: E731
-    marked = redistribution_labels(dump)
+    marked = {(unit_of[int(src[1:])] if src.startswith("n") and src[1:].isdigit() and int(src[1:]) in unit_of
+               else src, nid, k): text for (src, nid, k), text in redistribution_labels(dump).items()}
+    if depth is not None:  # one edge between two boxes, the one with a layout change if there is one
+        first: dict[tuple[str, str], tuple[str, str, int, int]] = {}
+        for e in edges:
+            if (e[0], e[1]) not in first or (e[0], e[2], e[3]) in marked:
+                first[(e[0], e[1])] = e
+        edges = list(first.values())
     parts = [f'<svg class="gp-graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
              '<defs><marker id="gp-arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '

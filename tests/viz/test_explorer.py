@@ -283,7 +283,7 @@ def test_the_html_page_tells_q_k_v_apart_and_labels_redistributions(gpt_plan):
     labelled with its collective and bytes, the op table with predicted and measured wire bytes side by side, and
     the gradient reductions charted on the ops whose Parameters they carry."""
     from graphpar.viz.html import bytes_by_op, op_table
-    from graphpar.viz.svg import graph_picture
+    from graphpar.viz.svg import collapse_depth, graph_picture
 
     plan, _ = gpt_plan
     dset = plan.dumps(0)
@@ -291,6 +291,10 @@ def test_the_html_page_tells_q_k_v_apart_and_labels_redistributions(gpt_plan):
     for cell in ("dense_q", "dense_k", "dense_v"):
         assert f">{cell}/matmul<" in svg
     assert '<text class="gp-edge-label"' in svg and ">AllGather 192 B<" in svg
+    # the page draws the model by Cell first: each Block's Cells one box each, 20 boxes for 68 ops
+    depth = collapse_depth(dset.execute)
+    by_cell = graph_picture(dset.execute, depth=depth)
+    assert by_cell.count('<g class="gp-node">') == 20 and ">0-Block/attention-Atten" in by_cell
     assert "<th>predicted wire bytes</th><th>measured wire bytes</th>" in op_table(dset.begin, dset.execute)
     chart = dict(bytes_by_op(dset.execute))
     q = next(n for n in dset.execute.nodes
