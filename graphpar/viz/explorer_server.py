@@ -85,7 +85,8 @@ def serve(sets: list[DumpSet], port: int | None = None, name: str = "graphpar pl
         config.add_node_data(name=label, node_data=json.dumps(data), model_name=name)
     chosen = port or _free_port()
     if _listening(chosen):
-        raise ExplorerError(f"port {chosen} on {HOST} is already in use: pick another with --port")
+        raise ExplorerError(f"Model Explorer: port {chosen} on {HOST} is in use by another process; valid: a free "
+                            "port (leave --port / port= out to get one)")
     start = lambda: me.visualize_from_config(config=config, host=HOST, port=chosen,  # noqa: E731
                                              no_open_in_browser=True)
     with contextlib.redirect_stdout(io.StringIO()):  # its banner and "Loading extensions..."; the URL is ours
