@@ -3,7 +3,9 @@ and a Model Explorer adapter extension for ``.ir`` dump files.
 
 The graph JSON and node data come from :mod:`graphpar.viz.explorer`; this module hands them to Model Explorer's own
 server (``model_explorer.visualize_from_config``), started in a daemon thread on ``127.0.0.1`` only (never another
-address), and returns where it listens. ``model_explorer`` is an optional dependency (``pip install -e
+address), and returns where it listens. Model Explorer's server asks pypi.org and github.com for a newer release of
+itself when it starts and when its page asks; graphpar replaces that check with one that reports none, so serving a
+plan sends nothing beyond 127.0.0.1. ``model_explorer`` is an optional dependency (``pip install -e
 '.[explorer]'``): it is imported when a server starts, and its absence is an :class:`ExplorerError` that says how to
 install it.
 
@@ -41,6 +43,15 @@ def _model_explorer() -> Any:
         raise ExplorerError(f"Model Explorer is not installed: {_INSTALL}") from None
 
 
+_NO_UPDATE = {"version": "", "runningVersion": "", "releaseUrl": "", "desktopAppUrl": ""}
+
+
+def _offline(me: Any) -> None:
+    """Model Explorer's release check (a request to pypi.org, then github.com) answered locally: no newer release."""
+    server = importlib.import_module(me.__name__ + ".server")
+    server._check_new_version = lambda print_msg=True: dict(_NO_UPDATE)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
@@ -76,6 +87,7 @@ def serve(sets: list[DumpSet], port: int | None = None, name: str = "graphpar pl
     each: e.g. every rank of a PlanView, or ``[summary.dumps()]`` of a ``plan_for_devices`` PlanSummary) and their
     node data overlays; returns once it answers."""
     me = _model_explorer()
+    _offline(me)
     graphs, overlays = explorer_graphs(sets)
     config = me.config()
     # Model Explorer's config takes ready graph JSON under a graphs://NAME/INDEX source, as its PyTorch path does

@@ -233,6 +233,10 @@ def test_model_explorer_view_of_the_gpt_plan_in_chromium(gpt_plan, tmp_path):
                                     args=["--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"])
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            elsewhere = []  # the page may load nothing beyond the server on 127.0.0.1 (fonts, update checks)
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("http://127.0.0.1:")
+                       or route.request.url.startswith("data:") else (elsewhere.append(route.request.url),
+                                                                       route.abort())[1])
             page.goto(explorer.url)
             search = page.get_by_placeholder("Search nodes/layers by regex")
             search.wait_for(timeout=60_000)
@@ -275,7 +279,7 @@ def test_model_explorer_view_of_the_gpt_plan_in_chromium(gpt_plan, tmp_path):
             page.screenshot(path=str(shots / "explorer_4_redistribution_edge.png"))
         finally:
             browser.close()
-    print(f"screenshots in {shots}")
+    print(f"screenshots in {shots}; requests beyond 127.0.0.1 refused: {sorted(set(elsewhere)) or 'none'}")
 
 
 def test_the_html_page_tells_q_k_v_apart_and_labels_redistributions(gpt_plan):
