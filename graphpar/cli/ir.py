@@ -19,6 +19,7 @@ from graphpar.dump.loading import load
 from graphpar.dump.model import DumpError
 from graphpar.dump.reader import read_dump
 from graphpar.dump.views import diff_data, explain_data, show_data, summary_data
+from graphpar.viz.explorer_server import ExplorerError
 from graphpar.viz.text import print_diff, print_explain, print_show, print_summary
 
 
@@ -57,7 +58,7 @@ def _run(command):
     def run(args: argparse.Namespace) -> int:
         try:
             command(args)
-        except DumpError as exc:
+        except (DumpError, ExplorerError) as exc:
             sys.stdout.flush()
             print(exc, file=sys.stderr)
             return 2
@@ -79,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "(ir_dumps/rank_R/step_parallel_begin_NNNN.ir, NN_execute_NNNN.ir). DIR is a rank "
                                "directory, or ir_dumps itself (then rank 0, or --rank R). In a directory the newest "
                                "train graph is used unless --index NNNN. See docs/ir_format.md.")
-    sub = ir.add_subparsers(dest="ir_command", metavar="{show,summary,diff,explain,html}")
+    sub = ir.add_subparsers(dest="ir_command", metavar="{show,summary,diff,explain,html,explore}")
     ir.set_defaults(func=lambda args: ir.print_help() or 2)
 
     def command(name: str, fn, help_: str) -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from graphpar.dump.attribution import measured_wire
 from graphpar.dump.loading import DumpSet
 from graphpar.dump.model import Collective, Dump, DumpError, Node, TensorType
 from graphpar.dump.model import strategy_text
@@ -97,6 +98,7 @@ def _total(dset: DumpSet) -> int | None:
 def summary_data(dset: DumpSet) -> dict[str, Any]:
     """One row per op: strategy, provenance, global and per-device shapes, collectives and bytes."""
     main = dset.main
+    measured = measured_wire(dset.execute) if dset.execute else {}
     ops = []
     for node in main.nodes:
         row = _node(node)
@@ -107,6 +109,8 @@ def summary_data(dset: DumpSet) -> dict[str, Any]:
                       "collectives": row["collectives"],
                       "collective_bytes": node.collective_bytes if dset.execute else None,
                       "wire_bytes": node.wire_bytes if dset.execute else None,
+                      # counted as predicted_bytes is: output redistributions on the reader, gradient shares
+                      "measured_bytes": measured.get(node.id, 0.0) if dset.execute else None,
                       "predicted_bytes": node.predicted_bytes})
     unattributed = [_collective(c) for c in dset.execute.unattributed] if dset.execute else []
     pipeline = schedule_for((dset.execute or dset.begin).path, dset.index)

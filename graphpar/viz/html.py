@@ -13,8 +13,9 @@ from html import escape
 from typing import Any
 
 from graphpar.dump.model import Collective, Dump, Node, TensorType, layout_text
+from graphpar.dump.attribution import gradient_shares, measured_wire
 from graphpar.viz.blocks import block_holders, splits
-from graphpar.viz.svg import bar_chart, graph_picture, human_bytes
+from graphpar.viz.svg import bar_chart, collapse_depth, graph_picture, human_bytes
 
 CSS = """
 .gp-root{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;font-size:12px;color:#212529}
@@ -30,7 +31,9 @@ CSS = """
 .gp-root .gp-grids{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}
 .gp-root .gp-grid{border:1px solid #dee2e6;padding:4px}
 .gp-root table.gp-blocks{border-collapse:collapse}
-.gp-root table.gp-blocks td{border:1px solid #fff;padding:4px 6px;text-align:center;min-width:44px;font-size:11px}
+.gp-root table.gp-blocks{table-layout:fixed}
+.gp-root table.gp-blocks td{border:1px solid #fff;padding:0 2px;text-align:center;font-size:10px;overflow:hidden;
+  min-width:14px;min-height:14px}
 .gp-root .gp-small{font-size:10px;color:#343a40}
 .gp-root details>summary{cursor:pointer;font-weight:bold;margin:6px 0}
 """
@@ -80,6 +83,8 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
     if main is None:
         return "<p>no dump</p>"
     rows = []
+    shares = gradient_shares(execute) if execute is not None else {}
+    totals = measured_wire(execute) if execute is not None else {}
     for node in main.nodes:
         twin = begin.node(node.id) if begin is not None else None
         glob = f"{_shapes(twin.input_types)} \u2192 {_shapes(twin.output_types)}" if twin is not None else ""
@@ -88,16 +93,22 @@ def op_table(begin: Dump | None, execute: Dump | None, kind: str = "summary") ->
         prov = node.provenance.text if node.provenance else ""
         colls = "<br>".join(escape(collective_text(c)) for c in node.collectives)
         nbytes = str(node.collective_bytes) if execute is not None else "-"
+        predicted = "-" if node.predicted_bytes is None else f"{node.predicted_bytes:g}"
+        share = shares.get(node.id, 0.0)
+        measured = "-" if execute is None else f"{totals.get(node.id, 0.0):g}" + (
+            f'<br><span class="gp-small">{share:g} of it: fused gradient reductions</span>' if share else "")
         rows.append([str(node.id), f"<b>{escape(node.instance_name)}</b>", escape(node.kind),
                      f'<span class="gp-small">{escape(node.scope)}</span>', code_cell(node.strategy_text or "-"),
-                     escape(prov), shapes, colls, nbytes])
+                     escape(prov), shapes, colls, nbytes, predicted, measured])
     for c in (execute.unattributed if execute is not None else []):
-        rows.append(["-", unattributed_label(c), "", "", "", "", "", escape(collective_text(c)), str(c.bytes)])
+        rows.append(["-", unattributed_label(c), "", "", "", "", "", escape(collective_text(c)), str(c.bytes), "",
+                     "split by parameter into the ops above"])
     attrs = (f' data-rank="{main.rank}" data-graph="{escape(main.graph)}" data-ops="{len(main.nodes)}"'
              f' data-kind="{kind}"')
     classes = ["op-row"] * len(main.nodes) + ["gp-loose"] * (len(rows) - len(main.nodes))
     return table(["node", "op", "kind", "scope", "strategy", "provenance", "global \u2192 per-device shapes",
-                  "collectives", "bytes"], rows, css_class="gp-table op-table", row_classes=classes, attrs=attrs)
+                  "collectives", "bytes", "predicted wire bytes", "measured wire bytes"], rows,
+                 css_class="gp-table op-table", row_classes=classes, attrs=attrs)
 
 
 def header(dump: Dump) -> str:
@@ -125,16 +136,36 @@ def _range(b: int, size: int, w: int) -> str:
     return f"{b * step}:{(b + 1) * step}"
 
 
+def _axes_words(layout: Sequence[Sequence[str]], shape: Sequence[int], mesh: Mapping[str, int]) -> str:
+    """The mesh-axis legend of a grid: which axes split each dimension, and over which the blocks are replicas."""
+    used = {a for axes in layout for a in axes}
+    dims = []
+    for d, (axes, size) in enumerate(zip(layout, shape)):
+        if axes:
+            ways = math.prod(mesh.get(a, 1) for a in axes)
+            dims.append(f"dim {d} ({size}): {ways} ways over " + " \u00d7 ".join(f"{a}={mesh.get(a, 1)}" for a in axes))
+        else:
+            dims.append(f"dim {d} ({size}): whole")
+    spare = [f"{a}={n}" for a, n in mesh.items() if a not in used and n > 1]
+    return "; ".join(dims) + ("; each block replicated over " + " \u00d7 ".join(spare) if spare else "")
+
+
 def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]], mesh: Mapping[str, int]) -> str:
     """Which device holds which block of a tensor: one cell per block (rows: dimension -2, columns: the last
-    dimension), listing the ranks that hold it; a tensor of more than two dimensions is drawn as one grid per
-    block of its leading dimensions. Cells carry ``data-block`` and ``data-devices``."""
+    dimension), listing the ranks that hold it, drawn to the tensor's proportions (a (64, 16) tensor's grid is four
+    times as tall as wide, within 24..160 px), with the mesh axes that split each dimension; a tensor of more than
+    two dimensions is drawn as one grid per block of its leading dimensions. Cells carry ``data-block`` and
+    ``data-devices``."""
     holders = block_holders(shape, layout, mesh)
     ways = splits(layout, mesh)
     nd = len(shape)
     lead = ways[:-2] if nd > 2 else ()
     grids = []
     lead_indices = [()] if not lead else sorted({k[:len(lead)] for k in holders})
+    rows_n = shape[-2] if nd >= 2 else 1
+    cols_n = shape[-1] if nd >= 1 else 1
+    scale = 160 / max(rows_n, cols_n, 1)
+    grid_w, grid_h = max(24, round(cols_n * scale)), max(24, round(rows_n * scale))
     for li in lead_indices:
         rows_w = ways[-2] if nd >= 2 else 1
         cols_w = ways[-1] if nd >= 1 else 1
@@ -145,10 +176,11 @@ def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]]
                 index = li + ((r, c) if nd >= 2 else (c,) if nd == 1 else ())
                 ranks = holders[index]
                 rng = ", ".join(_range(b, s, w) for b, s, w in zip(index, shape, ways))
-                tds.append(f'<td class="gp-block" style="background:{_hue(index, ways)}" '
+                tds.append(f'<td class="gp-block" style="background:{_hue(index, ways)};width:{grid_w / cols_w:.0f}px;'
+                           f'height:{grid_h / rows_w:.0f}px" '
                            f'data-block="{",".join(map(str, index))}" data-devices="{",".join(map(str, ranks))}" '
-                           f'title="block {index} = [{rng}]">dev {", ".join(map(str, ranks))}'
-                           f'<div class="gp-small">[{rng}]</div></td>')
+                           f'title="block {index} = [{rng}] on devices {", ".join(map(str, ranks))}">'
+                           f'{", ".join(map(str, ranks))}</td>')
             trs.append("<tr>" + "".join(tds) + "</tr>")
         caption = ""
         if lead:
@@ -160,6 +192,7 @@ def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]]
             f'<code>{escape(str(tuple(shape)))}</code> layout <code>{escape(layout_text(tuple(map(tuple, layout))))}'
             f'</code> \u2192 blocks <code>{escape(str(tuple(per_block)))}</code>, '
             f'{math.prod(ways)} block(s), each on {len(next(iter(holders.values())))} device(s)</div>'
+            f'<div class="gp-small">{escape(_axes_words(layout, shape, mesh))}</div>'
             f'<div style="display:flex;gap:8px;flex-wrap:wrap">{"".join(grids)}</div></div>')
 
 
@@ -184,38 +217,57 @@ def op_input_grids(node: Node, begin: Dump) -> str:
 
 # --- charts ----------------------------------------------------------------------------------------------------
 def bytes_by_op(execute: Dump) -> list[tuple[str, dict[str, float]]]:
+    """Wire bytes per op by collective kind, with each op's share of the fused gradient reductions (by the
+    Parameters it reads, :mod:`graphpar.dump.attribution`) as its own series; what no op reads stays on a
+    ``(gradient reduction)`` / ``(not attributed)`` bar."""
+    shares = gradient_shares(execute)
     rows = []
     for n in execute.nodes:
-        if n.collectives:
-            by_kind: dict[str, float] = {}
-            for c in n.collectives:
-                by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
+        by_kind: dict[str, float] = {}
+        for c in n.collectives:
+            by_kind[c.kind] = by_kind.get(c.kind, 0) + (c.wire_bytes if c.wire_bytes is not None else c.bytes)
+        if shares.get(n.id):
+            by_kind["fused gradient reduction"] = shares[n.id]
+        if by_kind:
             rows.append((f"{n.instance_name} (node {n.id})", by_kind))
-    loose: dict[str, dict[str, float]] = {}
+    if shares.get(None):
+        label = unattributed_label(next(iter(execute.unattributed)))
+        rows.append((label, {"fused gradient reduction": shares[None]}))
     for c in execute.unattributed:
-        by_kind = loose.setdefault(unattributed_label(c), {})
-        by_kind[c.kind] = by_kind.get(c.kind, 0) + c.bytes
-    return rows + list(loose.items())
+        if not c.parameters:  # a collective no Parameter explains (not a gradient reduction)
+            rows.append((unattributed_label(c), {c.kind: c.wire_bytes if c.wire_bytes is not None else c.bytes}))
+    return rows
 
 
 def bytes_by_layer(execute: Dump) -> list[tuple[str, dict[str, float]]]:
-    """Collective bytes per Cell scope (a layer), split into forward and backward."""
+    """Collective wire bytes per Cell scope (a layer), split into forward and backward; the fused gradient
+    reductions (backward) counted in the layers of the ops that read their Parameters."""
+    shares = gradient_shares(execute)
     layers: dict[str, dict[str, float]] = {}
     for n in execute.nodes:
         for c in n.collectives:
             entry = layers.setdefault(n.scope or "(top)", {})
-            entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
+            entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + (
+                c.wire_bytes if c.wire_bytes is not None else c.bytes)
+        if shares.get(n.id):
+            entry = layers.setdefault(n.scope or "(top)", {})
+            entry["backward"] = entry.get("backward", 0) + shares[n.id]
+    if shares.get(None):
+        entry = layers.setdefault(unattributed_label(next(iter(execute.unattributed))), {})
+        entry["backward"] = entry.get("backward", 0) + shares[None]
     for c in execute.unattributed:
-        entry = layers.setdefault(unattributed_label(c), {})
-        entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + c.bytes
+        if not c.parameters:
+            entry = layers.setdefault(unattributed_label(c), {})
+            entry[c.pass_ or "forward"] = entry.get(c.pass_ or "forward", 0) + (
+                c.wire_bytes if c.wire_bytes is not None else c.bytes)
     return list(layers.items())
 
 
 def charts(execute: Dump | None) -> str:
     if execute is None:
         return "<p>no execute dump (not compiled): no collectives to chart</p>"
-    return (bar_chart(bytes_by_op(execute), f"collective bytes per op (rank {execute.rank})") + "<br>"
-            + bar_chart(bytes_by_layer(execute), f"collective bytes per layer (Cell scope, rank {execute.rank})"))
+    return (bar_chart(bytes_by_op(execute), f"collective wire bytes per op (rank {execute.rank})") + "<br>"
+            + bar_chart(bytes_by_layer(execute), f"collective wire bytes per layer (Cell scope, rank {execute.rank})"))
 
 
 def legend() -> str:
@@ -230,14 +282,26 @@ def dump_views(begin: Dump | None, execute: Dump | None, grids: bool = True, pic
     main = execute or begin
     if main is None:
         return "<p>no dump</p>"
-    parts = [header(main), "<h4>ops</h4>", f'<div class="gp-scroll">{op_table(begin, execute)}</div>',
+    # the op table flows with the page (a scroll box showed about 8 rows of it); the graph picture keeps its box
+    parts = [header(main), "<h4>ops</h4>", op_table(begin, execute),
+             '<p class="gp-small">predicted and measured wire bytes (what one device sends) per op, counted alike: the '
+             "redistribution of an op's output on the op that reads it, a fused gradient reduction on the ops that "
+             "read its Parameters</p>",
              "<h4>where the bytes go</h4>", charts(execute)]
     if grids and begin is not None:
         parts += ["<details><summary>device grids (which device holds which block)</summary>",
                   input_grids(begin), "</details>"]
     if picture:
-        parts += ["<details open><summary>graph</summary>", legend(),
-                  f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
+        depth = collapse_depth(main)
+        if depth is None:
+            parts += ["<details open><summary>graph</summary>", legend(),
+                      f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
+        else:  # the model on one screen, each Cell that deep one box; every op below, folded
+            parts += ["<details open><summary>graph, by Cell</summary>", legend(),
+                      f'<div class="gp-scroll">{graph_picture(main, depth=depth)}</div></details>',
+                      "<details><summary>graph, every op (graphpar ir explore: zoom, collapse and expand any "
+                      "Cell in Model Explorer)</summary>",
+                      f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
     return "".join(parts)
 
 

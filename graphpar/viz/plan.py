@@ -20,6 +20,7 @@ from graphpar.dump.loading import DumpSet, load
 from graphpar.dump.model import DumpError
 from graphpar.dump.views import diff_data, explain_data, find_op, show_data, summary_data
 from graphpar.viz import html as views
+from graphpar.viz.explorer_server import Explorer, serve
 from graphpar.viz.svg import bar_chart
 from graphpar.viz.text import emit_table, fmt_strategy, mesh_words, print_diff, print_explain, print_summary
 
@@ -181,6 +182,12 @@ class PlanView:
             rows.append({"name": f"XLA {key}", "role": "compiled step", "device_bytes": value})
         return Rows(["name", "role", "dtype", "shape", "layout", "device_shape", "bytes", "device_bytes"], rows,
                     f"memory (rank {dset.main.rank}, bytes)")
+
+    def explore(self, rank: int | None = None, port: int | None = None) -> Explorer:
+        """This plan in Model Explorer (``pip install ai-edge-model-explorer``), served on 127.0.0.1: every rank's
+        graph (or ``rank``'s) nested by Cell scope, strategies, layouts and bytes on the ops, redistributions on the
+        edges. Shows itself in a notebook (an iframe); ``.url`` opens it in a browser."""
+        return serve([self.dumps(rank)] if rank is not None else [self.dumps(r) for r in self.ranks], port)
 
     def to_json(self, indent: int | None = 2) -> str:
         """Everything as JSON: the summary of the default rank and every dump of every rank (``graphpar ir

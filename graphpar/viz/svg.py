@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from graphpar.dump.model import Dump, Node
+from graphpar.dump.model import Dump, Node, layout_text
 
 SERIES_COLORS = {"AllReduce": "#4e79a7", "AllGather": "#f28e2b", "ReduceScatter": "#59a14f", "AlltoAll": "#e15759",
                  "CollectivePermute": "#b07aa1", "Broadcast": "#9c755f", "forward": "#4e79a7",
@@ -109,27 +109,108 @@ def layout_changes(dump: Dump) -> set[tuple[str, int, int]]:
     return marked
 
 
-def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
+def redistribution_labels(main: Dump) -> dict[tuple[str, int, int], str]:
+    """``(source node id, target node id, input index) -> label`` of every edge where a value changes layout:
+    the collectives compiled for that input (execute dumps), else the stored and the used layout of a graph input
+    (begin dumps)."""
+    producers = {out: n.id for n in main.nodes for out in n.outputs}
+    inputs = {i.name: i for i in main.inputs}
+    labels: dict[tuple[str, int, int], str] = {}
+    for source, nid, k in sorted(layout_changes(main)):
+        node = main.node(nid)
+        moved = [c for c in node.collectives
+                 if c.cause == f"redistribution of input {k}"] if node is not None else []
+        arg = node.args[k] if node is not None else ""
+        if moved:
+            text = ", ".join(f"{c.kind} {human_bytes(c.wire_bytes if c.wire_bytes is not None else c.bytes)}"
+                             for c in moved)
+        elif arg in inputs and node is not None and k < len(node.in_layouts):
+            text = f"{layout_text(inputs[arg].layout)} -> {layout_text(node.in_layouts[k])}"
+        else:
+            text = "layout change"
+        key = f"n{producers[arg]}" if arg in producers else arg
+        labels[(key, nid, k)] = text
+    for node in main.nodes:  # an output redistributed for every consumer: on each edge out of the op
+        outs = [c for c in node.collectives if c.cause.startswith("redistribution of output")]
+        if not outs:
+            continue
+        text = ", ".join(f"{c.kind} {human_bytes(c.wire_bytes if c.wire_bytes is not None else c.bytes)}"
+                         for c in outs)
+        for consumer in main.nodes:
+            for k, arg in enumerate(consumer.args):
+                if producers.get(arg) == node.id:
+                    labels.setdefault((f"n{node.id}", consumer.id, k), text + " (output)")
+    return labels
+
+
+def _cells(scope: str) -> list[str]:
+    parts = [p for p in scope.strip("()").split("/") if p]
+    return parts[1:] if parts[:1] == ["Default"] else parts
+
+
+def collapse_depth(dump: Dump, most: int = 20) -> int | None:
+    """The deepest Cell level at which the graph, each Cell below it drawn as one box, has at most ``most``
+    boxes (None: the graph is small enough to draw op by op)."""
+    if len(dump.nodes) <= most:
+        return None
+    best = None
+    for depth in range(1, max((len(_cells(n.scope)) for n in dump.nodes), default=0) + 1):
+        units = {"/".join(_cells(n.scope)[:depth + 1]) if len(_cells(n.scope)) > depth else f"n{n.id}"
+                 for n in dump.nodes}
+        if len(units) <= most:
+            best = depth
+    return best
+
+
+def _unit(n: Node, depth: int | None) -> str:
+    cells = _cells(n.scope)
+    return f"n{n.id}" if depth is None or len(cells) <= depth else "c:" + "/".join(cells[:depth + 1])
+
+
+def graph_picture(dump: Dump, max_nodes: int = 1500, depth: int | None = None) -> str:
     """The op graph as inline SVG: one box per op (colour: where its strategy came from) and per graph input,
-    edges along the data flow; a red dashed edge is a layout change (see :func:`layout_changes`), a red box border
-    an op whose output is redistributed for its consumers."""
+    edges along the data flow; a red dashed edge is a layout change (see :func:`layout_changes`) labelled with its
+    collective and bytes, a red box border an op whose output is redistributed for its consumers. With ``depth``,
+    every Cell ``depth`` levels below the root is one box (its ops, their collective bytes), without the graph
+    inputs: the whole model on one screen (:func:`collapse_depth` picks a depth)."""
     nodes = dump.nodes[:max_nodes]
     producers = {out: n.id for n in nodes for out in n.outputs}
-    inputs = {i.name: i for i in dump.inputs}
+    unit_of = {n.id: _unit(n, depth) for n in nodes}
+    inputs = {i.name: i for i in dump.inputs} if depth is None else {}
     boxes: dict[str, _Box] = {}
     edges: list[tuple[str, str, int, int]] = []  # (source key, target key, node id, input index)
+    members: dict[str, list[Node]] = {}
     for n in nodes:
-        layer = 1 + max((boxes[f"n{producers[a]}"].layer for a in n.args if a in producers
-                         and f"n{producers[a]}" in boxes), default=0)
+        unit = unit_of[n.id]
+        if unit.startswith("c:"):
+            members.setdefault(unit, []).append(n)
+            before = [boxes[unit].layer] if unit in boxes else [1]
+            layer = max(before + [1 + boxes[unit_of[producers[a]]].layer for a in n.args if a in producers
+                                  and unit_of[producers[a]] != unit and unit_of[producers[a]] in boxes])
+            group = members[unit]
+            title = (f"Cell {unit[2:]}: {len(group)} ops, collective bytes "
+                     f"{sum(m.collective_bytes for m in group)}")
+            boxes[unit] = _Box(unit, "/".join(unit[2:].split("/")[-2:]), f"{len(group)} ops, "
+                               f"{human_bytes(sum(m.collective_bytes for m in group))} collectives",
+                               "#f1f3f5", title, layer)
+            for k, a in enumerate(n.args):
+                if a in producers and unit_of[producers[a]] != unit:
+                    edges.append((unit_of[producers[a]], unit, n.id, k))
+            continue
+        layer = 1 + max((boxes[unit_of[producers[a]]].layer for a in n.args if a in producers
+                         and unit_of[producers[a]] in boxes), default=0)
         kind = n.provenance.kind if n.provenance else "default"
         out_moved = any(c.cause.startswith("redistribution of output") for c in n.collectives)
         title = (f"node {n.id} {n.instance_name} ({n.kind})\nscope {n.scope}\nstrategy {n.strategy_text or '-'}\n"
                  f"{n.provenance.text if n.provenance else ''}\ncollective bytes {n.collective_bytes}")
-        boxes[f"n{n.id}"] = _Box(f"n{n.id}", n.instance_name, n.strategy_text, PROVENANCE_COLORS.get(kind, "#fff"),
+        segment = n.scope.strip("()").rsplit("/", 1)[-1] if "/" in n.scope else ""
+        cell = segment if segment.split("-", 1)[0].isdigit() else segment.split("-", 1)[0]  # 0-Block, dense_q
+        label = f"{cell}/{n.instance_name}" if cell and not cell.startswith("_") else n.instance_name
+        boxes[f"n{n.id}"] = _Box(f"n{n.id}", label, n.strategy_text, PROVENANCE_COLORS.get(kind, "#fff"),
                                  title, layer, stroke="#c92a2a" if out_moved else "#495057")
         for k, a in enumerate(n.args):
             if a in producers:
-                edges.append((f"n{producers[a]}", f"n{n.id}", n.id, k))
+                edges.append((unit_of[producers[a]], f"n{n.id}", n.id, k))
             elif a in inputs:
                 edges.append((a, f"n{n.id}", n.id, k))
     for name, inp in inputs.items():
@@ -157,7 +238,14 @@ def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
     lo = min(layers, default=0)
     height = (max(layers, default=0) - lo + 1) * (box_h + gap_y) + 20
     y_of = lambda b: 10 + (b.layer - lo) * (box_h + gap_y)  # noqa: E731
-    marked = layout_changes(dump)
+    marked = {(unit_of[int(src[1:])] if src.startswith("n") and src[1:].isdigit() and int(src[1:]) in unit_of
+               else src, nid, k): text for (src, nid, k), text in redistribution_labels(dump).items()}
+    if depth is not None:  # one edge between two boxes, the one with a layout change if there is one
+        first: dict[tuple[str, str], tuple[str, str, int, int]] = {}
+        for e in edges:
+            if (e[0], e[1]) not in first or (e[0], e[2], e[3]) in marked:
+                first[(e[0], e[1])] = e
+        edges = list(first.values())
     parts = [f'<svg class="gp-graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
              '<defs><marker id="gp-arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '
@@ -172,7 +260,10 @@ def graph_picture(dump: Dump, max_nodes: int = 1500) -> str:
         parts.append(f'<path class="{cls}" d="M{x1:.0f},{y1:.0f} C{x1:.0f},{y1 + gap_y:.0f} {x2:.0f},'
                      f'{y2 - gap_y:.0f} {x2:.0f},{y2:.0f}" fill="none" {style} marker-end="url(#gp-arrow)">'
                      f'<title>{escape(s)} \u2192 input {k} of node {nid}'
-                     f'{" (layout change)" if changed else ""}</title></path>')
+                     f'{" (layout change: " + escape(marked[(s, nid, k)]) + ")" if changed else ""}</title></path>')
+        if changed:
+            parts.append(f'<text class="gp-edge-label" x="{(x1 + x2) / 2 + 4:.0f}" y="{(y1 + y2) / 2 + 3:.0f}" '
+                         f'fill="#c92a2a" font-size="9">{escape(marked[(s, nid, k)])}</text>')
     for b in boxes.values():
         x, y = 10 + b.x, y_of(b)
         label = b.label if len(b.label) <= 24 else b.label[:23] + "\u2026"

@@ -6,6 +6,7 @@ plain aligned text otherwise (multi-line cells allowed).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from typing import Any
@@ -13,12 +14,31 @@ from typing import Any
 from graphpar.dump.model import TensorType, layout_text, strategy_text
 from graphpar.planner.search.report import print_choices
 
-_NO_WRAP = {"node", "op", "kind", "strategy", "strategy A", "strategy B", "bytes", "wire bytes", "bytes A", "bytes B",
-            "delta", "edge cost", "status", "split", "role"}
+_NO_WRAP = {"node", "op", "kind", "strategy", "strategy A", "strategy B", "bytes", "wire bytes", "measured",
+            "predicted", "bytes A", "bytes B", "delta", "edge cost", "status", "split", "role", "collectives"}
+
+
+WRAP = 40  # plain text: a long cell (scope, provenance, shapes, collectives) wraps at this width
+
+
+def wrap_cell(text: str, width: int = WRAP) -> str:
+    """``text`` folded into lines of at most ``width`` characters, broken after a space or a ``/`` (a scope breaks
+    between its Cells), a word longer than ``width`` on its own line."""
+    lines = []
+    for line in text.split("\n"):
+        out = ""
+        for token in re.findall(r"[^ /]*[ /]*", line):
+            if out and len(out) + len(token.rstrip()) > width:
+                lines.append(out.rstrip())
+                out = ""
+            out += token
+        lines.append(out.rstrip())
+    return "\n".join(lines)
 
 
 def emit_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
-    """A rich table on a terminal; plain aligned columns (multi-line cells allowed) otherwise."""
+    """A rich table on a terminal; plain aligned columns (multi-line cells allowed) otherwise, long cells wrapped
+    (:func:`wrap_cell`) so a table of a real model stays about as wide as a terminal."""
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
@@ -33,6 +53,7 @@ def emit_table(columns: list[str], rows: list[list[str]], title: str | None = No
         return
     if title:
         print(title)
+    rows = [[c if name in _NO_WRAP else wrap_cell(c) for name, c in zip(columns, row)] for row in rows]
     cells = [[c.split("\n") for c in row] for row in [columns] + rows]
     widths = [max(len(line) for row in cells for line in row[i]) for i in range(len(columns))]
     for row in cells:
@@ -145,14 +166,20 @@ def print_summary(data: dict[str, Any]) -> None:
              _fmt_provenance(o["provenance"]), _fmt_shapes(o["device_shapes"]),
              "\n".join(_fmt_collective(c) for c in o["collectives"]),
              "-" if o["collective_bytes"] is None else str(o["collective_bytes"]),
-             _fmt_bytes(o.get("wire_bytes")), _fmt_bytes(o.get("predicted_bytes")), o["scope"]]
+             _fmt_bytes(o.get("measured_bytes")), _fmt_bytes(o.get("predicted_bytes")), o["scope"]]
             for o in data["ops"]]
     for c in data["unattributed_collectives"]:
         label = "(gradient reduction)" if c.get("parameters") else "(not attributed)"
-        rows.append(["-", label, "", "", " ".join(c.get("parameters", ())), "", _fmt_collective(c), str(c["bytes"]),
+        params = list(c.get("parameters", ()))
+        more = ", ... (--json lists all)" if len(params) > 3 else ""
+        carried = f"{len(params)} parameters: " + ", ".join(params[:3]) + more if params else ""
+        rows.append(["-", label, "", "", carried, "", _fmt_collective(c), str(c["bytes"]),
                      _fmt_bytes(c.get("wire_bytes")), "", ""])
+    # measured: wire bytes counted as predicted is (an output's redistribution on its reader, fused gradient
+    # reductions on the readers of their Parameters: graphpar.dump.attribution); the gradient reduction rows show
+    # their own wire bytes, already shared out above
     emit_table(["node", "op", "kind", "strategy", "provenance", "per-device shapes", "collectives", "bytes",
-                 "wire", "predicted", "scope"], rows)
+                 "measured", "predicted", "scope"], rows)
     _print_conflicts(data["parameter_conflicts"])
     if data["total_collective_bytes"] is not None:
         print(f"\ntotal collective bytes per step (rank {data['rank']}): {data['total_collective_bytes']}")

@@ -61,7 +61,7 @@ def test_summary(ir_dumps, capsys):
     matmul = data["ops"][0]
     assert set(matmul) == {"node", "instance_name", "kind", "scope", "strategy", "hint", "provenance",
                            "device_matrix", "global_shapes", "device_shapes", "collectives", "collective_bytes",
-                           "wire_bytes", "predicted_bytes"}
+                           "wire_bytes", "measured_bytes", "predicted_bytes"}
     assert matmul["global_shapes"]["inputs"] == [[16, 32], [32, 16]]
     assert matmul["device_shapes"] == {"inputs": [[8, 8], [8, 16]], "outputs": [[8, 16]]}
     assert any(c["kind"] == "AllReduce" and c["group"] == [4, 5, 6, 7] for c in matmul["collectives"])
@@ -69,6 +69,8 @@ def test_summary(ir_dumps, capsys):
     # predicted (cost model) and measured (HLO) wire bytes, per op and in total: this plan is predicted exactly
     assert matmul["wire_bytes"] == sum(c["wire_bytes"] for c in matmul["collectives"]) > 0
     assert matmul["predicted_bytes"] is not None
+    # measured counted as predicted is (graphpar.dump.attribution): equal op by op here
+    assert all(o["measured_bytes"] == pytest.approx(o["predicted_bytes"]) for o in data["ops"])
     assert data["total_wire_bytes"] > 0 and abs(data["total_predicted_bytes"] - data["total_wire_bytes"]) <= \
         0.1 * data["total_wire_bytes"]
 

@@ -108,6 +108,12 @@ def _launch_started(*argv: str):
     return Supervisor(_launch(*argv)).run()
 
 
+def _explorer_serve(port: int):
+    from graphpar.viz.explorer_server import serve
+
+    return serve([], port)
+
+
 def _while_port_busy(run: Callable[[int], object]):
     """``run(port)`` while another socket listens on 127.0.0.1:port (as another job's coordinator would)."""
     import socket
@@ -781,6 +787,9 @@ ROWS: list[Row] = [
     Row("cli-heartbeat-timeout", "cli", "GRAPHPAR_HEARTBEAT_TIMEOUT=-5 graphpar launch --nproc 2 train.py",
         lambda t: _launch("--nproc", "2", "train.py"), "graphpar.launch.config:LaunchError",
         ("GRAPHPAR_HEARTBEAT_TIMEOUT='-5'", "out of range", ">= 1"), {"GRAPHPAR_HEARTBEAT_TIMEOUT": "-5"}),
+    Row("cli-explore-port-busy", "cli", "graphpar ir explore ir_dumps --port PORT (or plan.explore(port=PORT)), PORT "
+        "taken", lambda t: _while_port_busy(lambda port: _explorer_serve(port)),
+        "graphpar.viz.explorer_server:ExplorerError", ("port", "is in use by another process", "valid: a free port")),
     # --- strategies (errors that exist on main) ---------------------------------------------------------------
     Row("shard-type", "strategy", "ops.MatMul().shard('abc')", lambda t: _ops().MatMul().shard("abc"),
         ERR + "StrategyTypeError", ("op 'MatMul'", "'abc'", "tuple of tuples")),

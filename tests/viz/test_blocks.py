@@ -63,3 +63,12 @@ def test_bad_layouts_are_named():
         device_blocks((8,), (("m9",),), {"m0": 8})
     with pytest.raises(LayoutError, match="2 entries for 1 dimensions"):
         device_blocks((8,), (("m0",), ()), {"m0": 8})
+
+
+def test_a_grid_is_drawn_to_the_tensors_proportions_with_its_mesh_axes():
+    """A (64, 16) weight split 4 ways over m1 by rows: four cells stacked in a grid four times as tall as wide, and
+    the legend says which axis splits which dimension and over which axis the blocks are replicas."""
+    html = device_grid("w", (64, 16), (("m1",), ()), {"m0": 2, "m1": 4})
+    assert "dim 0 (64): 4 ways over m1=4; dim 1 (16): whole; each block replicated over m0=2" in html
+    sizes = re.findall(r'width:(\d+)px;height:(\d+)px', html)
+    assert sizes == [("40", "40")] * 4  # 160 px tall, 40 px wide: 64 rows to 16 columns
