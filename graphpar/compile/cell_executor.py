@@ -26,7 +26,7 @@ def _compiled(cell: Any, graph: Graph, top: str | None) -> CompiledCell:
     train = isinstance(cell, TrainOneStepCell)
     network = cell.network if train else cell
     trainable = {p.name for p in network.trainable_params()}
-    optimizer = OptimizerParallelConfig.from_context(pctx) if train else None
+    optimizer = OptimizerParallelConfig.from_context(pctx, network.trainable_params()) if train else None
     layouts = parameter_layout_dict(graph, graph.plan.mesh.n_devices, pctx.parallel_mode, trainable, optimizer)
     return CompiledCell(strategy_table(graph, top), layouts)
 

@@ -65,6 +65,9 @@ def test_parallel_optimizer_names_the_sharding_group():
     # optimizer shards it over those 2 (ranks 0 and 4 hold rank 0's group)
     assert layouts["w1"][2] == [16, 8]
     assert layouts["w1"][5] == "2-0_4"
+    net.w2.parallel_optimizer = False  # MindSpore's opt-out: the parameter stays whole in the optimizer
+    _cell_graph_executor.compile(train, _x(), Tensor(np.ones((8, 8), np.float32)))
+    assert train.parameter_layout_dict["w2"][5] == "" and train.parameter_layout_dict["w1"][5] == "2-0_4"
 
 
 def test_empty_when_nothing_is_planned():

@@ -122,5 +122,5 @@ def plan_cell(cell: Any, inputs: Sequence[Any]) -> Graph | None:
         devices, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
         search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu"),
         graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
-    strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()))
+    strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()), parameters=network.trainable_params())
     return graph
