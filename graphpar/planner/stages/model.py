@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphpar.planner.calibration import platform_hardware
 from graphpar.planner.cost import HARDWARE, Hardware
 from graphpar.planner.wire import wire_bytes
 
@@ -73,8 +74,9 @@ class Cluster:
 
     @staticmethod
     def for_platform(devices: int, platform: str, memory: float | None) -> "Cluster":
-        """GPU nodes of 8 with NVLink inside and InfiniBand between; TPU and CPU one flat network."""
-        hw = HARDWARE.get(platform, HARDWARE["gpu"])
+        """GPU nodes of 8 with NVLink inside and InfiniBand between; TPU and CPU one flat network. The platform's
+        constants are the calibration file's when it has them (``planner.calibration``), else the built-in ones."""
+        hw = platform_hardware(platform)
         if platform == "gpu":
             return Cluster(devices, hw, 8, 4e-11, memory)
         return Cluster(devices, hw, devices, hw.beta, memory)

@@ -47,7 +47,8 @@ class StagePlan:
     def describe(self) -> str:
         s = self.shape
         rc = sum(self.recompute)
-        return (f"pp {s.stages} x tp {s.tp} x dp {s.dp}{f' (ep {s.ep})' if s.ep > 1 else ''}, {s.micro_batches} micro-batches of {s.micro}, {s.schedule}"
+        ep = f" (ep {s.ep})" if s.ep > 1 else ""
+        return (f"pp {s.stages} x tp {s.tp} x dp {s.dp}{ep}, {s.micro_batches} micro-batches of {s.micro}, {s.schedule}"
                 f"{', optimizer sharded' if s.optimizer_shard else ''}, recompute on {rc}/{s.stages} stages: "
                 f"{self.step_time:.4g} s/step, bubble {self.bubble:.1%}, peak {max(self.stage_memory) / 2 ** 30:.3g} GiB")
 
