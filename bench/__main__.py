@@ -46,6 +46,13 @@ def _main(argv: list[str], busy: bool) -> int:
     print(f"graphpar bench on {jax.device_count()} {jax.devices()[0].platform} devices "
           f"({os.cpu_count()} CPU cores{'; one kept busy by a spinning process (--busy)' if busy else ''}); ratios "
           f"are graphpar / hand-written, measured interleaved\n", flush=True)
+    if "calibrate" in only:  # only when asked: it writes the planner's calibration file
+        from bench.calibrate import main as calibrate
+
+        calibrate()
+        only.discard("calibrate")
+        if not only:
+            return 0
     if not only or "step" in only:
         from bench.step_time import bench_data_parallel, bench_dispatch, bench_megatron
 

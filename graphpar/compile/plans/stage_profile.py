@@ -17,6 +17,7 @@ group (vocabulary-parallel embedding and head, as Megatron splits them; their sp
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import jax
 
 from graphpar._context import ParallelMode
+from graphpar._logging import notice_once
 from graphpar.common.initializer import initializer
 from graphpar.common.parameter import Parameter
 from graphpar.errors import GraphparError
@@ -31,8 +33,9 @@ from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
+from graphpar.nn.transformer import MoE
 from graphpar import ops
-from graphpar.planner.cost import plan_cost, sum_costs
+from graphpar.planner.cost import block_bytes, plan_cost, replicated_spec, sum_costs
 from graphpar.planner.memory_model import DEFAULT_OPTIMIZER_SLOTS
 from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.planning import plan_graph
@@ -44,6 +47,7 @@ from graphpar.planner.stages.report import stage_data, stage_text
 from graphpar.planner.stages.search import StageSearch, search_stages
 
 PROBE = "stage_probe"
+FOLD = "probe_fold"
 
 
 class StagePlanError(GraphparError, ValueError):
@@ -63,9 +67,19 @@ class _Probe(Cell):
         self.layer = layer
         self.stage_probe = Parameter(initializer("zeros", [], "float32"), name=PROBE)
         self.probe_add = ops.Add()
+        self.probe_fold = ops.Add()
 
     def construct(self, x, *rest):
-        return self.layer(self.probe_add(x, self.stage_probe), *rest)
+        out = self.layer(self.probe_add(x, self.stage_probe), *rest)
+        if not isinstance(out, tuple):
+            return out
+        # a layer with several outputs (an MoE block's activation and load-balancing loss): each further one is
+        # added to the first, so its gradient flows as the model's loss makes it flow (the fold is left out of
+        # the figures, as the probe is)
+        folded = out[0]
+        for extra in out[1:]:
+            folded = self.probe_fold(folded, extra)
+        return folded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +188,7 @@ def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micr
     """Per (tensor-group size, sequences per micro-batch), the repeated layer's cost planned on that group."""
     out: dict[tuple[int, int], LayerCost] = {}
     held = layers.cell._scope_attr
+    experts = _experts(layers.cell)
     probe = _Probe(layers.cell)
     try:
         ns = NetworkState(probe, probe.trainable_params())
@@ -181,25 +196,66 @@ def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micr
             avals = [_scaled(a, micro, global_batch) for a in layers.inputs]
             graph, _ = trace_network(ns, avals, "train")
             for tp in tps:
-                out[(tp, micro)] = _price_layer(graph, tp, micro, cluster, slots, mode)
+                out[(tp, micro)] = _price_layer(graph, tp, micro, cluster, slots, mode, experts)
     finally:
         layers.cell._scope_attr = held
     return out
 
 
-def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: float, mode: str) -> LayerCost:
+@dataclasses.dataclass(frozen=True)
+class _Experts:
+    """The routed experts inside the layer (its ``MoE`` Cells): how many (the count every expert parallel must
+    divide), their weights' names, and the names of the weights their first matmul reads (its other input is the
+    dispatched tokens: what expert parallel's AlltoAll moves)."""
+
+    count: int = 0
+    weights: frozenset[str] = frozenset()
+    first: frozenset[str] = frozenset()
+
+
+def _experts(layer: Cell) -> _Experts:
+    moes = [c for _, c in layer.cells_and_names() if isinstance(c, MoE) and c.expert_dim > 1]
+    if not moes:
+        return _Experts()
+    return _Experts(math.gcd(*(m.expert_dim for m in moes)),
+                    frozenset(p.name for m in moes for p in m.ffn.trainable_params()),
+                    frozenset(m.ffn.mapping.weight.name for m in moes))
+
+
+def _expert_bytes(planned: Graph, experts: _Experts) -> tuple[float, float]:
+    """Per device on the planned layer: the routed experts' weight bytes, and the dispatched tokens' block (the
+    input of each MoE's first expert matmul in the layout that matmul reads)."""
+    if not experts.count:
+        return 0.0, 0.0
+    mesh, specs = planned.plan.mesh, planned.plan.value_specs
+    weights = sum(block_bytes(v, specs.get(vid, replicated_spec(len(v.shape))), mesh)
+                  for vid, v in planned.values.items() if v.name in experts.weights and v.is_array)
+    dispatched = 0.0
+    for node in planned.node_list():
+        names = [planned.values[v].name for v in node.inputs]
+        if any(n in experts.first for n in names):
+            i = next(k for k, n in enumerate(names) if n not in experts.first)
+            dispatched += block_bytes(planned.values[node.inputs[i]], node.strategy.input_spec(i), mesh)
+    return weights, dispatched
+
+
+def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: float, mode: str,
+                 experts: _Experts = _Experts()) -> LayerCost:
     settings = SearchSettings(None, objective_hardware("dynamic_programming", cluster.hw))
     planned = plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel",
                                             search=settings, optimizer_slots=None))
     per_node = plan_cost(planned, planned.plan.mesh, training=True)
-    nodes = [n for n in planned.node_list() if not any(planned.values[v].name == PROBE for v in n.inputs)]
+    nodes = [n for n in planned.node_list() if not any(planned.values[v].name == PROBE for v in n.inputs)
+             and FOLD not in n.scope.rsplit("/", 1)[-1]]
     total = sum_costs(per_node[n.id] for n in nodes)
     arguments = total.memory_bytes - total.activation_bytes - total.gradient_bytes
     boundary = _input_bytes(planned)
     text = ", ".join(f"{n.instance_name} {n.strategy.in_strategy_text()}" for n in nodes
                      if n.kind in ("MatMul", "BatchMatMul"))
+    expert_weights, dispatched = _expert_bytes(planned, experts)
     return LayerCost(tp, micro, total.flops, total.comm_bytes, total.messages, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS),
-                     total.activation_bytes, boundary, total.transient_bytes, text)
+                     total.activation_bytes, boundary, total.transient_bytes, text, experts.count, expert_weights,
+                     dispatched)
 
 
 def _input_bytes(graph: Graph) -> float:
@@ -262,6 +318,10 @@ class StageReport:
             for cell in cells[k:k + n]:
                 cell.pipeline_stage = stage
             k += n
+        if best.shape.ep > 1:  # a construction argument of the MoE, not a context setting: said, not set
+            notice_once("stages:expert_parallel", f"the stage plan chose expert_parallel={best.shape.ep}: build the "
+                        f"MoE layers with MoEParallelConfig(expert_parallel={best.shape.ep}) (apply() sets the "
+                        "pipeline only; the MoE's strategies are fixed when it is built)")
         return {"pipeline_stages": best.shape.stages,
                 "pipeline_config": {"pipeline_scheduler": best.shape.schedule, "pipeline_interleave": False}}
 

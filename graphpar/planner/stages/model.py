@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphpar.planner.calibration import platform_hardware
 from graphpar.planner.cost import HARDWARE, Hardware
 from graphpar.planner.wire import wire_bytes
 
@@ -44,6 +45,9 @@ class LayerCost:
     boundary_bytes: float  # the layer's input on one device (kept by full recompute, sent between stages)
     transient_bytes: float = 0.0
     plan: str = ""  # what the intra-op search chose (for the report)
+    experts: int = 0  # routed experts in the layer (0: no MoE); expert parallel splits them
+    expert_weight_bytes: float = 0.0  # the routed experts' part of weight_bytes
+    dispatch_bytes: float = 0.0  # the experts' input on one device: what each dispatch / combine AlltoAll moves
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,9 @@ class Cluster:
 
     @staticmethod
     def for_platform(devices: int, platform: str, memory: float | None) -> "Cluster":
-        """GPU nodes of 8 with NVLink inside and InfiniBand between; TPU and CPU one flat network."""
-        hw = HARDWARE.get(platform, HARDWARE["gpu"])
+        """GPU nodes of 8 with NVLink inside and InfiniBand between; TPU and CPU one flat network. The platform's
+        constants are the calibration file's when it has them (``planner.calibration``), else the built-in ones."""
+        hw = platform_hardware(platform)
         if platform == "gpu":
             return Cluster(devices, hw, 8, 4e-11, memory)
         return Cluster(devices, hw, devices, hw.beta, memory)
@@ -89,6 +94,7 @@ class Shape:
     micro: int
     schedule: str = "1f1b"
     optimizer_shard: bool = False
+    ep: int = 1  # expert parallel: the routed experts split over ep of the dp replicas (ep divides dp)
 
 
 def in_flight(shape: Shape, stage: int) -> int:
@@ -103,6 +109,17 @@ def layer_time(layer: LayerCost, hw: Hardware, recompute: bool) -> float:
     if recompute:  # a second forward: a third of the FLOPs, the forward half of the collectives
         t += hw.alpha * layer.messages / 2 + hw.beta * layer.comm_bytes / 2 + hw.gamma * layer.flops / 3
     return t
+
+
+def expert_time(layer: LayerCost, shape: Shape, cluster: Cluster, recompute: bool) -> float:
+    """Expert parallel's AlltoAlls per layer and micro-batch: dispatch and combine forward, their transposes
+    backward (full recompute: the forward pair again), each moving the experts' input block over the ep replicas
+    (neighbours ``tp`` devices apart: inside a node when ``tp x ep`` fits one)."""
+    if shape.ep <= 1 or not layer.dispatch_bytes:
+        return 0.0
+    beta = cluster.hw.beta if shape.tp * shape.ep <= cluster.node_size else cluster.inter_beta
+    one = cluster.hw.alpha + beta * wire_bytes("AlltoAll", layer.dispatch_bytes, shape.ep)
+    return one * (6 if recompute else 4)
 
 
 def edge_time(edge: EdgeCost, shape: Shape, cluster: Cluster) -> float:
@@ -122,20 +139,28 @@ def fixed_time(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail:
     return t
 
 
-def weight_factor(shape: Shape, slots: float) -> float:
+def weight_factor(shape: Shape, slots: float, replicas: int | None = None) -> float:
     """Resident bytes per weight byte: weights + gradients + optimizer state (``slots`` copies), the state and the
-    stored weights sharded over the replicas with optimizer sharding (the gathered weights live through the
-    step)."""
-    if shape.optimizer_shard and shape.dp > 1:
-        return 2.0 + (1.0 + slots) / shape.dp
+    stored weights sharded over the ``replicas`` holding the weight (default dp; an expert's: dp / ep) with
+    optimizer sharding (the gathered weights live through the step)."""
+    replicas = shape.dp if replicas is None else replicas
+    if shape.optimizer_shard and replicas > 1:
+        return 2.0 + (1.0 + slots) / replicas
     return 2.0 + slots
+
+
+def layer_weights(layer: LayerCost, shape: Shape) -> tuple[float, float]:
+    """One layer's weight bytes on a device: (the replicated part, the routed experts' part split ep ways)."""
+    return layer.weight_bytes - layer.expert_weight_bytes, layer.expert_weight_bytes / shape.ep
 
 
 def layer_memory(layer: LayerCost, shape: Shape, stage: int, recompute: bool, slots: float) -> float:
     """Per layer on stage ``stage``: its resident weight bytes and the activations of the micro-batches in flight
     (full recompute: the layer's input only)."""
     kept = layer.boundary_bytes if recompute else layer.activation_bytes
-    return layer.weight_bytes * weight_factor(shape, slots) + in_flight(shape, stage) * kept
+    dense, experts = layer_weights(layer, shape)
+    weights = dense * weight_factor(shape, slots) + experts * weight_factor(shape, slots, shape.dp // shape.ep)
+    return weights + in_flight(shape, stage) * kept
 
 
 def fixed_memory(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost, slots: float,
@@ -150,9 +175,11 @@ def fixed_memory(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tai
     return m
 
 
-def sync_time(weight_bytes: float, shape: Shape, cluster: Cluster) -> float:
-    """The data-parallel gradient reduction of one stage's weights (once per step)."""
-    if shape.dp <= 1:
+def sync_time(weight_bytes: float, shape: Shape, cluster: Cluster, replicas: int | None = None) -> float:
+    """The data-parallel gradient reduction of one stage's weights (once per step) over the ``replicas`` holding
+    them (default dp; the experts' gradients: dp / ep)."""
+    replicas = shape.dp if replicas is None else replicas
+    if replicas <= 1:
         return 0.0
     beta = cluster.inter_beta if shape.tp * shape.dp > cluster.node_size else cluster.hw.beta
-    return cluster.hw.alpha + beta * wire_bytes("AllReduce", weight_bytes, shape.dp)
+    return cluster.hw.alpha + beta * wire_bytes("AllReduce", weight_bytes, replicas)

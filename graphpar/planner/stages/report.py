@@ -16,7 +16,7 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     """What separates ``plan`` from ``best``: the settings that differ and the step time it loses."""
     a, b = plan.shape, best.shape
     parts = [f"{name} {getattr(a, attr)} (not {getattr(b, attr)})" for name, attr in (
-        ("pp", "stages"), ("tp", "tp"), ("dp", "dp"), ("micro-batches", "micro_batches"), ("micro", "micro"),
+        ("pp", "stages"), ("tp", "tp"), ("dp", "dp"), ("ep", "ep"), ("micro-batches", "micro_batches"), ("micro", "micro"),
         ("schedule", "schedule"), ("optimizer sharding", "optimizer_shard")) if getattr(a, attr) != getattr(b, attr)]
     if sum(plan.recompute) != sum(best.recompute):
         parts.append(f"recompute on {sum(plan.recompute)} stages (not {sum(best.recompute)})")
@@ -66,7 +66,7 @@ def stage_text(report: Any) -> str:
 
 def plan_data(plan: StagePlan) -> dict[str, Any]:
     s = plan.shape
-    return {"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp,
+    return {"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp, "expert_parallel": s.ep,
             "micro_batches": s.micro_batches, "micro_batch_sequences": s.micro, "schedule": s.schedule,
             "optimizer_shard": s.optimizer_shard, "layers_per_stage": list(plan.layers),
             "recompute": ["full" if r else "none" for r in plan.recompute],

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphpar.planner.stages.model import (SCHEDULES, Cluster, EdgeCost, LayerCost, Shape, fixed_memory,
-                                           fixed_time, layer_memory, layer_time, sync_time)
+                                           expert_time, fixed_time, layer_memory, layer_time,
+                                           layer_weights, sync_time)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class StagePlan:
     def describe(self) -> str:
         s = self.shape
         rc = sum(self.recompute)
-        return (f"pp {s.stages} x tp {s.tp} x dp {s.dp}, {s.micro_batches} micro-batches of {s.micro}, {s.schedule}"
+        ep = f" (ep {s.ep})" if s.ep > 1 else ""
+        return (f"pp {s.stages} x tp {s.tp} x dp {s.dp}{ep}, {s.micro_batches} micro-batches of {s.micro}, {s.schedule}"
                 f"{', optimizer sharded' if s.optimizer_shard else ''}, recompute on {rc}/{s.stages} stages: "
                 f"{self.step_time:.4g} s/step, bubble {self.bubble:.1%}, peak {max(self.stage_memory) / 2 ** 30:.3g} GiB")
 
@@ -77,17 +79,15 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
         return None
     budget = math.inf if cluster.memory is None else cluster.memory
     options = (False, True) if fixed_recompute is None else (fixed_recompute,)
-    times = {r: layer_time(layer, hw, r) for r in options}
+    times = {r: layer_time(layer, hw, r) + expert_time(layer, shape, cluster, r) for r in options}
     fixed_t = np.array([fixed_time(shape, i, layer, head, tail, cluster) for i in range(p)])
     caps_mem = {}
     for r in options:
         per = np.array([layer_memory(layer, shape, i, r, slots) for i in range(p)])
         free = np.array([budget - fixed_memory(shape, i, layer, head, tail, slots, r) for i in range(p)])
         caps_mem[r] = np.floor(np.where(per > 0, free / np.maximum(per, 1e-30), n_layers)).clip(-1, n_layers)
-    if even:
-        if n_layers % p:
-            return None
-        counts = [n_layers // p] * p
+    if even:  # the extra layers of an uneven split on the last stages (they hold the fewest micro-batches)
+        counts = [n_layers // p + (i >= p - n_layers % p) for i in range(p)]
     else:
         counts = _bottleneck_counts(p, n_layers, times, fixed_t, caps_mem)
         if counts is None:
@@ -101,10 +101,12 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
     stage_time = tuple(float(fixed_t[i] + counts[i] * times[r]) for i, r in enumerate(recompute))
     memory = tuple(fixed_memory(shape, i, layer, head, tail, slots, r) + counts[i] * layer_memory(layer, shape, i, r, slots)
                    for i, r in enumerate(recompute))
-    weights = [counts[i] * layer.weight_bytes + ((head.weight_bytes if i == 0 else 0.0)
-                                                  + (tail.weight_bytes if i == p - 1 else 0.0)) / shape.tp
+    dense, experts = layer_weights(layer, shape)
+    weights = [counts[i] * dense + ((head.weight_bytes if i == 0 else 0.0)
+                                    + (tail.weight_bytes if i == p - 1 else 0.0)) / shape.tp
                for i in range(p)]
-    sync = max(sync_time(w, shape, cluster) for w in weights)
+    sync = max(sync_time(w, shape, cluster) + (sync_time(counts[i] * experts, shape, cluster, shape.dp // shape.ep)
+                                               if experts else 0.0) for i, w in enumerate(weights))
     step = (shape.micro_batches + p - 1) * max(stage_time) + sync
     return StagePlan(shape, tuple(counts), tuple(recompute), stage_time, memory, sync, step, layer.plan)
 
@@ -136,10 +138,12 @@ def _bottleneck_counts(p: int, n_layers: int, times: Mapping[bool, float], fixed
 
 
 def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[int], tps: Iterable[int],
-           schedules: Iterable[str] = SCHEDULES, stage_counts: Iterable[int] | None = None) -> Iterable[Shape]:
+           schedules: Iterable[str] = SCHEDULES, stage_counts: Iterable[int] | None = None,
+           experts: int = 0) -> Iterable[Shape]:
     """Every parallel shape: stage counts dividing the devices (at most one stage per layer), tensor groups inside a
     node, replicas dividing the batch, micro-batches whose size has a layer cost, both schedules, optimizer
-    sharding on and off."""
+    sharding on and off, and with ``experts`` routed experts (an MoE layer) every expert parallel ep dividing both
+    the replicas and the experts (MindSpore's ``expert_parallel``: it divides ``data_parallel``)."""
     micros, tps = set(micros), sorted(set(tps))
     allowed = None if stage_counts is None else set(stage_counts)
     for p in divisors(cluster.devices):
@@ -158,9 +162,11 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
                 micro = global_batch // dp // m
                 if micro not in micros:
                     continue
+                eps = [e for e in divisors(dp) if experts % e == 0] if experts > 1 else [1]
                 for schedule in schedules:
                     for shard in ((False, True) if dp > 1 else (False,)):
-                        yield Shape(p, tp, dp, m, micro, schedule, shard)
+                        for ep in eps:
+                            yield Shape(p, tp, dp, m, micro, schedule, shard, ep)
 
 
 def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
@@ -171,9 +177,10 @@ def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, he
     allowed (None: every one; the user's ``pipeline_stages`` when set)."""
     tps = sorted({tp for tp, _ in layers})
     micros = sorted({m for _, m in layers})
+    experts = max(layer.experts for layer in layers.values())
     plans: list[StagePlan] = []
     priced = 0
-    for shape in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts):
+    for shape in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts, experts=experts):
         layer = layers.get((shape.tp, shape.micro))
         if layer is None:
             continue
@@ -201,11 +208,13 @@ def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, he
 
 def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
                cluster: Cluster, global_batch: int, slots: float, tp: int,
-               stage_counts: Iterable[int], optimizer_shard: bool = False) -> StagePlan | None:
+               stage_counts: Iterable[int], optimizer_shard: bool = False, ep: int = 1,
+               micro_batches: int | None = None) -> StagePlan | None:
     """The best hand-set (Megatron-style) configuration priced by the same model: tensor ``tp`` (its layer costs
     ``layers[(tp, micro)]``), each stage count in ``stage_counts`` with data parallel over the rest, layers split
-    evenly, the same recompute on every stage, 1F1B, optimizer sharding as given (Megatron's distributed
-    optimizer); the micro-batch count and recompute that fit and are fastest."""
+    evenly (an uneven count: one more on the last stages), the same recompute on every stage, 1F1B, optimizer
+    sharding as given (Megatron's distributed optimizer), expert parallel ``ep``; the micro-batch count (or the
+    ``micro_batches`` given) and recompute that fit and are fastest."""
     best = None
     for p in stage_counts:
         if cluster.devices % (p * tp):
@@ -213,13 +222,15 @@ def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head:
         dp = cluster.devices // (p * tp)
         if global_batch % dp:
             continue
-        for m in divisors(global_batch // dp):
-            layer = layers.get((tp, global_batch // dp // m))
+        if dp % ep:
+            continue
+        for m in divisors(global_batch // dp) if micro_batches is None else [micro_batches]:
+            layer = layers.get((tp, global_batch // dp // m)) if (global_batch // dp) % m == 0 else None
             if layer is None:
                 continue
             for rc in (False, True):
-                plan = assign(Shape(p, tp, dp, m, layer.micro, "1f1b", optimizer_shard and dp > 1), n_layers, layer,
-                              head, tail, cluster, slots, fixed_recompute=rc, even=True)
+                shape = Shape(p, tp, dp, m, layer.micro, "1f1b", optimizer_shard and dp > 1, ep)
+                plan = assign(shape, n_layers, layer, head, tail, cluster, slots, fixed_recompute=rc, even=True)
                 if plan is not None and (best is None or plan.step_time < best.step_time):
                     best = plan
     return best
