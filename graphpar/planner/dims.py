@@ -34,6 +34,13 @@ class DimSpec:
     repeat_first: bool = False
     batch: str | None = None  # the label MindSpore's batch (default) strategy splits; None: input 0's dim 0
     residuals: int = 0  # trailing outputs that are JAX residuals for a backward, not the op's own
+    # Labels a user's strategy may split but graphpar's own search never proposes: the cost model does not price
+    # the collective they need (Conv2D's halo exchange on a split H or W), so the planner only takes them as asked.
+    hint_only: frozenset[str] = field(default_factory=frozenset)
+    # The op's conditions on a strategy beyond one split per label (MindSpore's CheckStrategy arithmetic: Conv2D's
+    # kernel/stride/pad rules for a split H or W): called with each split label's split, it returns None when the
+    # splits are valid, else (what is wrong, what is valid) for the StrategyError.
+    check: Callable[[dict[str, int]], tuple[str, str] | None] | None = field(default=None, compare=False)
 
     @property
     def own_outputs(self) -> tuple[tuple[Label, ...], ...]:
@@ -48,8 +55,13 @@ class DimSpec:
         return frozenset(ins - outs)
 
     @property
+    def search_fixed(self) -> frozenset[str]:
+        """Labels graphpar's search and propagation leave whole: the fixed ones and the hint-only ones."""
+        return self.fixed | self.hint_only
+
+    @property
     def splittable(self) -> tuple[str, ...]:
-        return tuple(l for l in self.order if l not in self.fixed)
+        return tuple(l for l in self.order if l not in self.search_fixed)
 
 
 RuleFn = Callable[[Any, Any], "DimSpec | None"]  # (node, graph) -> DimSpec

@@ -127,6 +127,10 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
                     raise _error(node, hint, f"the alias '{a}' splits two different dimensions of {node.kind} "
                                  f"({where} and another)", "Give each device-matrix axis to one dimension")
     labels = tuple((l, label_aliases[l][0]) for l in dims.order if label_aliases.get(l, ((),))[0])
+    problem = dims.check({l: math.prod(first.size(a) for a in al) for l, al in labels}) \
+        if dims.check is not None else None
+    if problem is not None:
+        raise _error(node, hint, f"{problem[0]} (shapes {list(in_shapes)})", problem[1])
     out_entries = None
     if out_hint is not None:
         out_entries = _check_out(node, dims, hint, out_hint, out_shapes, dict(labels), {a for _, al in labels
@@ -212,7 +216,7 @@ def aligned_strategies(dims: DimSpec, rows_specs: Sequence[tuple[tuple, Spec]], 
         for label, split in zip(row, spec):
             if not split:
                 continue
-            if label is None or label in dims.fixed or axes.setdefault(label, tuple(split)) != tuple(split):
+            if label is None or label in dims.search_fixed or axes.setdefault(label, tuple(split)) != tuple(split):
                 ok = False
                 break
         used = [m for group in axes.values() for m in group]

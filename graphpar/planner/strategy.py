@@ -146,7 +146,7 @@ def _divides(dims: DimSpec, in_shapes, out_shapes, axes: dict[str, tuple[str, ..
 
 def enumerate_strategies(dims: DimSpec, in_shapes, out_shapes, mesh: MeshInfo) -> list[NodeStrategy]:
     """Every strategy of ``dims`` on ``mesh`` whose splits divide the dimensions they split."""
-    labels = list(dims.order)
+    labels = [l for l in dims.order if l not in dims.hint_only]
     out = []
     for groups in _compositions(list(mesh.names), len(labels) + 1):
         if dims.repeat_first:
@@ -243,6 +243,10 @@ def check_hint(node, dims: DimSpec, hint: tuple, in_shapes,
                                     f"{_repaired(dims, hint, shapes, n_devices, {label: prev})}")
             splits.setdefault(label, (split, where))
     split_of = {l: v[0] for l, v in splits.items() if v[0] != 1}
+    problem = dims.check(split_of) if dims.check is not None else None
+    if problem is not None:
+        raise StrategyError(op, full, f"{problem[0]} (shapes {shapes})", scope,
+                            f"{problem[1]}, e.g. {_repaired(dims, hint, shapes, n_devices)}")
     total = int(np.prod(list(split_of.values()))) if split_of else 1
     if total > n_devices or n_devices % total:
         raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {n_devices} "
@@ -279,15 +283,16 @@ def place_hint(node, dims: DimSpec, in_strategy: tuple, splits: dict[str, int], 
 
 def _repaired(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_devices: int,
               prefer: dict[str, int] | None = None) -> str:
-    """A valid strategy close to ``hint``, for the "e.g." of an error: dimensions the op cannot split get 1, each
-    label one split (``prefer``'s, else its first in the hint) reduced to a divisor of every dimension it labels, and
-    the largest splits reduced until their product divides ``n_devices``. Repairing every problem at once, not the
-    one reported, means following the suggestion never meets the next error."""
+    """A valid strategy close to ``hint``, for the "e.g." of an error: dimensions the op cannot split (or splits only
+    under its own conditions, ``hint_only``) get 1, each label one split (``prefer``'s, else its first in the hint)
+    reduced to a divisor of every dimension it labels, and the largest splits reduced until their product divides
+    ``n_devices``. Repairing every problem at once, not the one reported, means following the suggestion never meets
+    the next error."""
     want = dict(prefer or {})
     sizes: dict[str, list[int]] = {}
     for row, entry, shape in zip(dims.inputs, hint, shapes):
         for label, split, size in zip(row, entry, shape):
-            if label is not None and label not in dims.fixed:
+            if label is not None and label not in dims.fixed and label not in dims.hint_only:
                 want.setdefault(label, split)
                 sizes.setdefault(label, []).append(size)
     splits = {label: math.gcd(want[label], *sizes[label]) for label in sizes}

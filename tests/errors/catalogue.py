@@ -457,6 +457,22 @@ def _labels_out_of_range(tmp: Path):
                                                                                         shuffle=False).batch(16))
 
 
+def _conv_split_w():
+    """Call a Conv2D (3x3 kernel, pad_mode 'valid') whose strategy splits W 2 ways, on 8 devices."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.conv2d = _ops().Conv2D(8, 3, pad_mode="valid").shard(((1, 1, 1, 2), (1, 1, 1, 1)))
+
+        def construct(self, x, w):
+            return self.conv2d(x, w)
+
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    Net()(_ms().Tensor(np.ones((8, 4, 8, 8), np.float32)), _ms().Tensor(np.ones((8, 4, 3, 3), np.float32)))
+
+
 def _ops():
     from graphpar import ops
 
@@ -785,6 +801,10 @@ ROWS: list[Row] = [
         lambda t: _train(in_strategy=(_ms().Layout((2, 2), ("dp", "mp"))("dp", "mp"),
                                       _ms().Layout((2, 2), ("dp", "mp"))("mp", "None"))), ERR + "StrategyError",
         ("op 'matmul'", "holds 4 devices but the job has 8", "product is 8")),
+    Row("conv-split-spatial", "strategy", "Conv2D(8, 3, pad_mode='valid').shard(((1, 1, 1, 2), (1, 1, 1, 1))), "
+        "then call it", lambda t: _conv_split_w(), ERR + "StrategyError",
+        ("op 'conv2d'", "Conv2D cannot split W 2 ways", "pad_mode 'valid'", "larger than the stride",
+         "Use 1 for H and W")),
     # --- MindSpore's MoE layer and its parallel config (graphpar.nn.transformer) -------------------------------
     Row("moe-expert-num", "strategy", "MoE(..., moe_config=MoEConfig(expert_num=6), parallel_config="
         "MoEParallelConfig(data_parallel=8, expert_parallel=4))", lambda t: _moe(6, (8, 1, 4)), ERR + "ConfigError",

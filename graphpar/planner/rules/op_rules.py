@@ -173,33 +173,6 @@ def _one_hot(node, graph):
     return DimSpec((idx,) + extra, (tuple(out),), idx + ("depth",), repeat_first=True)
 
 
-@register("Conv2D")
-def _conv2d(node, graph):
-    group = node.attrs.get("group", 1)
-    c = "c" if group == 1 else None
-    o = "o" if group == 1 else None
-    x = ("n", c, None, None)
-    w = (o, c, None, None)
-    order = ("n", "c", "o") if group == 1 else ("n",)
-    return DimSpec((x, w), (("n", o, None, None),), order)
-
-
-@register("Conv2DTranspose")
-def _conv2d_transpose(node, graph):
-    # MindSpore's Conv2DTransposeInfo: dout (n, o, h, w) and weight (o, i, kh, kw); o (dout's channels, the forward
-    # conv's out_channel) is contracted, i is the output's channel. As Conv2D here, h/w and the kernel stay whole.
-    group = node.attrs.get("group", 1)
-    o = "c" if group == 1 else None
-    i = "o" if group == 1 else None
-    order = ("n", "c", "o") if group == 1 else ("n",)
-    return DimSpec((("n", o, None, None), (o, i, None, None)), (("n", i, None, None),), order)
-
-
-@register("MaxPool", "AvgPool")
-def _pool(node, graph):
-    return DimSpec((("n", "c", None, None),), (("n", "c", None, None),), ("n", "c"))
-
-
 @register("AdaptiveAvgPool2D")
 def _adaptive_pool(node, graph):
     ins, _ = shapes_of(node, graph)
@@ -222,7 +195,9 @@ def _layer_norm(node, graph):
     rank = len(ins[0])
     begin = node.attrs.get("begin_norm_axis", 1) % rank
     x = tuple(f"d{i}" if i < begin else None for i in range(rank))
-    params = tuple(tuple(None for _ in s) for s in ins[1:])
+    # MindSpore's LayerNormInfo: gamma and beta are right-aligned to x and split as x's dims they line up with (so
+    # with begin_params_axis < begin_norm_axis, a gamma dim ahead of the normalised axes may be split)
+    params = tuple(x[rank - len(s):] for s in ins[1:])
     stat = tuple(f"d{i}" if i < begin else None for i in range(len(outs[1])))
     return DimSpec((x,) + params, (x, stat, stat), tuple(l for l in x if l))
 
