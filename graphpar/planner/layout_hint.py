@@ -168,6 +168,11 @@ def _check_out(node, dims: DimSpec, hint, out_hint: tuple, out_shapes, labels: d
                              f"Split {where} by a divisor of {size}")
             entries.append(aliases)
         out.append(tuple(entries))
+    split_of = {label: math.prod(out_hint[0].size(a) for a in aliases) for row, entries in zip(dims.outputs, out)
+                for label, aliases in zip(row, entries) if label is not None and aliases}
+    problem = dims.check(split_of) if dims.check is not None else None  # the op's own conditions (Tile's multiples)
+    if problem is not None:
+        raise _error(node, out_hint, f"{problem[0]} (output shapes {list(out_shapes)})", problem[1])
     return tuple(out)
 
 
@@ -207,8 +212,9 @@ def aligned_strategies(dims: DimSpec, rows_specs: Sequence[tuple[tuple, Spec]], 
     mesh axes the layout gives its dimension. Propagation offers them beside the enumerated candidates (consecutive
     runs of mesh axes in the op's order), which cannot express a layout a ``Layout`` placed on other axes
     (``("dp", "mp")`` with ``sp`` between them), so an op next to one can keep it instead of paying a
-    redistribution. Rows that would split an unsplittable dimension, give one label two layouts, or use a mesh axis
-    twice give none."""
+    redistribution. Rows that would split an unsplittable dimension, give one label two layouts, use a mesh axis
+    twice, or fail the op's own conditions give none. A hint-only label (Conv2D's H and W) is taken this way, as
+    MindSpore's propagation carries a neighbour's H/W split into a convolution, though never enumerated."""
     out = []
     for row, spec in rows_specs:
         axes: dict[str, tuple[str, ...]] = {}
@@ -216,11 +222,13 @@ def aligned_strategies(dims: DimSpec, rows_specs: Sequence[tuple[tuple, Spec]], 
         for label, split in zip(row, spec):
             if not split:
                 continue
-            if label is None or label in dims.search_fixed or axes.setdefault(label, tuple(split)) != tuple(split):
+            if label is None or label in dims.fixed or axes.setdefault(label, tuple(split)) != tuple(split):
                 ok = False
                 break
         used = [m for group in axes.values() for m in group]
         if not ok or not axes or len(used) != len(set(used)) or not _divides(dims, in_shapes, out_shapes, axes, mesh):
+            continue
+        if dims.check is not None and dims.check({l: mesh.size(a) for l, a in axes.items()}) is not None:
             continue
         repeat = tuple(m for m in mesh.names if m not in used)
         out.append(NodeStrategy(dims, tuple((l, axes[l]) for l in dims.order if l in axes), repeat, mesh))

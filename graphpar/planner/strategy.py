@@ -32,7 +32,7 @@ def hint_device_matrix(dims: DimSpec, hint: Sequence[Sequence[int]], n_devices: 
     if len(hint) != len(dims.inputs):
         return None
     splits: dict[str, int] = {}
-    for row, entry in zip(dims.inputs, hint):
+    for row, entry in zip(dims.strategy_labels, hint):
         for label, s in zip(row, entry):
             if label is not None and s > 1:
                 splits[label] = s
@@ -79,6 +79,8 @@ class NodeStrategy:
         return self.mesh.size(self.axes.get(label, ()))
 
     def in_strategy(self) -> tuple[tuple[int, ...], ...]:
+        if self.dims.hint_rows is not None:  # MindSpore's form of the strategy (Tile: one split per multiple)
+            return tuple(tuple(self.split(l) if l is not None else 1 for l in row) for row in self.dims.hint_rows)
         return tuple(tuple(self.mesh.size(axes) for axes in self.input_spec(i)) for i in range(len(self.dims.inputs)))
 
     def in_strategy_text(self) -> str:
@@ -218,8 +220,8 @@ def check_hint(node, dims: DimSpec, hint: tuple, in_shapes,
                             f"{len(full)} entries", scope, "Give one tuple per tensor input")
     splits: dict[str, tuple[int, str]] = {}
     names = node.input_names or tuple(f"input {i}" for i in range(len(hint)))
-    shapes = [tuple(s) for s in in_shapes]
-    for i, (row, entry, shape) in enumerate(zip(dims.inputs, hint, in_shapes)):
+    shapes = dims.strategy_shapes(in_shapes)
+    for i, (row, entry, shape) in enumerate(zip(dims.strategy_labels, hint, shapes)):
         if len(entry) != len(shape):
             raise StrategyError(op, full, f"entry {i} {entry} has {len(entry)} splits but {names[i]} has shape "
                                 f"{tuple(shape)}", scope, f"Give {len(shape)} splits for {names[i]}")
@@ -245,12 +247,13 @@ def check_hint(node, dims: DimSpec, hint: tuple, in_shapes,
     split_of = {l: v[0] for l, v in splits.items() if v[0] != 1}
     problem = dims.check(split_of) if dims.check is not None else None
     if problem is not None:
-        raise StrategyError(op, full, f"{problem[0]} (shapes {shapes})", scope,
-                            f"{problem[1]}, e.g. {_repaired(dims, hint, shapes, n_devices)}")
+        fix = _repair_splits(dims, hint, shapes, n_devices)  # an example only where one passes the op's check
+        example = "" if dims.check({l: v for l, v in fix.items() if v != 1}) else f", e.g. {_spelled(dims, fix)}"
+        raise StrategyError(op, full, f"{problem[0]} (shapes {shapes})", scope, f"{problem[1]}{example}")
     total = int(np.prod(list(split_of.values()))) if split_of else 1
     if total > n_devices or n_devices % total:
         raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {n_devices} "
-                            f"(shapes {[tuple(s) for s in in_shapes]})", scope,
+                            f"(shapes {shapes})", scope,
                             f"Use splits whose product divides {n_devices}, e.g. "
                             f"{_repaired(dims, hint, shapes, n_devices)}")
     return hint, split_of
@@ -288,9 +291,20 @@ def _repaired(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_d
     reduced to a divisor of every dimension it labels, and the largest splits reduced until their product divides
     ``n_devices``. Repairing every problem at once, not the one reported, means following the suggestion never meets
     the next error."""
+    return _spelled(dims, _repair_splits(dims, hint, shapes, n_devices, prefer))
+
+
+def _spelled(dims: DimSpec, splits: dict[str, int]) -> str:
+    # Python's spelling, not MindSpore's printing: the user pastes it into shard(), where (4) is not a tuple
+    return repr(tuple(tuple(splits.get(l, 1) if l is not None else 1 for l in row) for row in dims.strategy_labels))
+
+
+def _repair_splits(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_devices: int,
+                   prefer: dict[str, int] | None = None) -> dict[str, int]:
+    """Each label's split in :func:`_repaired`'s suggestion."""
     want = dict(prefer or {})
     sizes: dict[str, list[int]] = {}
-    for row, entry, shape in zip(dims.inputs, hint, shapes):
+    for row, entry, shape in zip(dims.strategy_labels, hint, shapes):
         for label, split, size in zip(row, entry, shape):
             if label is not None and label not in dims.fixed and label not in dims.hint_only:
                 want.setdefault(label, split)
@@ -301,8 +315,7 @@ def _repaired(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_d
         label = max(splits, key=lambda l: splits[l])
         value = splits[label]
         splits[label] = value // next(f for f in range(2, value + 1) if value % f == 0)
-    # Python's spelling, not MindSpore's printing: the user pastes it into shard(), where (4) is not a tuple
-    return repr(tuple(tuple(splits.get(l, 1) if l is not None else 1 for l in row) for row in dims.inputs))
+    return splits
 
 
 def _take(remaining, want: int, op, hint, scope):

@@ -473,6 +473,22 @@ def _conv_split_w():
     Net()(_ms().Tensor(np.ones((8, 4, 8, 8), np.float32)), _ms().Tensor(np.ones((8, 4, 3, 3), np.float32)))
 
 
+def _one_op(op, *args):
+    """Call ``op(*args)`` inside a Cell under SEMI_AUTO_PARALLEL on 8 devices (its strategy is checked then)."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.op = op
+
+        def construct(self, x):
+            return self.op(x, *args)
+
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    Net()(_ms().Tensor(np.ones((8, 4, 16), np.float32)))
+
+
 def _ops():
     from graphpar import ops
 
@@ -805,6 +821,16 @@ ROWS: list[Row] = [
         "then call it", lambda t: _conv_split_w(), ERR + "StrategyError",
         ("op 'conv2d'", "Conv2D cannot split W 2 ways", "pad_mode 'valid'", "larger than the stride",
          "Use 1 for H and W")),
+    Row("strided-slice-ellipsis", "strategy", "StridedSlice(ellipsis_mask=4).shard(((8, 1, 1),))(x, (0, 0, 0), "
+        "(8, 4, 0), (1, 1, 1))", lambda t: _one_op(_ops().StridedSlice(ellipsis_mask=4).shard(((8, 1, 1),)),
+                                                   (0, 0, 0), (8, 4, 0), (1, 1, 1)), ERR + "StrategyError",
+        ("op 'op'", "does not take ellipsis_mask (4)", "begin_mask/end_mask")),
+    Row("tile-out-layout", "strategy", "Tile().shard((layout('None', 'None', 'None'),), (layout('dp', 'cp', "
+        "'mp'),)) with Layout((1, 4, 2), ('dp', 'cp', 'mp')) on (8, 4, 16) tiled (2, 2, 2)",
+        lambda t: _one_op(_ops().Tile().shard((_ms().Layout((1, 4, 2), ("dp", "cp", "mp"))("None", "None", "None"),),
+                                              (_ms().Layout((1, 4, 2), ("dp", "cp", "mp"))("dp", "cp", "mp"),)),
+                          (2, 2, 2)), ERR + "StrategyError",
+        ("op 'op'", "Tile cannot split output dim 1 4 ways", "multiple 2", "divisor of 2")),
     # --- MindSpore's MoE layer and its parallel config (graphpar.nn.transformer) -------------------------------
     Row("moe-expert-num", "strategy", "MoE(..., moe_config=MoEConfig(expert_num=6), parallel_config="
         "MoEParallelConfig(data_parallel=8, expert_parallel=4))", lambda t: _moe(6, (8, 1, 4)), ERR + "ConfigError",

@@ -3,14 +3,13 @@ Conv2DTranspose and pooling split on H and W (XLA's SPMD partitioner exchanges t
 and beta split as the dims of x they line up with. Each accepted strategy compiles and matches one device; each
 strategy MindSpore refuses raises graphpar's StrategyError naming the op and the reason."""
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from graphpar import nn, ops
 from graphpar.errors import StrategyError
 
-from .helpers import OneOp, forward, reference, rand, shard_shape
+from .helpers import OneOp, forward, rand, reference, shard_shape, strategies
 
 
 class TransposeCell(nn.Cell):
@@ -102,3 +101,23 @@ def test_layer_norm_gamma_split_unlike_x_is_refused():
     with pytest.raises(StrategyError, match="split alike"):
         forward(LayerNormCell(((2, 4, 1, 1), (2, 1, 1), (4, 1, 1)), 2, 1), rand(4, 8, 4, 16),
                 rand(8, 4, 16, seed=1), rand(8, 4, 16, seed=2), full_batch=True)
+
+
+class ReluConv(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.relu = ops.ReLU().shard(((1, 1, 1, 8),))
+        self.conv2d = ops.Conv2D(8, 3, pad_mode="same")
+
+    def construct(self, x, w):
+        return self.conv2d(self.relu(x), w)
+
+
+def test_propagation_carries_a_neighbours_w_split_into_conv2d():
+    # MindSpore's sharding propagation keeps the ReLU's W split through the Conv2D (its conditions hold); graphpar's
+    # search never proposes an H/W split itself, but takes a decided neighbour's
+    inputs = [rand(2, 4, 8, 16), rand(8, 4, 3, 3, seed=1)]
+    out, _, graph = forward(ReluConv(), *inputs, mode="auto_parallel", search_mode="sharding_propagation",
+                            full_batch=True)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(reference(ReluConv(), *inputs)), rtol=1e-4, atol=1e-5)
+    assert strategies(graph)["conv2d"] == ((1, 1, 1, 8), (1, 1, 1, 1))

@@ -6,7 +6,8 @@ device matrix is ``(n, c_in, h, w, c_out)`` for a convolution, ``(n, c, h, w)`` 
 exchanges the halo rows itself (``NeighborExchangeV2``), graphpar leaves it to XLA's SPMD partitioner, which
 partitions a windowed op over a split spatial dimension with its own halo exchange; the conditions are still
 MindSpore's, so a strategy MindSpore refuses is refused here with its reason. H and W are *hint-only* labels: the
-cost model does not price a halo exchange, so graphpar's own search and propagation never choose to split them.
+cost model does not price a halo exchange, so graphpar's search never proposes to split them; a user's strategy
+does, and propagation carries a decided neighbour's H/W split in (``layout_hint.aligned_strategies``).
 """
 
 from __future__ import annotations
