@@ -45,6 +45,9 @@ class DimSpec:
     # What a user's strategy describes where it is not the op's tensor inputs: MindSpore's Tile takes one split
     # per element of ``multiples`` (the output's rank), each dividing the multiple, or the input's dim where the
     # multiple is 1. None: one entry per tensor input, as ``inputs``.
+    # False where MindSpore's OperatorInfo infers the outputs' layouts and refuses a user's out_strategy/out_layout
+    # (LayerNormInfo::CheckOutputLayout)
+    takes_out_strategy: bool = True
     hint_rows: tuple[tuple[Label, ...], ...] | None = None
     hint_shapes: tuple[tuple[int, ...], ...] | None = None
 

@@ -144,6 +144,9 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
 
 
 def _check_out(node, dims: DimSpec, hint, out_hint: tuple, out_shapes, labels: dict, used: set) -> tuple:
+    if not dims.takes_out_strategy:
+        raise _error(node, out_hint, f"{node.kind} takes no output layout: MindSpore infers its outputs' layouts "
+                     "from the inputs'", "Drop the out_strategy; shard() the inputs only")
     if len(out_hint) != len(dims.outputs):
         raise _error(node, out_hint, f"out_strategy has {len(out_hint)} layouts for {len(dims.outputs)} output(s)",
                      "Give one layout per output")

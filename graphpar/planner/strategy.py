@@ -335,6 +335,9 @@ def with_out_strategy(node, strategy: NodeStrategy, out_hint: tuple, out_shapes)
     """Apply MindSpore's ``out_strategy``: an output dimension may take extra splits from the contracted or
     repeated devices (``MatMul`` ((2, 4), (4, 1)) with out_strategy ((8, 1),) is a reduce-scatter)."""
     op, scope, mesh = node.instance_name, node.scope, strategy.mesh
+    if not strategy.dims.takes_out_strategy:
+        raise StrategyError(op, out_hint, f"{node.kind} takes no out_strategy: MindSpore infers its outputs' layouts "
+                            "from the inputs'", scope, "Drop the out_strategy; shard() the inputs only")
     own = strategy.dims.own_outputs
     if len(out_hint) != len(own):
         raise StrategyError(op, out_hint, f"out_strategy has {len(out_hint)} entries for {len(own)} "

@@ -489,6 +489,23 @@ def _one_op(op, *args):
     Net()(_ms().Tensor(np.ones((8, 4, 16), np.float32)))
 
 
+def _layer_norm_out():
+    """Call a LayerNorm given an out_strategy, under SEMI_AUTO_PARALLEL on 8 devices."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.op = _ops().LayerNorm().shard(((8, 1), (1,), (1,)), ((8, 1), (8, 1), (8, 1)))
+
+        def construct(self, x, g, b):
+            return self.op(x, g, b)[0]
+
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    ones = lambda *s: _ms().Tensor(np.ones(s, np.float32))
+    Net()(ones(8, 16), ones(16), ones(16))
+
+
 def _ops():
     from graphpar import ops
 
@@ -831,6 +848,9 @@ ROWS: list[Row] = [
                                               (_ms().Layout((1, 4, 2), ("dp", "cp", "mp"))("dp", "cp", "mp"),)),
                           (2, 2, 2)), ERR + "StrategyError",
         ("op 'op'", "Tile cannot split output dim 1 4 ways", "multiple 2", "divisor of 2")),
+    Row("layer-norm-out-strategy", "strategy", "LayerNorm().shard(((8, 1), (1,), (1,)), ((8, 1), (8, 1), (8, 1))), "
+        "then call it", lambda t: _layer_norm_out(), ERR + "StrategyError",
+        ("op 'op'", "LayerNorm takes no out_strategy", "Drop the out_strategy")),
     # --- MindSpore's MoE layer and its parallel config (graphpar.nn.transformer) -------------------------------
     Row("moe-expert-num", "strategy", "MoE(..., moe_config=MoEConfig(expert_num=6), parallel_config="
         "MoEParallelConfig(data_parallel=8, expert_parallel=4))", lambda t: _moe(6, (8, 1, 4)), ERR + "ConfigError",

@@ -121,3 +121,11 @@ def test_propagation_carries_a_neighbours_w_split_into_conv2d():
                             full_batch=True)
     np.testing.assert_allclose(np.asarray(out), np.asarray(reference(ReluConv(), *inputs)), rtol=1e-4, atol=1e-5)
     assert strategies(graph)["conv2d"] == ((1, 1, 1, 8), (1, 1, 1, 1))
+
+
+def test_layer_norm_refuses_an_out_strategy():
+    # LayerNormInfo infers its three outputs' layouts from x's and refuses a user's
+    cell = LayerNormCell(((2, 1, 1, 1), (1, 1, 1), (1, 1, 1)), 1, 1)
+    cell.ln.shard(((2, 1, 1, 1), (1, 1, 1), (1, 1, 1)), ((2, 1, 1, 1), (2, 1, 1, 1), (2, 1, 1, 1)))
+    with pytest.raises(StrategyError, match="LayerNorm takes no out_strategy"):
+        forward(cell, rand(4, 8, 4, 16), rand(8, 4, 16, seed=1), rand(8, 4, 16, seed=2), full_batch=True)

@@ -256,7 +256,9 @@ def _layer_norm(node, graph):
     # with begin_params_axis < begin_norm_axis, a gamma dim ahead of the normalised axes may be split)
     params = tuple(x[rank - len(s):] for s in ins[1:])
     stat = tuple(f"d{i}" if i < begin else None for i in range(len(outs[1])))
-    return DimSpec((x,) + params, (x, stat, stat), tuple(l for l in x if l))
+    # LayerNormInfo infers its outputs' layouts and refuses a user's, unless the op is marked self_define_shard
+    return DimSpec((x,) + params, (x, stat, stat), tuple(l for l in x if l),
+                   takes_out_strategy=bool(node.attrs.get("self_define_shard", False)))
 
 
 @register("SoftmaxCrossEntropyWithLogits")
