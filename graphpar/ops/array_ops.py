@@ -13,6 +13,7 @@ from jax import lax
 from graphpar.errors import StrategyError
 from graphpar.ops.primitive import Primitive
 from graphpar.planner.layout import is_layout_strategy
+from graphpar.planner.slicing import strided_index
 
 
 class Reshape(Primitive):
@@ -60,6 +61,17 @@ class Flatten(Primitive):
 
 
 class Tile(Primitive):
+    """``Tile()(x, multiples)``; its strategy has one split per element of ``multiples`` (the output's rank), as
+    MindSpore's TileInfo (``planner.rules.op_rules``)."""
+
+    def _strategy_shapes(self, shapes, args):
+        if is_layout_strategy(self.in_strategy):  # MindSpore's layouts describe the input tensor itself
+            return shapes
+        multiples = tuple(int(m) for m in args[1])
+        x = (1,) * (len(multiples) - len(shapes[0])) + tuple(shapes[0])
+        multiples = (1,) * (len(x) - len(multiples)) + multiples
+        return [tuple(a * m for a, m in zip(x, multiples))] + list(shapes[1:])
+
     def compute(self, x, multiples):
         return jnp.tile(x, tuple(multiples))
 
@@ -108,34 +120,17 @@ class Slice(Primitive):
 
 class StridedSlice(Primitive):
     """``StridedSlice(begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)(x, begin,
-    end, strides)``. Ellipsis and new-axis masks are not supported and raise a clear error."""
+    end, strides)``, every mask as MindSpore (TensorFlow's semantics, ``planner.slicing``)."""
 
     input_names = ("x",)
 
     def __init__(self, begin_mask: int = 0, end_mask: int = 0, ellipsis_mask: int = 0, new_axis_mask: int = 0,
                  shrink_axis_mask: int = 0):
-        if ellipsis_mask or new_axis_mask:
-            raise ValueError("StridedSlice: ellipsis_mask and new_axis_mask are not supported; index with "
-                             "Reshape/ExpandDims instead")
-        super().__init__(begin_mask=begin_mask, end_mask=end_mask, ellipsis_mask=0, new_axis_mask=0,
-                         shrink_axis_mask=shrink_axis_mask)
+        super().__init__(begin_mask=begin_mask, end_mask=end_mask, ellipsis_mask=ellipsis_mask,
+                         new_axis_mask=new_axis_mask, shrink_axis_mask=shrink_axis_mask)
 
     def compute(self, x, begin, end, strides):
-        index = []
-        shrink = []
-        for i in range(x.ndim):
-            if i >= len(begin):
-                index.append(slice(None))
-                continue
-            b = None if self.attrs["begin_mask"] >> i & 1 else begin[i]
-            e = None if self.attrs["end_mask"] >> i & 1 else end[i]
-            if self.attrs["shrink_axis_mask"] >> i & 1:
-                index.append(slice(begin[i], begin[i] + 1))
-                shrink.append(i)
-            else:
-                index.append(slice(b, e, strides[i]))
-        out = x[tuple(index)]
-        return jnp.squeeze(out, axis=tuple(shrink)) if shrink else out
+        return x[strided_index(begin, end, strides, **self.attrs)]
 
 
 class Gather(Primitive):

@@ -14,14 +14,14 @@ from typing import Any
 import jax
 from jax import lax
 
-from graphpar.ops.nn_ops import _pair, conv_padding
+from graphpar.ops.nn_ops import _pair, conv_padding, nc_stride
 from graphpar.ops.primitive import Primitive
 
 
 class Conv2DTranspose(Primitive):
     """``Conv2DTranspose(out_channel, kernel_size, pad_mode="valid", pad=0, pad_list=None, mode=1, stride=1,
     dilation=1, group=1, data_format="NCHW")(dout, weight, input_size)``; its strategy splits ``dout``
-    ``(n, out_channel, 1, 1)`` and ``weight`` ``(out_channel, in_channel, 1, 1)`` (``planner.rules.op_rules``)."""
+    ``(n, out_channel, h, w)`` and ``weight`` ``(out_channel, in_channel, 1, 1)`` (``planner.rules.conv_rules``)."""
 
     input_names = ("dout", "weight")
 
@@ -33,7 +33,8 @@ class Conv2DTranspose(Primitive):
         pad = pad_list if pad_list is not None and pad_mode.lower() == "pad" else pad
         super().__init__(out_channel=out_channel, kernel_size=_pair(kernel_size, "kernel_size"), mode=mode,
                          pad_mode=pad_mode.lower(), pad=pad, stride=_pair(stride, "stride"),
-                         dilation=_pair(dilation, "dilation"), group=group, data_format=data_format)
+                         dilation=_pair(dilation, "dilation"), group=group, data_format=data_format,
+                         **nc_stride(stride))
         conv_padding(self.attrs["pad_mode"], pad)  # an unknown pad_mode is refused now, not at the first call
 
     def compute(self, dout, weight, input_size):

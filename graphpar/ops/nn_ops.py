@@ -91,6 +91,14 @@ def _pair(v: Any, name: str) -> tuple[int, int]:
     raise ValueError(f"{name} must be an int, a pair or a 4-tuple, got {v!r}")
 
 
+def nc_stride(v: Any) -> dict[str, tuple[int, int]]:
+    """A 4-tuple stride's (N, C) elements, kept as the ``stride_nc`` attr where they are not (1, 1): the
+    convolution strides H and W only, and a parallel strategy refuses the others as MindSpore's does."""
+    if not isinstance(v, int) and len(tuple(v)) == 4 and tuple(v)[:2] != (1, 1):
+        return {"stride_nc": tuple(v)[:2]}
+    return {}
+
+
 def conv_padding(pad_mode: str, pad: Any) -> Any:
     """MindSpore pad_mode/pad to a lax padding argument."""
     mode = pad_mode.lower()
@@ -118,7 +126,8 @@ class Conv2D(Primitive):
             raise ValueError(f"Conv2D: data_format {data_format!r} is not supported; valid: 'NCHW'")
         super().__init__(out_channel=out_channel, kernel_size=_pair(kernel_size, "kernel_size"), mode=mode,
                          pad_mode=pad_mode.lower(), pad=pad, stride=_pair(stride, "stride"),
-                         dilation=_pair(dilation, "dilation"), group=group, data_format=data_format)
+                         dilation=_pair(dilation, "dilation"), group=group, data_format=data_format,
+                         **nc_stride(stride))
 
     def compute(self, x, weight):
         a = self.attrs

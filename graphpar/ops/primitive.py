@@ -171,6 +171,11 @@ class Primitive:
         the op's MindSpore strategy is written another way (OneHot's is shaped like its output)."""
         return self.in_strategy, self.out_strategy
 
+    def _strategy_shapes(self, shapes: list[tuple[int, ...]], args: tuple) -> list[tuple[int, ...]]:
+        """The shapes a strategy's entries describe, one split per dimension: the tensor inputs' shapes, unless
+        MindSpore writes the op's strategy over another shape (Tile's has one split per multiple)."""
+        return shapes
+
     def _tensor_positions(self, args: tuple) -> list[tuple[int, int | None]]:
         """(argument index, element index or None) of every tensor input among ``args``."""
         if self.input_names is None:
@@ -211,7 +216,7 @@ class Primitive:
                 shapes = [tuple(np.shape(args[i])) for i in present]
                 all_names = self.input_names[:len(present)]
             in_strategy, out_strategy = self._strategies_for(shapes, scope)
-            check_ranks(self.instance_name, scope, in_strategy, shapes, all_names)
+            check_ranks(self.instance_name, scope, in_strategy, self._strategy_shapes(shapes, args), all_names)
         else:
             in_strategy, out_strategy = None, self.out_strategy
         call_id = recorder.next_id()

@@ -34,6 +34,31 @@ class DimSpec:
     repeat_first: bool = False
     batch: str | None = None  # the label MindSpore's batch (default) strategy splits; None: input 0's dim 0
     residuals: int = 0  # trailing outputs that are JAX residuals for a backward, not the op's own
+    # Labels a user's strategy may split but graphpar's own search never proposes: the cost model does not price
+    # the collective they need (Conv2D's halo exchange on a split H or W), so the planner takes them only as asked
+    # or as a decided neighbour's layout already has them (propagation's aligned candidates).
+    hint_only: frozenset[str] = field(default_factory=frozenset)
+    # The op's conditions on a strategy beyond one split per label (MindSpore's CheckStrategy arithmetic: Conv2D's
+    # kernel/stride/pad rules for a split H or W): called with each split label's split, it returns None when the
+    # splits are valid, else (what is wrong, what is valid) for the StrategyError.
+    check: Callable[[dict[str, int]], tuple[str, str] | None] | None = field(default=None, compare=False)
+    # What a user's strategy describes where it is not the op's tensor inputs: MindSpore's Tile takes one split
+    # per element of ``multiples`` (the output's rank), each dividing the multiple, or the input's dim where the
+    # multiple is 1. None: one entry per tensor input, as ``inputs``.
+    # False where MindSpore's OperatorInfo infers the outputs' layouts and refuses a user's out_strategy/out_layout
+    # (LayerNormInfo::CheckOutputLayout)
+    takes_out_strategy: bool = True
+    hint_rows: tuple[tuple[Label, ...], ...] | None = None
+    hint_shapes: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def strategy_labels(self) -> tuple[tuple[Label, ...], ...]:
+        """The labelled rows a user's strategy gives one split per element of (``hint_rows``, else the inputs)."""
+        return self.inputs if self.hint_rows is None else self.hint_rows
+
+    def strategy_shapes(self, in_shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """The sizes those splits must divide (``hint_shapes``, else the inputs' shapes)."""
+        return [tuple(s) for s in (in_shapes if self.hint_shapes is None else self.hint_shapes)]
 
     @property
     def own_outputs(self) -> tuple[tuple[Label, ...], ...]:
@@ -48,8 +73,13 @@ class DimSpec:
         return frozenset(ins - outs)
 
     @property
+    def search_fixed(self) -> frozenset[str]:
+        """Labels graphpar's search and propagation leave whole: the fixed ones and the hint-only ones."""
+        return self.fixed | self.hint_only
+
+    @property
     def splittable(self) -> tuple[str, ...]:
-        return tuple(l for l in self.order if l not in self.fixed)
+        return tuple(l for l in self.order if l not in self.search_fixed)
 
 
 RuleFn = Callable[[Any, Any], "DimSpec | None"]  # (node, graph) -> DimSpec

@@ -127,6 +127,10 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
                     raise _error(node, hint, f"the alias '{a}' splits two different dimensions of {node.kind} "
                                  f"({where} and another)", "Give each device-matrix axis to one dimension")
     labels = tuple((l, label_aliases[l][0]) for l in dims.order if label_aliases.get(l, ((),))[0])
+    problem = dims.check({l: math.prod(first.size(a) for a in al) for l, al in labels}) \
+        if dims.check is not None else None
+    if problem is not None:
+        raise _error(node, hint, f"{problem[0]} (shapes {list(in_shapes)})", problem[1])
     out_entries = None
     if out_hint is not None:
         out_entries = _check_out(node, dims, hint, out_hint, out_shapes, dict(labels), {a for _, al in labels
@@ -140,6 +144,9 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
 
 
 def _check_out(node, dims: DimSpec, hint, out_hint: tuple, out_shapes, labels: dict, used: set) -> tuple:
+    if not dims.takes_out_strategy:
+        raise _error(node, out_hint, f"{node.kind} takes no output layout: MindSpore infers its outputs' layouts "
+                     "from the inputs'", "Drop the out_strategy; shard() the inputs only")
     if len(out_hint) != len(dims.outputs):
         raise _error(node, out_hint, f"out_strategy has {len(out_hint)} layouts for {len(dims.outputs)} output(s)",
                      "Give one layout per output")
@@ -164,6 +171,11 @@ def _check_out(node, dims: DimSpec, hint, out_hint: tuple, out_shapes, labels: d
                              f"Split {where} by a divisor of {size}")
             entries.append(aliases)
         out.append(tuple(entries))
+    split_of = {label: math.prod(out_hint[0].size(a) for a in aliases) for row, entries in zip(dims.outputs, out)
+                for label, aliases in zip(row, entries) if label is not None and aliases}
+    problem = dims.check(split_of) if dims.check is not None else None  # the op's own conditions (Tile's multiples)
+    if problem is not None:
+        raise _error(node, out_hint, f"{problem[0]} (output shapes {list(out_shapes)})", problem[1])
     return tuple(out)
 
 
@@ -203,8 +215,9 @@ def aligned_strategies(dims: DimSpec, rows_specs: Sequence[tuple[tuple, Spec]], 
     mesh axes the layout gives its dimension. Propagation offers them beside the enumerated candidates (consecutive
     runs of mesh axes in the op's order), which cannot express a layout a ``Layout`` placed on other axes
     (``("dp", "mp")`` with ``sp`` between them), so an op next to one can keep it instead of paying a
-    redistribution. Rows that would split an unsplittable dimension, give one label two layouts, or use a mesh axis
-    twice give none."""
+    redistribution. Rows that would split an unsplittable dimension, give one label two layouts, use a mesh axis
+    twice, or fail the op's own conditions give none. A hint-only label (Conv2D's H and W) is taken this way, as
+    MindSpore's propagation carries a neighbour's H/W split into a convolution, though never enumerated."""
     out = []
     for row, spec in rows_specs:
         axes: dict[str, tuple[str, ...]] = {}
@@ -217,6 +230,8 @@ def aligned_strategies(dims: DimSpec, rows_specs: Sequence[tuple[tuple, Spec]], 
                 break
         used = [m for group in axes.values() for m in group]
         if not ok or not axes or len(used) != len(set(used)) or not _divides(dims, in_shapes, out_shapes, axes, mesh):
+            continue
+        if dims.check is not None and dims.check({l: mesh.size(a) for l, a in axes.items()}) is not None:
             continue
         repeat = tuple(m for m in mesh.names if m not in used)
         out.append(NodeStrategy(dims, tuple((l, axes[l]) for l in dims.order if l in axes), repeat, mesh))

@@ -32,7 +32,7 @@ def hint_device_matrix(dims: DimSpec, hint: Sequence[Sequence[int]], n_devices: 
     if len(hint) != len(dims.inputs):
         return None
     splits: dict[str, int] = {}
-    for row, entry in zip(dims.inputs, hint):
+    for row, entry in zip(dims.strategy_labels, hint):
         for label, s in zip(row, entry):
             if label is not None and s > 1:
                 splits[label] = s
@@ -79,6 +79,8 @@ class NodeStrategy:
         return self.mesh.size(self.axes.get(label, ()))
 
     def in_strategy(self) -> tuple[tuple[int, ...], ...]:
+        if self.dims.hint_rows is not None:  # MindSpore's form of the strategy (Tile: one split per multiple)
+            return tuple(tuple(self.split(l) if l is not None else 1 for l in row) for row in self.dims.hint_rows)
         return tuple(tuple(self.mesh.size(axes) for axes in self.input_spec(i)) for i in range(len(self.dims.inputs)))
 
     def in_strategy_text(self) -> str:
@@ -146,7 +148,7 @@ def _divides(dims: DimSpec, in_shapes, out_shapes, axes: dict[str, tuple[str, ..
 
 def enumerate_strategies(dims: DimSpec, in_shapes, out_shapes, mesh: MeshInfo) -> list[NodeStrategy]:
     """Every strategy of ``dims`` on ``mesh`` whose splits divide the dimensions they split."""
-    labels = list(dims.order)
+    labels = [l for l in dims.order if l not in dims.hint_only]
     out = []
     for groups in _compositions(list(mesh.names), len(labels) + 1):
         if dims.repeat_first:
@@ -218,8 +220,8 @@ def check_hint(node, dims: DimSpec, hint: tuple, in_shapes,
                             f"{len(full)} entries", scope, "Give one tuple per tensor input")
     splits: dict[str, tuple[int, str]] = {}
     names = node.input_names or tuple(f"input {i}" for i in range(len(hint)))
-    shapes = [tuple(s) for s in in_shapes]
-    for i, (row, entry, shape) in enumerate(zip(dims.inputs, hint, in_shapes)):
+    shapes = dims.strategy_shapes(in_shapes)
+    for i, (row, entry, shape) in enumerate(zip(dims.strategy_labels, hint, shapes)):
         if len(entry) != len(shape):
             raise StrategyError(op, full, f"entry {i} {entry} has {len(entry)} splits but {names[i]} has shape "
                                 f"{tuple(shape)}", scope, f"Give {len(shape)} splits for {names[i]}")
@@ -243,10 +245,15 @@ def check_hint(node, dims: DimSpec, hint: tuple, in_shapes,
                                     f"{_repaired(dims, hint, shapes, n_devices, {label: prev})}")
             splits.setdefault(label, (split, where))
     split_of = {l: v[0] for l, v in splits.items() if v[0] != 1}
+    problem = dims.check(split_of) if dims.check is not None else None
+    if problem is not None:
+        fix = _repair_splits(dims, hint, shapes, n_devices)  # an example only where one passes the op's check
+        example = "" if dims.check({l: v for l, v in fix.items() if v != 1}) else f", e.g. {_spelled(dims, fix)}"
+        raise StrategyError(op, full, f"{problem[0]} (shapes {shapes})", scope, f"{problem[1]}{example}")
     total = int(np.prod(list(split_of.values()))) if split_of else 1
     if total > n_devices or n_devices % total:
         raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {n_devices} "
-                            f"(shapes {[tuple(s) for s in in_shapes]})", scope,
+                            f"(shapes {shapes})", scope,
                             f"Use splits whose product divides {n_devices}, e.g. "
                             f"{_repaired(dims, hint, shapes, n_devices)}")
     return hint, split_of
@@ -279,15 +286,27 @@ def place_hint(node, dims: DimSpec, in_strategy: tuple, splits: dict[str, int], 
 
 def _repaired(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_devices: int,
               prefer: dict[str, int] | None = None) -> str:
-    """A valid strategy close to ``hint``, for the "e.g." of an error: dimensions the op cannot split get 1, each
-    label one split (``prefer``'s, else its first in the hint) reduced to a divisor of every dimension it labels, and
-    the largest splits reduced until their product divides ``n_devices``. Repairing every problem at once, not the
-    one reported, means following the suggestion never meets the next error."""
+    """A valid strategy close to ``hint``, for the "e.g." of an error: dimensions the op cannot split (or splits only
+    under its own conditions, ``hint_only``) get 1, each label one split (``prefer``'s, else its first in the hint)
+    reduced to a divisor of every dimension it labels, and the largest splits reduced until their product divides
+    ``n_devices``. Repairing every problem at once, not the one reported, means following the suggestion never meets
+    the next error."""
+    return _spelled(dims, _repair_splits(dims, hint, shapes, n_devices, prefer))
+
+
+def _spelled(dims: DimSpec, splits: dict[str, int]) -> str:
+    # Python's spelling, not MindSpore's printing: the user pastes it into shard(), where (4) is not a tuple
+    return repr(tuple(tuple(splits.get(l, 1) if l is not None else 1 for l in row) for row in dims.strategy_labels))
+
+
+def _repair_splits(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_devices: int,
+                   prefer: dict[str, int] | None = None) -> dict[str, int]:
+    """Each label's split in :func:`_repaired`'s suggestion."""
     want = dict(prefer or {})
     sizes: dict[str, list[int]] = {}
-    for row, entry, shape in zip(dims.inputs, hint, shapes):
+    for row, entry, shape in zip(dims.strategy_labels, hint, shapes):
         for label, split, size in zip(row, entry, shape):
-            if label is not None and label not in dims.fixed:
+            if label is not None and label not in dims.fixed and label not in dims.hint_only:
                 want.setdefault(label, split)
                 sizes.setdefault(label, []).append(size)
     splits = {label: math.gcd(want[label], *sizes[label]) for label in sizes}
@@ -296,8 +315,7 @@ def _repaired(dims: DimSpec, hint: tuple, shapes: Sequence[tuple[int, ...]], n_d
         label = max(splits, key=lambda l: splits[l])
         value = splits[label]
         splits[label] = value // next(f for f in range(2, value + 1) if value % f == 0)
-    # Python's spelling, not MindSpore's printing: the user pastes it into shard(), where (4) is not a tuple
-    return repr(tuple(tuple(splits.get(l, 1) if l is not None else 1 for l in row) for row in dims.inputs))
+    return splits
 
 
 def _take(remaining, want: int, op, hint, scope):
@@ -317,6 +335,9 @@ def with_out_strategy(node, strategy: NodeStrategy, out_hint: tuple, out_shapes)
     """Apply MindSpore's ``out_strategy``: an output dimension may take extra splits from the contracted or
     repeated devices (``MatMul`` ((2, 4), (4, 1)) with out_strategy ((8, 1),) is a reduce-scatter)."""
     op, scope, mesh = node.instance_name, node.scope, strategy.mesh
+    if not strategy.dims.takes_out_strategy:
+        raise StrategyError(op, out_hint, f"{node.kind} takes no out_strategy: MindSpore infers its outputs' layouts "
+                            "from the inputs'", scope, "Drop the out_strategy; shard() the inputs only")
     own = strategy.dims.own_outputs
     if len(out_hint) != len(own):
         raise StrategyError(op, out_hint, f"out_strategy has {len(out_hint)} entries for {len(own)} "

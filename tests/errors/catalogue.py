@@ -459,6 +459,55 @@ def _labels_out_of_range(tmp: Path):
                                                                                         shuffle=False).batch(16))
 
 
+def _conv_split_w():
+    """Call a Conv2D (3x3 kernel, pad_mode 'valid') whose strategy splits W 2 ways, on 8 devices."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.conv2d = _ops().Conv2D(8, 3, pad_mode="valid").shard(((1, 1, 1, 2), (1, 1, 1, 1)))
+
+        def construct(self, x, w):
+            return self.conv2d(x, w)
+
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    Net()(_ms().Tensor(np.ones((8, 4, 8, 8), np.float32)), _ms().Tensor(np.ones((8, 4, 3, 3), np.float32)))
+
+
+def _one_op(op, *args):
+    """Call ``op(*args)`` inside a Cell under SEMI_AUTO_PARALLEL on 8 devices (its strategy is checked then)."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.op = op
+
+        def construct(self, x):
+            return self.op(x, *args)
+
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    Net()(_ms().Tensor(np.ones((8, 4, 16), np.float32)))
+
+
+def _layer_norm_out():
+    """Call a LayerNorm given an out_strategy, under SEMI_AUTO_PARALLEL on 8 devices."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.op = _ops().LayerNorm().shard(((8, 1), (1,), (1,)), ((8, 1), (8, 1), (8, 1)))
+
+        def construct(self, x, g, b):
+            return self.op(x, g, b)[0]
+
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    ones = lambda *s: _ms().Tensor(np.ones(s, np.float32))
+    Net()(ones(8, 16), ones(16), ones(16))
+
+
 def _ops():
     from graphpar import ops
 
@@ -821,6 +870,23 @@ ROWS: list[Row] = [
         lambda t: _train(in_strategy=(_ms().Layout((2, 2), ("dp", "mp"))("dp", "mp"),
                                       _ms().Layout((2, 2), ("dp", "mp"))("mp", "None"))), ERR + "StrategyError",
         ("op 'matmul'", "holds 4 devices but the job has 8", "product is 8")),
+    Row("conv-split-spatial", "strategy", "Conv2D(8, 3, pad_mode='valid').shard(((1, 1, 1, 2), (1, 1, 1, 1))), "
+        "then call it", lambda t: _conv_split_w(), ERR + "StrategyError",
+        ("op 'conv2d'", "Conv2D cannot split W 2 ways", "pad_mode 'valid'", "larger than the stride",
+         "Use 1 for H and W")),
+    Row("strided-slice-ellipsis", "strategy", "StridedSlice(ellipsis_mask=4).shard(((8, 1, 1),))(x, (0, 0, 0), "
+        "(8, 4, 0), (1, 1, 1))", lambda t: _one_op(_ops().StridedSlice(ellipsis_mask=4).shard(((8, 1, 1),)),
+                                                   (0, 0, 0), (8, 4, 0), (1, 1, 1)), ERR + "StrategyError",
+        ("op 'op'", "does not take ellipsis_mask (4)", "begin_mask/end_mask")),
+    Row("tile-out-layout", "strategy", "Tile().shard((layout('None', 'None', 'None'),), (layout('dp', 'cp', "
+        "'mp'),)) with Layout((1, 4, 2), ('dp', 'cp', 'mp')) on (8, 4, 16) tiled (2, 2, 2)",
+        lambda t: _one_op(_ops().Tile().shard((_ms().Layout((1, 4, 2), ("dp", "cp", "mp"))("None", "None", "None"),),
+                                              (_ms().Layout((1, 4, 2), ("dp", "cp", "mp"))("dp", "cp", "mp"),)),
+                          (2, 2, 2)), ERR + "StrategyError",
+        ("op 'op'", "Tile cannot split output dim 1 4 ways", "multiple 2", "divisor of 2")),
+    Row("layer-norm-out-strategy", "strategy", "LayerNorm().shard(((8, 1), (1,), (1,)), ((8, 1), (8, 1), (8, 1))), "
+        "then call it", lambda t: _layer_norm_out(), ERR + "StrategyError",
+        ("op 'op'", "LayerNorm takes no out_strategy", "Drop the out_strategy")),
     # --- MindSpore's MoE layer and its parallel config (graphpar.nn.transformer) -------------------------------
     Row("moe-expert-num", "strategy", "MoE(..., moe_config=MoEConfig(expert_num=6), parallel_config="
         "MoEParallelConfig(data_parallel=8, expert_parallel=4))", lambda t: _moe(6, (8, 1, 4)), ERR + "ConfigError",

@@ -100,7 +100,7 @@ def _local(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
                 elif lookahead and not follows_input(consumer):
                     dims = ctx.dims(consumer, graph)
                     if dims is not None:
-                        ahead.append((dims.inputs[k], dims.fixed))
+                        ahead.append((dims.inputs[k], dims.search_fixed))
         outs.append((j, value, vid in grads, tuple(decided), tuple(ahead)))
         out_keys.append((_value_key(value), vid in grads, tuple(decided), tuple(ahead)))
     reduced = _grad_reduced(graph, node, strategies)

@@ -5,6 +5,7 @@ imported); look rules up through :func:`rule_for` from here, which is then sure 
 """
 
 from graphpar.planner.dims import rule_for as rule_for
+from graphpar.planner.rules import conv_rules as conv_rules
 from graphpar.planner.rules import index_rules as index_rules
 from graphpar.planner.rules import lax_rules as lax_rules
 from graphpar.planner.rules import misc_rules as misc_rules

@@ -7,6 +7,7 @@ device-matrix order follows MindSpore's ``OperatorInfo`` (MatMul ``[i, k, j]``, 
 from __future__ import annotations
 
 from graphpar.planner.dims import DimSpec, elementwise, reduction, register, reshape, shapes_of
+from graphpar.planner.slicing import dim_map, strided_index
 
 _UNARY = ("ReLU", "ReLU6", "GeLU", "FastGeLU", "SiLU", "Exp", "Log", "Sqrt", "Rsqrt", "Square", "Neg", "Abs",
           "Sign", "Floor", "Ceil", "Reciprocal", "Sin", "Cos", "Tanh", "Erf", "Sigmoid", "ZerosLike", "OnesLike",
@@ -136,13 +137,69 @@ def _split(node, graph):
     return DimSpec((labels,), tuple(labels for _ in outs), labels, frozenset({labels[axis]}))
 
 
-@register("Slice", "StridedSlice", "Pad", "Tile")
+@register("Slice", "Pad")
 def _slice_like(node, graph):
     ins, outs = shapes_of(node, graph)
     if len(ins[0]) != len(outs[0]):
         return None
     labels = tuple(f"d{i}" if a == b else None for i, (a, b) in enumerate(zip(ins[0], outs[0])))
     return DimSpec((labels,), (labels,), tuple(l for l in labels if l))
+
+
+@register("StridedSlice")
+def _strided_slice(node, graph):
+    """MindSpore's StridedSliceInfo: the strategy splits the input; a dim fetched whole may be split (input and
+    output alike), a sliced dim, one ``shrink_axis_mask`` drops, and the new axes may not."""
+    ins, outs = shapes_of(node, graph)
+    x, out = ins[0], outs[0]
+    args = node.static_args
+    if any(args.get(k) is None for k in (1, 2, 3)):
+        return None
+    masks = {k: node.attrs.get(k, 0) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                              "shrink_axis_mask")}
+    pairs = dim_map(strided_index(args[1], args[2], args[3], **masks), len(x))
+    x_row: list = [None] * len(x)
+    out_row: list = [None] * len(out)
+    for d, o in pairs:
+        if d is not None and o is not None and d < len(x) and o < len(out) and x[d] == out[o]:
+            x_row[d] = out_row[o] = f"d{d}"
+    ellipsis = masks["ellipsis_mask"]
+
+    def check(splits: dict[str, int]):  # MindSpore's StridedSliceInfo refuses ellipsis_mask in parallel
+        if ellipsis:
+            return (f"MindSpore's parallel StridedSlice does not take ellipsis_mask ({ellipsis}) with a strategy",
+                    "Write the dims out in begin/end/strides with begin_mask/end_mask, or drop the shard() call")
+        return None
+    return DimSpec((tuple(x_row),), (tuple(out_row),), tuple(l for l in x_row if l), check=check)
+
+
+@register("Tile")
+def _tile(node, graph):
+    """MindSpore's TileInfo: the strategy has one split per element of ``multiples`` (the output's rank). Where the
+    multiple is above 1 the split divides the multiple: each device tiles its whole input dim ``multiple / split``
+    times, a block of the output, and the input dim stays whole; where it is 1 the input dim is split (a dim
+    ``multiples`` prepends cannot be). Splits of a tiled dim exist on the output only, so the search leaves them to
+    a user's strategy (``hint_only``) as it did before they were accepted."""
+    ins, outs = shapes_of(node, graph)
+    multiples = node.static_args.get(1)
+    if multiples is None:
+        return None
+    x, out = ins[0], outs[0]
+    multiples = (1,) * (len(x) - len(multiples)) + tuple(int(m) for m in multiples)
+    lead = len(out) - len(x)
+    labels = tuple(f"d{i}" for i in range(len(out)))
+    row = tuple(labels[j + lead] if multiples[j + lead] == 1 else None for j in range(len(x)))
+    sizes = tuple(m if m > 1 else (x[i - lead] if i >= lead else 1) for i, m in enumerate(multiples))
+    tiled = frozenset(l for l in labels if l not in row)
+
+    def check(splits: dict[str, int]):  # an output layout's split of a tiled dim must divide its multiple
+        for i, label in enumerate(labels):
+            if label in tiled and multiples[i] % splits.get(label, 1):
+                return (f"Tile cannot split output dim {i} {splits[label]} ways: its multiple {multiples[i]} is not "
+                        "divisible by the split", f"Split output dim {i} by a divisor of {multiples[i]}")
+        return None
+    return DimSpec((row,), (labels,), labels, hint_only=tiled, hint_rows=(labels,), hint_shapes=(sizes,),
+                   check=check)
 
 
 @register("Gather", "SparseGatherV2")
@@ -173,33 +230,6 @@ def _one_hot(node, graph):
     return DimSpec((idx,) + extra, (tuple(out),), idx + ("depth",), repeat_first=True)
 
 
-@register("Conv2D")
-def _conv2d(node, graph):
-    group = node.attrs.get("group", 1)
-    c = "c" if group == 1 else None
-    o = "o" if group == 1 else None
-    x = ("n", c, None, None)
-    w = (o, c, None, None)
-    order = ("n", "c", "o") if group == 1 else ("n",)
-    return DimSpec((x, w), (("n", o, None, None),), order)
-
-
-@register("Conv2DTranspose")
-def _conv2d_transpose(node, graph):
-    # MindSpore's Conv2DTransposeInfo: dout (n, o, h, w) and weight (o, i, kh, kw); o (dout's channels, the forward
-    # conv's out_channel) is contracted, i is the output's channel. As Conv2D here, h/w and the kernel stay whole.
-    group = node.attrs.get("group", 1)
-    o = "c" if group == 1 else None
-    i = "o" if group == 1 else None
-    order = ("n", "c", "o") if group == 1 else ("n",)
-    return DimSpec((("n", o, None, None), (o, i, None, None)), (("n", i, None, None),), order)
-
-
-@register("MaxPool", "AvgPool")
-def _pool(node, graph):
-    return DimSpec((("n", "c", None, None),), (("n", "c", None, None),), ("n", "c"))
-
-
 @register("AdaptiveAvgPool2D")
 def _adaptive_pool(node, graph):
     ins, _ = shapes_of(node, graph)
@@ -222,9 +252,13 @@ def _layer_norm(node, graph):
     rank = len(ins[0])
     begin = node.attrs.get("begin_norm_axis", 1) % rank
     x = tuple(f"d{i}" if i < begin else None for i in range(rank))
-    params = tuple(tuple(None for _ in s) for s in ins[1:])
+    # MindSpore's LayerNormInfo: gamma and beta are right-aligned to x and split as x's dims they line up with (so
+    # with begin_params_axis < begin_norm_axis, a gamma dim ahead of the normalised axes may be split)
+    params = tuple(x[rank - len(s):] for s in ins[1:])
     stat = tuple(f"d{i}" if i < begin else None for i in range(len(outs[1])))
-    return DimSpec((x,) + params, (x, stat, stat), tuple(l for l in x if l))
+    # LayerNormInfo infers its outputs' layouts and refuses a user's, unless the op is marked self_define_shard
+    return DimSpec((x,) + params, (x, stat, stat), tuple(l for l in x if l),
+                   takes_out_strategy=bool(node.attrs.get("self_define_shard", False)))
 
 
 @register("SoftmaxCrossEntropyWithLogits")
