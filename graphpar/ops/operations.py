@@ -21,3 +21,6 @@ from graphpar.ops.nn_ops import (  # noqa: F401
     LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,
     SparseSoftmaxCrossEntropyWithLogits, SyncBatchNorm)
 from graphpar.ops.primitive import Primitive  # noqa: F401
+from graphpar.ops.fft_ops import (  # noqa: F401
+    DCT, DCTN, FFT, FFT2, FFTN, HFFT, HFFT2, HFFTN, IDCT, IDCTN, IFFT, IFFT2, IFFTN, IHFFT, IHFFT2, IHFFTN, IRFFT,
+    IRFFT2, IRFFTN, RFFT, RFFT2, RFFTN, FFTShift, IFFTShift)

@@ -8,3 +8,4 @@ from graphpar.planner.dims import rule_for as rule_for
 from graphpar.planner.rules import lax_rules as lax_rules
 from graphpar.planner.rules import op_rules as op_rules
 from graphpar.planner.rules import structured_rules as structured_rules
+from graphpar.planner.rules import fft_rules as fft_rules
