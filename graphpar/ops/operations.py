@@ -26,3 +26,5 @@ from graphpar.ops.fft_ops import (  # noqa: F401
     IRFFT2, IRFFTN, RFFT, RFFT2, RFFTN, FFTShift, IFFTShift)
 from graphpar.ops.selection_ops import (  # noqa: F401
     InplaceAdd, InplaceSub, InplaceUpdate, SplitTensor, SplitWithSize, TopK, TopkExt)
+from graphpar.ops.detection_ops import IOU, BoundingBoxEncode  # noqa: F401
+from graphpar.ops.linalg_ops import SolveTriangular, TraceV2  # noqa: F401

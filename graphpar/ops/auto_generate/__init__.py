@@ -7,3 +7,4 @@ from graphpar.ops.fft_ops import (  # noqa: F401
     DCT, DCTN, FFT, FFT2, FFTN, HFFT, HFFT2, HFFTN, IDCT, IDCTN, IFFT, IFFT2, IFFTN, IHFFT, IHFFT2, IHFFTN, IRFFT,
     IRFFT2, IRFFTN, RFFT, RFFT2, RFFTN, FFTShift, IFFTShift)
 from graphpar.ops.selection_ops import SplitTensor, SplitWithSize, TopkExt  # noqa: F401
+from graphpar.ops.linalg_ops import SolveTriangular, TraceV2  # noqa: F401
