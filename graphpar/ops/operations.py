@@ -28,3 +28,6 @@ from graphpar.ops.selection_ops import (  # noqa: F401
     InplaceAdd, InplaceSub, InplaceUpdate, SplitTensor, SplitWithSize, TopK, TopkExt)
 from graphpar.ops.detection_ops import IOU, BoundingBoxEncode  # noqa: F401
 from graphpar.ops.linalg_ops import SolveTriangular, TraceV2  # noqa: F401
+from graphpar.ops.math_extra_ops import (  # noqa: F401
+    ApproximateEqual, Cholesky, CumProd, Eye, FillV2, HShrink, Invert, L2Loss, LpNorm, PopulationCount,
+    SquareSumAll, Tril)
