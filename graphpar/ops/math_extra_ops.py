@@ -181,15 +181,16 @@ class Eye(Primitive):
 
 
 class FillV2(Primitive):
-    """``FillV2()(shape, value)``: a tensor of ``shape`` (a tuple or a 1-D int tensor, which must be a constant)
-    filled with the 0-d tensor ``value``, in ``value``'s dtype."""
+    """``FillV2()(shape, value)``: a tensor of ``shape`` filled with the 0-d tensor ``value``, in ``value``'s dtype.
+    ``shape`` is a tuple or a 1-D int tensor; inside a compiled network only a tuple is known when it compiles (a
+    JAX program's shapes are static), so a tensor shape is refused there by name."""
 
     input_names = ()
 
     def compute(self, shape, value):
         if isinstance(shape, jax.core.Tracer):
-            raise ValueError("FillV2: shape must be known when the network is compiled (a tuple or a constant "
-                             "tensor), got a traced tensor")
+            raise ValueError("FillV2: shape must be known when the network is compiled: give a tuple (a tensor "
+                             "held by the Cell or built in construct is traced there)")
         dims = tuple(int(d) for d in np.asarray(shape).reshape(-1))
         value = jnp.asarray(value)
         if value.size != 1:
