@@ -32,3 +32,4 @@ from graphpar.ops.math_extra_ops import (  # noqa: F401
     ApproximateEqual, Cholesky, CumProd, Eye, FillV2, HShrink, Invert, L2Loss, LpNorm, PopulationCount,
     SquareSumAll, Tril)
 from graphpar.ops.random_extra_ops import Gamma, RandomChoiceWithMask, UniformReal  # noqa: F401
+from graphpar.ops.image_ops import CropAndResize, GridSampler2D  # noqa: F401
