@@ -1,13 +1,11 @@
-"""MindSpore's box primitives, with MindSpore's arguments and outputs:
+"""MindSpore's ``BoundingBoxEncode`` box primitive, with MindSpore's arguments and outputs:
 
-* ``IOU(mode='iou')(anchor_boxes, gt_boxes)`` → ``(M, N)``: the overlap of every ground-truth box (M of them) with
-  every anchor (N), over their union (``'iou'``) or over the ground truth's area (``'iof'``);
 * ``BoundingBoxEncode(means=(0., 0., 0., 0.), stds=(1., 1., 1., 1.))(anchor_box, groundtruth_box)`` → ``(N, 4)``:
   the deltas ``(dx, dy, dw, dh)`` from each anchor to its ground truth, normalised by ``means``/``stds``.
 
 Boxes are ``(x0, y0, x1, y1)`` in pixel coordinates, whose width is ``x1 - x0 + 1`` as MindSpore's kernels count
-it. Sharding (``graphpar.planner.rules.detection_rules``) as MindSpore's IOUInfo / BoundingBoxEncodeInfo: the box
-coordinate dim is never split; IOU splits N and M independently, BoundingBoxEncode splits both inputs' N alike.
+it. Sharding (``graphpar.planner.rules.box_linalg_rules``) as MindSpore's BoundingBoxEncodeInfo: the box
+coordinate dim is never split, both inputs' N split alike. (``IOU`` lives beside the other box checks.)
 """
 
 from __future__ import annotations
@@ -17,33 +15,6 @@ from typing import Any
 import jax.numpy as jnp
 
 from graphpar.ops.primitive import Primitive
-
-
-def _area(boxes):
-    return (boxes[..., 2] - boxes[..., 0] + 1) * (boxes[..., 3] - boxes[..., 1] + 1)
-
-
-class IOU(Primitive):
-    """``IOU(mode='iou')(anchor_boxes, gt_boxes)``: ``(M, N)`` overlaps of ``gt_boxes`` (M, 4) with
-    ``anchor_boxes`` (N, 4), in ``anchor_boxes``' dtype."""
-
-    input_names = ("anchor_boxes", "gt_boxes")
-
-    def __init__(self, mode: str = "iou"):
-        if mode not in ("iou", "iof"):
-            raise KeyError(f"IOU: mode must be 'iou' or 'iof', got {mode!r}")
-        super().__init__(mode=mode)
-
-    def compute(self, anchor_boxes, gt_boxes):
-        a, g = anchor_boxes[None, :, :], gt_boxes[:, None, :]
-        width = jnp.maximum(jnp.minimum(a[..., 2], g[..., 2]) - jnp.maximum(a[..., 0], g[..., 0]) + 1, 0)
-        height = jnp.maximum(jnp.minimum(a[..., 3], g[..., 3]) - jnp.maximum(a[..., 1], g[..., 1]) + 1, 0)
-        overlap = width * height
-        if self.attrs["mode"] == "iou":
-            denominator = _area(a) + _area(g) - overlap
-        else:
-            denominator = jnp.broadcast_to(_area(g), overlap.shape)
-        return (overlap / denominator).astype(anchor_boxes.dtype)
 
 
 def _four_floats(kind: str, name: str, value: Any) -> tuple[float, ...]:

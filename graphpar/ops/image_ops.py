@@ -1,23 +1,15 @@
-"""MindSpore's image-sampling primitives, with MindSpore's arguments and outputs:
+"""MindSpore's ``GridSampler2D`` image-sampling primitive, with MindSpore's arguments and outputs:
 
-* ``CropAndResize(method="bilinear", extrapolation_value=0.0)(image, boxes, box_index, crop_size)``: for each box
-  ``(y1, x1, y2, x2)`` (normalised: 0 and 1 are the first and last pixel) of image ``box_index[i]`` of ``image``
-  (B, H, W, C), a ``crop_size`` (h, w) crop sampled bilinearly (or to the nearest pixel), float32 (N, h, w, C);
-  samples outside the image take ``extrapolation_value``;
 * ``GridSampler2D(interpolation_mode='bilinear', padding_mode='zeros', align_corners=False)(input_x, grid)``: samples
   ``input_x`` (N, C, H, W) at the normalised positions ``grid`` (N, H_out, W_out, 2), ``grid[..., 0]`` along the
   width, ``[-1, 1]`` spanning the input (pixel centres with ``align_corners``, else pixel edges); positions outside
   read 0 (``zeros``), the nearest edge pixel (``border``) or the mirrored position (``reflection``).
 
-MindSpore's ``bilinear_v2`` crop method and ``bicubic`` sampling are refused by name. Sharding
-(``graphpar.planner.rules.image_rules``): CropAndResize splits the boxes (boxes and box_index alike), the image's
-batch (each device crops from the images it holds, the crops summed across devices, as a Gather from a split
-table) and the channels; GridSampler2D splits the batch, input and grid alike (MindSpore's GridSampler2DInfo).
+``bicubic`` sampling is refused by name. Sharding (``graphpar.planner.rules.image_rules``): the batch, input and
+grid alike (MindSpore's GridSampler2DInfo asks the two strategies to be equal).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -40,52 +32,6 @@ def _bilinear(image, y, x, extrapolate):
     top = read(y0, x0) * (1 - wx) + read(y0, x0 + 1) * wx
     bottom = read(y0 + 1, x0) * (1 - wx) + read(y0 + 1, x0 + 1) * wx
     return top * (1 - wy) + bottom * wy
-
-
-class CropAndResize(Primitive):
-    """``CropAndResize(method="bilinear", extrapolation_value=0.0)(image, boxes, box_index, crop_size)``."""
-
-    input_names = ("image", "boxes", "box_index")
-
-    def __init__(self, method: str = "bilinear", extrapolation_value: float = 0.0):
-        if method not in ("bilinear", "nearest"):
-            raise ValueError(f"CropAndResize: method must be 'bilinear' or 'nearest' (MindSpore's 'bilinear_v2' is "
-                             f"not supported), got {method!r}")
-        if isinstance(extrapolation_value, bool) or not isinstance(extrapolation_value, (int, float)):
-            raise TypeError(f"CropAndResize: extrapolation_value must be a number, got {extrapolation_value!r}")
-        super().__init__(method=method, extrapolation_value=float(extrapolation_value))
-
-    def compute(self, image, boxes, box_index, crop_size):
-        if (not isinstance(crop_size, (tuple, list)) or len(crop_size) != 2
-                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in crop_size)):
-            raise ValueError(f"CropAndResize: crop_size must be a tuple of two ints >= 1, got {crop_size!r}")
-        if image.ndim != 4 or boxes.shape[-1:] != (4,) or box_index.shape != boxes.shape[:1]:
-            raise ValueError(f"CropAndResize: image must be (B, H, W, C), boxes (N, 4) and box_index (N,); got "
-                             f"{image.shape}, {boxes.shape}, {box_index.shape}")
-        ch, cw = crop_size
-        h, w = image.shape[1], image.shape[2]
-        image = image.astype(jnp.float32)
-        boxes = boxes.astype(jnp.float32)
-        fill = self.attrs["extrapolation_value"]
-
-        def axis(start, end, size, steps):
-            if steps == 1:
-                return jnp.full((1,), 0.5 * (start + end) * (size - 1))
-            return start * (size - 1) + jnp.arange(steps) * (end - start) * (size - 1) / (steps - 1)
-
-        def one(box, index):
-            ys, xs = axis(box[0], box[2], h, ch), axis(box[1], box[3], w, cw)
-            y, x = jnp.meshgrid(ys, xs, indexing="ij")
-            picture = image[index]
-            inside = ((y >= 0) & (y <= h - 1) & (x >= 0) & (x <= w - 1))[..., None]
-            if self.attrs["method"] == "nearest":
-                values = picture[jnp.clip(jnp.round(y), 0, h - 1).astype(jnp.int32),
-                                 jnp.clip(jnp.round(x), 0, w - 1).astype(jnp.int32)]
-            else:
-                values = _bilinear(picture, y, x, lambda ok, px: px)
-            return jnp.where(inside, values, fill)
-
-        return jax.vmap(one)(boxes, box_index.astype(jnp.int32))
 
 
 def _unnormalise(g, size, align_corners):

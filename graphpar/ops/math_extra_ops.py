@@ -4,16 +4,16 @@
   (``x`` where ``|x| > lambd``, else 0), ``ApproximateEqual(tolerance=1e-5)(x, y)`` (``|x - y| < tolerance``),
   ``Tril(diagonal=0)(x)`` (zeros above the ``diagonal``-th diagonal of the last two dims);
 * along an axis: ``CumProd(exclusive=False, reverse=False)(x, axis)``;
-* reductions: ``L2Loss()(x)`` (``sum(x ** 2) / 2``, a scalar), ``SquareSumAll()(x, y)`` (``(sum(x ** 2),
-  sum(y ** 2))``), ``LpNorm(axis, p=2, keep_dims=False, epsilon=1e-12)(x)``;
+* reductions: ``SquareSumAll()(x, y)`` (``(sum(x ** 2), sum(y ** 2))``), ``LpNorm(axis, p=2, keep_dims=False,
+  epsilon=1e-12)(x)``;
 * matrices: ``Cholesky(upper=False)(x)`` on a batch of symmetric positive-definite matrices;
 * creation: ``Eye()(n, m, dtype)``, ``FillV2()(shape, value)`` (``shape`` a tensor or tuple, ``value`` a 0-d
   tensor whose dtype the output takes).
 
 Sharding (``graphpar.planner.rules.math_extra_rules``): elementwise ops (Tril included: its mask is built from
 global positions, so XLA splits the matrix dims too, as MindSpore's TrilInfo does) split any dim; CumProd keeps its
-axis whole; reductions split any dim, a split reduced dim leaving a partial result that is reduced across devices
-(L2Loss's AllReduce in MindSpore); Cholesky keeps its matrix dims whole. Gradients are JAX's.
+axis whole; reductions split any dim, a split reduced dim leaving a partial result that is reduced across devices;
+Cholesky keeps its matrix dims whole. Gradients are JAX's.
 """
 
 from __future__ import annotations
@@ -107,15 +107,6 @@ class CumProd(Primitive):
             out = jnp.concatenate([ones, jax.lax.slice_in_dim(out, 0, x.shape[axis] - 1, axis=axis % x.ndim)],
                                   axis=axis)
         return jnp.flip(out, axis) if self.attrs["reverse"] else out
-
-
-class L2Loss(Primitive):
-    """``L2Loss()(input)``: ``sum(input ** 2) / 2``, a scalar of the input's dtype."""
-
-    input_names = ("input",)
-
-    def compute(self, x):
-        return (jnp.sum(jnp.square(x)) / 2).astype(x.dtype)
 
 
 class SquareSumAll(Primitive):

@@ -24,12 +24,11 @@ from graphpar.ops.primitive import Primitive  # noqa: F401
 from graphpar.ops.fft_ops import (  # noqa: F401
     DCT, DCTN, FFT, FFT2, FFTN, HFFT, HFFT2, HFFTN, IDCT, IDCTN, IFFT, IFFT2, IFFTN, IHFFT, IHFFT2, IHFFTN, IRFFT,
     IRFFT2, IRFFTN, RFFT, RFFT2, RFFTN, FFTShift, IFFTShift)
-from graphpar.ops.selection_ops import (  # noqa: F401
-    InplaceAdd, InplaceSub, InplaceUpdate, SplitTensor, SplitWithSize, TopK, TopkExt)
-from graphpar.ops.detection_ops import IOU, BoundingBoxEncode  # noqa: F401
+from graphpar.ops.selection_ops import SplitTensor, SplitWithSize, TopkExt  # noqa: F401
+from graphpar.ops.detection_ops import BoundingBoxEncode  # noqa: F401
 from graphpar.ops.linalg_ops import SolveTriangular, TraceV2  # noqa: F401
 from graphpar.ops.math_extra_ops import (  # noqa: F401
-    ApproximateEqual, Cholesky, CumProd, Eye, FillV2, HShrink, Invert, L2Loss, LpNorm, PopulationCount,
+    ApproximateEqual, Cholesky, CumProd, Eye, FillV2, HShrink, Invert, LpNorm, PopulationCount,
     SquareSumAll, Tril)
 from graphpar.ops.random_extra_ops import Gamma, RandomChoiceWithMask, UniformReal  # noqa: F401
-from graphpar.ops.image_ops import CropAndResize, GridSampler2D  # noqa: F401
+from graphpar.ops.image_ops import GridSampler2D  # noqa: F401

@@ -1,15 +1,13 @@
-"""MindSpore's top-k, indexed-update and sized-split primitives, with MindSpore's arguments and outputs:
+"""MindSpore's generated top-k and sized-split primitives, with MindSpore's arguments and outputs:
 
-* ``TopK(sorted=True)(input_x, k)`` → ``(values, indices)``: the k largest along the last dim, indices int32;
 * ``TopkExt()(input, k, dim=-1, largest=True, sorted=True)`` → ``(values, indices)`` along ``dim`` (indices int64
   in MindSpore; int32 here unless JAX's x64 mode is on);
-* ``InplaceAdd(indices)(x, v)``, ``InplaceSub(indices)(x, v)``, ``InplaceUpdate(indices)(x, v)``: rows ``indices``
-  of ``x`` (dim 0) plus, minus or replaced by the rows of ``v``; a new array (JAX has no in-place write);
 * ``SplitWithSize()(input, split_size, dim=0)``: parts of the given sizes; ``SplitTensor()(input, split_size,
   dim=0)``: parts of ``split_size`` each, the last one shorter when it does not divide.
 
-Their sharding rules (``graphpar.planner.rules.selection_rules``) follow MindSpore's OperatorInfo: TopK keeps its
-reduced dim whole, the Inplace ops keep dim 0 whole with x and v split alike, the splits keep the split dim whole.
+Their sharding rules (``graphpar.planner.rules.selection_rules``) follow MindSpore's OperatorInfo: TopkExt keeps
+its selected dim whole (as TopKInfo), the splits keep the split dim whole. (``TopK`` and the ``Inplace*`` ops live
+beside the other indexing primitives.)
 Gradients are JAX's.
 """
 
@@ -38,23 +36,6 @@ def _top_k(x, k: int, dim: int, largest: bool):
     return jnp.moveaxis(values, -1, dim), jnp.moveaxis(indices, -1, dim)
 
 
-class TopK(Primitive):
-    """``TopK(sorted=True)(input_x, k)`` → ``(values, indices)``: the ``k`` largest entries of the last dim, largest
-    first (JAX's top_k always sorts, which ``sorted=False`` permits), and their int32 positions."""
-
-    input_names = ("input_x",)
-
-    def __init__(self, sorted: bool = True):  # noqa: A002 (MindSpore's argument name)
-        if not isinstance(sorted, bool):
-            raise TypeError(f"TopK: sorted must be a bool, got {sorted!r}")
-        super().__init__(sorted=sorted)
-
-    def compute(self, x, k):
-        x = jnp.asarray(x)
-        values, indices = _top_k(x, _check_k(self.name, k, x.shape[-1]), x.ndim - 1, True)
-        return values, indices.astype(jnp.int32)
-
-
 class TopkExt(Primitive):
     """``TopkExt()(input, k, dim=-1, largest=True, sorted=True)`` → ``(values, indices)`` along ``dim``: the
     largest (or, ``largest=False``, the smallest) ``k``, in that order."""
@@ -67,55 +48,6 @@ class TopkExt(Primitive):
             raise ValueError(f"TopkExt: dim must be an int in [{-x.ndim}, {x.ndim - 1}], got {dim!r}")
         values, indices = _top_k(x, _check_k(self.name, k, x.shape[dim]), dim % x.ndim, bool(largest))
         return values, indices.astype(jax.dtypes.canonicalize_dtype(jnp.int64))
-
-
-def _indices(kind: str, indices: Any) -> tuple[int, ...]:
-    idx = (indices,) if isinstance(indices, int) and not isinstance(indices, bool) else indices
-    if not isinstance(idx, (tuple, list)) or any(isinstance(i, bool) or not isinstance(i, int) for i in idx):
-        raise TypeError(f"{kind}: indices must be an int or a tuple of ints, got {indices!r}")
-    return tuple(idx)
-
-
-class _Inplace(Primitive):
-    input_names = ("x", "v")
-
-    def __init__(self, indices: Any):
-        super().__init__(indices=_indices(type(self).__name__, indices))
-
-    def compute(self, x, v):
-        idx = jnp.asarray(self.attrs["indices"], jnp.int32)
-        if v.shape[0] != idx.shape[0] or v.shape[1:] != x.shape[1:]:
-            raise ValueError(f"{self.name}: v of shape {v.shape} must have one row per index ({idx.shape[0]}) and "
-                             f"x's other dims {x.shape[1:]}")
-        return self._apply(x.at[idx], v.astype(x.dtype))
-
-    @staticmethod
-    def _apply(at, v):
-        raise NotImplementedError
-
-
-class InplaceAdd(_Inplace):
-    """``InplaceAdd(indices)(x, v)``: ``x`` with ``v[i]`` added to row ``indices[i]``."""
-
-    @staticmethod
-    def _apply(at, v):
-        return at.add(v)
-
-
-class InplaceSub(_Inplace):
-    """``InplaceSub(indices)(x, v)``: ``x`` with ``v[i]`` subtracted from row ``indices[i]``."""
-
-    @staticmethod
-    def _apply(at, v):
-        return at.subtract(v)
-
-
-class InplaceUpdate(_Inplace):
-    """``InplaceUpdate(indices)(x, v)``: ``x`` with row ``indices[i]`` replaced by ``v[i]``."""
-
-    @staticmethod
-    def _apply(at, v):
-        return at.set(v)
 
 
 def _dim(kind: str, dim: Any, rank: int) -> int:

@@ -1,4 +1,4 @@
-"""IOU, BoundingBoxEncode, TraceV2 and SolveTriangular against numpy, and the dims MindSpore's OperatorInfo keeps
+"""BoundingBoxEncode, TraceV2 and SolveTriangular against numpy, and the dims MindSpore's OperatorInfo keeps
 whole (box coordinates, traced axes, matrix dims)."""
 
 import numpy as np
@@ -12,24 +12,6 @@ from graphpar.ops import operations as P
 
 ANCHORS = np.array([[0, 0, 3, 3], [2, 2, 5, 7], [1, 0, 2, 9], [4, 4, 4, 4]] * 2, np.float32)
 GT = np.array([[1, 1, 4, 4], [0, 0, 9, 9]] * 4, np.float32)
-
-
-def _iou_ref(a, g, mode):
-    out = np.zeros((len(g), len(a)), np.float32)
-    area = lambda b: (b[2] - b[0] + 1) * (b[3] - b[1] + 1)  # noqa: E731 (pixel boxes: inclusive ends)
-    for i, gb in enumerate(g):
-        for j, ab in enumerate(a):
-            w = max(min(ab[2], gb[2]) - max(ab[0], gb[0]) + 1, 0)
-            h = max(min(ab[3], gb[3]) - max(ab[1], gb[1]) + 1, 0)
-            out[i, j] = w * h / (area(ab) + area(gb) - w * h if mode == "iou" else area(gb))
-    return out
-
-
-@pytest.mark.parametrize("mode", ["iou", "iof"])
-def test_iou_is_ground_truth_by_anchor(mode):
-    got = np.asarray(P.IOU(mode)(Tensor(ANCHORS), Tensor(GT)))
-    assert got.shape == (8, 8)
-    np.testing.assert_allclose(got, _iou_ref(ANCHORS, GT, mode), rtol=1e-6)
 
 
 def test_bounding_box_encode_deltas():
@@ -69,15 +51,6 @@ def _strategy(net, *xs, kind):
     return [v for k, v in ms.parallel.strategies(net, *xs).items() if f"/{kind}-op" in k]
 
 
-def test_iou_splits_anchors_and_ground_truths_independently_on_8_devices():
-    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(P.IOU(), ((2, 1), (4, 1)))
-    assert _strategy(net, Tensor(ANCHORS), Tensor(GT), kind="IOU") == [[[2, 1], [4, 1]]]
-    np.testing.assert_allclose(np.asarray(net(Tensor(ANCHORS), Tensor(GT))), _iou_ref(ANCHORS, GT, "iou"), rtol=1e-6)
-    with pytest.raises(StrategyError, match="IOU cannot split anchor_boxes dim 1"):
-        _strategy(_Net(P.IOU(), ((2, 2), (2, 1))), Tensor(ANCHORS), Tensor(GT), kind="IOU")
-
-
 def test_solve_triangular_splits_the_batch_only():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     a = np.tile(np.eye(4, dtype=np.float32) * 2, (8, 1, 1))
@@ -88,3 +61,14 @@ def test_solve_triangular_splits_the_batch_only():
     with pytest.raises(StrategyError, match="SolveTriangular cannot split a dim 1"):
         _strategy(_Net(P.SolveTriangular(), ((4, 2, 1), (4, 1)), 0, True), Tensor(a), Tensor(b),
                   kind="SolveTriangular")
+
+
+def test_bounding_box_encode_splits_boxes_alike_but_not_coordinates():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    net = _Net(P.BoundingBoxEncode(), ((8, 1), (8, 1)))
+    assert _strategy(net, Tensor(ANCHORS), Tensor(GT), kind="BoundingBoxEncode") == [[[8, 1], [8, 1]]]
+    np.testing.assert_allclose(np.asarray(net(Tensor(ANCHORS), Tensor(GT))),
+                               np.asarray(P.BoundingBoxEncode()(Tensor(ANCHORS), Tensor(GT))), rtol=1e-6)
+    with pytest.raises(StrategyError, match="split alike"):
+        _strategy(_Net(P.BoundingBoxEncode(), ((8, 1), (4, 1))), Tensor(ANCHORS), Tensor(GT),
+                  kind="BoundingBoxEncode")

@@ -1,5 +1,5 @@
-"""TopK/TopkExt, InplaceAdd/Sub/Update and SplitWithSize/SplitTensor: each against numpy, and the dims MindSpore's
-OperatorInfo keeps whole (TopK's selected dim, the Inplace ops' dim 0, the split dim)."""
+"""TopkExt and SplitWithSize/SplitTensor: each against numpy, and the dims MindSpore's OperatorInfo keeps whole
+(the selected dim, the split dim)."""
 
 import numpy as np
 import pytest
@@ -8,17 +8,8 @@ import graphpar as ms
 from graphpar import Tensor, nn
 from graphpar.errors import StrategyError
 from graphpar.ops import auto_generate as A
-from graphpar.ops import operations as P
 
 X = np.random.default_rng(0).standard_normal((8, 6, 4)).astype(np.float32)
-
-
-def test_top_k_values_and_int32_indices():
-    values, indices = P.TopK()(Tensor(X), 3)
-    want = -np.sort(-X, axis=-1)[..., :3]
-    np.testing.assert_allclose(np.asarray(values), want)
-    assert np.asarray(indices).dtype == np.int32
-    np.testing.assert_allclose(np.take_along_axis(X, np.asarray(indices), -1), want)
 
 
 def test_topk_ext_along_a_dim_smallest_first():
@@ -27,17 +18,6 @@ def test_topk_ext_along_a_dim_smallest_first():
     np.testing.assert_allclose(np.take_along_axis(X, np.asarray(indices), 1), np.sort(X, axis=1)[:, :2])
     with pytest.raises(ValueError, match=r"TopkExt: k must be an int in \[0, 6\]"):
         A.TopkExt()(Tensor(X), 7, 1)
-
-
-@pytest.mark.parametrize("op, fn", [(P.InplaceAdd, np.add), (P.InplaceSub, np.subtract),
-                                    (P.InplaceUpdate, lambda a, b: b)])
-def test_inplace_ops_update_the_indexed_rows(op, fn):
-    v = np.ones((2, 6, 4), np.float32)
-    want = X.copy()
-    want[[1, 5]] = fn(X[[1, 5]], v)
-    np.testing.assert_allclose(np.asarray(op((1, 5))(Tensor(X), Tensor(v))), want)
-    with pytest.raises(ValueError, match="one row per index"):
-        op((1, 5, 6))(Tensor(X), Tensor(v))
 
 
 def test_split_with_size_and_split_tensor():
@@ -65,24 +45,19 @@ def _strategy(net, *xs, kind):
     return [v for k, v in table.items() if f"/{kind}-op" in k]
 
 
-def test_topk_splits_the_batch_on_8_devices_and_the_values_are_unchanged():
+def test_topk_ext_splits_all_but_its_dim_on_8_devices_and_the_values_are_unchanged():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(P.TopK(), ((4, 2, 1),), 2)
-    assert _strategy(net, Tensor(X), kind="TopK") == [[[4, 2, 1]]]
-    np.testing.assert_allclose(np.asarray(net(Tensor(X))[0]), -np.sort(-X, axis=-1)[..., :2])
-    with pytest.raises(StrategyError, match="TopK cannot split input_x dim 2"):
-        _strategy(_Net(P.TopK(), ((1, 2, 4),), 2), Tensor(X), kind="TopK")
+    net = _Net(A.TopkExt(), ((4, 1, 2),), 2, 1)
+    assert _strategy(net, Tensor(X), kind="TopkExt") == [[[4, 1, 2]]]
+    np.testing.assert_allclose(np.asarray(net(Tensor(X))[0]), -np.sort(-X, axis=1)[:, :2])
+    with pytest.raises(StrategyError, match="TopkExt cannot split input dim 1"):
+        _strategy(_Net(A.TopkExt(), ((1, 2, 4),), 2, 1), Tensor(X), kind="TopkExt")
 
 
-def test_inplace_add_splits_alike_but_not_dim_0():
+def test_split_with_size_keeps_the_split_dim_whole():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    v = np.ones((2, 6, 4), np.float32)
-    net = _Net(P.InplaceAdd((0, 3)), ((1, 2, 4), (1, 2, 4)))
-    assert _strategy(net, Tensor(X), Tensor(v), kind="InplaceAdd") == [[[1, 2, 4], [1, 2, 4]]]
-    want = X.copy()
-    want[[0, 3]] += v
-    np.testing.assert_allclose(np.asarray(net(Tensor(X), Tensor(v))), want)
-    with pytest.raises(StrategyError, match="split alike"):
-        _strategy(_Net(P.InplaceAdd((0, 3)), ((1, 2, 4), (1, 2, 2))), Tensor(X), Tensor(v), kind="InplaceAdd")
-    with pytest.raises(StrategyError, match="InplaceAdd cannot split x dim 0"):
-        _strategy(_Net(P.InplaceAdd((0, 3)), ((2, 2, 2), (2, 2, 2))), Tensor(X), Tensor(v), kind="InplaceAdd")
+    net = _Net(A.SplitWithSize(), ((2, 1, 4),), [2, 4], 1)
+    assert _strategy(net, Tensor(X), kind="SplitWithSize") == [[[2, 1, 4]]]
+    np.testing.assert_allclose(np.asarray(net(Tensor(X))[1]), X[:, 2:])
+    with pytest.raises(StrategyError, match="SplitWithSize cannot split input dim 1"):
+        _strategy(_Net(A.SplitWithSize(), ((1, 2, 4),), [2, 4], 1), Tensor(X), kind="SplitWithSize")

@@ -1,7 +1,6 @@
-"""Sharding rules of the box primitives (``graphpar.ops.detection_ops``) and the batched linear-algebra ones
+"""Sharding rules of BoundingBoxEncode (``graphpar.ops.detection_ops``) and the batched linear-algebra ones
 (``graphpar.ops.linalg_ops``), as MindSpore's OperatorInfo classes decide them:
 
-* ``IOU``: anchors ``(n, -)`` and ground truths ``(m, -)`` split independently, the output ``(m, n)``;
 * ``BoundingBoxEncode``: both inputs ``(n, -)`` split alike, the output ``(n, -)``;
 * ``TraceV2``: ``axis1``/``axis2`` whole, the other dims split and carry to the output;
 * ``SolveTriangular``: the matrix dims whole, the batch dims split alike on ``a``, ``b`` and the output.
@@ -10,11 +9,6 @@
 from __future__ import annotations
 
 from graphpar.planner.dims import DimSpec, register, shapes_of
-
-
-@register("IOU")
-def _iou(node, graph):
-    return DimSpec((("n", None), ("m", None)), (("m", "n"),), ("m", "n"))
 
 
 @register("BoundingBoxEncode")

@@ -1,6 +1,6 @@
 """Sharding rules of ``graphpar.ops.math_extra_ops``, as MindSpore's OperatorInfo classes decide them: the
 elementwise ops (``Tril`` included, as MindSpore's TrilInfo splits the matrix dims) split every dim; ``CumProd``
-keeps its axis whole; ``L2Loss``, ``SquareSumAll`` and ``LpNorm`` reduce (a split reduced dim leaves a partial
+keeps its axis whole; ``SquareSumAll`` and ``LpNorm`` reduce (a split reduced dim leaves a partial
 result, reduced across devices); ``Cholesky`` keeps its matrix dims whole; ``Eye``/``FillV2`` create a tensor from
 no tensor input and are planned replicated."""
 
@@ -20,12 +20,6 @@ def _cum_prod(node, graph):
     ins, outs = shapes_of(node, graph)
     axis = node.static_args.get(1, 0)
     return elementwise(ins[:1], outs, fixed_axes=(axis,))
-
-
-@register("L2Loss")
-def _l2_loss(node, graph):
-    ins, _ = shapes_of(node, graph)
-    return reduction(ins[0], range(len(ins[0])), False)
 
 
 @register("SquareSumAll")

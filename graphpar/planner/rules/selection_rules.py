@@ -1,10 +1,8 @@
-"""Sharding rules of the top-k, indexed-update and sized-split primitives (``graphpar.ops.selection_ops``), as
+"""Sharding rules of the generated top-k and sized-split primitives (``graphpar.ops.selection_ops``), as
 MindSpore's OperatorInfo classes decide them:
 
-* ``TopK`` (TopKInfo: "can not support to split last dimension") and ``TopkExt`` (its ``dim``): every dim but the
+* ``TopkExt`` (TopKInfo's rule, "can not support to split last dimension", on its ``dim``): every dim but the
   selected one splits; values and indices keep the input's layout;
-* ``InplaceAdd``/``InplaceSub``/``InplaceUpdate``: dim 0 (the indexed one) stays whole, x and v split alike on the
-  others, the output as x;
 * ``SplitWithSize``/``SplitTensor``: the split dim stays whole, every part keeps the input's layout.
 """
 
@@ -19,25 +17,12 @@ def _keep_whole(rank: int, dim: int, n_inputs: int, outs: list) -> DimSpec:
     return DimSpec((labels,) * n_inputs, rows, tuple(l for l in labels if l is not None))
 
 
-@register("TopK")
-def _top_k(node, graph):
-    ins, outs = shapes_of(node, graph)
-    rank = len(ins[0])
-    return _keep_whole(rank, rank - 1, 1, outs)
-
-
 @register("TopkExt")
 def _topk_ext(node, graph):
     ins, outs = shapes_of(node, graph)
     rank = len(ins[0])
     dim = node.static_args.get(2)
     return _keep_whole(rank, (-1 if dim is None else dim) % rank, 1, outs)
-
-
-@register("InplaceAdd", "InplaceSub", "InplaceUpdate")
-def _inplace(node, graph):
-    ins, outs = shapes_of(node, graph)
-    return _keep_whole(len(ins[0]), 0, len(ins), outs)
 
 
 @register("SplitWithSize", "SplitTensor")
