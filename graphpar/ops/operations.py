@@ -26,7 +26,7 @@ from graphpar.ops.fft_ops import (  # noqa: F401
     IRFFT2, IRFFTN, RFFT, RFFT2, RFFTN, FFTShift, IFFTShift)
 from graphpar.ops.selection_ops import SplitTensor, SplitWithSize, TopkExt  # noqa: F401
 from graphpar.ops.detection_ops import BoundingBoxEncode  # noqa: F401
-from graphpar.ops.linalg_ops import SolveTriangular, TraceV2  # noqa: F401
+from graphpar.ops.linalg_ops import LstsqV2, SolveTriangular, TraceV2  # noqa: F401
 from graphpar.ops.math_extra_ops import (  # noqa: F401
     ApproximateEqual, Cholesky, CumProd, Eye, FillV2, HShrink, Invert, LpNorm, PopulationCount,
     SquareSumAll, Tril)

@@ -72,3 +72,30 @@ def test_bounding_box_encode_splits_boxes_alike_but_not_coordinates():
     with pytest.raises(StrategyError, match="split alike"):
         _strategy(_Net(P.BoundingBoxEncode(), ((8, 1), (4, 1))), Tensor(ANCHORS), Tensor(GT),
                   kind="BoundingBoxEncode")
+
+
+@pytest.mark.parametrize("driver", [None, "gelsd"])
+def test_lstsq_v2_solution_residuals_rank_and_singular_values(driver, notices):
+    a = np.random.default_rng(1).standard_normal((2, 5, 3)).astype(np.float32)
+    b = np.random.default_rng(2).standard_normal((2, 5, 2)).astype(np.float32)
+    solution, residuals, rank, singular = P.LstsqV2()(Tensor(a), Tensor(b), driver)
+    want = [np.linalg.lstsq(a[i], b[i], rcond=None) for i in range(2)]
+    np.testing.assert_allclose(np.asarray(solution), np.stack([w[0] for w in want]), rtol=1e-4, atol=1e-5)
+    assert np.asarray(rank).tolist() == [3, 3]
+    if driver is None:  # gelsy: neither residuals nor singular values
+        assert np.asarray(residuals).shape == (0,) and np.asarray(singular).shape == (0,)
+    else:
+        np.testing.assert_allclose(np.asarray(residuals), np.stack([w[1] for w in want]), rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(singular), np.stack([w[3] for w in want]), rtol=1e-4)
+        assert "residuals are returned for every A" in notices.text
+
+
+def test_lstsq_v2_splits_the_batch_only():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    a = np.tile(np.eye(4, 2, dtype=np.float32), (8, 1, 1))
+    b = np.ones((8, 4), np.float32)
+    net = _Net(P.LstsqV2(), ((8, 1, 1), (8, 1)), "gelsd")
+    assert _strategy(net, Tensor(a), Tensor(b), kind="LstsqV2") == [[[8, 1, 1], [8, 1]]]
+    np.testing.assert_allclose(np.asarray(net(Tensor(a), Tensor(b))[0]), np.ones((8, 2)), atol=1e-5)
+    with pytest.raises(StrategyError, match="LstsqV2 cannot split A dim 1"):
+        _strategy(_Net(P.LstsqV2(), ((2, 2, 1), (2, 1))), Tensor(a), Tensor(b), kind="LstsqV2")

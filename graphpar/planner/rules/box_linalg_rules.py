@@ -3,7 +3,8 @@
 
 * ``BoundingBoxEncode``: both inputs ``(n, -)`` split alike, the output ``(n, -)``;
 * ``TraceV2``: ``axis1``/``axis2`` whole, the other dims split and carry to the output;
-* ``SolveTriangular``: the matrix dims whole, the batch dims split alike on ``a``, ``b`` and the output.
+* ``SolveTriangular``, ``LstsqV2``: the matrix dims whole, the batch dims split alike on both inputs and the
+  outputs.
 """
 
 from __future__ import annotations
@@ -35,3 +36,15 @@ def _solve_triangular(node, graph):
     batch = tuple(f"b{i}" for i in range(a_rank - 2))
     b_row = batch[len(batch) - (b_rank - b_matrix):] + (None,) * b_matrix
     return DimSpec((batch + (None, None), b_row), (b_row,), batch)
+
+
+@register("LstsqV2")
+def _lstsq_v2(node, graph):
+    ins, outs = shapes_of(node, graph)
+    batch = tuple(f"b{i}" for i in range(len(ins[0]) - 2))
+    b_matrix = 1 if len(ins[1]) == len(ins[0]) - 1 else 2
+    b_row = batch + (None,) * b_matrix
+    # every output leads with the batch dims, but the empty (0,) ones a driver does not compute
+    rows = tuple(batch + (None,) * (len(out) - len(batch)) if tuple(out[:len(batch)]) == tuple(ins[0][:len(batch)])
+                 and len(out) >= len(batch) else (None,) * len(out) for out in outs)
+    return DimSpec((batch + (None, None), b_row), rows, batch)
