@@ -32,3 +32,6 @@ from graphpar.ops.math_extra_ops import (  # noqa: F401
     SquareSumAll, Tril)
 from graphpar.ops.random_extra_ops import Gamma, RandomChoiceWithMask, UniformReal  # noqa: F401
 from graphpar.ops.image_ops import GridSampler2D  # noqa: F401
+from graphpar.ops.scatter_ops import (  # noqa: F401
+    ScatterAdd, ScatterDiv, ScatterMax, ScatterMin, ScatterMul, ScatterNdAdd, ScatterNdSub, ScatterNdUpdate, ScatterSub,
+    ScatterUpdate)
