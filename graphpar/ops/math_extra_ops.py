@@ -3,7 +3,9 @@
 * elementwise: ``Invert()(x)`` (bitwise not), ``PopulationCount()(x)`` (set bits, uint8), ``HShrink(lambd=0.5)(x)``
   (``x`` where ``|x| > lambd``, else 0), ``ApproximateEqual(tolerance=1e-5)(x, y)`` (``|x - y| < tolerance``),
   ``Tril(diagonal=0)(x)`` (zeros above the ``diagonal``-th diagonal of the last two dims);
-* along an axis: ``CumProd(exclusive=False, reverse=False)(x, axis)``;
+* elementwise too: ``Lgamma()(x)``, ``Trunc()(x)``, ``Elu(alpha=1.0)(x)``;
+* along an axis: ``CumProd(exclusive=False, reverse=False)(x, axis)``, ``Cummax(axis)(x)``/``Cummin(axis)(x)``
+  (running extremes and where they were reached), ``ReverseV2(axis)(x)``;
 * reductions: ``SquareSumAll()(x, y)`` (``(sum(x ** 2), sum(y ** 2))``), ``LpNorm(axis, p=2, keep_dims=False,
   epsilon=1e-12)(x)``;
 * matrices: ``Cholesky(upper=False)(x)`` on a batch of symmetric positive-definite matrices;
@@ -11,9 +13,9 @@
   tensor whose dtype the output takes).
 
 Sharding (``graphpar.planner.rules.math_extra_rules``): elementwise ops (Tril included: its mask is built from
-global positions, so XLA splits the matrix dims too, as MindSpore's TrilInfo does) split any dim; CumProd keeps its
-axis whole; reductions split any dim, a split reduced dim leaving a partial result that is reduced across devices;
-Cholesky keeps its matrix dims whole. Gradients are JAX's.
+global positions, so XLA splits the matrix dims too, as MindSpore's TrilInfo does) split any dim; CumProd, Cummax,
+Cummin and ReverseV2 keep their axes whole; reductions split any dim, a split reduced dim leaving a partial result
+that is reduced across devices; Cholesky keeps its matrix dims whole. Gradients are JAX's.
 """
 
 from __future__ import annotations
@@ -187,3 +189,86 @@ class FillV2(Primitive):
         if value.size != 1:
             raise ValueError(f"FillV2: value must hold one element, got shape {value.shape}")
         return jnp.full(dims, value.reshape(()), value.dtype)
+
+
+class _CumExtreme(Primitive):
+    """``Cummax(axis)(input)`` / ``Cummin(axis)(input)`` → ``(values, indices)``: the running maximum (minimum) along
+    ``axis`` and the position it was last reached at (int32; MindSpore's indices are int32 too)."""
+
+    input_names = ("input",)
+    _largest = True
+
+    def __init__(self, axis: int):
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise TypeError(f"{type(self).__name__}: axis must be an int, got {axis!r}")
+        super().__init__(axis=axis)
+
+    def compute(self, x):
+        axis = self.attrs["axis"] % x.ndim
+        better = jnp.greater_equal if self._largest else jnp.less_equal
+        positions = jnp.broadcast_to(
+            jnp.arange(x.shape[axis], dtype=jnp.int32).reshape([-1 if d == axis else 1 for d in range(x.ndim)]),
+            x.shape)
+
+        def step(carry, item):
+            value, index = item
+            take = better(value, carry[0])
+            new = (jnp.where(take, value, carry[0]), jnp.where(take, index, carry[1]))
+            return new, new
+
+        moved_x, moved_i = jnp.moveaxis(x, axis, 0), jnp.moveaxis(positions, axis, 0)
+        _, (values, indices) = jax.lax.scan(step, (moved_x[0], moved_i[0]), (moved_x, moved_i))
+        return jnp.moveaxis(values, 0, axis), jnp.moveaxis(indices, 0, axis)
+
+
+class Cummax(_CumExtreme):
+    __doc__ = _CumExtreme.__doc__
+
+
+class Cummin(_CumExtreme):
+    __doc__ = _CumExtreme.__doc__
+    _largest = False
+
+
+class ReverseV2(Primitive):
+    """``ReverseV2(axis)(input_x)``: ``input_x`` reversed along each dim of ``axis`` (a tuple or list of ints)."""
+
+    input_names = ("input_x",)
+
+    def __init__(self, axis: Any):
+        if not isinstance(axis, (tuple, list)) or any(isinstance(a, bool) or not isinstance(a, int) for a in axis):
+            raise TypeError(f"ReverseV2: axis must be a tuple or list of ints, got {axis!r}")
+        super().__init__(axis=tuple(axis))
+
+    def compute(self, x):
+        return jnp.flip(x, self.attrs["axis"])
+
+
+class Lgamma(Primitive):
+    """``Lgamma()(input)``: the log of the absolute value of the Gamma function, elementwise."""
+
+    input_names = ("input",)
+
+    def compute(self, x):
+        return jax.lax.lgamma(x)
+
+
+class Trunc(Primitive):
+    """``Trunc()(input_x)``: rounds towards zero, elementwise."""
+
+    input_names = ("input_x",)
+
+    def compute(self, x):
+        return jnp.trunc(x)
+
+
+class Elu(Primitive):
+    """``Elu(alpha=1.0)(input_x)``: ``x`` where positive, else ``alpha * (exp(x) - 1)``."""
+
+    input_names = ("input_x",)
+
+    def __init__(self, alpha: float = 1.0):
+        super().__init__(alpha=_float_attr("Elu", "alpha", alpha))
+
+    def compute(self, x):
+        return jnp.where(x > 0, x, self.attrs["alpha"] * jnp.expm1(jnp.minimum(x, 0)))

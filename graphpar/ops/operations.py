@@ -28,8 +28,8 @@ from graphpar.ops.selection_ops import SplitTensor, SplitWithSize, TopkExt  # no
 from graphpar.ops.detection_ops import BoundingBoxEncode  # noqa: F401
 from graphpar.ops.linalg_ops import LstsqV2, SolveTriangular, TraceV2  # noqa: F401
 from graphpar.ops.math_extra_ops import (  # noqa: F401
-    ApproximateEqual, Cholesky, CumProd, Eye, FillV2, HShrink, Invert, LpNorm, PopulationCount,
-    SquareSumAll, Tril)
+    ApproximateEqual, Cholesky, Cummax, Cummin, CumProd, Elu, Eye, FillV2, HShrink, Invert, Lgamma, LpNorm,
+    PopulationCount, ReverseV2, SquareSumAll, Trunc, Tril)
 from graphpar.ops.random_extra_ops import Gamma, RandomChoiceWithMask, UniformReal  # noqa: F401
 from graphpar.ops.image_ops import GridSampler2D  # noqa: F401
 from graphpar.ops.scatter_ops import (  # noqa: F401

@@ -81,3 +81,17 @@ def test_cum_prod_axis_and_cholesky_matrices_stay_whole():
         _strategy(_Net(P.CumProd(), ((2, 2, 1),), 1), Tensor(X), kind="CumProd")
     with pytest.raises(StrategyError, match="Cholesky cannot split input_x dim 2"):
         _strategy(_Net(P.Cholesky(), ((4, 1, 2),)), Tensor(X), kind="Cholesky")
+
+
+def test_running_extremes_reverse_and_elementwise_extras():
+    values, indices = P.Cummax(1)(Tensor(X))
+    np.testing.assert_allclose(np.asarray(values), np.maximum.accumulate(X, 1))
+    np.testing.assert_array_equal(np.take_along_axis(X, np.asarray(indices), 1), np.maximum.accumulate(X, 1))
+    values, _ = P.Cummin(-1)(Tensor(X))
+    np.testing.assert_allclose(np.asarray(values), np.minimum.accumulate(X, -1))
+    np.testing.assert_allclose(np.asarray(P.ReverseV2([0, 2])(Tensor(X))), X[::-1, :, ::-1])
+    np.testing.assert_allclose(np.asarray(P.Trunc()(Tensor(X))), np.trunc(X))
+    np.testing.assert_allclose(np.asarray(P.Elu(0.5)(Tensor(X))), np.where(X > 0, X, 0.5 * np.expm1(X)), rtol=1e-5)
+    pos = np.abs(X) + 0.5
+    np.testing.assert_allclose(np.asarray(P.Lgamma()(Tensor(pos))), [[[__import__("math").lgamma(v) for v in r]
+                                                                        for r in m] for m in pos], atol=1e-5)
