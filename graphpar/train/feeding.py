@@ -142,10 +142,10 @@ class BatchFeeder:
         steps = self.steps_per_epoch()
         iters = [_epoch_iter(v, epoch, start, read_ahead, self.tuner) for v in self.views]
         for _ in range(start, steps):
-            if self.per_device_shards:
-                parts = [next(it) for it in iters]
-            else:
-                parts = [next(iters[0])] * self.draws
+            try:  # an iterator that ends before its get_dataset_size() ends the epoch there, as in MindSpore
+                parts = [next(it) for it in iters] if self.per_device_shards else [next(iters[0])] * self.draws
+            except StopIteration:
+                return
             yield assemble_batch(parts, self.ranks, self.world)
 
     def forever(self, first_epoch: int = 0, start: int = 0) -> Iterator[tuple[np.ndarray, ...]]:

@@ -605,6 +605,24 @@ def _export(tmp: Path, file_format: str, **kwargs):
     return ms.export(ms.nn.Dense(2, 2), ms.Tensor(np.ones((1, 2), np.float32)), file_name=str(tmp / "net"),
                      file_format=file_format, **kwargs)
 
+
+def _fft_split_transformed_dim():
+    """FFT2 over dims (-2, -1) with dim -1 split, planned on 8 devices."""
+    import graphpar as ms
+    from graphpar import nn
+    from graphpar.ops import auto_generate
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fft2 = auto_generate.FFT2().shard(((2, 1, 4),))
+
+        def construct(self, x):
+            return self.fft2(x, None, (-2, -1), None)
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    return ms.parallel.strategies(Net(), ms.Tensor(np.ones((8, 4, 4), np.complex64)))
+
 ERR = "graphpar.errors:"
 
 
@@ -887,6 +905,15 @@ ROWS: list[Row] = [
     Row("layer-norm-out-strategy", "strategy", "LayerNorm().shard(((8, 1), (1,), (1,)), ((8, 1), (8, 1), (8, 1))), "
         "then call it", lambda t: _layer_norm_out(), ERR + "StrategyError",
         ("op 'op'", "LayerNorm takes no out_strategy", "Drop the out_strategy")),
+    Row("fft-transformed-dim", "strategy", "auto_generate.FFT2().shard(((2, 1, 4),)) transforming dims (-2, -1), "
+        "then compile", lambda t: _fft_split_transformed_dim(), ERR + "StrategyError",
+        ("op 'fft2'", "FFT2 cannot split input dim 2", "Use 1 for input dim 2")),
+    Row("dct-type", "strategy", "auto_generate.DCT()(x, 3)",
+        lambda t: _ops().auto_generate.DCT()(np.ones((4, 4), np.float32), 3), ValueError,
+        ("DCT", "only type 2", "type=3")),
+    Row("grid-sampler-bicubic", "strategy", "ops.GridSampler2D('bicubic')",
+        lambda t: _ops().GridSampler2D("bicubic"), ValueError, ("GridSampler2D", "'bilinear' or 'nearest'",
+                                                                "'bicubic' is not supported")),
     # --- MindSpore's MoE layer and its parallel config (graphpar.nn.transformer) -------------------------------
     Row("moe-expert-num", "strategy", "MoE(..., moe_config=MoEConfig(expert_num=6), parallel_config="
         "MoEParallelConfig(data_parallel=8, expert_parallel=4))", lambda t: _moe(6, (8, 1, 4)), ERR + "ConfigError",

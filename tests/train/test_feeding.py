@@ -124,3 +124,20 @@ def test_a_short_epoch_is_not_judged(notices, monkeypatch):
     monkeypatch.setattr(ds.config, "_num_parallel_workers", None)  # restored after the test
     ds.config.set_num_parallel_workers(1)
     assert "waited for the dataset" not in _train_on(_slow_data(40, 0.002), notices)[0]
+
+
+class _ShortIterator:
+    """A dataset that promises 3 batches but whose iterator is spent after 1 (MindSpore's test mocks keep one
+    iterator across epochs, so their second epoch is empty)."""
+
+    def get_dataset_size(self):
+        return 3
+
+    def iter_epoch(self, epoch):
+        yield (np.ones((2, 1), np.float32),)
+
+
+def test_an_iterator_that_ends_early_ends_the_epoch_there():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    feeder = BatchFeeder(_ShortIterator(), 1, 0, 1)
+    assert len(list(feeder.epoch(0))) == 1

@@ -43,6 +43,22 @@ from graphpar.ops.resize_ops import CropAndResize, ResizeBilinearV2, ResizeNeare
 from graphpar.ops.segment_ops import (  # noqa: F401
     UnsortedSegmentMax, UnsortedSegmentMin, UnsortedSegmentProd, UnsortedSegmentSum)
 
+from graphpar.ops.fft_ops import (  # noqa: F401
+    DCT, DCTN, FFT, FFT2, FFTN, HFFT, HFFT2, HFFTN, IDCT, IDCTN, IFFT, IFFT2, IFFTN, IHFFT, IHFFT2, IHFFTN, IRFFT,
+    IRFFT2, IRFFTN, RFFT, RFFT2, RFFTN, FFTShift, IFFTShift)
+from graphpar.ops.selection_ops import SplitTensor, SplitWithSize, TopkExt  # noqa: F401
+from graphpar.ops.detection_ops import BoundingBoxEncode  # noqa: F401
+from graphpar.ops.linalg_ops import LstsqV2, SolveTriangular, TraceV2  # noqa: F401
+from graphpar.ops.math_extra_ops import (  # noqa: F401
+    ApproximateEqual, Cholesky, Cummax, Cummin, CumProd, Elu, Eye, FillV2, HShrink, Invert, Lgamma, LpNorm,
+    PopulationCount, ReverseV2, SquareSumAll, Trunc, Tril)
+from graphpar.ops.random_extra_ops import Gamma, RandomChoiceWithMask, UniformReal  # noqa: F401
+from graphpar.ops.image_ops import GridSampler2D  # noqa: F401
+from graphpar.ops.scatter_ops import (  # noqa: F401
+    ScatterAdd, ScatterDiv, ScatterMax, ScatterMin, ScatterMul, ScatterNdAdd, ScatterNdSub, ScatterNdUpdate, ScatterSub,
+    ScatterUpdate)
+
 # ``from graphpar.ops.operations import *`` (graphpar.ops does) exports the primitive classes only: the submodule
 # names above (nn_ops, math_ops, ...) must not replace graphpar.ops' own modules of the same names.
+
 __all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and isinstance(v, type))

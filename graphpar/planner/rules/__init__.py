@@ -13,3 +13,10 @@ from graphpar.planner.rules import norm_act_rules as norm_act_rules
 from graphpar.planner.rules import op_rules as op_rules
 from graphpar.planner.rules import pool3d_rules as pool3d_rules
 from graphpar.planner.rules import structured_rules as structured_rules
+from graphpar.planner.rules import fft_rules as fft_rules
+from graphpar.planner.rules import selection_rules as selection_rules
+from graphpar.planner.rules import box_linalg_rules as box_linalg_rules
+from graphpar.planner.rules import math_extra_rules as math_extra_rules
+from graphpar.planner.rules import random_extra_rules as random_extra_rules
+from graphpar.planner.rules import image_rules as image_rules
+from graphpar.planner.rules import scatter_rules as scatter_rules

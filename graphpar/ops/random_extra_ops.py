@@ -1,0 +1,133 @@
+"""MindSpore's sampling primitives with hidden state, drawn as ``ops.Dropout`` draws (``graphpar.ops.random_ops``):
+each op carries an :class:`RngKey` of its own, from graphpar's seed (``set_seed``) when ``seed`` and ``seed2`` are
+0, else fixed by them, and advances it on every call (inside a Cell the key is network state, updated by the
+compiled step):
+
+* ``UniformReal(seed=0, seed2=0)(shape)``: float32 samples of ``[0, 1)`` of ``shape`` (a tuple);
+* ``Gamma(seed=0, seed2=0)(shape, alpha, beta)``: Gamma(alpha) samples over the rate ``beta``, of the broadcast of
+  ``shape`` with ``alpha``'s and ``beta``'s shapes;
+* ``RandomChoiceWithMask(count=256, seed=0, seed2=0)(input_x)`` → ``(index, mask)``: ``count`` positions of
+  ``input_x``'s True entries in random order, as int32 coordinates ``(count, rank)``, and which rows are real
+  (``mask``; when there are fewer True entries the rest are zeros, masked False).
+
+MindSpore writes the first strategy entry of UniformReal and Gamma for the *output* (``shape`` is no tensor):
+``UniformReal().shard(((2, 2),))`` splits the samples; graphpar reads it as the output strategy, the key whole.
+RandomChoiceWithMask cannot be split (MindSpore's RandomChoiceWithMaskInfo), so its one entry must be all 1s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from graphpar.communication.rank_axis import fold_in_replica
+from graphpar.ops.primitive import Primitive
+from graphpar.ops.random_ops import RngKey, new_key
+from graphpar.planner.layout import is_layout_strategy
+
+
+def _seed_key(kind: str, seed: Any, seed2: Any) -> RngKey:
+    for name, value in (("seed", seed), ("seed2", seed2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{kind}: {name} must be an int >= 0, got {value!r}")
+    if seed or seed2:
+        return RngKey(jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(seed), seed2)))
+    return RngKey(new_key())
+
+
+class _Sampler(Primitive, nnx.Pytree, pytree=False):
+    """A primitive with a key input, drawn from the op's own :class:`RngKey` on each call. Subclasses pass
+    ``pytree=False`` too (an NNX graph node, not a pytree: its attrs stay plain attributes, as Dropout's)."""
+
+    def __init__(self, seed: int = 0, seed2: int = 0, **attrs: Any):
+        super().__init__(seed=seed, seed2=seed2, **attrs)
+        self.rng = _seed_key(type(self).__name__, seed, seed2)
+
+    def _next_key(self) -> jax.Array:
+        key, sub = jax.random.split(jax.random.wrap_key_data(self.rng.get_value()))
+        self.rng.set_value(jax.random.key_data(key))
+        return jax.random.key_data(fold_in_replica(sub))
+
+    def _strategies_for(self, shapes, scope):
+        """MindSpore's first entry is the output's (the shape argument is no tensor): it becomes the output
+        strategy, and the key's entry is ``(1,)``."""
+        hint = self.in_strategy
+        if not hint or is_layout_strategy(hint) or not shapes or len(hint[0]) == len(shapes[0]):
+            return hint, self.out_strategy
+        return ((1,),) + tuple(hint[1:]), (tuple(hint[0]),)
+
+
+def _shape(kind: str, shape: Any) -> tuple[int, ...]:
+    if not isinstance(shape, (tuple, list)) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
+                                                   for d in shape):
+        raise ValueError(f"{kind}: shape must be a tuple of ints >= 0, got {shape!r}")
+    return tuple(shape)
+
+
+class UniformReal(_Sampler, pytree=False):
+    """``UniformReal(seed=0, seed2=0)(shape)``: float32 samples, uniform on ``[0, 1)``."""
+
+    input_names = ("key",)
+
+    def __call__(self, shape: Any) -> Any:
+        return super().__call__(self._next_key(), _shape(self.name, shape))
+
+    def compute(self, key, shape):
+        return jax.random.uniform(jax.random.wrap_key_data(key), shape, jnp.float32)
+
+
+class Gamma(_Sampler, pytree=False):
+    """``Gamma(seed=0, seed2=0)(shape, alpha, beta)``: samples of Gamma(alpha) / beta (``beta`` the rate)."""
+
+    input_names = ("key", "alpha", "beta")
+
+    def _tensor_arg_indices(self):
+        return (0, 2, 3)  # key, alpha, beta; the shape (argument 1) is a tuple
+
+    def __call__(self, shape: Any, alpha: Any, beta: Any) -> Any:
+        return super().__call__(self._next_key(), _shape(self.name, shape), alpha, beta)
+
+    def compute(self, key, shape, alpha, beta):
+        alpha, beta = jnp.asarray(alpha), jnp.asarray(beta)
+        out_shape = jnp.broadcast_shapes(shape, alpha.shape, beta.shape)
+        draws = jax.random.gamma(jax.random.wrap_key_data(key), jnp.broadcast_to(alpha, out_shape), out_shape,
+                                 alpha.dtype)
+        return draws / beta
+
+
+class RandomChoiceWithMask(_Sampler, pytree=False):
+    """``RandomChoiceWithMask(count=256, seed=0, seed2=0)(input_x)`` → ``(index, mask)``."""
+
+    input_names = ("input_x", "key")
+
+    def __init__(self, count: int = 256, seed: int = 0, seed2: int = 0):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"RandomChoiceWithMask: count must be an int >= 1, got {count!r}")
+        super().__init__(seed, seed2, count=count)
+
+    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "RandomChoiceWithMask":
+        """MindSpore's strategy has one entry, ``input_x``'s; the key's ``(1,)`` is added."""
+        if isinstance(in_strategy, tuple) and len(in_strategy) == 1:
+            in_strategy = in_strategy + ((1,),)
+        return super().shard(in_strategy, out_strategy)
+
+    def _strategies_for(self, shapes, scope):
+        return self.in_strategy, self.out_strategy
+
+    def __call__(self, input_x: Any) -> Any:
+        return super().__call__(input_x, self._next_key())
+
+    def compute(self, x, key):
+        if x.dtype != jnp.bool_:
+            raise TypeError(f"RandomChoiceWithMask: input_x must be a bool tensor, got {x.dtype}")
+        count, flat = self.attrs["count"], x.reshape(-1)
+        # True entries first, in a random order (a random score each; False entries sort last)
+        scores = jnp.where(flat, jax.random.uniform(jax.random.wrap_key_data(key), flat.shape), 2.0)
+        order = jnp.argsort(scores)
+        picked = jnp.zeros((count,), order.dtype).at[:min(count, flat.size)].set(order[:count])
+        mask = jnp.zeros((count,), jnp.bool_).at[:min(count, flat.size)].set(flat[order[:count]])
+        index = jnp.stack(jnp.unravel_index(picked, x.shape), axis=-1).astype(jnp.int32)
+        return jnp.where(mask[:, None], index, 0), mask

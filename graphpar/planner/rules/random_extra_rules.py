@@ -1,0 +1,20 @@
+"""Sharding rules of ``graphpar.ops.random_extra_ops``: UniformReal's and Gamma's samples split on any dim (the
+key stays whole; each device draws its own block of the one global draw), Gamma's ``alpha``/``beta`` broadcast
+against them; RandomChoiceWithMask splits nothing (MindSpore's RandomChoiceWithMaskInfo)."""
+
+from __future__ import annotations
+
+from graphpar.planner.dims import DimSpec, elementwise, register, shapes_of
+
+
+@register("UniformReal", "Gamma")
+def _sampler(node, graph):
+    ins, outs = shapes_of(node, graph)
+    spec = elementwise(ins[1:], outs)
+    return DimSpec((tuple(None for _ in ins[0]),) + spec.inputs, spec.outputs, spec.order)
+
+
+@register("RandomChoiceWithMask")
+def _random_choice_with_mask(node, graph):
+    ins, outs = shapes_of(node, graph)
+    return DimSpec(tuple(tuple(None for _ in s) for s in ins), tuple(tuple(None for _ in s) for s in outs), ())
