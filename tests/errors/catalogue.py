@@ -623,6 +623,18 @@ def _fft_split_transformed_dim():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     return ms.parallel.strategies(Net(), ms.Tensor(np.ones((8, 4, 4), np.complex64)))
 
+def _batch_norm_group_size():
+    """A training BatchNorm1d split 8 ways on N whose statistics are asked for in groups of 4 devices."""
+    import graphpar as ms
+    from graphpar import nn
+
+    bn = nn.BatchNorm1d(8)
+    bn.set_train()
+    bn.bn_train.shard(((8, 1), (1,), (1,), (1,), (1,))).add_prim_attr("group_size", 4)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    return ms.parallel.strategies(bn, ms.Tensor(np.ones((16, 8), np.float32)))
+
+
 ERR = "graphpar.errors:"
 
 
@@ -946,6 +958,9 @@ ROWS: list[Row] = [
     Row("flash-attention-dropout", "strategy", "ops.FlashAttentionScore(2, keep_prob=0.9)",
         lambda t: _ops().FlashAttentionScore(2, keep_prob=0.9), ValueError,
         ("keep_prob=0.9", "not built", "keep_prob=1.0")),
+    Row("shard-batchnorm-group-size", "strategy", "BatchNorm's bn_train split 8 ways on N with "
+        "add_prim_attr('group_size', 4), then plan", lambda t: _batch_norm_group_size(), ERR + "StrategyError",
+        ("op 'bn_train'", "group_size 4", "4 of the 8 devices splitting N", "Give group_size 8")),
     Row("shard-padv3-paddings", "strategy", "ops.PadV3().shard(((2, 2, 2), (2,), ()))",
         lambda t: _ops().PadV3().shard(((2, 2, 2), (2,), ())), ERR + "StrategyError",
         ("op 'PadV3'", "paddings' entry (2,) must be all 1", "((2, 4, 1), (1,), ())")),

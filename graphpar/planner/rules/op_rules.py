@@ -243,7 +243,26 @@ def _batch_norm(node, graph):
     rank = len(ins[0])
     x = ("n", "c") + tuple(f"s{i}" for i in range(rank - 2))
     vec = (("c",),) * (len(ins) - 1)
-    return DimSpec((x,) + vec, (x, ("c",), ("c",)), x)
+    group = node.attrs.get("group_size")
+    check = None if group is None else (lambda splits: _batch_norm_group(int(group), splits))
+    return DimSpec((x,) + vec, (x, ("c",), ("c",)), x, check=check)
+
+
+def _batch_norm_group(group: int, splits: dict[str, int]) -> tuple[str, str] | None:
+    """MindSpore's BatchNormInfo ``group_size``: the devices splitting N whose statistics one AllReduce combines.
+    MindSpore refuses a size that is not a power of 2 and a group with C split; graphpar's BatchNorm combines the
+    statistics of every device splitting N (XLA's reduction over the split batch), so that is the one size built."""
+    n = splits.get("n", 1)
+    if group < 1 or group & (group - 1):
+        return (f"group_size {group} is not a power of 2", "Give a power of 2 that divides N's split")
+    if splits.get("c", 1) > 1:
+        return (f"group_size {group} is set while C is split {splits['c']} ways",
+                "Leave C whole, or drop the group_size attribute")
+    if group != n:
+        return (f"group_size {group} would combine the statistics of {group} of the {n} devices splitting N, which "
+                "graphpar does not build (it combines all of them)",
+                f"Give group_size {n}, or drop the attribute")
+    return None
 
 
 @register("LayerNorm")
