@@ -113,3 +113,31 @@ class TokenLoss(nn.Cell):
 
     def construct(self, logits, targets):
         return self.loss(self.reshape(logits, (-1, self.vocab)), self.reshape(targets, (-1,)))
+
+
+class TiedHead(nn.Cell):
+    """The last stage of :class:`TiedMLP`: a Dense layer on ``h + h @ tied.T``, ``tied`` being the first stage's
+    weight (a Parameter shared by two stages, as an output projection tied to the embedding)."""
+
+    def __init__(self, tied, rng):
+        super().__init__()
+        self.dense = nn.Dense(16, 8, weight_init=_w(rng, (8, 16)), bias_init="zeros")
+        self.tied = tied
+        self.mm = ops.MatMul(transpose_b=True)
+
+    def construct(self, h):
+        return self.dense(h + self.mm(h, self.tied))
+
+
+class TiedMLP(nn.Cell):
+    """Two stages sharing the first Dense layer's weight."""
+
+    def __init__(self, stages=2, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.a = nn.Dense(16, 16, weight_init=_w(rng, (16, 16)), bias_init="zeros", activation="relu")
+        self.b = TiedHead(self.a.weight, rng)
+        self.a.pipeline_stage, self.b.pipeline_stage = 0, stages - 1
+
+    def construct(self, x):
+        return self.b(self.a(x))

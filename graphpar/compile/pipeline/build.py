@@ -24,9 +24,11 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.pipeline.processes import stage_processes
 from graphpar.compile.pipeline.schedule import Action
 from graphpar.compile.pipeline.stage_programs import stage_programs
 from graphpar.compile.pipeline.stage_split import StageGraph, StageSplit
+from graphpar.compile.pipeline.transfer import Links
 from graphpar.compile.plans.layout import Layout
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
@@ -72,6 +74,7 @@ class Stage:
     value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
     planned: Planned  # the stage's graph and layout
     jitted: dict[str, Any]  # kind -> the jitted program (``PROGRAM_KINDS``)
+    owned: bool = True  # whether this process runs the stage (owns its devices)
     compiled: dict[str, Compiled] = field(default_factory=dict)  # kind -> its compiled stage, once called
 
     def hlo(self) -> str:
@@ -93,6 +96,7 @@ class Built:
     orders: list[list[Action]]
     dumped: bool = False
     opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
+    links: Links = field(default_factory=Links)  # the transfer programs between stages of different processes
 
     def description(self) -> ScheduleDescription:
         """What the pipeline dumps show of it."""
@@ -110,11 +114,12 @@ def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
 def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Sequence[jax.Device], per_stage: int,
                  optimizer: Optimizer, sens: float) -> list[Stage]:
     """Every stage of ``split`` (cut from the planned ``graph``) placed on its ``per_stage`` devices of
-    ``devices`` and compiled."""
+    ``devices`` and compiled; ``owned`` when this process owns its devices."""
     sizes = graph.plan.mesh.sizes
     k = per_stage
     specs = graph.plan.value_specs
     n_params = len(ns.params.values())
+    owners = stage_processes(devices, len(split.stages), per_stage)
     stages = []
     for sg in split.stages:
         mesh = make_mesh(devices[sg.stage * k:(sg.stage + 1) * k], [sizes])
@@ -137,7 +142,8 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
         programs = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
                                   optimizer.transformation(), sens)
         stages.append(Stage(sg, mesh, list(range(sg.stage * k, (sg.stage + 1) * k)), param_sh, rest_sh, data_sh,
-                            value_sh, planned, dict(zip(PROGRAM_KINDS, programs))))
+                            value_sh, planned, dict(zip(PROGRAM_KINDS, programs)),
+                            owned=owners[sg.stage] == jax.process_index()))
     return stages
 
 

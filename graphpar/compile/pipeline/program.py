@@ -42,6 +42,8 @@ from graphpar.common.parameter import Parameter
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.pipeline.build import Built, Stage, build_stages, stage_compiled
+from graphpar.compile.pipeline.processes import share_loss
+from graphpar.compile.pipeline.stage_values import PARAMS, REST, KeptValues, sum_shared
 from graphpar.compile.pipeline.schedule import dispatch_order, stage_orders
 from graphpar.compile.pipeline.settings import PipelinePlan, PipelineSettings, read_pipeline_settings
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
@@ -49,7 +51,6 @@ from graphpar.compile.pipeline.stage_programs import is_float
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
 from graphpar.compile.plans.layout import GraphLayout, Layout
 from graphpar.compile.plans.planned import Planned, Traced
-from graphpar.compile.runtime.placement import place_state
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.progress import CompileProgress
@@ -75,6 +76,7 @@ class PipelineStats:
     peak_live_micro_batches: list[int] = field(default_factory=list)
     peak_residual_bytes: list[int] = field(default_factory=list)
     transfer_log: list[dict[str, Any]] = field(default_factory=list)  # the first step's transfers, for the dumps
+    shared_sums_last_step: int = 0  # gradient sums over the copies of stage-shared Parameters, in the last step
 
 
 class PipelineProgram(Program[PipelineSettings]):
@@ -100,6 +102,7 @@ class PipelineProgram(Program[PipelineSettings]):
         self._built: dict[ProgramKey, Built] = {}
         self._opt_written: Any = None
         self._stage_opt: list[Any] | None = None
+        self._kept = KeptValues()  # each stage's copy of the parameters and state, from the last step
         self._queue: collections.deque = collections.deque()
 
     def read_settings(self) -> PipelineSettings:
@@ -220,7 +223,7 @@ class PipelineProgram(Program[PipelineSettings]):
                                    if isinstance(x, jax.Array) and not x.is_deleted()])
         return out
 
-    def _opt_states(self, ns: NetworkState, built: Built, pvals: list[Any]) -> list[Any]:
+    def _opt_states(self, ns: NetworkState, built: Built, pvals: dict[tuple[int, int], Any]) -> list[Any]:
         """Per-stage optimizer states, cut from the optimizer's one state (set by a checkpoint load, or by the
         previous step, whose states are reused as they are)."""
         if self._stage_opt is not None and self.optimizer.opt_state is self._opt_written:
@@ -228,11 +231,13 @@ class PipelineProgram(Program[PipelineSettings]):
         names = ns.param_names()
         tx = self.optimizer.transformation()
         whole = self.optimizer.opt_state
-        if whole is None:
-            whole = tx.init(dict(zip(names, [np.asarray(v) for v in pvals])))
-        self._stage_opt = split_state(whole, tx, [{names[i]: pvals[i] for i in st.sg.params} for st in built.stages],
-                                      [{names[i]: st.param_sh[i] for i in st.sg.params} for st in built.stages],
-                                      [st.mesh for st in built.stages])
+        if whole is None:  # before the first step every process holds the initial values
+            whole = tx.init(dict(zip(names, [np.asarray(v) for v in ns.params.values()])))
+        stages = built.stages
+        self._stage_opt = split_state(whole, tx, [{names[i]: ns.params.values()[i] for i in st.sg.params}
+                                                  for st in stages],
+                                      [{names[i]: st.param_sh[i] for i in st.sg.params} for st in stages],
+                                      [st.mesh for st in stages], [st.owned for st in stages])
         return self._stage_opt
 
     def _write_opt(self, ns: NetworkState, built: Built, states: list[Any]) -> None:
@@ -242,27 +247,26 @@ class PipelineProgram(Program[PipelineSettings]):
             built.opt_template = jax.eval_shape(self.optimizer.transformation().init,
                                                 {n: jax.ShapeDtypeStruct(np.shape(v), v.dtype)
                                                  for n, v in zip(names, ns.params.values())})
-        owner = {names[i]: st.sg.stage for st in built.stages for i in st.sg.params}
+        owner = {names[i]: st.sg.stage for st in reversed(built.stages) for i in st.sg.params}  # first stage
+        local = next(st.sg.stage for st in built.stages if st.owned)
         self._stage_opt = states
-        self._opt_written = self.optimizer.opt_state = join_state(built.opt_template, states, owner)
+        self._opt_written = self.optimizer.opt_state = join_state(built.opt_template, states, owner, local)
 
     def run_step(self, inputs: Any) -> jax.Array:
-        """One pipelined training step on a global batch; returns the summed micro-batch loss."""
+        """One pipelined training step on a global batch; returns the summed micro-batch loss. In a multi-process
+        job every process walks the same schedule and runs the programs of its own stages
+        (``compile.pipeline.processes``, ``compile.pipeline.transfer``)."""
         ns = self.state
         arrays = [np.asarray(x) for x in inputs]
         for i, x in enumerate(arrays):
             check_micro_split(i, x.shape, self.micro_size)
         built = self._get_built(ns, arrays)
-        stages, split = built.stages, built.split
-        pvals, rest = list(ns.params.values()), list(ns.rest.values())
-        for st in stages:  # deferred parameters (no_init_parameters) drawn on the stage's devices, in one program
-            for values, shardings in ((pvals, st.param_sh), (rest, st.rest_sh)):
-                for i, value in zip(shardings, place_state([values[i] for i in shardings], list(shardings.values()))):
-                    values[i] = value
-        opt = self._opt_states(ns, built, pvals)
-        m, b = self.micro_size, arrays[0].shape[0] // self.micro_size if arrays else 0
-        data = [[[jax.device_put(arrays[i][k * b:(k + 1) * b], sh) for i, sh in zip(st.sg.data, st.data_sh)]
-                 for k in range(m)] for st in stages]
+        stages, split, links = built.stages, built.split, built.links
+        pv, rv = self._kept.take(built.stages, ns.params, PARAMS), self._kept.take(built.stages, ns.rest, REST)
+        opt = self._opt_states(ns, built, pv)
+        m, rows = self.micro_size, [x.shape[0] // self.micro_size for x in arrays]  # each input's micro-batch rows
+        data = [[[jax.device_put(arrays[i][k * rows[i]:(k + 1) * rows[i]], sh)
+                  for i, sh in zip(st.sg.data, st.data_sh)] for k in range(m)] if st.owned else None for st in stages]
         dests: dict[int, list[int]] = {}
         source: dict[int, int] = {}
         for t in split.transfers:
@@ -274,53 +278,65 @@ class PipelineProgram(Program[PipelineSettings]):
         grads: list[Any] = [None] * len(stages)
         losses, moved, log = [], 0, []
         first = self.stats.steps == 0
+
+        def move(direction: str, micro: int, src: int, dst: int, v: int, x: Any) -> Any:
+            value = built.graph.values[v]
+            placed = links.move((src, dst, v), x, stages[src].value_sh[v], stages[dst].value_sh[v], value.shape,
+                                value.dtype)
+            shown = placed if placed is not None else x
+            if first and shown is not None:
+                log.append(_log_entry(direction, micro, src, dst, v, built, shown))
+            return placed
+
         for tick in built.ticks:
             for a in tick:
                 st = stages[a.stage]
                 sg = st.sg
                 if a.kind == "F":
-                    recv = [inbox.pop((v, a.stage, a.micro)) for v in sg.received]
-                    sent, loss, new_rest, vjp = self._call(built, st, "forward", [pvals[i] for i in sg.params],
-                                                           [rest[i] for i in sg.rest], data[a.stage][a.micro], recv)
-                    for j, value in zip(sg.rest_out, new_rest):
-                        rest[j] = value
-                    residual[(a.stage, a.micro)] = vjp
-                    if loss is not None:
-                        losses.append(loss)
+                    sent = [None] * len(sg.sent)
+                    if st.owned:
+                        recv = [inbox.pop((v, a.stage, a.micro)) for v in sg.received]
+                        sent, loss, new_rest, vjp = self._call(
+                            built, st, "forward", [pv[(a.stage, i)] for i in sg.params],
+                            [rv[(a.stage, i)] for i in sg.rest], data[a.stage][a.micro], recv)
+                        rv.update({(a.stage, j): value for j, value in zip(sg.rest_out, new_rest)})
+                        residual[(a.stage, a.micro)] = vjp
+                        if loss is not None:
+                            losses.append(loss)
+                        self._measure(a.stage, residual, [pv[(a.stage, i)] for i in sg.params])
                     for v, x in zip(sg.sent, sent):
                         for d in dests[v]:
-                            inbox[(v, d, a.micro)] = placed = jax.device_put(x, stages[d].value_sh[v])
+                            placed = move("forward", a.micro, a.stage, d, v, x)
+                            if placed is not None:
+                                inbox[(v, d, a.micro)] = placed
                             moved += 1
-                            if first:
-                                log.append(_log_entry("forward", a.micro, a.stage, d, v, built, placed))
-                    self._measure(a.stage, residual, [pvals[i] for i in sg.params])
                 else:
-                    ct = []
-                    for v in sg.sent:
-                        parts = ct_box.pop((v, a.micro))
-                        ct.append(parts[0] if len(parts) == 1 else sum(parts[1:], parts[0]))
-                    if grads[a.stage] is None:
-                        grads[a.stage] = self._call(built, st, "zeros", [pvals[i] for i in sg.params])
-                    vjp = residual.pop((a.stage, a.micro))
-                    grads[a.stage], drecv = self._call(built, st, "backward", vjp, ct, grads[a.stage])
-                    del vjp
+                    drecv = [None] * len(sg.received)
+                    if st.owned:
+                        ct = []
+                        for v in sg.sent:
+                            parts = ct_box.pop((v, a.micro))
+                            ct.append(parts[0] if len(parts) == 1 else sum(parts[1:], parts[0]))
+                        if grads[a.stage] is None:
+                            grads[a.stage] = self._call(built, st, "zeros", [pv[(a.stage, i)] for i in sg.params])
+                        vjp = residual.pop((a.stage, a.micro))
+                        grads[a.stage], drecv = self._call(built, st, "backward", vjp, ct, grads[a.stage])
+                        del vjp
                     floats = [v for v in sg.received if is_float(built.graph.values[v])]
                     for v, d in zip(floats, drecv):
-                        src = source[v]
-                        placed = jax.device_put(d, stages[src].value_sh[v])
-                        ct_box.setdefault((v, a.micro), []).append(placed)
+                        placed = move("backward", a.micro, a.stage, source[v], v, d)
+                        if placed is not None:
+                            ct_box.setdefault((v, a.micro), []).append(placed)
                         moved += 1
-                        if first:
-                            log.append(_log_entry("backward", a.micro, a.stage, src, v, built, placed))
+        self.stats.shared_sums_last_step = sum_shared(built, grads)
         for st in stages:
-            if not st.sg.params:
+            if not st.sg.params or not st.owned:
                 continue
-            new, opt[st.sg.stage] = self._call(built, st, "update", [pvals[i] for i in st.sg.params],
-                                               grads[st.sg.stage], opt[st.sg.stage])
-            for i, value in zip(st.sg.params, new):
-                pvals[i] = value
-        ns.params.write(pvals)
-        ns.rest.write(rest)
+            s = st.sg.stage
+            new, opt[s] = self._call(built, st, "update", [pv[(s, i)] for i in st.sg.params], grads[s], opt[s])
+            pv.update({(s, i): value for i, value in zip(st.sg.params, new)})
+        self._kept.write(built.stages, ns.params, PARAMS, pv)
+        self._kept.write(built.stages, ns.rest, REST, rv)
         self._write_opt(ns, built, opt)
         self.stats.steps += 1
         self.stats.transfers_last_step = moved
@@ -333,10 +349,11 @@ class PipelineProgram(Program[PipelineSettings]):
             maybe_dump_execute(built.description(), self.job, ScheduleMeasure(stats.transfer_log, stats.transfers_last_step,
                                                                 stats.peak_live_micro_batches,
                                                                 stats.peak_residual_bytes),
-                               [st.hlo() for st in built.stages])
-        # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled)
-        total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
-        return jax.device_put(total, self.devices[-1])
+                               [st.hlo() if st.owned else "" for st in built.stages])
+        # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled),
+        # computed where the last stage runs and shared with every process
+        total = share_loss(np.float32(sum(np.float64(np.asarray(x)) for x in losses)), stages[-1].owned)
+        return jax.device_put(total, next(st.mesh.devices.flat[-1] for st in reversed(stages) if st.owned))
 
     def _measure(self, stage: int, residual: dict[tuple[int, int], Any], params: list[Any]) -> None:
         """The live residual buffers of ``stage``: how many micro-batches, and their bytes on one device (each

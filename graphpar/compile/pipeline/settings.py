@@ -15,6 +15,7 @@ import jax
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, AutoParallelContext, ParallelMode
 from graphpar.communication.devices import job_devices
+from graphpar.compile.pipeline.processes import stage_processes
 from graphpar.compile.pipeline.stage_split import PipelineError
 from graphpar.dump.pipeline import PipelineJob
 from graphpar.nn.pipeline_cell import PipelineCell
@@ -68,15 +69,12 @@ def read_pipeline_settings(pipe: PipelineCell) -> PipelineSettings:
     if _context.current().mode == PYNATIVE_MODE:
         raise PipelineError("set_context(mode=PYNATIVE_MODE)", "pipeline parallel runs in GRAPH_MODE only (as "
                             "in MindSpore)", "use set_context(mode=GRAPH_MODE)")
-    if jax.process_count() > 1:
-        raise PipelineError(f"a job of {jax.process_count()} processes",
-                            "graphpar's pipeline parallel drives every stage from one process and is not built "
-                            "for multi-process jobs", "run the pipelined job as one process driving all devices")
     devices = tuple(job_devices(pctx.device_num))
     n = len(devices)
     if n % n_stages:
         raise PipelineError(f"device_num={n}", f"is not divisible by pipeline_stages={n_stages}",
                             f"use a device_num that is a multiple of {n_stages}")
+    stage_processes(devices, n_stages, n // n_stages)  # each stage's devices in one process
     micro_size = pipe.micro_size
     if micro_size < n_stages:
         raise PipelineError(f"PipelineCell micro_size={micro_size}",

@@ -1,0 +1,77 @@
+"""Pipeline parallel across processes (jax.distributed on 127.0.0.1, graphpar launch): a GPT with 4 stages x tensor
+parallel 2 and its output projection tied to the embedding, on 2 processes x 4 devices and 4 processes x 2
+devices. Every process runs only its own stages' programs; activations, their gradients and the tied weight's
+gradients cross processes as small ppermute/psum programs (compile/pipeline/transfer.py). Losses equal the same
+model in one process without pipeline, and the checkpoint the job saves loads into one device."""
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphpar as ms
+from graphpar.checkpoint import load_checkpoint, load_param_into_net
+from graphpar.checkpoint.store import read_manifest
+
+from tests.communication.test_multiprocess import launch
+
+from .gpt_stages import STAGES, data, staged_gpt, train_cell
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "gpt_pipeline.py"
+
+
+@functools.cache
+def _unpipelined() -> list[float]:
+    """Six steps of the same GPT on one device, no pipeline (the PipelineCell's sum over micro-batches)."""
+    ms.reset_auto_parallel_context()
+    train = train_cell(staged_gpt())
+    x, y = data()
+    return [float(train(x, y)) for _ in range(6)]
+
+
+def _job(tmp_path, processes: int, devices: int) -> list[dict]:
+    result = launch(["--nproc", str(processes), "--devices-per-proc", str(devices), SCRIPT, str(tmp_path)],
+                    tmp_path, timeout=300, DEVICE_TARGET="CPU")
+    logs = "\n".join(p.read_text()[-3000:] for p in sorted((tmp_path / "logs").glob("*.log")))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + logs
+    return [json.loads((tmp_path / f"losses_{i}.json").read_text()) for i in range(processes)]
+
+
+def _check(runs: list[dict], processes: int, stages_per_process: int) -> None:
+    want = _unpipelined()
+    for rank, run in enumerate(runs):
+        assert run["processes"] == processes
+        assert run["owned"] == list(range(rank * stages_per_process, (rank + 1) * stages_per_process))
+        # every process reports the step's loss (the last stage's process broadcasts it)
+        np.testing.assert_allclose(run["losses"][:5], want[:5], rtol=1e-5, err_msg=f"process {rank}")
+        assert run["transfers"] == 2 * (STAGES - 1) * 4 and run["shared_sums"] == 1
+
+
+def _loads_into_one_device(tmp_path, runs: list[dict]) -> None:
+    """The checkpoint saved after step 5 loads into a one-device, unpipelined network (parameters and momentum)
+    whose next step's loss is the job's step 6."""
+    path = str(tmp_path / "gpt_pipe.ckpt")
+    manifest = read_manifest(path)
+    network = {e["name"]: e.get("pipeline_stage") for e in manifest["entries"] if e["group"] == "network"}
+    assert network["embedding_table"] == 0 and list(network).count("embedding_table") == 1  # the tied weight once
+    assert network["blocks.3.output.projection.weight"] == STAGES - 1
+    ms.reset_auto_parallel_context()
+    train = train_cell(staged_gpt())
+    assert load_param_into_net(train, load_checkpoint(path)) == ([], [])
+    x, y = data()
+    np.testing.assert_allclose(float(train(x, y)), runs[0]["losses"][5], rtol=1e-5)
+
+
+@pytest.mark.dist
+def test_gpt_four_stages_tp2_on_two_processes_of_four_devices(tmp_path):
+    runs = _job(tmp_path, 2, 4)
+    _check(runs, 2, 2)
+    _loads_into_one_device(tmp_path, runs)
+
+
+@pytest.mark.dist
+def test_gpt_four_stages_tp2_on_four_processes_of_two_devices(tmp_path):
+    runs = _job(tmp_path, 4, 2)
+    _check(runs, 4, 1)
+    _loads_into_one_device(tmp_path, runs)
