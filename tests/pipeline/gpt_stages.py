@@ -2,7 +2,9 @@
 vocabulary embedding), staged as a MindSpore user stages it: blocks spread over the stages, the final norm in the
 last; the embedding follows its consumers into stage 0 and the tied logits its producer into the last stage."""
 
-from graphpar import nn
+import numpy as np
+
+from graphpar import nn, ops
 from graphpar.models.gpt import ALL, GPT, gpt_data
 
 STAGES, LAYERS, MICRO, SEQ, HIDDEN, VOCAB = 4, 4, 4, 8, 32, 32
@@ -16,12 +18,34 @@ def staged_gpt(stages: int = STAGES) -> GPT:
     return net
 
 
+class TokenLoss(nn.Cell):
+    """Mean cross-entropy of the logits ``(batch * seq, vocab)`` against labels ``(batch, seq)`` (one row per
+    sequence, as the ids: a dataset yields them row by row and the PipelineCell splits both alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        self.reshape = ops.Reshape()
+
+    def construct(self, logits, labels):
+        return self.loss(logits, self.reshape(labels, (-1,)))
+
+
 def train_cell(net: GPT) -> nn.TrainOneStepCell:
     """MindSpore's PipelineCell (the sum of the micro-batches' losses) with Momentum(0.1, 0.9)."""
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    loss = TokenLoss()
     return nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, loss), MICRO),
                                nn.Momentum(net.trainable_params(), 0.1, 0.9))
 
 
 def data():
-    return gpt_data(batch=8, seq=SEQ, vocab=VOCAB, seed=3)
+    """The steps' batch: ids and labels (8, SEQ)."""
+    ids, labels = gpt_data(batch=8, seq=SEQ, vocab=VOCAB, seed=3)
+    return ids, labels.reshape(8, SEQ)
+
+
+def model_batch():
+    """The global batch of one ``Model.train`` step on an unsharded dataset of the first 4 sequences: each of a
+    stage's 2 devices draws the same 4 rows."""
+    ids, labels = data()
+    return np.tile(ids[:4], (2, 1)), np.tile(labels[:4], (2, 1))

@@ -17,17 +17,20 @@ from graphpar.checkpoint.store import read_manifest
 
 from tests.communication.test_multiprocess import launch
 
-from .gpt_stages import STAGES, data, staged_gpt, train_cell
+from .gpt_stages import STAGES, data, model_batch, staged_gpt, train_cell
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "gpt_pipeline.py"
 
 
 @functools.cache
-def _unpipelined() -> list[float]:
-    """Six steps of the same GPT on one device, no pipeline (the PipelineCell's sum over micro-batches)."""
+def _unpipelined():
+    """The same GPT on one device, no pipeline (the PipelineCell's sum over micro-batches): its losses of the 5
+    steps on the fixed batch and of a 6th on ``model_batch``, and its train cell (its program compiled, for the
+    checkpoint loads)."""
     ms.reset_auto_parallel_context()
     train = train_cell(staged_gpt())
     x, y = data()
-    return [float(train(x, y)) for _ in range(6)]
+    losses = [float(train(x, y)) for _ in range(5)]
+    return losses + [float(train(*model_batch()))], train
 
 
 def _job(tmp_path, processes: int, devices: int) -> list[dict]:
@@ -39,28 +42,29 @@ def _job(tmp_path, processes: int, devices: int) -> list[dict]:
 
 
 def _check(runs: list[dict], processes: int, stages_per_process: int) -> None:
-    want = _unpipelined()
+    want, _ = _unpipelined()
     for rank, run in enumerate(runs):
         assert run["processes"] == processes
         assert run["owned"] == list(range(rank * stages_per_process, (rank + 1) * stages_per_process))
-        # every process reports the step's loss (the last stage's process broadcasts it)
-        np.testing.assert_allclose(run["losses"][:5], want[:5], rtol=1e-5, err_msg=f"process {rank}")
+        # every process reports every step's loss (the last stage's process broadcasts it); the 6th is the one
+        # LossMonitor printed under Model.train
+        np.testing.assert_allclose(run["losses"], want, rtol=1e-5, err_msg=f"process {rank}")
+        assert run["monitor"].startswith("epoch: 1 step: 1, loss is")
         assert run["transfers"] == 2 * (STAGES - 1) * 4 and run["shared_sums"] == 1
 
 
 def _loads_into_one_device(tmp_path, runs: list[dict]) -> None:
-    """The checkpoint saved after step 5 loads into a one-device, unpipelined network (parameters and momentum)
-    whose next step's loss is the job's step 6."""
+    """The checkpoint saved after step 5 holds the tied weight once and loads into the one-device, unpipelined
+    train cell (which has trained a 6th step since): its parameters and momentum are step 5's again, and the 6th
+    step gives the job's 6th loss again."""
     path = str(tmp_path / "gpt_pipe.ckpt")
     manifest = read_manifest(path)
-    network = {e["name"]: e.get("pipeline_stage") for e in manifest["entries"] if e["group"] == "network"}
-    assert network["embedding_table"] == 0 and list(network).count("embedding_table") == 1  # the tied weight once
-    assert network["blocks.3.output.projection.weight"] == STAGES - 1
-    ms.reset_auto_parallel_context()
-    train = train_cell(staged_gpt())
+    network = [(e["name"], e.get("pipeline_stage")) for e in manifest["entries"] if e["group"] == "network"]
+    assert [stage for name, stage in network if name == "embedding_table"] == [0]  # the tied weight, once
+    assert dict(network)["blocks.3.output.projection.weight"] == STAGES - 1
+    _, train = _unpipelined()
     assert load_param_into_net(train, load_checkpoint(path)) == ([], [])
-    x, y = data()
-    np.testing.assert_allclose(float(train(x, y)), runs[0]["losses"][5], rtol=1e-5)
+    np.testing.assert_allclose(float(train(*model_batch())), runs[0]["losses"][5], rtol=1e-5)
 
 
 @pytest.mark.dist

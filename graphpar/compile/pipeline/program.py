@@ -14,12 +14,16 @@ XLA's SPMD partitioner places every op of a program on all of the program's devi
    (the optax update of the stage's parameters), each lowered and compiled on its first call into the same stage
    values as any program (``Lowered``, ``Compiled``, counted in :attr:`PipelineProgram.counts`);
 3. **run**: dispatch the programs in the schedule's order (``compile.pipeline_schedule``: GPipe or 1F1B), moving each
-   activation to the next stage's devices and each activation gradient back with ``jax.device_put`` (counted in
-   :class:`PipelineStats`), then one optimizer update per stage.
+   activation to the next stage's devices and each activation gradient back (``jax.device_put`` within a process;
+   counted in :class:`PipelineStats`), then one optimizer update per stage.
 
 The loss is MindSpore's ``PipelineCell`` loss: the sum of the micro-batches' losses. Residuals are held only as the
 buffers of the forward's VJP object until that micro-batch's backward ran; :class:`PipelineStats` records the most
-micro-batches (and bytes) each stage held at once. Single process only: a multi-process job is refused by name.
+micro-batches (and bytes) each stage held at once. In a multi-process job every process walks the same schedule
+and runs only its own stages' programs; transfers between processes are small collective programs
+(``compile.pipeline.transfer``), the loss is broadcast from the last stage's process (``compile.pipeline.processes``).
+A Parameter used by several stages has a copy in each, their gradients summed before the update
+(``compile.pipeline.stage_values``).
 
 Like every program, :class:`PipelineProgram` is built on ``runtime.skeleton.Program``: its settings (checked) are
 one :class:`PipelineSettings` snapshot per compile key, its network state and stage cache are the skeleton's.
@@ -349,7 +353,7 @@ class PipelineProgram(Program[PipelineSettings]):
             maybe_dump_execute(built.description(), self.job, ScheduleMeasure(stats.transfer_log, stats.transfers_last_step,
                                                                 stats.peak_live_micro_batches,
                                                                 stats.peak_residual_bytes),
-                               [st.hlo() if st.owned else "" for st in built.stages])
+                               [st.hlo() if st.owned else None for st in built.stages])
         # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled),
         # computed where the last stage runs and shared with every process
         total = share_loss(np.float32(sum(np.float64(np.asarray(x)) for x in losses)), stages[-1].owned)

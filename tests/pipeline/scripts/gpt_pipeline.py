@@ -2,34 +2,47 @@
 one process or several (not a test itself; tests/pipeline/test_pipeline_processes.py launches it).
 
 Calls init() (graphpar launch, msrun, Dynamic Cluster variables, mpirun or alone), trains 5 steps on a fixed batch,
-saves a checkpoint into OUT, trains one more step, and writes every step's loss as this process saw it to
-OUT/losses_<process>.json. Usage: gpt_pipeline.py OUT
+saves a checkpoint into OUT, trains one more step with ``Model.train`` and ``LossMonitor`` (an unsharded dataset of
+4 sequences: tests.pipeline.gpt_stages.model_batch), and writes every step's loss as this process saw it to
+OUT/losses_<process>.json (with the mean wall and CPU seconds of steps 2-5 in this process). Usage:
+gpt_pipeline.py OUT
 """
 
+import contextlib
+import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import jax
 
 import graphpar as ms
-from graphpar import nn
 from graphpar.checkpoint import save_checkpoint
 from graphpar.communication import init
+from graphpar.train import LossMonitor, Model
 
 from tests.pipeline.gpt_stages import STAGES, data, staged_gpt, train_cell
+from tests.train.helpers import array_dataset
 
 out = Path(sys.argv[1])
 init()
 ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=STAGES)
 train = train_cell(staged_gpt())
 x, y = data()
-losses = [float(train(x, y)) for _ in range(5)]
+losses = [float(train(x, y))]  # compiles
+started, cpu = time.perf_counter(), time.process_time()
+losses += [float(train(x, y)) for _ in range(4)]
+seconds = {"step_wall": (time.perf_counter() - started) / 4, "step_cpu": (time.process_time() - cpu) / 4}
 save_checkpoint(train, str(out / "gpt_pipe.ckpt"))
-losses.append(float(train(x, y)))
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):  # what LossMonitor prints on this process
+    Model(train).train(1, array_dataset(x[:4], y[:4], batch_size=4), callbacks=[LossMonitor()])
+losses.append(float(printed.getvalue().strip().rsplit(" ", 1)[1]))
 stats = train.program.stats
 (out / f"losses_{jax.process_index()}.json").write_text(json.dumps({
-    "losses": losses, "processes": jax.process_count(), "devices": jax.local_device_count(),
+    "losses": losses, "monitor": printed.getvalue(), **seconds, "processes": jax.process_count(),
+    "devices": jax.local_device_count(),
     "owned": [st.sg.stage for st in next(iter(train.program._built.values())).stages if st.owned],
     "transfers": stats.transfers_last_step, "shared_sums": stats.shared_sums_last_step}))
 print("DONE process", jax.process_index(), flush=True)
