@@ -368,23 +368,6 @@ def _predict_tuple_strategy_multiprocess():
         return model.predict(ms.Tensor(np.ones((1, 4), np.float32)))
 
 
-def _pipeline_stage_over_processes():
-    """pipeline_stages=2 on 4 processes of 2 devices: each stage's 4 ranks would lie in two processes (the job's
-    devices stand in, as 8 local devices cannot belong to several processes)."""
-    from types import SimpleNamespace
-    from unittest import mock
-
-    ms = _ms()
-    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2)
-    net = ms.nn.SequentialCell([ms.nn.Dense(4, 4), ms.nn.Dense(4, 2)])
-    net[0].pipeline_stage, net[1].pipeline_stage = 0, 1
-    train = ms.nn.TrainOneStepCell(ms.nn.PipelineCell(ms.nn.WithLossCell(net, ms.nn.MSELoss()), 2),
-                                   ms.nn.SGD(net.trainable_params(), 0.1))
-    devices = [SimpleNamespace(id=i, process_index=i // 2, platform="cpu") for i in range(8)]
-    with mock.patch("graphpar.compile.pipeline.settings.job_devices", return_value=devices):
-        return train(np.ones((4, 4), np.float32), np.ones((4, 2), np.float32))
-
-
 def _view_of_a_removed_checkpoint(tmp: Path):
     """A checkpoint saved into rank_0/ of an 8-rank job (every other rank's folder gets a view), then rank_0 removed."""
     from graphpar import Parameter, Tensor
@@ -812,9 +795,6 @@ ROWS: list[Row] = [
     Row("auto-parallel-pipeline-step", "construct", "AutoParallel(train_step).pipeline(stages=2)",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).pipeline(stages=2),
         ERR + "JitError", ("AutoParallel.pipeline", "stages=2", "nn.PipelineCell")),
-    Row("pipeline-stage-over-processes", "construct", "pipeline_stages=2 on 4 processes of 2 devices (a stage's 4 "
-        "ranks in two processes)", lambda t: _pipeline_stage_over_processes(), "graphpar.nn.pipeline_cell:PipelineError",
-        ("pipeline stage 0", "ranks 0-3", "processes [0, 1]", "one process", "at least 4 devices per process")),
     Row("auto-parallel-not-built", "construct", "AutoParallel(train_step).print_local_norm()",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).print_local_norm(),
         ERR + "JitError", ("AutoParallel.print_local_norm", "not built", "ops.ReduceSum")),

@@ -1,6 +1,7 @@
 """Pipeline parallel across processes (jax.distributed on 127.0.0.1, graphpar launch): a GPT with 4 stages x tensor
 parallel 2 and its output projection tied to the embedding, on 2 processes x 4 devices and 4 processes x 2
-devices. Every process runs only its own stages' programs; activations, their gradients and the tied weight's
+devices, and with 2 stages on 4 processes of one device (a stage over two processes). Every process runs only its
+own stages' programs; activations, their gradients and the tied weight's
 gradients cross processes as small ppermute/psum programs (compile/pipeline/transfer.py). Losses equal the same
 model in one process without pipeline, and the checkpoint the job saves loads into one device."""
 
@@ -33,27 +34,27 @@ def _unpipelined():
     return losses + [float(train(*model_batch()))], train
 
 
-def _job(tmp_path, processes: int, devices: int) -> list[dict]:
-    result = launch(["--nproc", str(processes), "--devices-per-proc", str(devices), SCRIPT, str(tmp_path)],
+def _job(tmp_path, processes: int, devices: int, stages: int = STAGES) -> list[dict]:
+    result = launch(["--nproc", str(processes), "--devices-per-proc", str(devices), SCRIPT, str(tmp_path), str(stages)],
                     tmp_path, timeout=300, DEVICE_TARGET="CPU")
     logs = "\n".join(p.read_text()[-3000:] for p in sorted((tmp_path / "logs").glob("*.log")))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + logs
     return [json.loads((tmp_path / f"losses_{i}.json").read_text()) for i in range(processes)]
 
 
-def _check(runs: list[dict], processes: int, stages_per_process: int) -> None:
+def _check(runs: list[dict], processes: int, owned: list[list[int]], stages: int = STAGES) -> None:
     want, _ = _unpipelined()
     for rank, run in enumerate(runs):
         assert run["processes"] == processes
-        assert run["owned"] == list(range(rank * stages_per_process, (rank + 1) * stages_per_process))
+        assert run["owned"] == owned[rank]
         # every process reports every step's loss (the last stage's process broadcasts it); the 6th is the one
         # LossMonitor printed under Model.train
         np.testing.assert_allclose(run["losses"], want, rtol=1e-5, err_msg=f"process {rank}")
         assert run["monitor"].startswith("epoch: 1 step: 1, loss is")
-        assert run["transfers"] == 2 * (STAGES - 1) * 4 and run["shared_sums"] == 1
+        assert run["transfers"] == 2 * (stages - 1) * 4 and run["shared_sums"] == 1
 
 
-def _loads_into_one_device(tmp_path, runs: list[dict]) -> None:
+def _loads_into_one_device(tmp_path, runs: list[dict], stages: int = STAGES) -> None:
     """The checkpoint saved after step 5 holds the tied weight once and loads into the one-device, unpipelined
     train cell (which has trained a 6th step since): its parameters and momentum are step 5's again, and the 6th
     step gives the job's 6th loss again."""
@@ -61,7 +62,7 @@ def _loads_into_one_device(tmp_path, runs: list[dict]) -> None:
     manifest = read_manifest(path)
     network = [(e["name"], e.get("pipeline_stage")) for e in manifest["entries"] if e["group"] == "network"]
     assert [stage for name, stage in network if name == "embedding_table"] == [0]  # the tied weight, once
-    assert dict(network)["blocks.3.output.projection.weight"] == STAGES - 1
+    assert dict(network)["blocks.3.output.projection.weight"] == stages - 1
     _, train = _unpipelined()
     assert load_param_into_net(train, load_checkpoint(path)) == ([], [])
     np.testing.assert_allclose(float(train(*model_batch())), runs[0]["losses"][5], rtol=1e-5)
@@ -70,12 +71,21 @@ def _loads_into_one_device(tmp_path, runs: list[dict]) -> None:
 @pytest.mark.dist
 def test_gpt_four_stages_tp2_on_two_processes_of_four_devices(tmp_path):
     runs = _job(tmp_path, 2, 4)
-    _check(runs, 2, 2)
+    _check(runs, 2, [[0, 1], [2, 3]])
     _loads_into_one_device(tmp_path, runs)
 
 
 @pytest.mark.dist
 def test_gpt_four_stages_tp2_on_four_processes_of_two_devices(tmp_path):
     runs = _job(tmp_path, 4, 2)
-    _check(runs, 4, 1)
+    _check(runs, 4, [[0], [1], [2], [3]])
     _loads_into_one_device(tmp_path, runs)
+
+
+@pytest.mark.dist
+def test_gpt_two_stages_tp2_on_four_processes_of_one_device(tmp_path):
+    """One process per device (msrun's usual layout): each stage's two ranks are two processes, which both run the
+    stage's programs (its tensor-parallel collectives cross processes too)."""
+    runs = _job(tmp_path, 4, 1, stages=2)
+    _check(runs, 4, [[0], [0], [1], [1]], stages=2)
+    _loads_into_one_device(tmp_path, runs, stages=2)

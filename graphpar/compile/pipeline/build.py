@@ -74,7 +74,7 @@ class Stage:
     value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
     planned: Planned  # the stage's graph and layout
     jitted: dict[str, Any]  # kind -> the jitted program (``PROGRAM_KINDS``)
-    owned: bool = True  # whether this process runs the stage (owns its devices)
+    owned: bool = True  # whether this process runs the stage (owns some or all of its devices)
     compiled: dict[str, Compiled] = field(default_factory=dict)  # kind -> its compiled stage, once called
 
     def hlo(self) -> str:
@@ -114,7 +114,7 @@ def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
 def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Sequence[jax.Device], per_stage: int,
                  optimizer: Optimizer, sens: float) -> list[Stage]:
     """Every stage of ``split`` (cut from the planned ``graph``) placed on its ``per_stage`` devices of
-    ``devices`` and compiled; ``owned`` when this process owns its devices."""
+    ``devices`` and compiled; ``owned`` when this process owns (some of) its devices."""
     sizes = graph.plan.mesh.sizes
     k = per_stage
     specs = graph.plan.value_specs
@@ -143,7 +143,7 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
                                   optimizer.transformation(), sens)
         stages.append(Stage(sg, mesh, list(range(sg.stage * k, (sg.stage + 1) * k)), param_sh, rest_sh, data_sh,
                             value_sh, planned, dict(zip(PROGRAM_KINDS, programs)),
-                            owned=owners[sg.stage] == jax.process_index()))
+                            owned=jax.process_index() in owners[sg.stage]))
     return stages
 
 

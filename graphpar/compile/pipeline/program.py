@@ -46,7 +46,7 @@ from graphpar.common.parameter import Parameter
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.pipeline.build import Built, Stage, build_stages, stage_compiled
-from graphpar.compile.pipeline.processes import share_loss
+from graphpar.compile.pipeline.processes import local_value, put_host, share_loss
 from graphpar.compile.pipeline.stage_values import PARAMS, REST, KeptValues, sum_shared
 from graphpar.compile.pipeline.schedule import dispatch_order, stage_orders
 from graphpar.compile.pipeline.settings import PipelinePlan, PipelineSettings, read_pipeline_settings
@@ -269,7 +269,7 @@ class PipelineProgram(Program[PipelineSettings]):
         pv, rv = self._kept.take(built.stages, ns.params, PARAMS), self._kept.take(built.stages, ns.rest, REST)
         opt = self._opt_states(ns, built, pv)
         m, rows = self.micro_size, [x.shape[0] // self.micro_size for x in arrays]  # each input's micro-batch rows
-        data = [[[jax.device_put(arrays[i][k * rows[i]:(k + 1) * rows[i]], sh)
+        data = [[[put_host(arrays[i][k * rows[i]:(k + 1) * rows[i]], sh)
                   for i, sh in zip(st.sg.data, st.data_sh)] for k in range(m)] if st.owned else None for st in stages]
         dests: dict[int, list[int]] = {}
         source: dict[int, int] = {}
@@ -354,10 +354,14 @@ class PipelineProgram(Program[PipelineSettings]):
                                                                 stats.peak_live_micro_batches,
                                                                 stats.peak_residual_bytes),
                                [st.hlo() if st.owned else None for st in built.stages])
+        me = jax.process_index()
         # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled),
         # computed where the last stage runs and shared with every process
-        total = share_loss(np.float32(sum(np.float64(np.asarray(x)) for x in losses)), stages[-1].owned)
-        return jax.device_put(total, next(st.mesh.devices.flat[-1] for st in reversed(stages) if st.owned))
+        last = stages[-1]
+        source = last.owned and jax.process_index() == min(d.process_index for d in last.mesh.devices.flat)
+        total = share_loss(np.float32(sum(np.float64(local_value(x)) for x in losses)), source)
+        return jax.device_put(total, next(d for st in reversed(stages) if st.owned
+                                          for d in reversed(list(st.mesh.devices.flat)) if d.process_index == me))
 
     def _measure(self, stage: int, residual: dict[tuple[int, int], Any], params: list[Any]) -> None:
         """The live residual buffers of ``stage``: how many micro-batches, and their bytes on one device (each

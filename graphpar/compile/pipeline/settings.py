@@ -15,7 +15,6 @@ import jax
 from graphpar import _context
 from graphpar._context import PYNATIVE_MODE, AutoParallelContext, ParallelMode
 from graphpar.communication.devices import job_devices
-from graphpar.compile.pipeline.processes import stage_processes
 from graphpar.compile.pipeline.stage_split import PipelineError
 from graphpar.dump.pipeline import PipelineJob
 from graphpar.nn.pipeline_cell import PipelineCell
@@ -74,7 +73,6 @@ def read_pipeline_settings(pipe: PipelineCell) -> PipelineSettings:
     if n % n_stages:
         raise PipelineError(f"device_num={n}", f"is not divisible by pipeline_stages={n_stages}",
                             f"use a device_num that is a multiple of {n_stages}")
-    stage_processes(devices, n_stages, n // n_stages)  # each stage's devices in one process
     micro_size = pipe.micro_size
     if micro_size < n_stages:
         raise PipelineError(f"PipelineCell micro_size={micro_size}",

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.compile.plans.layout import state_shardings
 from graphpar.planner.state_paths import parameter_of
-from graphpar.compile.pipeline.processes import place_owned, placeholder
+from graphpar.compile.pipeline.processes import local_value, place_owned, placeholder
 
 
 def split_state(whole: Any, tx: optax.GradientTransformation, stage_params: Sequence[dict[str, Any]],
@@ -57,6 +57,9 @@ def join_state(template: Any, states: Sequence[Any], owner: dict[str, int], loca
         name = parameter_of(path, owner)
         if name is not None and path in by_stage[owner[name]]:
             return by_stage[owner[name]][path]
-        return by_stage[local].get(path, leaf)
+        shared = by_stage[local].get(path, leaf)
+        if jax.process_count() > 1 and isinstance(shared, jax.Array):  # the same value on every process
+            return local_value(shared)
+        return shared
 
     return jax.tree_util.tree_map_with_path(pick, template)

@@ -27,7 +27,13 @@ PAIR_AXIS = "stage_pair"
 
 
 def _local(sharding: NamedSharding) -> bool:
+    """Whether every device of ``sharding`` is this process's."""
     return sharding.is_fully_addressable
+
+
+def _takes_part(sharding: NamedSharding) -> bool:
+    """Whether some device of ``sharding`` is this process's."""
+    return bool(sharding.addressable_devices)
 
 
 def _stacked(meshes: Sequence[Mesh]) -> Mesh:
@@ -38,7 +44,7 @@ def _stacked(meshes: Sequence[Mesh]) -> Mesh:
 
 def _rows(x: jax.Array | None, sharding: NamedSharding, shape: Sequence[int], dtype: Any) -> list[jax.Array]:
     """This process's shards of one row of the stacked array: ``x``'s (each with a leading 1), or zeros when this
-    process does not hold the value."""
+    process does not hold the value (none when it has no device there)."""
     if x is not None:
         return [s.data[None] for s in x.addressable_shards]
     block = np.zeros((1,) + tuple(sharding.shard_shape(tuple(shape))), dtype)
@@ -81,19 +87,19 @@ class Links:
     def move(self, key: Any, x: jax.Array | None, src: NamedSharding, dst: NamedSharding, shape: Sequence[int],
              dtype: Any) -> jax.Array | None:
         """``x`` (held by this process when it owns the sender, else None) in ``dst``; None when this process
-        does not own the receiver. Called by every process owning either end, at the same point of the
-        schedule."""
+        owns none of the receiver's devices. Called by every process owning devices of either end, at the same
+        point of the schedule."""
         if _local(src) and _local(dst):
             return jax.device_put(x, dst)
-        if not _local(src) and not _local(dst):
+        if not _takes_part(src) and not _takes_part(dst):
             return None
         program, stacked = self._program(("send", key), [src.mesh, dst.mesh], src.spec, "send")
-        rows = _rows(x, src, shape, dtype) if _local(src) else _rows(None, NamedSharding(dst.mesh, src.spec),
-                                                                    shape, dtype)
+        arriving = NamedSharding(dst.mesh, src.spec)
+        rows = (_rows(x, src, shape, dtype) if _takes_part(src) else []) + _rows(None, arriving, shape, dtype)
         out = program(jax.make_array_from_single_device_arrays((2,) + tuple(shape), stacked, rows))
-        if not _local(dst):
+        if not _takes_part(dst):
             return None
-        got = _unstack(out, NamedSharding(dst.mesh, src.spec), shape)
+        got = _unstack(out, arriving, shape)
         return got if got.sharding == dst else jax.device_put(got, dst)
 
     def sum_copies(self, key: Any, copies: Sequence[jax.Array | None], shardings: Sequence[NamedSharding],
@@ -101,10 +107,10 @@ class Links:
         """The sum of the copies' values (one per stage, ``shardings``: theirs, one spec), for every copy this
         process holds (None for the others). Called by every process owning one of the stages, at the same point
         of the schedule."""
-        if not any(_local(s) for s in shardings):  # the processes owning those stages sum them
+        if not any(_takes_part(s) for s in shardings):  # the processes owning those stages sum them
             return [None] * len(shardings)
         spec = shardings[0].spec
         program, stacked = self._program(("sum", key), [s.mesh for s in shardings], spec, "sum")
-        rows = [r for x, s in zip(copies, shardings) if _local(s) for r in _rows(x, s, shape, dtype)]
+        rows = [r for x, s in zip(copies, shardings) if _takes_part(s) for r in _rows(x, s, shape, dtype)]
         out = program(jax.make_array_from_single_device_arrays((len(copies),) + tuple(shape), stacked, rows))
-        return [_unstack(out, s, shape) if _local(s) else None for s in shardings]
+        return [_unstack(out, s, shape) if _takes_part(s) else None for s in shardings]

@@ -5,7 +5,7 @@ Calls init() (graphpar launch, msrun, Dynamic Cluster variables, mpirun or alone
 saves a checkpoint into OUT, trains one more step with ``Model.train`` and ``LossMonitor`` (an unsharded dataset of
 4 sequences: tests.pipeline.gpt_stages.model_batch), and writes every step's loss as this process saw it to
 OUT/losses_<process>.json (with the mean wall and CPU seconds of steps 2-5 in this process). Usage:
-gpt_pipeline.py OUT
+gpt_pipeline.py OUT [STAGES]
 """
 
 import contextlib
@@ -26,9 +26,10 @@ from tests.pipeline.gpt_stages import STAGES, data, staged_gpt, train_cell
 from tests.train.helpers import array_dataset
 
 out = Path(sys.argv[1])
+stages = int(sys.argv[2]) if len(sys.argv) > 2 else STAGES
 init()
-ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=STAGES)
-train = train_cell(staged_gpt())
+ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=stages)
+train = train_cell(staged_gpt(stages))
 x, y = data()
 losses = [float(train(x, y))]  # compiles
 started, cpu = time.perf_counter(), time.process_time()
