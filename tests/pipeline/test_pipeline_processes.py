@@ -1,10 +1,10 @@
 """Pipeline parallel across processes (jax.distributed on 127.0.0.1, graphpar launch): a GPT with 4 stages x tensor
 parallel 2 and its output projection tied to the embedding, on 2 processes x 4 devices and 4 processes x 2
-devices, with 2 stages on 4 processes of one device (a stage over two processes), and with zero_bubble_v's 2 x 2
-virtual stages on 2 processes of two devices. Every process runs only its
-own stages' programs; activations, their gradients and the tied weight's
-gradients cross processes as small ppermute/psum programs (compile/pipeline/transfer.py). Losses equal the same
-model in one process without pipeline, and the checkpoint the job saves loads into one device."""
+devices, with 2 stages on 4 processes of one device (a stage over two processes), and with 2 x 2 virtual
+stages (zero_bubble_v, interleaved 1F1B) on 2 processes of two devices. Every process runs only its own stages'
+programs; activations, their gradients and the tied weight's gradients cross processes as small ppermute/psum
+programs (compile/pipeline/transfer.py). Losses equal the same model in one process without pipeline, and the
+checkpoint the job saves loads into one device."""
 
 import functools
 import json
@@ -105,3 +105,13 @@ def test_gpt_zero_bubble_v_two_stages_tp2_on_two_processes_of_two_devices(tmp_pa
     runs = _job(tmp_path, 2, 2, stages=2, scheduler="zero_bubble_v")
     _check(runs, 2, [[0, 3], [1, 2]], stages=2, transfers=2 * 2 * 4)
     _loads_into_one_device(tmp_path, runs, stages=2, last_block_stage=0)
+
+
+@pytest.mark.dist
+def test_gpt_interleaved_1f1b_two_stages_tp2_on_two_processes_of_two_devices(tmp_path):
+    """Interleaved 1F1B across processes: process 0 runs chunks 0 and 2, process 1 chunks 1 and 3, so every chunk
+    boundary crosses processes (3 x 2 directions x 4 micro-batches) and the tied weight's copies (chunks 0 and 3)
+    are summed across them."""
+    runs = _job(tmp_path, 2, 2, stages=2, scheduler="1f1b")
+    _check(runs, 2, [[0, 2], [1, 3]], stages=2, transfers=3 * 2 * 4)
+    _loads_into_one_device(tmp_path, runs, stages=2)
