@@ -24,6 +24,7 @@ from graphpar.nn.cell import Cell
 from graphpar.nn.loss_scale import train_transformation
 from graphpar.nn.optim.optimizer import Optimizer
 from graphpar.nn.wrap import TrainOneStepCell
+from graphpar.planner.state_paths import parameter_of
 
 OPTIMIZER_PREFIX = "optimizer."
 
@@ -98,7 +99,10 @@ def optimizer_entries(optimizer: Any) -> list[Entry]:
     if state is None:
         return []
     leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    return [Entry(tree_path_name(path), "optimizer", leaf) for path, leaf in leaves]
+    # a leaf of a pipelined Parameter's state lives where the Parameter's (first) stage does
+    stages = {p.name: p.get_metadata().get("pipeline_stage") for p in optimizer.parameters}
+    return [Entry(tree_path_name(path), "optimizer", leaf,
+                  pipeline_stage=stages.get(parameter_of(path, stages) or "")) for path, leaf in leaves]
 
 
 def cell_entries(cell: Cell) -> list[Entry]:

@@ -33,7 +33,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from graphpar._logging import notice_once
-from graphpar.checkpoint import manifest, replacing, same_values, tensorstore_leak
+from graphpar.checkpoint import manifest, replacing, same_values, staged, tensorstore_leak
 from graphpar.checkpoint.entries import Entry
 from graphpar.checkpoint.errors import CheckpointError
 from graphpar.checkpoint.slices import global_rank, rank_devices, stack_rows
@@ -266,6 +266,8 @@ def write(path: str, entries: Sequence[Entry], *, integrated: bool = True, async
     started = time.perf_counter()
     import orbax.checkpoint as ocp
 
+    if integrated:
+        staged.gather_staged(entries)  # a multi-process pipeline's stage values, to every host
     tree, records, ranks = _layout(entries, integrated, row_ranks)
     local = [(r["name"], tree[e.group][e.name]) for e, r in zip(entries, records)
              if isinstance(tree[e.group][e.name], np.ndarray) and "slices" not in r]

@@ -115,12 +115,16 @@ def maybe_dump_begin(built: ScheduleDescription, job: PipelineJob) -> None:
         write_begin(st.graph, job.stage_plan(), _context.current().save_graphs_path, st.ranks)
 
 
-def maybe_dump_execute(built: ScheduleDescription, job: PipelineJob, measured: ScheduleMeasure, hlo: Sequence[str]) -> None:
-    """The execute dumps (``hlo[s]``: the compiled HLO of stage ``s``'s programs) and the schedule dump."""
+def maybe_dump_execute(built: ScheduleDescription, job: PipelineJob, measured: ScheduleMeasure,
+                       hlo: Sequence[str | None]) -> None:
+    """The execute dumps (``hlo[s]``: the compiled HLO of stage ``s``'s programs; None for a stage another process
+    runs, which that process dumps) and the schedule dump."""
     if not _context.current().save_graphs:
         return
     directory = _context.current().save_graphs_path
     for st in built.stages:
+        if hlo[st.stage] is None:
+            continue
         write_execute(st.graph, job.stage_plan(), hlo[st.stage], directory, st.ranks, rank_offset=st.ranks[0],
                       program_devices=len(st.ranks))
         text = schedule_text(built, job, measured, st)

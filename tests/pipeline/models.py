@@ -131,3 +131,50 @@ def mlp_virtual(layers=8, stages=4, segments=2, v_shape=False, d=16, hidden=32, 
         if segments > 1:
             layer.pipeline_segment = segment
     return net
+
+
+class TiedHead(nn.Cell):
+    """The last stage of :class:`TiedMLP`: a Dense layer on ``h + h @ tied.T``, ``tied`` being the first stage's
+    weight (a Parameter shared by two stages, as an output projection tied to the embedding)."""
+
+    def __init__(self, tied, rng):
+        super().__init__()
+        self.dense = nn.Dense(16, 8, weight_init=_w(rng, (8, 16)), bias_init="zeros")
+        self.tied = tied
+        self.mm = ops.MatMul(transpose_b=True)
+
+    def construct(self, h):
+        return self.dense(h + self.mm(h, self.tied))
+
+
+class TiedMLP(nn.Cell):
+    """Two stages sharing the first Dense layer's weight."""
+
+    def __init__(self, stages=2, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.a = nn.Dense(16, 16, weight_init=_w(rng, (16, 16)), bias_init="zeros", activation="relu")
+        self.b = TiedHead(self.a.weight, rng)
+        self.a.pipeline_stage, self.b.pipeline_stage = 0, stages - 1
+
+    def construct(self, x):
+        return self.b(self.a(x))
+
+
+class TiedVMLP(nn.Cell):
+    """:class:`TiedMLP` with two middle layers, laid out for zero_bubble_v on 2 stages: the first layer (stage 0,
+    segment 0) and the head reading its weight again (stage 0, segment 1, the V's last virtual stage) on the same
+    devices, the middle layers on stage 1."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.a = nn.Dense(16, 16, weight_init=_w(rng, (16, 16)), bias_init="zeros", activation="relu")
+        self.m1 = nn.Dense(16, 16, weight_init=_w(rng, (16, 16)), bias_init="zeros", activation="relu")
+        self.m2 = nn.Dense(16, 16, weight_init=_w(rng, (16, 16)), bias_init="zeros", activation="relu")
+        self.b = TiedHead(self.a.weight, rng)
+        for cell, stage, segment in ((self.a, 0, 0), (self.m1, 1, 0), (self.m2, 1, 1), (self.b, 0, 1)):
+            cell.pipeline_stage, cell.pipeline_segment = stage, segment
+
+    def construct(self, x):
+        return self.b(self.m2(self.m1(self.a(x))))

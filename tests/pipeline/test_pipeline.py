@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 import graphpar as ms
+from graphpar import nn
 from graphpar.compile.staging.cache import CompileCounts
 from graphpar.dump.pipeline import read_schedule
 
@@ -112,3 +113,45 @@ def test_stage_strategies_dumps_and_strategy_file(tmp_path, capsys):
 
 def begin0(ir, rank):
     return next(p.name for p in (ir / f"rank_{rank}").iterdir() if p.name.startswith("step_parallel_begin_"))
+
+
+def test_parameter_shared_by_two_stages_equals_unpipelined(tmp_path):
+    """A Parameter used by Cells of two stages (the first layer's weight read again by the head, as an output
+    projection tied to the embedding): each stage keeps a copy, their gradients are summed before every update,
+    so the losses are the unpipelined run's, the copies stay equal, and a checkpoint holds the weight once."""
+    from graphpar.checkpoint import save_checkpoint
+    from graphpar.checkpoint.store import read_manifest
+
+    from .models import TiedMLP
+
+    x, y = mlp_data()
+
+    def train(stages):
+        ms.reset_auto_parallel_context()
+        if stages > 1:
+            ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=stages)
+        net = TiedMLP(stages=max(stages, 2))
+        cell = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4),
+                                   nn.Momentum(net.trainable_params(), 0.05, 0.9))
+        return [float(cell(x, y)) for _ in range(5)], net, cell
+
+    want, ref, _ = train(1)
+    got, net, cell = train(2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert got[-1] < got[0]
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(ref)[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    stats = cell.program.stats
+    assert stats.shared_sums_last_step == 1 and stats.transfers_last_step == 2 * 4
+    built = next(iter(cell.program._built.values()))
+    w = net.a.weight.name
+    index = cell.program.state.param_names().index(w)
+    assert built.split.shared == {index: [0, 1]}
+    copies = cell.program._kept.take(built.stages, cell.program.state.params, lambda st: st.param_sh)
+    first, second = copies[(0, index)], copies[(1, index)]  # one copy on each stage's devices, equal
+    assert {d.id for d in first.sharding.device_set} == {0, 1, 2, 3}
+    assert {d.id for d in second.sharding.device_set} == {4, 5, 6, 7}
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+    save_checkpoint(cell, str(tmp_path / "tied.ckpt"))
+    entries = [e for e in read_manifest(str(tmp_path / "tied.ckpt"))["entries"] if e["group"] == "network"]
+    assert [e["pipeline_stage"] for e in entries if e["name"] == w] == [0]

@@ -124,32 +124,3 @@ def test_stages_flowing_backwards():
     with pytest.raises(PipelineError, match=r"op 'matmul' in .*/1-Dense \(stage 0\): its input comes from op 'relu' "
                                             r"in .*/0-Dense/activation-ReLU, which runs in the later stage 1"):
         _train(net)
-
-
-class _Head(ms.nn.Cell):
-    """A stage-1 Cell that also reads a weight given to it (tied weights)."""
-
-    def __init__(self, tied):
-        super().__init__()
-        self.dense = nn.Dense(16, 8)
-        self.tied = tied
-        self.mm = ms.ops.MatMul(transpose_b=True)
-
-    def construct(self, h):
-        return self.dense(h + self.mm(h, self.tied))
-
-
-class _Tied(ms.nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Dense(16, 16)
-        self.b = _Head(self.a.weight)
-        self.a.pipeline_stage, self.b.pipeline_stage = 0, 1
-
-    def construct(self, x):
-        return self.b(self.a(x))
-
-
-def test_parameter_in_two_stages():
-    with pytest.raises(PipelineError, match=r"Parameter 'b.tied': is used in stages \[0, 1\] \(by "):
-        _train(_Tied())

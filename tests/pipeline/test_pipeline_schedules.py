@@ -16,7 +16,7 @@ from graphpar.compile.pipeline.stage_split import PipelineError
 from graphpar.dump.pipeline import read_schedule
 
 from .helpers import mlp_data
-from .models import mlp_virtual
+from .models import TiedVMLP, mlp_virtual
 
 INTERLEAVED = {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
 ZERO_BUBBLE_V = {"pipeline_interleave": True, "pipeline_scheduler": "zero_bubble_v"}
@@ -158,3 +158,35 @@ def test_interleave_without_segments_is_plain_1f1b_said_once(notices):
     assert [a.text for a in train.program.trace_step(list(mlp_data(32)))[1].orders[0]] == [
         "F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"]
     assert "interleaved 1F1B is plain 1F1B" in notices.text
+
+
+def test_zero_bubble_v_with_a_weight_tied_between_two_segments_of_one_stage():
+    """A Parameter shared by the V's first and last virtual stages (an embedding and the head tied to it), both on
+    stage 0's devices: each keeps its own copy (its own buffer: each segment's update donates it), their gradients
+    are summed where they are, and the losses are the unpipelined run's."""
+    x, y = mlp_data()
+
+    def run(config):
+        ms.reset_auto_parallel_context()
+        if config is not None:
+            ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2,
+                                         pipeline_config=config)
+        net = TiedVMLP()
+        cell = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4),
+                                   nn.Momentum(net.trainable_params(), 0.05, 0.9))
+        return [float(cell(x, y)) for _ in range(4)], net, cell
+
+    want, _, _ = run(None)
+    got, net, cell = run(ZERO_BUBBLE_V)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    stats = cell.program.stats
+    assert stats.shared_sums_last_step == 1 and stats.transfers_last_step == 2 * 2 * 4  # boundaries 0|1 and 2|3
+    built = next(iter(cell.program._built.values()))
+    index = cell.program.state.param_names().index(net.a.weight.name)
+    assert built.split.shared == {index: [0, 3]}
+    copies = cell.program._kept.take(built.stages, cell.program.state.params, lambda st: st.param_sh)
+    first, last = copies[(0, index)], copies[(3, index)]
+    assert first.sharding.device_set == last.sharding.device_set  # stage 0's devices
+    assert first.addressable_shards[0].data.unsafe_buffer_pointer() != \
+        last.addressable_shards[0].data.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(last))

@@ -24,10 +24,12 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.pipeline.processes import stage_processes
 from graphpar.compile.pipeline.schedule import Action, VirtualLayout
 from graphpar.compile.pipeline.schedule_cost import ScheduleCosts, schedule_timeline
 from graphpar.compile.pipeline.stage_programs import stage_programs
 from graphpar.compile.pipeline.stage_split import StageGraph, StageSplit
+from graphpar.compile.pipeline.transfer import Links
 from graphpar.compile.plans.layout import Layout
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
@@ -75,6 +77,7 @@ class Stage:
     value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
     planned: Planned  # the stage's graph and layout
     jitted: dict[str, Any]  # kind -> the jitted program (``PROGRAM_KINDS``)
+    owned: bool = True  # whether this process runs the stage (owns some or all of its devices)
     compiled: dict[str, Compiled] = field(default_factory=dict)  # kind -> its compiled stage, once called
 
     def hlo(self) -> str:
@@ -99,6 +102,7 @@ class Built:
     layout: VirtualLayout | None = None  # None: one chunk per stage
     dumped: bool = False
     opt_template: Any = None  # the optimizer's one state, abstract (how the stages' states are put together)
+    links: Links = field(default_factory=Links)  # the transfer programs between stages of different processes
 
     @property
     def virtual(self) -> VirtualLayout:
@@ -125,12 +129,13 @@ def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
 def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Sequence[jax.Device], per_stage: int,
                  optimizer: Optimizer, sens: float, layout: VirtualLayout | None = None) -> list[Stage]:
     """Every stage (chunk) of ``split`` (cut from the planned ``graph``) placed on its group's ``per_stage`` devices
-    of ``devices`` and compiled."""
+    of ``devices`` and compiled; ``owned`` when this process owns (some of) its group's devices."""
     layout = layout or VirtualLayout(len(split.stages))
     sizes = graph.plan.mesh.sizes
     k = per_stage
     specs = graph.plan.value_specs
     n_params = len(ns.params.values())
+    owners = stage_processes(devices, layout.stages, per_stage)  # by device group
     stages = []
     for sg in split.stages:
         group = layout.place(sg.stage)[0]
@@ -154,7 +159,8 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
         programs = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
                                   optimizer.transformation(), sens)
         stages.append(Stage(sg, mesh, list(range(group * k, (group + 1) * k)), param_sh, rest_sh, data_sh,
-                            value_sh, planned, dict(zip(PROGRAM_KINDS, programs))))
+                            value_sh, planned, dict(zip(PROGRAM_KINDS, programs)),
+                            owned=jax.process_index() in owners[group]))
     return stages
 
 

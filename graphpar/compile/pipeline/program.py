@@ -14,8 +14,9 @@ XLA's SPMD partitioner places every op of a program on all of the program's devi
    (the optax update of the stage's parameters), each lowered and compiled on its first call into the same stage
    values as any program (``Lowered``, ``Compiled``, counted in :attr:`PipelineProgram.counts`);
 3. **run**: dispatch the programs in the schedule's order (``compile.pipeline.schedule``: GPipe, 1F1B, interleaved
-   1F1B, zero_bubble_v), moving each activation to the next stage's devices and each activation gradient back with
-   ``jax.device_put`` (counted in :class:`PipelineStats`), then one optimizer update per stage.
+   1F1B, zero_bubble_v; ``step_walk``), moving each activation to the next stage's devices and each activation
+   gradient back (``jax.device_put`` within a process; counted in :class:`PipelineStats`), then one optimizer update
+   per stage.
 
 With ``pipeline_interleave`` the cut is by virtual stage (chunk): each chunk gets its own programs on its stage's
 devices, and the schedule's actions name (stage, segment); a schedule with ``W`` actions runs each backward as
@@ -24,7 +25,11 @@ one step with each action timed (``step_record``).
 
 The loss is MindSpore's ``PipelineCell`` loss: the sum of the micro-batches' losses. Residuals are held only as the
 buffers of the forward's VJP object until that micro-batch's backward ran; :class:`PipelineStats` records the most
-micro-batches (and bytes) each stage held at once. Single process only: a multi-process job is refused by name.
+micro-batches (and bytes) each stage held at once. In a multi-process job every process walks the same schedule
+and runs only its own stages' programs; transfers between processes are small collective programs
+(``compile.pipeline.transfer``), the loss is broadcast from the last stage's process (``compile.pipeline.processes``).
+A Parameter used by several stages has a copy in each, their gradients summed before the update
+(``compile.pipeline.stage_values``).
 
 Like every program, :class:`PipelineProgram` is built on ``runtime.skeleton.Program``: its settings (checked) are
 one :class:`PipelineSettings` snapshot per compile key, its network state and stage cache are the skeleton's.
@@ -33,9 +38,7 @@ one :class:`PipelineSettings` snapshot per compile key, its network state and st
 from __future__ import annotations
 
 import collections
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -48,16 +51,17 @@ from graphpar.common.parameter import Parameter
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.pipeline.build import Built, Stage, build_stages, stage_compiled
-from graphpar.compile.pipeline.schedule import dispatch_order, splits_backward
+from graphpar.compile.pipeline.processes import local_value, put_host, share_loss
+from graphpar.compile.pipeline.schedule import dispatch_order
 from graphpar.compile.pipeline.schedule_virtual import schedule_orders
+from graphpar.compile.pipeline.stage_values import PARAMS, REST, KeptValues, sum_shared
 from graphpar.compile.pipeline.settings import PipelinePlan, PipelineSettings, read_pipeline_settings
 from graphpar.compile.pipeline.stage_opt_state import join_state, split_state
-from graphpar.compile.pipeline.stage_programs import is_float
-from graphpar.compile.pipeline.step_record import ActionTiming, StepTrace, log_entry, residual_bytes
+from graphpar.compile.pipeline.step_record import ActionTiming, StepTrace
+from graphpar.compile.pipeline.step_walk import PipelineStats, StepWalk
 from graphpar.compile.pipeline.stage_split import PipelineError, StageSplit, assign_stages, split_stages
 from graphpar.compile.plans.layout import GraphLayout, Layout
 from graphpar.compile.plans.planned import Planned, Traced
-from graphpar.compile.runtime.placement import place_state
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.progress import CompileProgress
@@ -69,20 +73,6 @@ from graphpar.planner import strategy_file
 from graphpar.planner.mesh import make_mesh
 from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.planning import plan_graph
-
-
-@dataclass
-class PipelineStats:
-    """What the runtime measured: activation-sized tensors moved between stages (forward activations and their
-    gradients) in the last step and in all steps, and the most micro-batches of residuals (and their bytes on one
-    device) each stage held at once."""
-
-    steps: int = 0
-    transfers_last_step: int = 0
-    transfers_total: int = 0
-    peak_live_micro_batches: list[int] = field(default_factory=list)
-    peak_residual_bytes: list[int] = field(default_factory=list)
-    transfer_log: list[dict[str, Any]] = field(default_factory=list)  # the first step's transfers, for the dumps
 
 
 class PipelineProgram(Program[PipelineSettings]):
@@ -108,6 +98,7 @@ class PipelineProgram(Program[PipelineSettings]):
         self._built: dict[ProgramKey, Built] = {}
         self._opt_written: Any = None
         self._stage_opt: list[Any] | None = None
+        self._kept = KeptValues()  # each stage's copy of the parameters and state, from the last step
         self._queue: collections.deque = collections.deque()
 
     def read_settings(self) -> PipelineSettings:
@@ -230,7 +221,7 @@ class PipelineProgram(Program[PipelineSettings]):
                                    if isinstance(x, jax.Array) and not x.is_deleted()])
         return out
 
-    def _opt_states(self, ns: NetworkState, built: Built, pvals: list[Any]) -> list[Any]:
+    def _opt_states(self, ns: NetworkState, built: Built, pvals: dict[tuple[int, int], Any]) -> list[Any]:
         """Per-stage optimizer states, cut from the optimizer's one state (set by a checkpoint load, or by the
         previous step, whose states are reused as they are)."""
         if self._stage_opt is not None and self.optimizer.opt_state is self._opt_written:
@@ -238,11 +229,13 @@ class PipelineProgram(Program[PipelineSettings]):
         names = ns.param_names()
         tx = self.optimizer.transformation()
         whole = self.optimizer.opt_state
-        if whole is None:
-            whole = tx.init(dict(zip(names, [np.asarray(v) for v in pvals])))
-        self._stage_opt = split_state(whole, tx, [{names[i]: pvals[i] for i in st.sg.params} for st in built.stages],
-                                      [{names[i]: st.param_sh[i] for i in st.sg.params} for st in built.stages],
-                                      [st.mesh for st in built.stages])
+        if whole is None:  # before the first step every process holds the initial values
+            whole = tx.init(dict(zip(names, [np.asarray(v) for v in ns.params.values()])))
+        stages = built.stages
+        self._stage_opt = split_state(whole, tx, [{names[i]: ns.params.values()[i] for i in st.sg.params}
+                                                  for st in stages],
+                                      [{names[i]: st.param_sh[i] for i in st.sg.params} for st in stages],
+                                      [st.mesh for st in stages], [st.owned for st in stages])
         return self._stage_opt
 
     def _write_opt(self, ns: NetworkState, built: Built, states: list[Any]) -> None:
@@ -252,12 +245,15 @@ class PipelineProgram(Program[PipelineSettings]):
             built.opt_template = jax.eval_shape(self.optimizer.transformation().init,
                                                 {n: jax.ShapeDtypeStruct(np.shape(v), v.dtype)
                                                  for n, v in zip(names, ns.params.values())})
-        owner = {names[i]: st.sg.stage for st in built.stages for i in st.sg.params}
+        owner = {names[i]: st.sg.stage for st in reversed(built.stages) for i in st.sg.params}  # first stage
+        local = next(st.sg.stage for st in built.stages if st.owned)
         self._stage_opt = states
-        self._opt_written = self.optimizer.opt_state = join_state(built.opt_template, states, owner)
+        self._opt_written = self.optimizer.opt_state = join_state(built.opt_template, states, owner, local)
 
     def run_step(self, inputs: Any) -> jax.Array:
-        """One pipelined training step on a global batch; returns the summed micro-batch loss."""
+        """One pipelined training step on a global batch; returns the summed micro-batch loss. In a multi-process
+        job every process walks the same schedule and runs the programs of its own stages
+        (``compile.pipeline.processes``, ``compile.pipeline.transfer``)."""
         return self._step(inputs, None)[0]
 
     def trace_step(self, inputs: Any) -> tuple[jax.Array, StepTrace]:
@@ -273,123 +269,54 @@ class PipelineProgram(Program[PipelineSettings]):
         for i, x in enumerate(arrays):
             check_micro_split(i, x.shape, self.micro_size)
         built = self._get_built(ns, arrays)
-        stages, split = built.stages, built.split
-        pvals, rest = list(ns.params.values()), list(ns.rest.values())
-        for st in stages:  # deferred parameters (no_init_parameters) drawn on the stage's devices, in one program
-            for values, shardings in ((pvals, st.param_sh), (rest, st.rest_sh)):
-                for i, value in zip(shardings, place_state([values[i] for i in shardings], list(shardings.values()))):
-                    values[i] = value
-        opt = self._opt_states(ns, built, pvals)
-        m, b = self.micro_size, arrays[0].shape[0] // self.micro_size if arrays else 0
-        data = [[[jax.device_put(arrays[i][k * b:(k + 1) * b], sh) for i, sh in zip(st.sg.data, st.data_sh)]
-                 for k in range(m)] for st in stages]
-        dests: dict[int, list[int]] = {}
-        source: dict[int, int] = {}
-        for t in split.transfers:
-            dests.setdefault(t.value, []).append(t.dst)
-            source[t.value] = t.src
-        inbox: dict[tuple[int, int, int], Any] = {}
-        ct_box: dict[tuple[int, int], list[Any]] = {}
-        residual: dict[tuple[int, int], Any] = {}
-        grads: list[Any] = [None] * len(stages)
-        losses, moved, log = [], 0, []
+        stages = built.stages
+        pv, rv = self._kept.take(stages, ns.params, PARAMS), self._kept.take(stages, ns.rest, REST)
+        opt = self._opt_states(ns, built, pv)
+        m, rows = self.micro_size, [x.shape[0] // self.micro_size for x in arrays]  # each input's micro-batch rows
+        data = [[[put_host(arrays[i][k * rows[i]:(k + 1) * rows[i]], sh)
+                  for i, sh in zip(st.sg.data, st.data_sh)] for k in range(m)] if st.owned else None for st in stages]
         first = self.stats.steps == 0
-        layout, split_bwd = built.virtual, splits_backward(built.orders)
-        pending_ct: dict[tuple[int, int], list[Any]] = {}  # a split backward's output cotangent, from B until W
-        for tick in built.ticks:
-            for a in tick:
-                started, cpu = time.perf_counter(), time.process_time()
-                chunk = layout.chunk(a.stage, a.segment)
-                st = stages[chunk]
-                sg = st.sg
-                if a.kind == "F":
-                    recv = [inbox.pop((v, chunk, a.micro)) for v in sg.received]
-                    sent, loss, new_rest, vjp = self._call(built, st, "forward", [pvals[i] for i in sg.params],
-                                                           [rest[i] for i in sg.rest], data[chunk][a.micro], recv)
-                    for j, value in zip(sg.rest_out, new_rest):
-                        rest[j] = value
-                    residual[(chunk, a.micro)] = vjp
-                    if loss is not None:
-                        losses.append(loss)
-                    for v, x in zip(sg.sent, sent):
-                        for d in dests[v]:
-                            inbox[(v, d, a.micro)] = placed = jax.device_put(x, stages[d].value_sh[v])
-                            if layout.place(d)[0] != a.stage:  # not between two chunks of one stage's devices
-                                moved += 1
-                                if first:
-                                    log.append(log_entry("forward", a.micro, chunk, d, v, built.graph, placed))
-                    self._measure(a.stage, layout, residual, pvals)
-                elif a.kind == "W":
-                    vjp, ct = residual.pop((chunk, a.micro)), pending_ct.pop((chunk, a.micro))
-                    if sg.params:
-                        grads[chunk] = self._call(built, st, "backward_weight", vjp, ct, grads[chunk])
-                    del vjp
-                else:
-                    ct = []
-                    for v in sg.sent:
-                        parts = ct_box.pop((v, a.micro))
-                        ct.append(parts[0] if len(parts) == 1 else sum(parts[1:], parts[0]))
-                    if grads[chunk] is None:
-                        grads[chunk] = self._call(built, st, "zeros", [pvals[i] for i in sg.params])
-                    if split_bwd:  # the input gradient now; the weight gradient at this micro-batch's W
-                        pending_ct[(chunk, a.micro)] = ct
-                        drecv = self._call(built, st, "backward_input", residual[(chunk, a.micro)], ct)
-                    else:
-                        vjp = residual.pop((chunk, a.micro))
-                        grads[chunk], drecv = self._call(built, st, "backward", vjp, ct, grads[chunk])
-                        del vjp
-                    floats = [v for v in sg.received if is_float(built.graph.values[v])]
-                    for v, d in zip(floats, drecv):
-                        src = source[v]
-                        placed = jax.device_put(d, stages[src].value_sh[v])
-                        ct_box.setdefault((v, a.micro), []).append(placed)
-                        if layout.place(src)[0] != a.stage:
-                            moved += 1
-                            if first:
-                                log.append(log_entry("backward", a.micro, chunk, src, v, built.graph, placed))
-                if timings is not None:  # a traced step: this action alone, waited for
-                    self._drain()
-                    timings.append(ActionTiming(a, started, time.perf_counter(), time.process_time() - cpu))
+        walk = StepWalk(built, lambda st, kind, *args: self._call(built, st, kind, *args), pv, rv, data, self.stats,
+                        first)
+        walk.run(timings, self._drain)
+        grads = walk.grads
+        self.stats.shared_sums_last_step = sum_shared(built, grads)
         for st in stages:
-            if not st.sg.params:
+            if not st.sg.params or not st.owned:
                 continue
-            new, opt[st.sg.stage] = self._call(built, st, "update", [pvals[i] for i in st.sg.params],
-                                               grads[st.sg.stage], opt[st.sg.stage])
-            for i, value in zip(st.sg.params, new):
-                pvals[i] = value
-        ns.params.write(pvals)
-        ns.rest.write(rest)
+            s = st.sg.stage
+            new, opt[s] = self._call(built, st, "update", [pv[(s, i)] for i in st.sg.params], grads[s], opt[s])
+            pv.update({(s, i): value for i, value in zip(st.sg.params, new)})
+        self._kept.write(stages, ns.params, PARAMS, pv)
+        self._kept.write(stages, ns.rest, REST, rv)
         self._write_opt(ns, built, opt)
         self.stats.steps += 1
-        self.stats.transfers_last_step = moved
-        self.stats.transfers_total += moved
+        self.stats.transfers_last_step = walk.moved
+        self.stats.transfers_total += walk.moved
         if first:
-            self.stats.transfer_log = log
+            self.stats.transfer_log = walk.log
         if not built.dumped:
             built.dumped = True
             stats = self.stats
-            maybe_dump_execute(built.description(), self.job, ScheduleMeasure(stats.transfer_log, stats.transfers_last_step,
-                                                                stats.peak_live_micro_batches,
-                                                                stats.peak_residual_bytes),
-                               [st.hlo() for st in built.stages])
-        # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled)
-        total = np.float32(sum(np.float64(np.asarray(x)) for x in losses))
-        return jax.device_put(total, self.devices[-1]), built
+            measure = ScheduleMeasure(stats.transfer_log, stats.transfers_last_step, stats.peak_live_micro_batches,
+                                      stats.peak_residual_bytes)
+            maybe_dump_execute(built.description(), self.job, measure,
+                               [st.hlo() if st.owned else None for st in stages])
+        me = jax.process_index()
+        # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled),
+        # computed where the last stage runs and shared with every process
+        last = stages[-1]
+        source = last.owned and me == min(d.process_index for d in last.mesh.devices.flat)
+        total = share_loss(np.float32(sum(np.float64(local_value(x)) for x in walk.losses)), source)
+        mine = next(d for st in reversed(stages) if st.owned for d in reversed(list(st.mesh.devices.flat))
+                    if d.process_index == me)
+        return jax.device_put(total, mine), built
 
     def _drain(self) -> None:
         """Wait for every queued program (a traced step times each action alone)."""
         while self._queue:
             jax.block_until_ready([x for x in jax.tree.leaves(self._queue.popleft())
                                    if isinstance(x, jax.Array) and not x.is_deleted()])
-
-    def _measure(self, stage: int, layout: Any, residual: dict[tuple[int, int], Any], params: list[Any]) -> None:
-        """The live residual buffers of ``stage``'s devices (all its chunks): how many micro-batch chunks, and
-        their bytes on one device (``step_record.residual_bytes``)."""
-        held = [vjp for (c, _), vjp in residual.items() if layout.place(c)[0] == stage]
-        nbytes = residual_bytes(held, params)
-        count = len(held)
-        self.stats.peak_live_micro_batches[stage] = max(self.stats.peak_live_micro_batches[stage], count)
-        self.stats.peak_residual_bytes[stage] = max(self.stats.peak_residual_bytes[stage], nbytes)
 
     def run_steps(self, stacked_inputs: Any) -> jax.Array:
         """Sink mode: ``len(stacked_inputs[0])`` pipelined steps, one after the other; the per-step losses."""

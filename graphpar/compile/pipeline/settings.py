@@ -75,10 +75,6 @@ def read_pipeline_settings(pipe: PipelineCell) -> PipelineSettings:
     if _context.current().mode == PYNATIVE_MODE:
         raise PipelineError("set_context(mode=PYNATIVE_MODE)", "pipeline parallel runs in GRAPH_MODE only (as "
                             "in MindSpore)", "use set_context(mode=GRAPH_MODE)")
-    if jax.process_count() > 1:
-        raise PipelineError(f"a job of {jax.process_count()} processes",
-                            "graphpar's pipeline parallel drives every stage from one process and is not built "
-                            "for multi-process jobs", "run the pipelined job as one process driving all devices")
     devices = tuple(job_devices(pctx.device_num))
     n = len(devices)
     if n % n_stages:

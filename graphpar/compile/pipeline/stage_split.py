@@ -16,8 +16,10 @@ Reads: the planned (or unplanned) micro-batch ``Graph`` of the train step (input
 
 Nodes outside any staged Cell (the loss function, reshapes written in ``construct``) take the latest stage of the
 nodes producing their inputs, or, when nothing upstream is staged (ops on the label), the earliest stage consuming
-their outputs; so a ``WithLossCell``'s loss runs in the last stage, as in MindSpore. Not handled: a Parameter used in
-two stages (MindSpore's shared-parameter synchronisation) and stages that send activations backwards.
+their outputs; so a ``WithLossCell``'s loss runs in the last stage, as in MindSpore. A Parameter used in several
+stages (MindSpore's shared parameters, e.g. an output projection tied to the embedding) is an input of each of them
+(:attr:`StageSplit.shared`): every stage keeps a copy, and the runtime sums the copies' gradients before each update
+so that they stay equal. Refused: a state variable read in two stages, and stages that send activations backwards.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class StageSplit:
     stages: list[StageGraph]
     transfers: list[Transfer]
     node_stage: dict[int, int]
-    param_stage: dict[str, int] = field(default_factory=dict)  # every parameter's (and state's) stage by name
+    param_stage: dict[str, int] = field(default_factory=dict)  # every parameter's (and state's) first stage by name
+    shared: dict[int, list[int]] = field(default_factory=dict)  # parameter index -> the stages (chunks) using it, 2+
 
 
 def check_cell_stages(root: Any, n_stages: int, layout: VirtualLayout | None = None) -> dict[str, int]:
@@ -187,15 +190,21 @@ def assign_stages(graph: Graph, root: Any, n_stages: int, layout: VirtualLayout 
     return out
 
 
+def _value_stages(graph: Graph, vid: int, node_stage: dict[int, int]) -> list[int]:
+    """The stages consuming a parameter (``[0]`` when unused)."""
+    return sorted({node_stage[c] for c, _ in graph.values[vid].consumers}) or [0]
+
+
 def _value_stage(graph: Graph, vid: int, node_stage: dict[int, int], what: str) -> int:
-    """The one stage consuming a parameter/state value (0 when unused); two stages are refused."""
+    """The one stage consuming a state value (0 when unused); two stages are refused."""
     stages = sorted({node_stage[c] for c, _ in graph.values[vid].consumers})
     if len(stages) > 1:
         users = sorted({graph.nodes[c].scope + "/" + graph.nodes[c].instance_name
                         for c, _ in graph.values[vid].consumers})
         raise PipelineError(f"{what} '{graph.values[vid].name}'",
-                            f"is used in stages {stages} (by {', '.join(users[:4])}); a Parameter lives in one stage",
-                            "use it inside one stage's Cells, or give each stage its own copy")
+                            f"is used in stages {stages} (by {', '.join(users[:4])}); a state variable lives in "
+                            "one stage",
+                            "read and update it inside one stage's Cells")
     return stages[0] if stages else 0
 
 
@@ -221,7 +230,7 @@ def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: 
         raise PipelineError("the network's loss", f"is computed in {layout.describe(loss_stage)}, not the last "
                             f"{layout.describe(last)}", f"run the loss (and the Cells after "
                             f"{layout.describe(loss_stage)}) in {layout.describe(last)}")
-    param_stage = [_value_stage(graph, v, node_stage, "Parameter") for v in param_vids]
+    param_stages = [_value_stages(graph, v, node_stage) for v in param_vids]
     rest_stage = [_value_stage(graph, v, node_stage, "state") for v in rest_vids]
     rest_out_stage = []
     for j, vid in enumerate(rest_out_vids):
@@ -241,7 +250,7 @@ def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: 
     specs = graph.plan.value_specs
     stages = []
     for s in range(n_stages):
-        params = [i for i, st in enumerate(param_stage) if st == s]
+        params = [i for i, st in enumerate(param_stages) if s in st]
         rest = [i for i, st in enumerate(rest_stage) if st == s]
         data = [i for i, v in enumerate(data_vids) if any(node_stage[c] == s for c, _ in graph.values[v].consumers)]
         received = [t.value for t in transfers if t.dst == s]
@@ -260,7 +269,8 @@ def split_stages(graph: Graph, root: Any, n_stages: int, n_params: int, n_rest: 
             graph, nodes={nid: graph.nodes[nid] for nid in order}, order=order, inputs=inputs, outputs=outputs,
             name=f"{graph.name}_stage{s}").with_plan(value_specs=stage_specs)
         stages.append(StageGraph(s, sub, params, rest, data, received, sent, s == last, rest_out))
-    # what checkpoints and strategy files record: each parameter's stage (its device group, not its chunk)
-    names = {graph.values[v].name: layout.place(st)[0] for v, st in zip(param_vids, param_stage)}
+    # what checkpoints and strategy files record: each parameter's (first) stage (its device group, not its chunk)
+    names = {graph.values[v].name: layout.place(st[0])[0] for v, st in zip(param_vids, param_stages)}
     names.update({graph.values[v].name: layout.place(st)[0] for v, st in zip(rest_vids, rest_stage)})
-    return StageSplit(stages, transfers, node_stage, names)
+    shared = {i: st for i, st in enumerate(param_stages) if len(st) > 1}
+    return StageSplit(stages, transfers, node_stage, names, shared)
