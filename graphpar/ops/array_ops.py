@@ -129,8 +129,11 @@ class StridedSlice(Primitive):
         super().__init__(begin_mask=begin_mask, end_mask=end_mask, ellipsis_mask=ellipsis_mask,
                          new_axis_mask=new_axis_mask, shrink_axis_mask=shrink_axis_mask)
 
+    _MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
+
     def compute(self, x, begin, end, strides):
-        return x[strided_index(begin, end, strides, **self.attrs)]
+        # the masks only: other attributes (add_prim_attr's, e.g. MicroBatchInterleaved's strided_slice_flag) ride along
+        return x[strided_index(begin, end, strides, **{k: self.attrs[k] for k in self._MASKS})]
 
 
 class Gather(Primitive):
