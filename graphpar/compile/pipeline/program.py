@@ -47,6 +47,7 @@ import numpy as np
 
 from graphpar import _context
 from graphpar._context import AutoParallelContext
+from graphpar.common.deferred import Deferred
 from graphpar.common.parameter import Parameter
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
@@ -230,7 +231,9 @@ class PipelineProgram(Program[PipelineSettings]):
         tx = self.optimizer.transformation()
         whole = self.optimizer.opt_state
         if whole is None:  # before the first step every process holds the initial values
-            whole = tx.init(dict(zip(names, [np.asarray(v) for v in ns.params.values()])))
+            # a deferred Parameter (no_init_parameters) is drawn for it: the same values on every process
+            whole = tx.init(dict(zip(names, [np.asarray(v.value() if isinstance(v, Deferred) else v)
+                                             for v in ns.params.values()])))
         stages = built.stages
         self._stage_opt = split_state(whole, tx, [{names[i]: ns.params.values()[i] for i in st.sg.params}
                                                   for st in stages],

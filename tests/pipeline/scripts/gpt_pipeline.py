@@ -18,13 +18,15 @@ from pathlib import Path
 
 import jax
 
-import graphpar as ms
-from graphpar.checkpoint import save_checkpoint
-from graphpar.communication import init
-from graphpar.train import LossMonitor, Model
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root: the tests' own helpers
 
-from tests.pipeline.gpt_stages import STAGES, data, staged_gpt, train_cell
-from tests.train.helpers import array_dataset
+import graphpar as ms  # noqa: E402
+from graphpar.checkpoint import save_checkpoint  # noqa: E402
+from graphpar.communication import init  # noqa: E402
+from graphpar.train import LossMonitor, Model  # noqa: E402
+
+from tests.pipeline.gpt_stages import STAGES, data, staged_gpt, train_cell  # noqa: E402
+from tests.train.helpers import array_dataset  # noqa: E402
 
 out = Path(sys.argv[1])
 stages = int(sys.argv[2]) if len(sys.argv) > 2 else STAGES
