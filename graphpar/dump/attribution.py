@@ -39,9 +39,10 @@ def gradient_shares(execute: Dump) -> dict[int | None, float]:
             readers.setdefault(arg, []).append(node.id)
     shares: dict[int | None, float] = {}
     for c in execute.unattributed:
-        if not c.parameters:  # not a gradient reduction: nothing to share out
-            continue
         wire = c.wire_bytes if c.wire_bytes is not None else float(c.bytes)
+        if not c.parameters:  # not a gradient reduction (an HLO op the dump could not name): no op takes it
+            shares[None] = shares.get(None, 0.0) + wire
+            continue
         total = sum(tensor_bytes(t) for t in c.output_types) or c.bytes or 1
         if len(c.output_types) == len(c.parameters):
             sizes = [tensor_bytes(t) for t in c.output_types]
