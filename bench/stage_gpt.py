@@ -65,16 +65,22 @@ class Block(nn.Cell):
         self.inv_sqrt = 1.0 / float(np.sqrt(self.head_dim))
 
     def construct(self, x):
-        batch = x.shape[0] // self.seq
-        heads = (batch, self.seq, self.heads, self.head_dim)
-        h = self.norm1(x)
-        q = self.split_q(self.reshape(self.query(h), heads), (0, 2, 1, 3))
-        k = self.split_k(self.reshape(self.key(h), heads), (0, 2, 3, 1))
-        v = self.split_v(self.reshape(self.value(h), heads), (0, 2, 1, 3))
-        probs = self.softmax(self.mask(self.scale(self.score(q, k), self.inv_sqrt), ms.Tensor(self.causal)))
-        context = self.merge(self.context(probs, v), (0, 2, 1, 3))
-        x = self.add1(x, self.output(self.reshape(context, (batch * self.seq, self.heads * self.head_dim))))
+        x = attend(self, x)
         return self.add2(x, self.ffn_out(self.gelu(self.ffn_in(self.norm2(x)))))
+
+
+def attend(block, x):
+    """``x`` plus causal self-attention of its LayerNorm: the first half of a block (this module's and
+    ``bench.stage_moe``'s), read from the block's ops."""
+    batch = x.shape[0] // block.seq
+    heads = (batch, block.seq, block.heads, block.head_dim)
+    h = block.norm1(x)
+    q = block.split_q(block.reshape(block.query(h), heads), (0, 2, 1, 3))
+    k = block.split_k(block.reshape(block.key(h), heads), (0, 2, 3, 1))
+    v = block.split_v(block.reshape(block.value(h), heads), (0, 2, 1, 3))
+    probs = block.softmax(block.mask(block.scale(block.score(q, k), block.inv_sqrt), ms.Tensor(block.causal)))
+    context = block.merge(block.context(probs, v), (0, 2, 1, 3))
+    return block.add1(x, block.output(block.reshape(context, (batch * block.seq, block.heads * block.head_dim))))
 
 
 class GPT(nn.Cell):

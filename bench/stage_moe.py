@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 import graphpar as ms
-from bench.stage_gpt import Dense, LayerNorm
+from bench.stage_gpt import Dense, LayerNorm, attend
 from graphpar import nn, ops
 from graphpar.common.initializer import Normal, initializer
 from graphpar.nn.transformer import MoE, MoEConfig, MoEParallelConfig
@@ -51,15 +51,7 @@ class MoEBlock(nn.Cell):
         self.inv_sqrt = 1.0 / float(np.sqrt(self.head_dim))
 
     def construct(self, x):
-        batch = x.shape[0] // self.seq
-        heads = (batch, self.seq, self.heads, self.head_dim)
-        h = self.norm1(x)
-        q = self.split_q(self.reshape(self.query(h), heads), (0, 2, 1, 3))
-        k = self.split_k(self.reshape(self.key(h), heads), (0, 2, 3, 1))
-        v = self.split_v(self.reshape(self.value(h), heads), (0, 2, 1, 3))
-        probs = self.softmax(self.mask(self.scale(self.score(q, k), self.inv_sqrt), ms.Tensor(self.causal)))
-        context = self.merge(self.context(probs, v), (0, 2, 1, 3))
-        x = self.add1(x, self.output(self.reshape(context, (batch * self.seq, self.heads * self.head_dim))))
+        x = attend(self, x)
         h = self.norm2(x)
         routed, aux_loss = self.moe(h)
         shared = self.shared_out(self.gelu(self.shared_in(h)))

@@ -6,9 +6,10 @@ import pytest
 import scipy.linalg
 
 import graphpar as ms
-from graphpar import Tensor, nn
+from graphpar import Tensor
 from graphpar.errors import StrategyError
 from graphpar.ops import operations as P
+from tests.planner.helpers import kind_strategies, sharded
 
 ANCHORS = np.array([[0, 0, 3, 3], [2, 2, 5, 7], [1, 0, 2, 9], [4, 4, 4, 4]] * 2, np.float32)
 GT = np.array([[1, 1, 4, 4], [0, 0, 9, 9]] * 4, np.float32)
@@ -37,40 +38,26 @@ def test_trace_v2_and_solve_triangular():
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-class _Net(nn.Cell):
-    def __init__(self, op, strategy, *args):
-        super().__init__()
-        self.op = op.shard(strategy)
-        self.args = args
-
-    def construct(self, *xs):
-        return self.op(*xs, *self.args)
-
-
-def _strategy(net, *xs, kind):
-    return [v for k, v in ms.parallel.strategies(net, *xs).items() if f"/{kind}-op" in k]
-
-
 def test_solve_triangular_splits_the_batch_only():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     a = np.tile(np.eye(4, dtype=np.float32) * 2, (8, 1, 1))
     b = np.ones((8, 4), np.float32)
-    net = _Net(P.SolveTriangular(), ((8, 1, 1), (8, 1)), 0, True)
-    assert _strategy(net, Tensor(a), Tensor(b), kind="SolveTriangular") == [[[8, 1, 1], [8, 1]]]
+    net = sharded(P.SolveTriangular(), ((8, 1, 1), (8, 1)), 0, True)
+    assert kind_strategies(net, Tensor(a), Tensor(b), kind="SolveTriangular") == [[[8, 1, 1], [8, 1]]]
     np.testing.assert_allclose(np.asarray(net(Tensor(a), Tensor(b))), b / 2)
     with pytest.raises(StrategyError, match="SolveTriangular cannot split a dim 1"):
-        _strategy(_Net(P.SolveTriangular(), ((4, 2, 1), (4, 1)), 0, True), Tensor(a), Tensor(b),
+        kind_strategies(sharded(P.SolveTriangular(), ((4, 2, 1), (4, 1)), 0, True), Tensor(a), Tensor(b),
                   kind="SolveTriangular")
 
 
 def test_bounding_box_encode_splits_boxes_alike_but_not_coordinates():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(P.BoundingBoxEncode(), ((8, 1), (8, 1)))
-    assert _strategy(net, Tensor(ANCHORS), Tensor(GT), kind="BoundingBoxEncode") == [[[8, 1], [8, 1]]]
+    net = sharded(P.BoundingBoxEncode(), ((8, 1), (8, 1)))
+    assert kind_strategies(net, Tensor(ANCHORS), Tensor(GT), kind="BoundingBoxEncode") == [[[8, 1], [8, 1]]]
     np.testing.assert_allclose(np.asarray(net(Tensor(ANCHORS), Tensor(GT))),
                                np.asarray(P.BoundingBoxEncode()(Tensor(ANCHORS), Tensor(GT))), rtol=1e-6)
     with pytest.raises(StrategyError, match="split alike"):
-        _strategy(_Net(P.BoundingBoxEncode(), ((8, 1), (4, 1))), Tensor(ANCHORS), Tensor(GT),
+        kind_strategies(sharded(P.BoundingBoxEncode(), ((8, 1), (4, 1))), Tensor(ANCHORS), Tensor(GT),
                   kind="BoundingBoxEncode")
 
 
@@ -94,8 +81,8 @@ def test_lstsq_v2_splits_the_batch_only():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     a = np.tile(np.eye(4, 2, dtype=np.float32), (8, 1, 1))
     b = np.ones((8, 4), np.float32)
-    net = _Net(P.LstsqV2(), ((8, 1, 1), (8, 1)), "gelsd")
-    assert _strategy(net, Tensor(a), Tensor(b), kind="LstsqV2") == [[[8, 1, 1], [8, 1]]]
+    net = sharded(P.LstsqV2(), ((8, 1, 1), (8, 1)), "gelsd")
+    assert kind_strategies(net, Tensor(a), Tensor(b), kind="LstsqV2") == [[[8, 1, 1], [8, 1]]]
     np.testing.assert_allclose(np.asarray(net(Tensor(a), Tensor(b))[0]), np.ones((8, 2)), atol=1e-5)
     with pytest.raises(StrategyError, match="LstsqV2 cannot split A dim 1"):
-        _strategy(_Net(P.LstsqV2(), ((2, 2, 1), (2, 1))), Tensor(a), Tensor(b), kind="LstsqV2")
+        kind_strategies(sharded(P.LstsqV2(), ((2, 2, 1), (2, 1))), Tensor(a), Tensor(b), kind="LstsqV2")

@@ -6,9 +6,10 @@ import pytest
 import scipy.fft
 
 import graphpar as ms
-from graphpar import Tensor, nn
+from graphpar import Tensor
 from graphpar.errors import StrategyError
 from graphpar.ops import auto_generate as P
+from tests.planner.helpers import sharded
 
 RNG = np.random.default_rng(0)
 X = (RNG.standard_normal((4, 6, 8)) + 1j * RNG.standard_normal((4, 6, 8))).astype(np.complex64)
@@ -86,20 +87,10 @@ def test_bad_arguments_are_refused_by_name():
         P.FFTN()(Tensor(X), (4, 4), (0,))
 
 
-class _Net(nn.Cell):
-    def __init__(self, op, strategy, *args):
-        super().__init__()
-        self.op = op.shard(strategy)
-        self.args = args
-
-    def construct(self, x):
-        return self.op(x, *self.args)
-
-
 def test_batch_dims_split_on_8_devices_and_the_result_is_unchanged():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     x = np.tile(X, (2, 1, 1))  # (8, 6, 8): dim 0 split 4 ways, dim 1 2 ways, the transformed dim 2 whole
-    net = _Net(P.FFT(), ((4, 2, 1),), None, -1, "ortho")
+    net = sharded(P.FFT(), ((4, 2, 1),), None, -1, "ortho")
     table = ms.parallel.strategies(net, Tensor(x))
     assert [v for k, v in table.items() if "FFT-op" in k] == [[[4, 2, 1]]]
     _close(net(Tensor(x)), np.fft.fft(x, norm="ortho"))
@@ -107,6 +98,6 @@ def test_batch_dims_split_on_8_devices_and_the_result_is_unchanged():
 
 def test_splitting_a_transformed_dim_is_refused():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(P.RFFT2(), ((2, 2, 1),), None, (-2, -1), None)
+    net = sharded(P.RFFT2(), ((2, 2, 1),), None, (-2, -1), None)
     with pytest.raises(StrategyError, match=r"RFFT2 cannot split input dim 1"):
         ms.parallel.strategies(net, Tensor(np.tile(R, (2, 1, 1))))

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import Tensor, nn
+from graphpar import Tensor
 from graphpar.errors import StrategyError
 from graphpar.ops import operations as P
+from tests.planner.helpers import kind_strategies, sharded
 
 X = np.random.default_rng(0).uniform(-2, 2, (8, 4, 4)).astype(np.float32)
 
@@ -49,40 +50,26 @@ def test_reductions_and_matrices():
     assert filled.shape == (2, 3) and filled.dtype == np.float32 and (filled == 1.5).all()
 
 
-class _Net(nn.Cell):
-    def __init__(self, op, strategy, *args):
-        super().__init__()
-        self.op = op.shard(strategy)
-        self.args = args
-
-    def construct(self, *xs):
-        return self.op(*xs, *self.args)
-
-
-def _strategy(net, *xs, kind):
-    return [v for k, v in ms.parallel.strategies(net, *xs).items() if f"/{kind}-op" in k]
-
-
 def test_tril_splits_its_matrix_dims_and_stays_exact():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(P.Tril(1), ((2, 2, 2),))
-    assert _strategy(net, Tensor(X), kind="Tril") == [[[2, 2, 2]]]
+    net = sharded(P.Tril(1), ((2, 2, 2),))
+    assert kind_strategies(net, Tensor(X), kind="Tril") == [[[2, 2, 2]]]
     np.testing.assert_allclose(np.asarray(net(Tensor(X))), np.tril(X, 1))
 
 
 def test_lp_norm_reduces_a_split_input_across_devices():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(P.LpNorm([1, 2]), ((2, 2, 2),))
-    assert _strategy(net, Tensor(X), kind="LpNorm") == [[[2, 2, 2]]]
+    net = sharded(P.LpNorm([1, 2]), ((2, 2, 2),))
+    assert kind_strategies(net, Tensor(X), kind="LpNorm") == [[[2, 2, 2]]]
     np.testing.assert_allclose(np.asarray(net(Tensor(X))), np.sqrt(np.sum(X ** 2, (1, 2))), rtol=1e-5)
 
 
 def test_cum_prod_axis_and_cholesky_matrices_stay_whole():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     with pytest.raises(StrategyError, match="CumProd cannot split x dim 1"):
-        _strategy(_Net(P.CumProd(), ((2, 2, 1),), 1), Tensor(X), kind="CumProd")
+        kind_strategies(sharded(P.CumProd(), ((2, 2, 1),), 1), Tensor(X), kind="CumProd")
     with pytest.raises(StrategyError, match="Cholesky cannot split input_x dim 2"):
-        _strategy(_Net(P.Cholesky(), ((4, 1, 2),)), Tensor(X), kind="Cholesky")
+        kind_strategies(sharded(P.Cholesky(), ((4, 1, 2),)), Tensor(X), kind="Cholesky")
 
 
 def test_running_extremes_reverse_and_elementwise_extras():

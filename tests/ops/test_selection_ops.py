@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import Tensor, nn
+from graphpar import Tensor
 from graphpar.errors import StrategyError
 from graphpar.ops import auto_generate as A
+from tests.planner.helpers import kind_strategies, sharded
 
 X = np.random.default_rng(0).standard_normal((8, 6, 4)).astype(np.float32)
 
@@ -30,34 +31,19 @@ def test_split_with_size_and_split_tensor():
         A.SplitWithSize()(Tensor(X), [1, 4], 1)
 
 
-class _Net(nn.Cell):
-    def __init__(self, op, strategy, *args):
-        super().__init__()
-        self.op = op.shard(strategy)
-        self.args = args
-
-    def construct(self, *xs):
-        return self.op(*xs, *self.args)
-
-
-def _strategy(net, *xs, kind):
-    table = ms.parallel.strategies(net, *xs)
-    return [v for k, v in table.items() if f"/{kind}-op" in k]
-
-
 def test_topk_ext_splits_all_but_its_dim_on_8_devices_and_the_values_are_unchanged():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(A.TopkExt(), ((4, 1, 2),), 2, 1)
-    assert _strategy(net, Tensor(X), kind="TopkExt") == [[[4, 1, 2]]]
+    net = sharded(A.TopkExt(), ((4, 1, 2),), 2, 1)
+    assert kind_strategies(net, Tensor(X), kind="TopkExt") == [[[4, 1, 2]]]
     np.testing.assert_allclose(np.asarray(net(Tensor(X))[0]), -np.sort(-X, axis=1)[:, :2])
     with pytest.raises(StrategyError, match="TopkExt cannot split input dim 1"):
-        _strategy(_Net(A.TopkExt(), ((1, 2, 4),), 2, 1), Tensor(X), kind="TopkExt")
+        kind_strategies(sharded(A.TopkExt(), ((1, 2, 4),), 2, 1), Tensor(X), kind="TopkExt")
 
 
 def test_split_with_size_keeps_the_split_dim_whole():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(A.SplitWithSize(), ((2, 1, 4),), [2, 4], 1)
-    assert _strategy(net, Tensor(X), kind="SplitWithSize") == [[[2, 1, 4]]]
+    net = sharded(A.SplitWithSize(), ((2, 1, 4),), [2, 4], 1)
+    assert kind_strategies(net, Tensor(X), kind="SplitWithSize") == [[[2, 1, 4]]]
     np.testing.assert_allclose(np.asarray(net(Tensor(X))[1]), X[:, 2:])
     with pytest.raises(StrategyError, match="SplitWithSize cannot split input dim 1"):
-        _strategy(_Net(A.SplitWithSize(), ((1, 2, 4),), [2, 4], 1), Tensor(X), kind="SplitWithSize")
+        kind_strategies(sharded(A.SplitWithSize(), ((1, 2, 4),), [2, 4], 1), Tensor(X), kind="SplitWithSize")

@@ -73,3 +73,14 @@ class OneOp(nn.Cell):
 
     def construct(self, *xs):
         return self.op(*xs, *self.static)
+
+
+def sharded(op, strategy, *static) -> OneOp:
+    """:class:`OneOp` around ``op.shard(strategy)``."""
+    return OneOp(op.shard(strategy), *static)
+
+
+def kind_strategies(net, *xs, kind: str) -> list:
+    """The planned strategies of the ops of MindSpore kind ``kind`` in ``net`` called on ``xs`` (strategy-table
+    keys ``.../{kind}-op{n}``)."""
+    return [v for k, v in ms.parallel.strategies(net, *xs).items() if f"/{kind}-op" in k]
