@@ -21,8 +21,17 @@ over the others without a program (each process only has its own gradient): refu
 way. ``fusion_type`` is said once to be XLA's business (its all-reduce combiner merges the reductions); groups
 other than the world are refused.
 
-``PipelineGradReducer`` (MindSpore's accumulation of micro-batch gradients in a functional pipeline loop) is refused
-by name: pipelines run in graphpar through ``nn.PipelineCell`` trained by ``Model.train`` / ``TrainOneStepCell``.
+``PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=None)`` ends MindSpore's functional pipeline step
+(``loss, grads = grad_fn(x, y); grads = pp_grad_reducer(grads); optimizer(grads)`` over an ``nn.PipelineCell``). In
+MindSpore the compiled pipeline adds each micro-batch's gradients into accumulation buffers (its ``accu_grads``,
+zeros like ``parameters``), and the reducer returns those sums times ``1 / scale_sense`` and zeroes the buffers
+(with ``opt_shard``, the optimizer shard's reduced gradient, scaled alike). In graphpar the gradient the step hands
+the reducer is already that sum: the PipelineCell's loss is the sum of the micro-batches' losses, and a pipelined
+step (``compile.functional.pipelined``) accumulates each stage's gradients over the micro-batches, as
+``Model.train``'s does; so the reducer returns ``grads * (1 / scale_sense)`` (the identity for 1.0), in every mode
+and with or without the parallel optimizer, and there are no buffers to zero. ``opt_shard`` only chooses where
+MindSpore reads the sum from: a value other than the context's ``enable_parallel_optimizer`` is said once to change
+nothing.
 """
 
 from __future__ import annotations
@@ -101,12 +110,35 @@ class DistributedGradReducer(Cell):
 
 
 class PipelineGradReducer(Cell):
-    """``PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=None)``: refused by name (module docstring)."""
+    """``PipelineGradReducer(parameters, scale_sense=1.0, opt_shard=None)``: ``pp_grad_reducer(grads)`` returns the
+    micro-batches' accumulated gradients times ``1 / scale_sense`` (see the module docstring)."""
 
     def __init__(self, parameters: Any, scale_sense: float = 1.0, opt_shard: bool | None = None):
         super().__init__(auto_prefix=False)
-        raise CellError("PipelineGradReducer: pipeline parallel in the functional loop (value_and_grad of a "
-                        "PipelineCell, then the reducer, then optimizer(grads)) is not built. Train the pipeline "
-                        "with Model(nn.PipelineCell(nn.WithLossCell(net, loss_fn), micro_size), optimizer=opt)"
-                        ".train(...) or nn.TrainOneStepCell(pipeline_cell, opt), which accumulate the "
-                        "micro-batches' gradients in the compiled pipeline")
+        if isinstance(scale_sense, bool) or not isinstance(scale_sense, (int, float)) or not scale_sense > 0:
+            raise ValueError(f"PipelineGradReducer: scale_sense must be a number > 0 (the gradients are divided by "
+                             f"it), got {scale_sense!r}")
+        if opt_shard is not None and not isinstance(opt_shard, bool):
+            raise TypeError(f"PipelineGradReducer: opt_shard must be a bool or None, got {opt_shard!r}")
+        parallel_optimizer = _context.current_parallel().enable_parallel_optimizer
+        if opt_shard is not None and opt_shard != parallel_optimizer:
+            notice_once("pipeline-grad-reducer:opt_shard", f"PipelineGradReducer(opt_shard={opt_shard}) with "
+                        f"enable_parallel_optimizer={parallel_optimizer}: graphpar hands the reducer the "
+                        "micro-batches' accumulated gradients either way, so opt_shard changes nothing")
+        self.parameter_count = len(list(parameters))
+        self.scale_sense = float(scale_sense)
+        self.opt_shard = parallel_optimizer if opt_shard is None else opt_shard
+
+    def __call__(self, grads: Any) -> Any:
+        """Run as written (like :class:`DistributedGradReducer`): it scales the gradients of the step it is called
+        in, traced or concrete (a pipelined step runs its code between the gradient and the update eagerly)."""
+        return self.construct(grads)
+
+    def construct(self, grads: Any) -> Any:
+        count = len(jax.tree.leaves(grads))
+        if count != self.parameter_count:
+            raise ValueError(f"PipelineGradReducer: got {count} gradients for the {self.parameter_count} parameters "
+                             "it was made for; pass the gradients of those parameters (optimizer.parameters)")
+        if self.scale_sense == 1.0:
+            return grads
+        return jax.tree.map(lambda g: g * jnp.asarray(1.0 / self.scale_sense, jnp.result_type(g)), grads)

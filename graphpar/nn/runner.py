@@ -100,12 +100,15 @@ def top_level_call(cell: Any, args: tuple, kwargs: dict) -> Callable[[Any, tuple
 
     A Cell holding collective ops runs once per rank; in GRAPH_MODE any other Cell runs its planned, compiled
     forward, as MindSpore compiles a Cell call in graph mode. PYNATIVE_MODE, and calls made while tracing
-    (arguments are tracers), run inline, except the call of the differentiated Cell inside a compiled step
-    (``ops.composite.StepTrace.computes``: its loss is the gradient's, as MindSpore's compiler merges the two).
+    (arguments are tracers), run inline. A call the step being run answers (``ops.composite.StepTrace.computes``)
+    is its: the differentiated Cell inside a compiled step (its loss is the gradient's, as MindSpore's compiler
+    merges the two), the optimizer of a pipelined functional step (its stages' updates).
     """
+    step = active_step()
+    if step is not None and step.computes(cell, args, kwargs):
+        return step.forward
     if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
-        step = active_step()
-        return step.forward if step is not None and step.computes(cell, args, kwargs) else None
+        return None
     if needs_spmd(cell):
         return runner().run_per_rank
     if _context.current().mode == _context.GRAPH_MODE:

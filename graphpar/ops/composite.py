@@ -62,7 +62,8 @@ def callable_name(fn: Any) -> str:
 class StepTrace(Protocol):
     """The compiled step being traced (``graphpar.compile.functional``): it answers the gradient calls the step
     function makes, so that they run as ``Model.train``'s step runs them (the optimizer's call needs no answer: it
-    updates the Parameters and state the step lends it)."""
+    updates the Parameters and state the step lends it; a pipelined step, run with concrete values, answers it with
+    its stages' updates)."""
 
     def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
         """``(value, weight_grads, input_grads)`` of ``spec`` on ``args`` (``value``: the full output)."""
@@ -70,11 +71,12 @@ class StepTrace(Protocol):
 
     def computes(self, cell: Any, args: tuple, kwargs: dict) -> bool:
         """Whether a call of ``cell`` in the step is answered by :meth:`forward` (the differentiated Cell called
-        on the gradient's arguments: ``loss = self.network(*inputs)`` before ``GradOperation``)."""
+        on the gradient's arguments: ``loss = self.network(*inputs)`` before ``GradOperation``; the optimizer of a
+        pipelined step)."""
         ...
 
     def forward(self, cell: Any, args: tuple, kwargs: dict) -> Any:
-        """The output of that call, computed with the gradient (one forward for both)."""
+        """The output of that call (the differentiated Cell's: computed with the gradient, one forward for both)."""
         ...
 
 

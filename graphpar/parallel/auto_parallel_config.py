@@ -9,7 +9,8 @@ from the method call on: ``Model`` builds its programs outside the wrapper's cal
 * ``hsdp(shard_size=-1, threshold=64, optimizer_level="level1")``: ``enable_parallel_optimizer=True`` and
   ``parallel_optimizer_config``;
 * ``pipeline(stages=1, output_broadcast=False, interleave=False, scheduler="1f1b")``: ``pipeline_stages`` and
-  ``pipeline_config`` for a wrapped ``PipelineCell``; around a step function ``stages > 1`` is refused by name;
+  ``pipeline_config`` for a wrapped ``PipelineCell``, or around a step function for the PipelineCell it
+  differentiates (a pipelined functional step, ``compile.functional.pipelined``);
 * ``dataset_strategy(config)``: ``dataset_strategy``;
 * ``save_param_strategy_file`` / ``load_param_strategy_file`` / ``disable_strategy_file_only_for_trainable_params``:
   ``strategy_ckpt_config``'s ``save_file`` / ``load_file`` / ``only_trainable_params``;
@@ -144,7 +145,8 @@ class Configuration:
 
     def pipeline(self, stages: int = 1, output_broadcast: bool = False, interleave: bool = False,
                  scheduler: str = "1f1b") -> None:
-        """``pipeline_stages`` and ``pipeline_config`` for the wrapped network's ``PipelineCell`` (``Pipeline``)."""
+        """``pipeline_stages`` and ``pipeline_config`` for the wrapped network's ``PipelineCell`` (``Pipeline``), or
+        for the PipelineCell a wrapped step function differentiates (``compile.functional.pipelined``)."""
         if not isinstance(stages, int) or isinstance(stages, bool):
             raise SettingTypeError("AutoParallel.pipeline", "stages", stages, reason=f"stages must be an int, got "
                                                                                      f"{stages!r}")
@@ -154,11 +156,6 @@ class Configuration:
         # the same schedules and combinations as set_auto_parallel_context(pipeline_config=...)
         config = check_pipeline_config({"pipeline_interleave": interleave, "pipeline_scheduler": scheduler},
                                        "AutoParallel.pipeline")
-        if stages > 1 and self._step_form:
-            raise JitError("AutoParallel.pipeline", f"stages={stages} around a step function is not built: a "
-                           "compiled step runs every stage on one mesh. Train the pipeline as a Cell: "
-                           "nn.PipelineCell (parallel.nn.Pipeline) in a TrainOneStepCell, or "
-                           "Model(AutoParallel(pipeline_net)).train(...)")
         if output_broadcast:
             self._said("pipeline", "output_broadcast=True: one process drives every stage and sees the last "
                        "stage's result; nothing is broadcast")

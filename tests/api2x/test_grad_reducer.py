@@ -1,6 +1,6 @@
 """``nn.DistributedGradReducer`` returns what MindSpore's returns (the sum of the per-device gradients, divided by
-``degree`` when ``mean``) without reducing graphpar's already-reduced gradient twice; ``PipelineGradReducer`` is
-refused by name with what works instead."""
+``degree`` when ``mean``) without reducing graphpar's already-reduced gradient twice (``PipelineGradReducer``:
+tests/functional/test_pipeline_step.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -68,11 +68,3 @@ def test_stand_alone_is_the_identity_and_bad_arguments_are_refused():
         nn.DistributedGradReducer(net.trainable_params(), degree=0)
     with pytest.raises(CellError, match="sub-group is not built"):
         nn.DistributedGradReducer(net.trainable_params(), group="my_group")
-
-
-def test_pipeline_grad_reducer_is_refused_with_what_works():
-    net = nn.Dense(4, 2)
-    with pytest.raises(CellError, match=r"PipelineGradReducer: pipeline parallel in the functional loop .* is not "
-                                        r"built.*nn.PipelineCell"):
-        nn.PipelineGradReducer(net.trainable_params())
-    assert ms.parallel.nn.PipelineGradReducer is nn.PipelineGradReducer

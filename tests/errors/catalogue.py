@@ -542,6 +542,35 @@ def _pipeline_segments(config: dict, segments: int):
     train = nn.TrainOneStepCell(nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4),
                                 nn.SGD(net.trainable_params(), 0.1))
     return train(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
+
+
+def _pipeline_step(mistake: str):
+    """MindSpore's functional pipeline step (``value_and_grad`` of a PipelineCell's loss, ``PipelineGradReducer``,
+    ``optimizer(grads)`` under ``@ms.jit``, ``pipeline_stages=2``) with one mistake: "scaled" (``forward_fn``
+    returns twice the PipelineCell's loss) or "no-pipeline-cell" (it differentiates the WithLossCell itself)."""
+    ms, nn = _ms(), _ms().nn
+    from graphpar.models.mlp import DenseStack
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", pipeline_stages=2)
+    net = DenseStack([np.ones((8, 8), np.float32)] * 2, stages=2)
+    optimizer = nn.SGD(net.trainable_params(), 0.1)
+    net_with_loss = nn.PipelineCell(nn.WithLossCell(net, nn.MSELoss()), 4)
+    pp_grad_reducer = nn.PipelineGradReducer(optimizer.parameters)
+
+    def forward_fn(x, y):
+        return net_with_loss(x, y) * 2 if mistake == "scaled" else net_with_loss.network(x, y)
+
+    grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters)
+
+    @ms.jit
+    def train_one_step(x, y):
+        loss, grads = grad_fn(x, y)
+        optimizer(pp_grad_reducer(grads))
+        return loss
+
+    return train_one_step(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
+
+
 def _flash_attention_kv_split():
     """A FlashAttentionScore whose key/value sequence is split unlike the query's, called in SEMI_AUTO_PARALLEL."""
     ms = _ms()
@@ -987,9 +1016,6 @@ ROWS: list[Row] = [
     Row("construct-micro-interleaved", "construct", "MicroBatchInterleaved(net, 3) on a batch of 32 rows",
         lambda t: _interleaved_uneven(), ERR + "CellError",
         ("MicroBatchInterleaved(interleave_num=3)", "input 0 has 32 rows", "divisible by 3")),
-    Row("construct-pipeline-grad-reducer", "construct", "nn.PipelineGradReducer(optimizer.parameters)",
-        lambda t: _ms().nn.PipelineGradReducer([]), ERR + "CellError",
-        ("PipelineGradReducer", "functional loop", "is not built", "nn.PipelineCell")),
     Row("construct-grad-reducer-group", "construct", "nn.DistributedGradReducer(params, group='my_group')",
         lambda t: _ms().nn.DistributedGradReducer([], group="my_group"), ERR + "CellError",
         ("group='my_group'", "sub-group is not built", "world group")),
@@ -1013,9 +1039,6 @@ ROWS: list[Row] = [
     Row("construct-predict-tuple-strategy-processes", "construct", "Model.predict(x) under dataset_strategy=((2, 1),) "
         "in a job of several processes", lambda t: _predict_tuple_strategy_multiprocess(), ERR + "ConfigError",
         ("Model.predict", "tuple dataset_strategy", "multi-process", "'data_parallel'", "'full_batch'")),
-    Row("auto-parallel-pipeline-step", "construct", "AutoParallel(train_step).pipeline(stages=2)",
-        lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).pipeline(stages=2),
-        ERR + "JitError", ("AutoParallel.pipeline", "stages=2", "nn.PipelineCell")),
     Row("auto-parallel-not-built", "construct", "AutoParallel(train_step).print_local_norm()",
         lambda t: __import__("graphpar.parallel", fromlist=["AutoParallel"]).AutoParallel(len).print_local_norm(),
         ERR + "JitError", ("AutoParallel.print_local_norm", "not built", "ops.ReduceSum")),
@@ -1055,6 +1078,15 @@ ROWS: list[Row] = [
     Row("pipeline-segment-no-interleave", "construct", "layer.pipeline_segment = 1 without pipeline_interleave, "
         "then train", lambda t: _pipeline_segments({"pipeline_scheduler": "1f1b"}, 2),
         "graphpar.nn.pipeline_cell:PipelineError", ("'_backbone.layers.2'", "pipeline_segment=1", "pipeline_interleave=False")),
+    Row("pipeline-functional-step-scaled", "construct", "`return net_with_loss(x, y) * 2` as the forward_fn of a "
+        "@ms.jit pipeline step (pipeline_stages=2)", lambda t: _pipeline_step("scaled"),
+        "graphpar.nn.pipeline_cell:PipelineError", ("step function 'train_one_step'", "value_and_grad of 'forward_fn'",
+                                                     "other than PipelineCell's loss", "return net_with_loss(*inputs)")),
+    Row("pipeline-functional-step-no-pipeline-cell", "construct", "a @ms.jit step differentiating a WithLossCell "
+        "under pipeline_stages=2", lambda t: _pipeline_step("no-pipeline-cell"),
+        "graphpar.nn.pipeline_cell:PipelineError", ("step function 'train_one_step'", "pipeline_stages=2",
+                                                     "calls none", "nn.PipelineCell(nn.WithLossCell(net, loss_fn), "
+                                                                   "micro_size)", "pipeline_stages=1")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

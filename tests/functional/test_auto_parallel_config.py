@@ -160,8 +160,6 @@ def test_hsdp_of_a_wrapped_cell_shards_the_parameters_model_trains():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda n: n.pipeline(stages=2), r"AutoParallel.pipeline\): stages=2 around a step function is not built.*"
-                                     r"nn.PipelineCell"),
     (lambda n: n.no_init_parameters_in_compile(), r"AutoParallel.no_init_parameters_in_compile\): not built"),
     (lambda n: n.enable_fp32_communication(), r"AutoParallel.enable_fp32_communication\): not built"),
     (lambda n: n.disable_loss_repeated_mean(), r"AutoParallel.disable_loss_repeated_mean\): not built"),

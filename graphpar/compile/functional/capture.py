@@ -20,12 +20,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from graphpar.common.deferred import Deferred
 from graphpar.compile.functional.discover import reachable_state
 from graphpar.compile.functional.objective import lent, lent_optimizer_state, read, variables_of
 from graphpar.errors import JitError, user_traceback
 from graphpar.ir.control_flow import for_trace
 from graphpar.nn.cell import Cell
 from graphpar.nn.optim.optimizer import Optimizer
+from graphpar.nn.pipeline_cell import PipelineCell, pipeline_cell_of
 from graphpar.ops.composite import Differentiation, tracing_step
 
 
@@ -49,6 +51,18 @@ class CapturedStep:
     out_avals: Any
     problem: str | None = None  # why the function is not a step graphpar compiles (JitError's message)
     bindings: tuple = ()  # the names resolved to find the state (discover.bindings_hold)
+    pipeline: PipelineCall | None = None  # the PipelineCell the differentiated function calls (None: none)
+
+
+@dataclass(frozen=True)
+class PipelineCall:
+    """The ``nn.PipelineCell`` (or a Cell forwarding to one: ``AutoParallel(pipeline_net)``) that the
+    differentiated function calls. A pipelined step (``pipeline_stages > 1``) answers the gradient call with that
+    Cell's pipeline, which is exact only when the function returns the Cell's loss as it is, called on the
+    gradient call's own arguments: ``problem`` says otherwise (None: it does)."""
+
+    cell: Cell
+    problem: str | None
 
 
 class _Recorder:
@@ -59,10 +73,17 @@ class _Recorder:
         self.calls: list[tuple[Differentiation, tuple]] = []
         self.inputs: tuple = ()
         self.aux: tuple = ()
+        self.pipeline: PipelineCall | None = None
+        self._pipeline_calls: list[tuple[Cell, tuple, dict, Any]] | None = None  # while differentiating
 
     def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
         self.calls.append((spec, args))
-        value = for_trace(spec.fn)(*args)  # the differentiated function: its `if`s compiled as the step's
+        self._pipeline_calls = []
+        try:
+            value = for_trace(spec.fn)(*args)  # the differentiated function: its `if`s compiled as the step's
+            self.pipeline = _pipeline_call(spec, args, value, self._pipeline_calls)
+        finally:
+            self._pipeline_calls = None
         if spec.has_aux:
             if not isinstance(value, (tuple, list)) or not value:
                 raise JitError(spec.name, f"{spec.origin}(..., has_aux=True): the function returns a "
@@ -74,10 +95,20 @@ class _Recorder:
         return value, g_w, g_x
 
     def computes(self, cell: Any, args: tuple, kwargs: dict) -> bool:
-        return False  # the abstract run calls every Cell as written
+        """A PipelineCell called by the differentiated function is called here (as written) to see what it is
+        given and what it returns; every other Cell runs as written."""
+        calls = self._pipeline_calls
+        return calls is not None and isinstance(pipeline_cell_of(cell), PipelineCell)
 
-    def forward(self, cell: Any, args: tuple, kwargs: dict) -> Any:  # pragma: no cover - computes() is False
-        raise AssertionError("the capture answers no Cell call")
+    def forward(self, cell: Any, args: tuple, kwargs: dict) -> Any:
+        calls = self._pipeline_calls
+        self._pipeline_calls = None  # the call itself runs as written
+        try:
+            out = cell(*args, **kwargs)
+        finally:
+            self._pipeline_calls = calls
+        calls.append((cell, args, kwargs, out))
+        return out
 
 
 
@@ -99,15 +130,22 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
     before = [opt._box.state for opt in optimizers]
     after: list[Any] = []
 
-    def run(*xs: Any) -> Any:
+    values = read(variables)
+    # a Parameter made under no_init_parameters() holds its shape only (Deferred): an abstract input of the run
+    undrawn = [i for i, v in enumerate(values) if isinstance(v, Deferred)]
+
+    def run(drawn: list[Any], *xs: Any) -> Any:
         recorder.inputs = xs
-        with lent(variables, read(variables)), lent_optimizer_state(optimizers, before), tracing_step(recorder):
+        held = list(values)
+        for i, x in zip(undrawn, drawn):
+            held[i] = x
+        with lent(variables, held), lent_optimizer_state(optimizers, before), tracing_step(recorder):
             out = fn(*xs)
             after.extend(opt._box.state for opt in optimizers)
         return out
 
     try:
-        out_avals = jax.eval_shape(run, *avals)
+        out_avals = jax.eval_shape(run, [values[i] for i in undrawn], *avals)
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError) as exc:
         raise control_flow_error(name, exc) from None
     called = [opt for opt, old, new in zip(optimizers, before, after) if new is not old]
@@ -147,7 +185,33 @@ def capture_step(fn: Callable[..., Any], name: str, avals: Sequence[jax.ShapeDty
         graph_avals.append(jax.ShapeDtypeStruct(arg.shape, arg.dtype))
         inputs_of_graph.append(next((i for i, x in enumerate(recorder.inputs) if x is arg), None))
     return CapturedStep(*parts, spec, optimizer, tuple(graph_avals), tuple(inputs_of_graph), recorder.aux,
-                        out_avals, None, found)
+                        out_avals, None, found, recorder.pipeline)
+
+
+def _pipeline_call(spec: Differentiation, args: tuple, value: Any,
+                   calls: list[tuple[Cell, tuple, dict, Any]]) -> PipelineCall | None:
+    """What the differentiated function did with the PipelineCells it called (see :class:`PipelineCall`)."""
+    if not calls:
+        return None
+    cell, given, kwargs, out = calls[0]
+    what = f"{spec.origin} of '{spec.name}'"
+    problem = None
+    if len(calls) > 1:
+        problem = (f"{what} calls a PipelineCell {len(calls)} times; a pipelined step runs the PipelineCell once "
+                   "per step")
+    elif kwargs or len(given) != len(args) or any(a is not b for a, b in zip(given, args)):
+        problem = (f"{what} calls {type(cell).__name__} on other values than its own arguments; call it on them "
+                   "as they are (def forward_fn(*inputs): return net_with_loss(*inputs))")
+    elif spec.has_aux:
+        problem = (f"{what} with has_aux=True: the pipelined step computes the PipelineCell's loss only; "
+                   "differentiate a function returning that loss (has_aux=False)")
+    elif value is not out:
+        problem = (f"{what} returns something other than {type(cell).__name__}'s loss; the pipelined step "
+                   "differentiates that loss as it is (def forward_fn(*inputs): return net_with_loss(*inputs))")
+    elif spec.positions:
+        problem = (f"{what} differentiates the inputs (grad_position={spec.positions}); a pipelined step takes the "
+                   "gradients of the weights only (grad_position=None)")
+    return PipelineCall(cell, problem)
 
 
 def control_flow_error(name: str, exc: BaseException) -> JitError:

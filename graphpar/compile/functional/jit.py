@@ -8,7 +8,9 @@ tracing it).
 
 A call of the decorated function with new input shapes captures it (``functional.capture``): a step that takes one
 gradient and applies it with one optimizer becomes a :class:`~graphpar.compile.functional.program.FunctionalProgram`
-(``Model.train``'s program, planned for the settings in force); a function that takes no gradient runs as written
+(``Model.train``'s program, planned for the settings in force; with ``pipeline_stages > 1`` a
+:class:`~graphpar.compile.functional.pipelined.PipelinedStep` on ``Model.train``'s pipelined step, one per settings,
+as ``TrainOneStepCell`` builds its pipelined program); a function that takes no gradient runs as written
 (its Cell calls are compiled one by one in GRAPH_MODE), said once. A call made inside another trace (a decorated
 function called by a Cell's ``construct``) runs inline. The method form (``@jit`` on a method) binds per object.
 """
@@ -22,14 +24,17 @@ from typing import Any
 import jax
 import numpy as np
 
+from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.compile.functional.capture import CapturedStep, capture_step
 from graphpar.compile.functional.discover import bindings_hold
+from graphpar.compile.functional.pipelined import PipelinedStep
 from graphpar.compile.functional.program import FunctionalProgram
 from graphpar.compile.runtime.placement import global_aval
 from graphpar.errors import JitError
 from graphpar.ir.control_flow import for_trace
 from graphpar.nn.cell import Cell
+from graphpar.nn.pipeline_cell import wants_pipeline
 from graphpar.ops.composite import callable_name
 
 CAPTURE_MODES = ("ast", "bytecode", "trace")
@@ -133,7 +138,7 @@ def _check_options(name: str, capture_mode: str, jit_level: str, dynamic: int, f
 @dataclass(frozen=True)
 class _Entry:
     captured: CapturedStep
-    program: FunctionalProgram | None
+    program: FunctionalProgram | PipelinedStep | None
 
 
 class JitFunction:
@@ -171,7 +176,10 @@ class JitFunction:
             return for_trace(self.fn)(*args)  # inside another trace (a Cell's construct): inline, as a nested jit
         avals = [global_aval(x) for x in args]
         self._check_signature(avals)
-        key = (tuple((a.shape, str(a.dtype)) for a in avals), tuple(hash(h) for h in self.options.hash_args))
+        # a pipelined step (pipeline_stages > 1) is built for the settings in force, as TrainOneStepCell's is
+        pipelined = _context.compile_key() if wants_pipeline() else None
+        key = (tuple((a.shape, str(a.dtype)) for a in avals), tuple(hash(h) for h in self.options.hash_args),
+               pipelined)
         entry = self.programs.get(key)
         if entry is None or not bindings_hold(entry.captured.bindings):
             entry = self.programs[key] = self._capture(avals)
@@ -187,7 +195,11 @@ class JitFunction:
         if captured.problem is None and captured.spec is None:
             notice_once(f"jit-no-gradient:{name}", f"jit({name}): the function takes no gradient, so graphpar runs "
                         "it as written; in GRAPH_MODE each Cell call in it is compiled and planned on its own")
-        return _Entry(captured, FunctionalProgram(captured) if captured.problem is None and captured.spec else None)
+        if captured.problem is not None or captured.spec is None:
+            return _Entry(captured, None)
+        if wants_pipeline():  # MPMD stages: the user's step run with the pipeline answering its calls
+            return _Entry(captured, PipelinedStep(captured, _context.current_parallel().pipeline_stages))
+        return _Entry(captured, FunctionalProgram(captured))
 
     def _check_signature(self, avals: Sequence[jax.ShapeDtypeStruct]) -> None:
         expected = self.options.input_signature

@@ -50,7 +50,7 @@ class InStep:
 
     def differentiate(self, spec: Differentiation, args: tuple, sens: Any) -> tuple[Any, tuple, tuple]:
         captured = self.captured
-        if not _same(spec, captured.spec):
+        if not same_gradient(spec, captured.spec):
             raise JitError(captured.name, f"the step took the gradient of '{captured.spec.name}' when it was "
                            f"captured and of '{spec.name}' now; a compiled step differentiates one function")
         computed, self._computed = self._computed, None
@@ -117,7 +117,7 @@ def returns_nothing(captured: CapturedStep) -> bool:
     return not jax.tree.leaves(captured.out_avals)
 
 
-def _same(a: Differentiation, b: Differentiation | None) -> bool:
+def same_gradient(a: Differentiation, b: Differentiation | None) -> bool:
     """The same gradient call (Parameters compared by identity: ``==`` on a Parameter compares values)."""
     return (b is not None and a.fn is b.fn and a.positions == b.positions and a.has_aux == b.has_aux
             and len(a.weights) == len(b.weights) and all(x is y for x, y in zip(a.weights, b.weights)))

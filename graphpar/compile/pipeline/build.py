@@ -127,9 +127,11 @@ def spec_sharding(mesh: Mesh, spec: Any, ndim: int) -> NamedSharding:
 
 
 def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Sequence[jax.Device], per_stage: int,
-                 optimizer: Optimizer, sens: float, layout: VirtualLayout | None = None) -> list[Stage]:
+                 optimizer: Optimizer, sens: float, layout: VirtualLayout | None = None,
+                 donate_gradients: bool = True) -> list[Stage]:
     """Every stage (chunk) of ``split`` (cut from the planned ``graph``) placed on its group's ``per_stage`` devices
-    of ``devices`` and compiled; ``owned`` when this process owns (some of) its group's devices."""
+    of ``devices`` and compiled; ``owned`` when this process owns (some of) its group's devices;
+    ``donate_gradients``: whether each update takes the accumulated gradients' buffers."""
     layout = layout or VirtualLayout(len(split.stages))
     sizes = graph.plan.mesh.sizes
     k = per_stage
@@ -157,7 +159,7 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
         named.update({names[n_params + i]: rest_sh[i] for i in sg.rest})
         planned = Planned(sg.graph, StageLayout(mesh, named, dict(zip(sg.data, data_sh))), "train")
         programs = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
-                                  optimizer.transformation(), sens)
+                                  optimizer.transformation(), sens, donate_gradients)
         stages.append(Stage(sg, mesh, list(range(group * k, (group + 1) * k)), param_sh, rest_sh, data_sh,
                             value_sh, planned, dict(zip(PROGRAM_KINDS, programs)),
                             owned=jax.process_index() in owners[group]))

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -76,12 +77,29 @@ from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.planning import plan_graph
 
 
+@dataclass(frozen=True)
+class StepGradients:
+    """One step between its two parts (:meth:`PipelineProgram.gradients`, :meth:`PipelineProgram.apply`): the
+    stages built for the batch, the working values of the parameters, state and optimizer states of the stages
+    this process runs, the walk that made them, the loss (the sum over micro-batches) and each stage's accumulated
+    gradients (``grads[s]``: in the order of ``built.stages[s].sg.params``; None for a stage another process
+    runs)."""
+
+    built: Built
+    pv: dict[tuple[int, int], Any]
+    rv: dict[tuple[int, int], Any]
+    opt: list[Any]
+    walk: StepWalk
+    loss: jax.Array
+    grads: list[Any]
+
+
 class PipelineProgram(Program[PipelineSettings]):
     """The train step of a ``TrainOneStepCell`` whose network is a ``PipelineCell`` and ``pipeline_stages > 1``."""
 
     MAX_IN_FLIGHT = 4  # programs queued on the devices at once (XLA:CPU deadlocks with long multi-device queues)
 
-    def __init__(self, train_cell: Any):
+    def __init__(self, train_cell: Any, keep_gradients: bool = False):
         pipe = pipeline_cell_of(train_cell.network)  # through an AutoParallel around the PipelineCell
         if not isinstance(pipe, PipelineCell):
             n_stages = _context.current_parallel().pipeline_stages
@@ -101,6 +119,9 @@ class PipelineProgram(Program[PipelineSettings]):
         self._stage_opt: list[Any] | None = None
         self._kept = KeptValues()  # each stage's copy of the parameters and state, from the last step
         self._queue: collections.deque = collections.deque()
+        # a functional step hands the gradients to the user's code, which may return them: the update then
+        # reads them without taking (donating) their buffers
+        self.keep_gradients = keep_gradients
 
     def read_settings(self) -> PipelineSettings:
         return read_pipeline_settings(self.pipe)
@@ -167,7 +188,8 @@ class PipelineProgram(Program[PipelineSettings]):
         graph = self._planned(ns, key, avals).graph
         split = split_stages(graph, self.network, job.n_stages, len(ns.params.values()), len(ns.rest.values()),
                              layout)
-        stages = build_stages(graph, split, ns, job.devices, job.per_stage, self.optimizer, self.sens, layout)
+        stages = build_stages(graph, split, ns, job.devices, job.per_stage, self.optimizer, self.sens, layout,
+                              donate_gradients=not self.keep_gradients)
         orders = schedule_orders(job.scheduler, layout, job.micro_size)
         built = Built(key, graph, split, stages, dispatch_order(orders, layout), orders, layout)
         self._record_stages(ns, split)
@@ -267,6 +289,14 @@ class PipelineProgram(Program[PipelineSettings]):
         return loss, StepTrace(tuple(tuple(o) for o in built.orders), built.virtual, tuple(timings))
 
     def _step(self, inputs: Any, timings: list[ActionTiming] | None) -> tuple[jax.Array, Built]:
+        step = self.gradients(inputs, timings)
+        self.apply(step, step.grads)
+        return step.loss, step.built
+
+    def gradients(self, inputs: Any, timings: list[ActionTiming] | None = None) -> StepGradients:
+        """The first part of a step: the schedule walked on a global batch (every micro-batch's forward and
+        backward), the loss and each stage's accumulated gradients; :meth:`apply` then updates the parameters
+        (a functional step runs the user's code between the two: ``compile.functional.pipelined``)."""
         ns = self.state
         arrays = [np.asarray(x) for x in inputs]
         for i, x in enumerate(arrays):
@@ -282,29 +312,7 @@ class PipelineProgram(Program[PipelineSettings]):
         walk = StepWalk(built, lambda st, kind, *args: self._call(built, st, kind, *args), pv, rv, data, self.stats,
                         first)
         walk.run(timings, self._drain)
-        grads = walk.grads
-        self.stats.shared_sums_last_step = sum_shared(built, grads)
-        for st in stages:
-            if not st.sg.params or not st.owned:
-                continue
-            s = st.sg.stage
-            new, opt[s] = self._call(built, st, "update", [pv[(s, i)] for i in st.sg.params], grads[s], opt[s])
-            pv.update({(s, i): value for i, value in zip(st.sg.params, new)})
-        self._kept.write(stages, ns.params, PARAMS, pv)
-        self._kept.write(stages, ns.rest, REST, rv)
-        self._write_opt(ns, built, opt)
-        self.stats.steps += 1
-        self.stats.transfers_last_step = walk.moved
-        self.stats.transfers_total += walk.moved
-        if first:
-            self.stats.transfer_log = walk.log
-        if not built.dumped:
-            built.dumped = True
-            stats = self.stats
-            measure = ScheduleMeasure(stats.transfer_log, stats.transfers_last_step, stats.peak_live_micro_batches,
-                                      stats.peak_residual_bytes)
-            maybe_dump_execute(built.description(), self.job, measure,
-                               [st.hlo() if st.owned else None for st in stages])
+        self.stats.shared_sums_last_step = sum_shared(built, walk.grads)
         me = jax.process_index()
         # the PipelineCell's loss: the sum over micro-batches (read back once, so no extra program is compiled),
         # computed where the last stage runs and shared with every process
@@ -313,7 +321,37 @@ class PipelineProgram(Program[PipelineSettings]):
         total = share_loss(np.float32(sum(np.float64(local_value(x)) for x in walk.losses)), source)
         mine = next(d for st in reversed(stages) if st.owned for d in reversed(list(st.mesh.devices.flat))
                     if d.process_index == me)
-        return jax.device_put(total, mine), built
+        return StepGradients(built, pv, rv, opt, walk, jax.device_put(total, mine), walk.grads)
+
+    def apply(self, step: StepGradients, grads: list[Any] | None) -> None:
+        """The second part of a step: each stage's optimizer update with ``grads`` (per stage, in the order of its
+        parameters: ``step.grads`` or what a functional step made of them; None: no update, a step that skipped
+        its optimizer), then the new values kept, the optimizer's one state written, the counts and (once) the
+        execute dumps."""
+        ns, built, pv, opt, walk = self.state, step.built, step.pv, step.opt, step.walk
+        stages = built.stages
+        for st in stages:
+            if grads is None or not st.sg.params or not st.owned:
+                continue
+            s = st.sg.stage
+            new, opt[s] = self._call(built, st, "update", [pv[(s, i)] for i in st.sg.params], grads[s], opt[s])
+            pv.update({(s, i): value for i, value in zip(st.sg.params, new)})
+        self._kept.write(stages, ns.params, PARAMS, pv)
+        self._kept.write(stages, ns.rest, REST, step.rv)
+        self._write_opt(ns, built, opt)
+        first = self.stats.steps == 0
+        self.stats.steps += 1
+        self.stats.transfers_last_step = walk.moved
+        self.stats.transfers_total += walk.moved
+        if first:
+            self.stats.transfer_log = walk.log
+        if not built.dumped and grads is not None:  # once the stages' update programs ran
+            built.dumped = True
+            stats = self.stats
+            measure = ScheduleMeasure(stats.transfer_log, stats.transfers_last_step, stats.peak_live_micro_batches,
+                                      stats.peak_residual_bytes)
+            maybe_dump_execute(built.description(), self.job, measure,
+                               [st.hlo() if st.owned else None for st in stages])
 
     def _drain(self) -> None:
         """Wait for every queued program (a traced step times each action alone)."""

@@ -36,10 +36,11 @@ def is_float(value: Any) -> bool:
 
 
 def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str],
-                   tx: optax.GradientTransformation, sens: float) -> tuple[Any, ...]:
+                   tx: optax.GradientTransformation, sens: float, donate_gradients: bool = True) -> tuple[Any, ...]:
     """``(forward, backward, update, zeros, backward_input, backward_weight)`` of stage ``sg`` (jitted, compiled on
     first call); ``names``: its parameters' names, ``sens``: the loss sensitivity (MindSpore's
-    ``TrainOneStepCell(sens=...)``)."""
+    ``TrainOneStepCell(sens=...)``); ``donate_gradients``: whether the update takes the gradients' buffers (not
+    when a functional step may still hold them)."""
     g = sg.graph
     recv_float = [i for i, v in enumerate(sg.received) if is_float(graph.values[v])]
     sent_float = [i for i, v in enumerate(sg.sent) if is_float(graph.values[v])]
@@ -82,5 +83,5 @@ def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str
     def zeros(pvals):
         return [jnp.zeros_like(p) for p in pvals]
 
-    return (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)), jax.jit(step, donate_argnums=(0, 1, 2)),
+    return (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)), jax.jit(step, donate_argnums=(0, 1, 2) if donate_gradients else (0, 2)),
             jax.jit(zeros), jax.jit(backward_input), jax.jit(backward_weight, donate_argnums=(2,)))

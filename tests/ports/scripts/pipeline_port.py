@@ -5,8 +5,7 @@ layer and two Dense layers, the first half of the network on stage 0 and the sec
 from MindSpore's. graphpar drives the 8 ranks from one process: stage 0 on ranks 0-3, stage 1 on ranks 4-7.
 
 The tutorial's own loop is functional (``value_and_grad`` of the PipelineCell, ``nn.PipelineGradReducer``,
-``@ms.jit``); graphpar refuses the reducer by name and trains pipelines through ``Model`` /
-``nn.TrainOneStepCell`` (docs/architecture.md, "Pipeline parallel"), which MindSpore's earlier tutorial used.
+``@ms.jit``): scripts/pipeline_functional_port.py; this is ``Model.train``, which MindSpore's earlier tutorial used.
 """
 
 import sys
