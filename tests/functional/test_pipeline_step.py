@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import nn
+from graphpar import nn, ops
 from graphpar.models.mlp import DenseStack
 from graphpar.nn.pipeline_cell import PipelineError
 from graphpar.parallel.auto_parallel import AutoParallel
@@ -79,6 +79,24 @@ def test_the_reducer_divides_the_accumulated_gradients_by_scale_sense(two_stages
     ms.set_auto_parallel_context(pipeline_stages=1)
     unpipelined, _, _ = _functional(scale_sense=2.0)
     np.testing.assert_allclose(unpipelined, expected, rtol=1e-5)
+
+
+def test_grad_operation_with_sens_trains_as_train_one_step_cell_with_sens(two_stages):
+    """MindSpore 1.x's form: ``GradOperation(get_by_list=True, sens_param=True)`` of the PipelineCell itself."""
+    net, net_with_loss = _network()
+    optimizer = nn.SGD(net.trainable_params(), 0.1)
+    grad_op = ops.GradOperation(get_by_list=True, sens_param=True)
+
+    @ms.jit
+    def train_one_step(x, y):
+        grads = grad_op(net_with_loss, optimizer.parameters)(x, y, ms.Tensor(0.5, ms.float32))
+        optimizer(grads)
+
+    for _ in range(3):
+        train_one_step(X, Y)
+    expected, net_ref = _train_one_step_cell(sens=0.5)
+    for p, q in zip(net.trainable_params(), net_ref.trainable_params()):
+        np.testing.assert_allclose(p.asnumpy(), q.asnumpy(), rtol=1e-6, atol=1e-7)
 
 
 def test_zero_bubble_v_under_auto_parallel_equals_train_one_step_cell():

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import numpy as np
 
 from graphpar.compile.functional.capture import CapturedStep
 from graphpar.compile.functional.step import same_gradient
@@ -122,8 +123,9 @@ class _PipelinedCall:
             for i, g in zip(st.sg.params, grads or ()):
                 first.setdefault(names[i], g)
         g_w = tuple(first[w.name] for w in spec.weights)
-        if sens is not None:  # GradOperation(sens_param=True): the gradient of sens * loss
-            g_w = tuple(g * sens for g in g_w)
+        if sens is not None:  # GradOperation(sens_param=True): the gradient of sens * loss (a host value, so it
+            scale = np.asarray(jax.device_get(sens))  # multiplies a gradient on any stage's devices)
+            g_w = tuple(g * scale.astype(g.dtype) for g in g_w)
         return step.loss, g_w, ()
 
     def computes(self, cell: Any, args: tuple, kwargs: dict) -> bool:
