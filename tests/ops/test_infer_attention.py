@@ -233,3 +233,19 @@ def test_fused_ring_attention_splits_key_sequence_as_the_querys():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     with pytest.raises(StrategyError, match="enable_ring_attention is set with softmax_lse_flag=False"):
         kind_strategies(_Net(plain), *inputs, kind="FusedInferAttentionScore")
+
+
+def test_functional_forms_are_the_primitives():
+    """``ops.prompt_flash_attention`` / ``incre_flash_attention`` / ``fused_infer_attention_score`` (FIAS's mask
+    spelled ``atten_mask`` and its scale ``scale``, as MindSpore's functional form) call the primitives."""
+    q, k, v, mask = _t(Q, K, V, MASK)
+    kw = dict(num_heads=N, input_layout="BNSD", num_key_value_heads=NKV)
+    expected = _reference(Q, K, V, 0.5, MASK | (KI > QI))
+    np.testing.assert_allclose(ops.prompt_flash_attention(q, k, v, mask, scale_value=0.5, **kw).asnumpy(), expected,
+                               rtol=1e-5, atol=1e-5)
+    out, _ = ops.fused_infer_attention_score(q, [k], [v], atten_mask=mask, scale=0.5, next_tokens=0, **kw)
+    np.testing.assert_allclose(out.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+    one = ops.incre_flash_attention(ms.Tensor(Q[:, :, :1]), [k], [v], scale_value=0.5, **kw).asnumpy()
+    np.testing.assert_allclose(one, _reference(Q[:, :, :1], K, V, 0.5, np.zeros((1,), bool)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="the input block_table is given but page attention is not built"):
+        ops.fused_infer_attention_score(q, [k], [v], block_table=ms.Tensor(np.zeros((B, 1), np.int32)), **kw)
