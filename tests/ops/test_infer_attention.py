@@ -10,6 +10,7 @@ from graphpar import nn, ops
 from graphpar.errors import StrategyError
 from graphpar.ops import auto_generate as A
 from graphpar.ops.operations import nn_ops as P
+from graphpar.dump.hlo import parse_collectives
 from tests.planner.helpers import forward, kind_strategies
 
 B, N, NKV, S1, S2, D = 2, 4, 2, 8, 8, 4
@@ -132,8 +133,12 @@ def test_prompt_split_batch_heads_and_query_sequence_equals_one_device():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     assert kind_strategies(net, *inputs, kind="PromptFlashAttention") == [
         [[2, 2, 2, 1], [2, 2, 1, 1], [2, 2, 1, 1], [2, 1, 2, 1], [1]]]
-    out, _, alone = _on_8_and_1(net, *inputs)
+    out, hlo, alone = _on_8_and_1(net, *inputs)
     np.testing.assert_allclose(out, alone, rtol=1e-5, atol=1e-5)
+    # each device's query rows see whole keys and the band is computed from global positions: the one collective
+    # gathers the batch-split actual lengths (2 int32s: 8 bytes), which the op keeps whole
+    found = parse_collectives(hlo, 8)
+    assert [(c.kind, c.nbytes) for c in found] == [("AllGather", 8)], [(c.kind, c.nbytes) for c in found]
 
 
 def test_fused_incremental_key_sequence_split_equals_one_device():
