@@ -8,6 +8,9 @@ from graphpar.ops import auto_generate as auto_generate
 from graphpar.ops import composite as composite
 from graphpar.ops import functional as functional
 from graphpar.ops.attention_ops import flash_attention_score as flash_attention_score
+from graphpar.ops.infer_attention_functional import fused_infer_attention_score as fused_infer_attention_score
+from graphpar.ops.infer_attention_functional import incre_flash_attention as incre_flash_attention
+from graphpar.ops.infer_attention_functional import prompt_flash_attention as prompt_flash_attention
 from graphpar.ops.composite import GradOperation as GradOperation
 from graphpar.ops.composite import grad as grad
 from graphpar.ops.composite import value_and_grad as value_and_grad

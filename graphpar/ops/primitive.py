@@ -171,6 +171,12 @@ class Primitive:
         the op's MindSpore strategy is written another way (OneHot's is shaped like its output)."""
         return self.in_strategy, self.out_strategy
 
+    def _named_strategies(self, shapes: list[tuple[int, ...]], names: tuple[str, ...],
+                          scope: str) -> tuple[Strategy | None, Strategy | None]:
+        """:meth:`_strategies_for`, for an op whose translation needs to know which inputs were given (``names``:
+        an op with optional inputs, whose strategy has entries for the given ones only)."""
+        return self._strategies_for(shapes, scope)
+
     def _strategy_shapes(self, shapes: list[tuple[int, ...]], args: tuple) -> list[tuple[int, ...]]:
         """The shapes a strategy's entries describe, one split per dimension: the tensor inputs' shapes, unless
         MindSpore writes the op's strategy over another shape (Tile's has one split per multiple)."""
@@ -209,13 +215,15 @@ class Primitive:
             if self.input_names is None:
                 shapes, all_names = [tuple(np.shape(t)) for t in tensors], names
             else:
-                present = [i for i in self._tensor_arg_indices() if i < len(args)]
+                # an input given as None has no strategy entry (MindSpore's optional inputs)
+                present = [i for i in self._tensor_arg_indices() if i < len(args) and args[i] is not None]
                 while len(present) > len(self.in_strategy) and not _is_tensor(args[present[-1]]) and (
                         present[-1] >= len(self.input_names) - self.optional_inputs):
                     present.pop()  # an optional input given as a number, without a strategy entry
                 shapes = [tuple(np.shape(args[i])) for i in present]
-                all_names = self.input_names[:len(present)]
-            in_strategy, out_strategy = self._strategies_for(shapes, scope)
+                name_of = dict(zip(self._tensor_arg_indices(), self.input_names))
+                all_names = tuple(name_of.get(i, f"input {i}") for i in present)
+            in_strategy, out_strategy = self._named_strategies(shapes, all_names, scope)
             check_ranks(self.instance_name, scope, in_strategy, self._strategy_shapes(shapes, args), all_names)
         else:
             in_strategy, out_strategy = None, self.out_strategy

@@ -571,6 +571,26 @@ def _pipeline_step(mistake: str):
     return train_one_step(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
 
 
+def _prompt_attention_mask_split():
+    """A PromptFlashAttention whose attn_mask's sequence entry differs from the query's, called in
+    SEMI_AUTO_PARALLEL."""
+    ms = _ms()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    pfa = _ops().PromptFlashAttention(2, input_layout="BNSD").shard(
+        ((1, 2, 4, 1), (1, 2, 1, 1), (1, 2, 1, 1), (1, 1, 1, 1)))
+    x = ms.Tensor(np.ones((1, 2, 16, 8), np.float32))
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.pfa = pfa
+
+        def construct(self, q, mask):
+            return self.pfa(q, q, q, mask)
+
+    return Net()(x, ms.Tensor(np.zeros((1, 1, 16, 16), np.bool_)))
+
+
 def _flash_attention_kv_split():
     """A FlashAttentionScore whose key/value sequence is split unlike the query's, called in SEMI_AUTO_PARALLEL."""
     ms = _ms()
@@ -996,6 +1016,21 @@ ROWS: list[Row] = [
     Row("gathernd-index-depth", "strategy", "ops.GatherNd()(x of shape (4, 4), indices of shape (2, 3))",
         lambda t: _ops().GatherNd()(np.ones((4, 4), np.float32), np.zeros((2, 3), np.int32)), ValueError,
         ("GatherNd", "indices.shape[-1] (3)", "<= the rank of input_x (2)")),
+    Row("infer-attention-quant-input", "strategy", "ops.IncreFlashAttention(4)(q, [k], [v], "
+        "antiquant_scale=scale)", lambda t: _ops().IncreFlashAttention(4, input_layout="BNSD")(
+            np.ones((1, 4, 1, 8), np.float32), [np.ones((1, 4, 16, 8), np.float32)],
+            [np.ones((1, 4, 16, 8), np.float32)], antiquant_scale=np.ones((2, 4, 1, 8), np.float32)), ValueError,
+        ("IncreFlashAttention", "antiquant_scale", "not built", "pass None")),
+    Row("infer-attention-quant-entries", "strategy", "ops.IncreFlashAttention(4).shard(((2, 1, 2),) * 7) (entries "
+        "for the antiquant inputs)", lambda t: _ops().IncreFlashAttention(4).shard(((2, 1, 2),) * 7),
+        ERR + "StrategyError", ("7 entries", "antiquant_scale", "not built", "one entry per given input")),
+    Row("prompt-attention-mask-split", "strategy", "ops.PromptFlashAttention(2, input_layout='BNSD').shard(((1, 2, 4, "
+        "1), (1, 2, 1, 1), (1, 2, 1, 1), (1, 1, 1, 1))) as self.pfa, called with an attn_mask",
+        lambda t: _prompt_attention_mask_split(), ERR + "StrategyError",
+        ("op 'pfa'", "attn_mask's sequence dimension is split 1", "must be 4", "Split attn_mask's dimension 2 by 4")),
+    Row("fused-attention-key-entry", "strategy", "ops.auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2), "
+        "(2, 1, 2), (2, 1, 2)))", lambda t: _ops().auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2),) * 3),
+        ERR + "StrategyError", ("key entry (2, 1, 2)", "one entry per key tensor", "((2, 1, 4),)")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",
@@ -1258,7 +1293,12 @@ def markdown() -> str:
             "`--early-exit-grace` (default 60 s, `GRAPHPAR_EARLY_EXIT_GRACE`): the launcher stops the job with one "
             "line naming it (`worker 1, process 1, pid N, left the job early: ...`, its exit status, its log), the "
             "other workers' ends listed as consequences (`distributed.md` §2).",
-            *_LATE_REPORTS_NOTES, ""]
+            *_LATE_REPORTS_NOTES,
+            "* `FusedInferAttentionScore` with `add_prim_attr(\"enable_ring_attention\", True)` and a strategy: one "
+            "line says the key/value sequence is split as the query's and XLA's partitioner gathers the blocks (no "
+            "ring of send/receives as MindSpore builds); the result is the same.",
+            "* `FusedInferAttentionScore` with a one-token query and `actual_seq_lengths`: one line says it is unused "
+            "(as in MindSpore; `actual_seq_lengths_kv` gives the cache lengths).", ""]
     return "\n".join(out)
 
 

@@ -9,6 +9,7 @@ from graphpar.ops.array_ops import (  # noqa: F401
     Cast, Concat, Depend, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice,
     Split, Squeeze, Stack, StridedSlice, TensorToScalar, Tile, Transpose)
 from graphpar.ops.attention_ops import FlashAttentionScore  # noqa: F401
+from graphpar.ops.infer_attention_ops import IncreFlashAttention, PromptFlashAttention  # noqa: F401
 from graphpar.ops.binary_ops import (  # noqa: F401
     Atan2, BitwiseAnd, BitwiseOr, BitwiseXor, DivNoNan, MaskedFill, Mod, MulNoNan, TruncateDiv, TruncateMod, Xdivy,
     Xlogy)

@@ -2,6 +2,7 @@
 them."""
 
 from graphpar.ops.attention_ops import FlashAttentionScore  # noqa: F401
+from graphpar.ops.infer_attention_ops import IncreFlashAttention, PromptFlashAttention  # noqa: F401
 from graphpar.ops.conv_transpose import Conv2DBackpropInput, Conv2DTranspose  # noqa: F401
 from graphpar.ops.nn_ops import (  # noqa: F401
     AdaptiveAvgPool2D, AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm,

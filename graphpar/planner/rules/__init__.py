@@ -20,3 +20,4 @@ from graphpar.planner.rules import math_extra_rules as math_extra_rules
 from graphpar.planner.rules import random_extra_rules as random_extra_rules
 from graphpar.planner.rules import image_rules as image_rules
 from graphpar.planner.rules import scatter_rules as scatter_rules
+from graphpar.planner.rules import infer_attention_rules as infer_attention_rules

@@ -1,0 +1,388 @@
+"""MindSpore's inference attention primitives: ``PromptFlashAttention`` (a full prompt), ``IncreFlashAttention``
+(one new token against a key/value cache) and ``FusedInferAttentionScore`` (either, by the query's length).
+
+The math is :mod:`graphpar.ops.infer_attention_math`; the layouts of a strategy are
+:mod:`graphpar.planner.rules.infer_attention_rules`. A MindSpore strategy has one entry per *given* input (``None``
+inputs have none), ``FusedInferAttentionScore`` writes key and value as tuples of entries (one per tensor of the key
+list), and MindSpore reads only the query's entry (the incremental key's sequence split too) and its own checks of
+the others: the other inputs are laid out as the query's splits imply (its ``InferTensorMap``). So does graphpar:
+:meth:`_InferAttention._named_strategies` applies MindSpore's checks by name and hands the planner the entries the
+query's splits imply.
+
+Built: layouts BSH / BNSD (and BSND, BNSD_BSND for FusedInferAttentionScore), ``attn_mask`` (non-zero discards),
+sparse modes 0-4, ``pre_tokens`` / ``next_tokens``, ``actual_seq_lengths(_kv)`` (tensors or lists of ints),
+``pse_shift`` (added to the scaled scores), ``num_key_value_heads`` (grouped-query attention), ``scale_value``,
+``softmax_lse_flag``. Refused by name: the quantization inputs (``deq_scale1`` ... ``quant_offset2``, antiquant
+scales and offsets), page attention (``block_table``, ``block_size``), padding sizes and shared prefixes.
+``inner_precise`` (the kernel's float16 precision / row-correction choice) changes nothing: graphpar computes in
+float32 and always zeroes a fully discarded row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from graphpar._logging import notice_once
+from graphpar.errors import StrategyError
+from graphpar.ops.infer_attention_math import (NO_BAND, attend, from_bnsd, length_discard, sparse_discard,
+                                               to_bnsd)
+from graphpar.ops.primitive import Primitive
+from graphpar.ops.strategy import check_ranks
+from graphpar.planner.layout import is_layout_strategy
+from graphpar.planner.rules.infer_attention_rules import (attention_labels, head_check, heads_of,
+                                                           is_incremental)
+
+_QUANT = ("deq_scale1", "quant_scale1", "deq_scale2", "quant_scale2", "quant_offset2")
+_IQUANT = ("dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2", "antiquant_scale",
+           "antiquant_offset")
+_WHY = {"block_table": "page attention is not built", "kv_padding_size": "left-padded key/value is not built",
+        "query_padding_size": "left-padded queries are not built",
+        "key_shared_prefix": "shared prefixes are not built", "value_shared_prefix": "shared prefixes are not built",
+        "actual_shared_prefix_len": "shared prefixes are not built"}
+_COMPRESSED_MASK = 2048  # sparse modes 2-4 take the kernel's (2048, 2048) lower-triangular template as attn_mask
+
+
+class _InferAttention(Primitive):
+    """The shared call, checks and strategy translation. ``call_names``: MindSpore's call inputs in order; the
+    first ``len(input_names)`` are built, a later one given (not None) is refused by name."""
+
+    call_names: ClassVar[tuple[str, ...]]
+    layouts: ClassVar[tuple[str, ...]] = ("BSH", "BNSD")
+
+    def __init__(self, num_heads: int, input_layout: str, num_key_value_heads: int, **attrs: Any):
+        if input_layout not in self.layouts:
+            raise ValueError(f"{type(self).__name__}(input_layout={input_layout!r}): valid layouts are "
+                             f"{', '.join(map(repr, self.layouts))}")
+        if int(num_heads) <= 0 or int(num_key_value_heads) < 0 or (
+                num_key_value_heads and int(num_heads) % int(num_key_value_heads)):
+            raise ValueError(f"{type(self).__name__}(num_heads={num_heads}, num_key_value_heads="
+                             f"{num_key_value_heads}): num_heads must be positive and a multiple of "
+                             f"num_key_value_heads (0: as many as num_heads)")
+        if attrs.get("inner_precise", 1) not in (0, 1, 2, 3):
+            raise ValueError(f"{type(self).__name__}(inner_precise={attrs['inner_precise']!r}): valid: 0, 1, 2, 3")
+        super().__init__(num_heads=int(num_heads), input_layout=input_layout,
+                         num_key_value_heads=int(num_key_value_heads), **attrs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > len(self.call_names) or set(kwargs) - set(self.call_names[len(args):]):
+            raise TypeError(f"{self.name} ('{self.instance_name}') takes the inputs {', '.join(self.call_names)}; "
+                            f"got {len(args)} positional and {sorted(kwargs)}")
+        given = dict(zip(self.call_names, args), **kwargs)
+        for name in self.call_names[len(self.input_names):]:
+            if given.get(name) is not None:
+                why = _WHY.get(name, "quantized attention is not built")
+                raise ValueError(f"{self.name} ('{self.instance_name}'): the input {name} is given but {why}; "
+                                 f"pass None (quantize or dequantize outside the op)")
+        for name in ("key", "value"):
+            given[name] = self._single(name, given.get(name))
+        for name in ("actual_seq_lengths", "actual_seq_lengths_kv"):
+            if isinstance(given.get(name), (list, tuple)):  # MindSpore's type_cast: a list of ints is a tensor
+                given[name] = np.asarray(given[name], np.int64)
+        return super().__call__(*(given.get(n) for n in self.input_names))
+
+    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "_InferAttention":
+        """A strategy with entries beyond the built inputs is for the quantization (or page attention) inputs,
+        which graphpar refuses: said here, by name, rather than as a count."""
+        if (isinstance(in_strategy, tuple) and not is_layout_strategy(in_strategy)
+                and len(self.input_names) < len(in_strategy) <= len(self.call_names)):
+            raise StrategyError(self.name, in_strategy, f"{len(in_strategy)} entries, more than the inputs graphpar "
+                                f"builds ({', '.join(self.input_names)}): the later inputs "
+                                f"({', '.join(self.call_names[len(self.input_names):])}) are quantization, page "
+                                f"attention or padding inputs, which are not built",
+                                hint="Give one entry per given input among the built ones")
+        return super().shard(in_strategy, out_strategy)
+
+    def _single(self, name: str, x: Any) -> Any:
+        if isinstance(x, (list, tuple)):
+            if len(x) != 1:
+                raise ValueError(f"{self.name} ('{self.instance_name}'): {name} is a list of {len(x)} tensors; "
+                                 f"graphpar builds one {name} tensor (a list of one, or the tensor)")
+            return x[0]
+        return x
+
+    # --- the strategy ------------------------------------------------------------------------------------------
+    def _named_strategies(self, shapes, names, scope):
+        """MindSpore's checks of the user's entries (its ``CheckStrategy``), by name; then every entry as the
+        query's splits lay that input out (its tensor maps), which the planner's rule labels alike."""
+        hint = self.in_strategy
+        if hint is None or is_layout_strategy(hint):
+            return hint, self.out_strategy
+        check_ranks(self.instance_name, scope, hint, shapes, names)
+        for name, row, shape in zip(names, hint, shapes):
+            for d, (split, size) in enumerate(zip(row, shape)):
+                if size % split:
+                    self._refuse(hint, scope, f"{name} dim {d} has size {size}, which the split {split} does not "
+                                 f"divide", f"Use a divisor of {size} for {name} dim {d}")
+        rows = dict(zip(names, hint))
+        if rows["key"] != rows["value"]:
+            self._refuse(hint, scope, f"key is split {rows['key']} and value {rows['value']}",
+                         "Split key and value alike")
+        splits = self._query_splits(rows, dict(zip(names, shapes)), hint, scope)
+        problem = head_check(self.attrs)(splits)
+        if problem is not None:
+            self._refuse(hint, scope, *problem)
+        labels = attention_labels(self.name, self.attrs, names, shapes)[0]
+        return tuple(tuple(splits.get(l, 1) if l else 1 for l in row) for row in labels), self.out_strategy
+
+    def _layout_splits(self, q: tuple, hint: tuple, scope: str) -> dict[str, int]:
+        """``{"b", "s", "n"}`` splits read off the query's entry, with MindSpore's checks of it."""
+        layout = self.attrs["input_layout"]
+        if layout == "BSH":
+            if self.attrs["num_heads"] % q[2]:
+                self._refuse(hint, scope, f"num_heads {self.attrs['num_heads']} is not divisible by the query's "
+                             f"hidden split {q[2]}", "Split the hidden dimension by a divisor of num_heads")
+            return {"b": q[0], "s": q[1], "n": q[2]}
+        if q[3] != 1:
+            self._refuse(hint, scope, f"the query's D dimension is split {q[3]}", "Leave D whole (1)")
+        if layout == "BSND":
+            return {"b": q[0], "s": q[1], "n": q[2]}
+        return {"b": q[0], "n": q[1], "s": q[2]}
+
+    def _query_splits(self, rows: dict, shapes: dict, hint: tuple, scope: str) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _refuse(self, hint: tuple, scope: str, what: str, fix: str) -> None:
+        raise StrategyError(self.instance_name, hint, what, scope, fix)
+
+    # --- the math ----------------------------------------------------------------------------------------------
+    def _attention(self, query, key, value, attn_mask, pse_shift, q_len, kv_len, incremental: bool):
+        """``(out in the output layout, lse (B, N, S1))``."""
+        a = self.attrs
+        n, nkv = heads_of(a)
+        layout = a["input_layout"]
+        q = to_bnsd(query, "BNSD" if layout == "BNSD_BSND" else layout, n)
+        k, v = (to_bnsd(t, "BNSD" if layout == "BNSD_BSND" else layout, nkv) for t in (key, value))
+        b, heads, s1, d = q.shape
+        if heads != n or k.shape[1] != nkv or k.shape != v.shape or k.shape[3] != d or k.shape[0] != b:
+            raise ValueError(f"{self.name} ('{self.instance_name}'): query {tuple(query.shape)}, key "
+                             f"{tuple(key.shape)} and value {tuple(value.shape)} in layout {layout} do not hold "
+                             f"num_heads={n} query heads and {nkv} key/value heads of one head size")
+        s2 = k.shape[2]
+        discard = []
+        sparse = a.get("sparse_mode", 0)
+        if attn_mask is not None and (incremental or sparse in (0, 1)):
+            discard.append(self._mask(attn_mask, b, n, s1, s2, incremental))
+        elif attn_mask is not None and tuple(attn_mask.shape[-2:]) != (_COMPRESSED_MASK,) * 2:
+            raise ValueError(f"{self.name} ('{self.instance_name}'): sparse_mode={sparse} takes the compressed "
+                             f"({_COMPRESSED_MASK}, {_COMPRESSED_MASK}) attn_mask, got {tuple(attn_mask.shape)}")
+        if sparse == 1 and attn_mask is None and not incremental:
+            raise ValueError(f"{self.name} ('{self.instance_name}'): sparse_mode=1 (allMask) needs the full "
+                             f"attn_mask (S1, S2); give it, or use sparse_mode=0")
+        if not incremental:
+            band = sparse_discard(sparse, s1, s2, a.get("pre_tokens", NO_BAND), a.get("next_tokens", NO_BAND),
+                                  attn_mask is not None, q_len, kv_len)
+            if band is not None:
+                discard.append(band)
+        lengths = length_discard(s1, s2, q_len, kv_len)
+        if lengths is not None:
+            discard.append(lengths)
+        pse = None
+        if pse_shift is not None:
+            if pse_shift.ndim != 4 or pse_shift.shape[0] not in (1, b) or pse_shift.shape[1] != n or (
+                    pse_shift.shape[2] < s1 or pse_shift.shape[3] < s2):
+                raise ValueError(f"{self.name} ('{self.instance_name}'): pse_shift {tuple(pse_shift.shape)} must "
+                                 f"be ({b} or 1, {n}, >= {s1}, >= {s2})")
+            pse = pse_shift[:, :, :s1, :s2]
+        out, lse = attend(q, k, v, a["scale_value"], discard, pse)
+        return from_bnsd(out.astype(query.dtype), layout), lse
+
+    def _mask(self, mask, b: int, n: int, s1: int, s2: int, incremental: bool):
+        """``attn_mask`` as a boolean ``(B or 1, N or 1, S1, S2)`` (True: discard)."""
+        m = jnp.asarray(mask) != 0
+        if m.ndim == 2:
+            m = m[:, None, None, :] if incremental else m[None, None]
+        elif m.ndim == 3:
+            m = m[:, None]
+        if m.ndim != 4 or m.shape[0] not in (1, b) or m.shape[1] not in (1, n) or m.shape[2:] != (s1, s2):
+            raise ValueError(f"{self.name} ('{self.instance_name}'): attn_mask {tuple(mask.shape)} is not one of "
+                             f"MindSpore's shapes for S1={s1}, S2={s2}: (S1, S2), (B, S1, S2), (1, S1, S2), "
+                             f"(B, 1, S1, S2), (1, 1, S1, S2) (incremental: (B, S2), (B, 1, S2), (B, 1, 1, S2))")
+        return m
+
+
+class PromptFlashAttention(_InferAttention):
+    """``PromptFlashAttention(num_heads=1, scale_value=1.0, pre_tokens=2147483647, next_tokens=0,
+    input_layout='BSH', num_key_value_heads=0, sparse_mode=0, inner_precise=1)(query, key, value, attn_mask=None,
+    actual_seq_lengths=None, actual_seq_lengths_kv=None, pse_shift=None, deq_scale1=None, quant_scale1=None,
+    deq_scale2=None, quant_scale2=None, quant_offset2=None)`` → ``attention_out`` (the query's shape and dtype).
+
+    Strategy (MindSpore's PromptFlashAttentionInfo): the query splits batch, sequence and heads (BNSD: D whole);
+    key and value are split alike, their sequence whole; the heads' split divides ``num_heads`` and
+    ``num_key_value_heads``; a full ``attn_mask`` has its sequence entry equal to the query's (1 for the compressed
+    mask of sparse modes 2-4)."""
+
+    input_names = ("query", "key", "value", "attn_mask", "actual_seq_lengths", "actual_seq_lengths_kv", "pse_shift")
+    optional_inputs = 4
+    call_names = input_names + _QUANT
+
+    def __init__(self, num_heads: int = 1, scale_value: float = 1.0, pre_tokens: int = NO_BAND,
+                 next_tokens: int = 0, input_layout: str = "BSH", num_key_value_heads: int = 0,
+                 sparse_mode: int = 0, inner_precise: int = 1):
+        if sparse_mode not in (0, 1, 2, 3, 4):
+            raise ValueError(f"PromptFlashAttention(sparse_mode={sparse_mode!r}): valid modes are 0 (mask and "
+                             f"band), 1 (full mask), 2 (causal, top-left), 3 (causal, bottom-right), 4 (band)")
+        super().__init__(num_heads, input_layout, num_key_value_heads, scale_value=float(scale_value),
+                         pre_tokens=int(pre_tokens), next_tokens=int(next_tokens), sparse_mode=int(sparse_mode),
+                         inner_precise=inner_precise)
+
+    def _query_splits(self, rows, shapes, hint, scope):
+        splits = self._layout_splits(rows["query"], hint, scope)
+        if "attn_mask" in rows:
+            row = rows["attn_mask"]
+            want = 1 if self.attrs["sparse_mode"] in (2, 3, 4) else splits["s"]
+            seq = row[-2] if len(row) >= 2 else 1
+            if seq != want:
+                self._refuse(hint, scope, f"attn_mask's sequence dimension is split {seq}; it must be {want} (the "
+                             f"query's sequence split; 1 for the compressed mask of sparse modes 2-4)",
+                             f"Split attn_mask's dimension {len(row) - 2} by {want}")
+        return splits
+
+    def compute(self, query, key, value, attn_mask=None, actual_seq_lengths=None, actual_seq_lengths_kv=None,
+                pse_shift=None):
+        return self._attention(query, key, value, attn_mask, pse_shift, actual_seq_lengths, actual_seq_lengths_kv,
+                               incremental=False)[0]
+
+
+class IncreFlashAttention(_InferAttention):
+    """``IncreFlashAttention(num_heads=1, input_layout='BSH', scale_value=1.0, num_key_value_heads=0,
+    block_size=0, inner_precise=1)(query, key, value, attn_mask=None, actual_seq_lengths=None, pse_shift=None,
+    dequant_scale1=None, quant_scale1=None, dequant_scale2=None, quant_scale2=None, quant_offset2=None,
+    antiquant_scale=None, antiquant_offset=None, block_table=None, kv_padding_size=None)`` → ``attention_out``.
+
+    One query token per batch row (query ``(B, 1, H)`` / ``(B, N, 1, D)``) against the key/value cache (a list of
+    one tensor, or the tensor); ``actual_seq_lengths`` is each row's valid cache length. Strategy (MindSpore's
+    IncreFlashAttentionInfo): query, key and value split alike, by batch and heads only; ``attn_mask`` split as the
+    query's batch, nothing else."""
+
+    input_names = ("query", "key", "value", "attn_mask", "actual_seq_lengths", "pse_shift")
+    optional_inputs = 3
+    call_names = input_names + _IQUANT + ("block_table", "kv_padding_size")
+
+    def __init__(self, num_heads: int = 1, input_layout: str = "BSH", scale_value: float = 1.0,
+                 num_key_value_heads: int = 0, block_size: int = 0, inner_precise: int = 1):
+        if block_size != 0:
+            raise ValueError(f"IncreFlashAttention(block_size={block_size!r}): page attention is not built; "
+                             f"valid: block_size=0")
+        super().__init__(num_heads, input_layout, num_key_value_heads, scale_value=float(scale_value),
+                         block_size=0, inner_precise=inner_precise)
+
+    def _query_splits(self, rows, shapes, hint, scope):
+        q = rows["query"]
+        if rows["key"] != q:
+            self._refuse(hint, scope, f"query is split {q} and key/value {rows['key']}",
+                         "Split query, key and value alike")
+        seq = 1 if self.attrs["input_layout"] == "BSH" else 2
+        if q[seq] != 1:
+            self._refuse(hint, scope, f"the query's S dimension is split {q[seq]}", "Leave S whole (1)")
+        splits = self._layout_splits(q, hint, scope)
+        mask = rows.get("attn_mask")
+        if mask is not None and (mask[0] != q[0] or any(s != 1 for s in mask[1:])):
+            self._refuse(hint, scope, f"attn_mask is split {mask}; it splits its batch as the query's ({q[0]}) and "
+                         f"nothing else", f"Give attn_mask {(q[0],) + (1,) * (len(mask) - 1)}")
+        return {"b": splits["b"], "n": splits["n"]}
+
+    def compute(self, query, key, value, attn_mask=None, actual_seq_lengths=None, pse_shift=None):
+        s1 = query.shape[1 if self.attrs["input_layout"] == "BSH" else 2]
+        if s1 != 1:
+            raise ValueError(f"IncreFlashAttention ('{self.instance_name}'): the query holds {s1} tokens; it takes "
+                             f"one per batch row (PromptFlashAttention takes a prompt)")
+        return self._attention(query, key, value, attn_mask, pse_shift, None, actual_seq_lengths,
+                               incremental=True)[0]
+
+
+class FusedInferAttentionScore(_InferAttention):
+    """``FusedInferAttentionScore(num_heads=1, scale_value=1.0, pre_tokens=2147483647, next_tokens=2147483647,
+    input_layout='BSH', num_key_value_heads=0, sparse_mode=0, inner_precise=1, block_size=0, antiquant_mode=0,
+    softmax_lse_flag=False, key_antiquant_mode=0, value_antiquant_mode=0)(query, key, value, pse_shift=None,
+    attn_mask=None, actual_seq_lengths=None, actual_seq_lengths_kv=None, <quantization, page attention, padding and
+    prefix inputs: None>)`` → ``(attention_out, softmax_lse)``.
+
+    A query of one token per row is the incremental case (IncreFlashAttention's math; ``actual_seq_lengths``,
+    ``sparse_mode`` and the band are then unused, as MindSpore documents), else the prompt case
+    (PromptFlashAttention's). ``softmax_lse`` is ``(B, N, S1, 1)`` float32 with ``softmax_lse_flag``, else a
+    ``(1,)`` zero. Strategy (MindSpore's FusedInferAttentionScoreInfo): key and value are written as tuples of
+    entries and split alike; the query splits batch, heads and (prompt) sequence, D whole; the incremental case
+    splits the key/value sequence instead (read from key's entry); ``BNSD_BSND`` takes no strategy. The attribute
+    ``enable_ring_attention`` (``add_prim_attr``; a prompt in BSH or BNSD, sparse mode 0, ``softmax_lse_flag``)
+    splits the key/value sequence as the query's: the result is the same, but the blocks are gathered by XLA's
+    partitioner rather than passed round a ring of send/receives as MindSpore builds them."""
+
+    input_names = ("query", "key", "value", "pse_shift", "attn_mask", "actual_seq_lengths", "actual_seq_lengths_kv")
+    optional_inputs = 4
+    call_names = input_names + _IQUANT + (
+        "block_table", "query_padding_size", "kv_padding_size", "key_antiquant_scale", "key_antiquant_offset",
+        "value_antiquant_scale", "value_antiquant_offset", "key_shared_prefix", "value_shared_prefix",
+        "actual_shared_prefix_len")
+    layouts = ("BSH", "BNSD", "BSND", "BNSD_BSND")
+
+    def __init__(self, num_heads: int = 1, scale_value: float = 1.0, pre_tokens: int = NO_BAND,
+                 next_tokens: int = NO_BAND, input_layout: str = "BSH", num_key_value_heads: int = 0,
+                 sparse_mode: int = 0, inner_precise: int = 1, block_size: int = 0, antiquant_mode: int = 0,
+                 softmax_lse_flag: bool = False, key_antiquant_mode: int = 0, value_antiquant_mode: int = 0):
+        if sparse_mode not in (0, 1, 2, 3, 4):
+            raise ValueError(f"FusedInferAttentionScore(sparse_mode={sparse_mode!r}): valid modes are 0-4 (5-8 are "
+                             f"not implemented in MindSpore either)")
+        for name, value in (("block_size", block_size), ("antiquant_mode", antiquant_mode),
+                            ("key_antiquant_mode", key_antiquant_mode),
+                            ("value_antiquant_mode", value_antiquant_mode)):
+            if value != 0:
+                raise ValueError(f"FusedInferAttentionScore({name}={value!r}): page attention and antiquant are "
+                                 f"not built; valid: {name}=0")
+        super().__init__(num_heads, input_layout, num_key_value_heads, scale_value=float(scale_value),
+                         pre_tokens=int(pre_tokens), next_tokens=int(next_tokens), sparse_mode=int(sparse_mode),
+                         inner_precise=inner_precise, softmax_lse_flag=bool(softmax_lse_flag))
+
+    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "FusedInferAttentionScore":
+        """MindSpore writes key's and value's entries as tuples of entries, one per tensor of the key list
+        (``((dp, 1, mp), ((dp, 1, mp),), ((dp, 1, mp),))``); graphpar's key is one tensor, so one entry each."""
+        if isinstance(in_strategy, tuple) and len(in_strategy) >= 3 and not is_layout_strategy(in_strategy):
+            rows = list(in_strategy)
+            for i, name in ((1, "key"), (2, "value")):
+                row = rows[i]
+                if not (isinstance(row, tuple) and len(row) == 1 and isinstance(row[0], tuple)):
+                    raise StrategyError(self.name, in_strategy, f"the {name} entry {row!r} must be a tuple holding "
+                                        f"one entry per {name} tensor", hint=f"Write (({name} splits),), e.g. "
+                                        f"((2, 1, 4), ((2, 1, 4),), ((2, 1, 4),))")
+                rows[i] = row[0]
+            in_strategy = tuple(rows)
+        return super().shard(in_strategy, out_strategy)
+
+    def _query_splits(self, rows, shapes, hint, scope):
+        layout = self.attrs["input_layout"]
+        if layout == "BNSD_BSND":
+            self._refuse(hint, scope, "input_layout 'BNSD_BSND' takes no strategy (MindSpore's parallel rule "
+                         "covers BSH, BNSD and BSND)", "Use input_layout='BNSD' and transpose the output")
+        splits = self._layout_splits(rows["query"], hint, scope)
+        incremental = is_incremental(self.name, self.attrs, shapes["query"])
+        if self.attrs.get("enable_ring_attention"):
+            problem = ("a one-token query" if incremental else f"input_layout {layout!r}" if layout not in (
+                "BSH", "BNSD") else f"sparse_mode {self.attrs['sparse_mode']}" if self.attrs["sparse_mode"] else
+                "softmax_lse_flag=False" if not self.attrs["softmax_lse_flag"] else None)
+            if problem is not None:
+                self._refuse(hint, scope, f"enable_ring_attention is set with {problem}", "Ring attention takes "
+                             "a prompt in BSH or BNSD, sparse_mode=0 and softmax_lse_flag=True (as MindSpore's)")
+            notice_once("fias:ring", "FusedInferAttentionScore(enable_ring_attention): the key/value sequence is "
+                        "split as the query's; XLA's partitioner gathers the key/value blocks (no ring of "
+                        "send/receives as MindSpore builds); the result is the same")
+        if incremental:
+            seq = 1 if layout in ("BSH", "BSND") else 2
+            return {"b": splits["b"], "n": splits["n"], "kv": rows["key"][seq]}
+        return splits
+
+    def compute(self, query, key, value, pse_shift=None, attn_mask=None, actual_seq_lengths=None,
+                actual_seq_lengths_kv=None):
+        incremental = is_incremental(self.name, self.attrs, query.shape)
+        if incremental and self.attrs["input_layout"] == "BNSD_BSND":
+            raise ValueError(f"FusedInferAttentionScore ('{self.instance_name}'): input_layout 'BNSD_BSND' needs a "
+                             f"query of more than one token")
+        if incremental and actual_seq_lengths is not None:
+            notice_once("fias:incremental-actual_seq_lengths", "FusedInferAttentionScore: with a one-token query "
+                        "actual_seq_lengths is unused (as in MindSpore); actual_seq_lengths_kv gives the cache "
+                        "lengths")
+        out, lse = self._attention(query, key, value, attn_mask, pse_shift,
+                                   None if incremental else actual_seq_lengths, actual_seq_lengths_kv, incremental)
+        lse = lse[..., None] if self.attrs["softmax_lse_flag"] else jnp.zeros((1,), jnp.float32)
+        return out, lse
