@@ -656,8 +656,9 @@ ROWS: list[Row] = [
     # --- context settings -------------------------------------------------------------------------------------
     Row("context-mode", "context", "set_context(mode=5)", lambda t: _ms().set_context(mode=5),
         ERR + "ConfigError", ("mode=5", "GRAPH_MODE (0)")),
-    Row("context-ascend", "context", "set_context(device_target='Ascend')",
-        lambda t: _ms().set_context(device_target="Ascend"), ERR + "DeviceError", ("Ascend", "'CPU', 'GPU', 'TPU'")),
+    Row("context-ascend", "context", "set_context(device_target='Ascend') in a multi-process job before init()",
+        lambda t: _ms().set_context(device_target="Ascend"), ERR + "DeviceError",
+        ("device_target='Ascend'", "no Ascend backend", "device_target='GPU', 'CPU' or 'TPU'"), _PROCESS_0),
     Row("context-target", "context", "set_context(device_target='NPU')",
         lambda t: _ms().set_context(device_target="NPU"), ERR + "ConfigError", ("device_target='NPU'", "'CPU'")),
     Row("context-save-graphs", "context", "set_context(save_graphs=7)", lambda t: _ms().set_context(save_graphs=7),
