@@ -120,6 +120,12 @@ def test_get_activation_from_mindspores_module_path():
         get_activation("swishy", prim_name="Dense")
 
 
+def test_sequence_ops_module_path():
+    """``P._sequence_ops.TensorToScalar`` (MindSpore's module for it) is the one TensorToScalar."""
+    assert P._sequence_ops.TensorToScalar is P.TensorToScalar
+    assert P._sequence_ops.TensorToScalar()(Tensor(np.array([3.0], np.float32))) == 3.0
+
+
 def test_fast_gelu_activation_is_mindspores_formula():
     """``get_activation("fast_gelu")`` (Pangu-alpha's FeedForward): x / (1 + exp(-1.702|x|)) * exp(0.851 (x - |x|))."""
     x = np.linspace(-6, 6, 25).astype(np.float32)
