@@ -107,6 +107,12 @@ class DeviceError(GraphparError, ValueError):
     """A device target or device count this machine cannot provide."""
 
 
+class MeshConflictError(DeviceError, RuntimeError):
+    """Strategies whose device matrices cannot share one device mesh (groupings that do not nest, e.g. 3 x 8 and
+    8 x 3 on 24 devices). Also a ``RuntimeError``: MindSpore fails such a network when it compiles it, as it does a
+    strategy that cannot hold (:class:`StrategyError`), so a ported ``pytest.raises(RuntimeError)`` holds."""
+
+
 class RuntimeCheckError(GraphparError, ValueError):
     """A value known only when a step ran failed an op's check (a class label outside ``[0, classes)``); raised
     lazily, after the step (``ops.runtime_checks``). Fields: ``op`` (instance name), ``kind``, ``scope`` (Cell

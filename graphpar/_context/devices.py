@@ -12,9 +12,31 @@ from __future__ import annotations
 import jax
 
 from graphpar import _cluster, _env
+from graphpar._logging import notice_once
 from graphpar.errors import DeviceError
 
 _JAX_PLATFORM = {"CPU": "cpu", "GPU": "gpu", "TPU": "tpu"}
+
+
+def ascend_stand_in() -> str:
+    """The target ``set_context(device_target="Ascend")`` runs on: JAX's default platform ("GPU", "TPU" or "CPU").
+
+    XLA has no Ascend backend. A MindSpore script names Ascend because that was its accelerator, not because its
+    results depend on Ascend's kernels, so it runs on the accelerator JAX has (the notice says which, once). In a
+    multi-process job that has not formed yet no backend may start to tell which platform that is: the script must
+    name it there (a :class:`DeviceError` says so).
+    """
+    if _cluster.cluster_pending():
+        raise DeviceError(
+            "set_context(device_target='Ascend'): graphpar has no Ascend backend and runs an Ascend script on JAX's "
+            "default platform, which cannot be known before this multi-process job has formed (no backend may start "
+            "before init()); name the platform instead: device_target='GPU', 'CPU' or 'TPU'")
+    target = jax.default_backend().upper()
+    target = target if target in _JAX_PLATFORM else "CPU"
+    notice_once(f"context:ascend:{target}", f"set_context(device_target='Ascend'): graphpar has no Ascend backend; "
+                f"this script runs on JAX's default platform instead, device_target={target!r} (as "
+                f"get_context('device_target') reports)")
+    return target
 
 
 def check_platform(device_target: str) -> None:

@@ -21,14 +21,14 @@ import jax
 
 from graphpar._context.algo import OpStrategyConfig, current_algo, current_op_strategy_config, use_op_strategy_config
 from graphpar._context.cache_dir import CompileCache, resolve_compile_cache
-from graphpar._context.devices import check_device_id, check_platform
+from graphpar._context.devices import ascend_stand_in, check_device_id, check_platform
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
     PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_auto_pipeline, check_bool, check_dataset_strategy, check_format_transform,
     check_parallel_optimizer_config, check_pipeline_config, check_writable_dir, parse_memory)
 from graphpar import _env
 from graphpar._logging import notice_once
-from graphpar.errors import ConfigError, DeviceError, GraphparError, UnknownSettingError
+from graphpar.errors import ConfigError, GraphparError, UnknownSettingError
 
 
 
@@ -146,9 +146,8 @@ def set_context(**kwargs: Any) -> None:
                 raise ConfigError(api, key, value, valid=["GRAPH_MODE (0)", "PYNATIVE_MODE (1)"])
             _context.mode = value
         elif key == "device_target":
-            if value == "Ascend":
-                raise DeviceError("set_context(device_target='Ascend'): graphpar runs on XLA and has no Ascend "
-                                  "backend; valid targets: 'CPU', 'GPU', 'TPU'")
+            if value == "Ascend":  # no Ascend backend on XLA: the script runs on JAX's default platform (said once)
+                value = ascend_stand_in()
             if value not in DEVICE_TARGETS:
                 raise ConfigError(api, key, value, valid=DEVICE_TARGETS)
             check_platform(value)

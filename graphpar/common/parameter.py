@@ -13,6 +13,7 @@ its program's first compile draws it where it lives (``graphpar.common.deferred.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import jax
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from graphpar._logging import notice_once
 from graphpar.common import dtype as mstype
 from graphpar.common._convert import to_array
 from graphpar.common.deferred import Deferred
@@ -87,6 +89,24 @@ class Parameter(nnx.Param):
         if not isinstance(value, bool):
             raise TypeError(f"Parameter '{self.name}'.parallel_optimizer must be a bool, got {value!r}")
         self.set_metadata(parallel_optimizer=value)
+
+    @property
+    def pipeline_stages(self) -> tuple[int, ...]:
+        """The stages given by :meth:`add_pipeline_stage` (MindSpore's ``Parameter.pipeline_stages``)."""
+        return self.get_metadata().get("pipeline_stages", ())
+
+    def add_pipeline_stage(self, stage: int) -> None:
+        """MindSpore's ``add_pipeline_stage(stage)``: declares that pipeline ``stage`` uses this Parameter (a tied
+        embedding). graphpar finds the stages from the Cells that use it, giving each a copy whose gradients are
+        summed (``compile.pipeline.transfer``), so the declaration is recorded and said once, not needed."""
+        if not isinstance(stage, int) or isinstance(stage, bool) or stage < 0:
+            raise TypeError(f"Parameter '{self.name}'.add_pipeline_stage({stage!r}): `stage` must be a positive "
+                            "number of int type")
+        notice_once("add_pipeline_stage", "Parameter.add_pipeline_stage(...) is recorded (Parameter.pipeline_stages) "
+                    "but not needed: graphpar gives each pipeline stage whose Cells use a Parameter its own copy and "
+                    "sums their gradients", logging.INFO)
+        if stage not in self.pipeline_stages:
+            self.set_metadata(pipeline_stages=self.pipeline_stages + (stage,))
 
     @property
     def data(self) -> "Parameter":

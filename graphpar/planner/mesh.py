@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from graphpar.errors import DeviceError
+from graphpar.errors import DeviceError, MeshConflictError
 
 
 def _prime_factors(n: int) -> list[int]:
@@ -55,7 +55,7 @@ def mesh_axis_sizes(n_devices: int, matrices: Sequence[Sequence[int]] = (),
         if b % a:
             culprits = [(f"{owners[i]} " if owners else "") + str(list(m)) for i, m in enumerate(matrices)
                         if a in _cuts(m) or b in _cuts(m)]
-            raise DeviceError(
+            raise MeshConflictError(
                 f"the device matrices {', '.join(culprits)} cannot share one device mesh on {n_devices} devices (their "
                 f"row-major groupings {a} and {b} do not nest); choose strategies whose device matrices split the "
                 f"devices in the same order, e.g. all powers of two")

@@ -672,6 +672,24 @@ def _fft_split_transformed_dim():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
     return ms.parallel.strategies(Net(), ms.Tensor(np.ones((8, 4, 4), np.complex64)))
 
+def _mesh_conflict():
+    """Mul split 3 x 8 feeding ReLU split 8 x 3, planned for 24 devices (none of which need exist)."""
+    import graphpar as ms
+    from graphpar import nn, ops
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.mul = ops.Mul().shard(((3, 8), (3, 8)))
+            self.relu = ops.ReLU().shard(((8, 3),))
+
+        def construct(self, x):
+            return self.relu(self.mul(x, x))
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=24)
+    return ms.parallel.strategies(Net(), ms.Tensor(np.ones((48, 48), np.float32)))
+
+
 def _batch_norm_group_size():
     """A training BatchNorm1d split 8 ways on N whose statistics are asked for in groups of 4 devices."""
     import graphpar as ms
@@ -705,8 +723,9 @@ ROWS: list[Row] = [
     # --- context settings -------------------------------------------------------------------------------------
     Row("context-mode", "context", "set_context(mode=5)", lambda t: _ms().set_context(mode=5),
         ERR + "ConfigError", ("mode=5", "GRAPH_MODE (0)")),
-    Row("context-ascend", "context", "set_context(device_target='Ascend')",
-        lambda t: _ms().set_context(device_target="Ascend"), ERR + "DeviceError", ("Ascend", "'CPU', 'GPU', 'TPU'")),
+    Row("context-ascend", "context", "set_context(device_target='Ascend') in a multi-process job before init()",
+        lambda t: _ms().set_context(device_target="Ascend"), ERR + "DeviceError",
+        ("device_target='Ascend'", "no Ascend backend", "device_target='GPU', 'CPU' or 'TPU'"), _PROCESS_0),
     Row("context-target", "context", "set_context(device_target='NPU')",
         lambda t: _ms().set_context(device_target="NPU"), ERR + "ConfigError", ("device_target='NPU'", "'CPU'")),
     Row("context-save-graphs", "context", "set_context(save_graphs=7)", lambda t: _ms().set_context(save_graphs=7),
@@ -975,6 +994,12 @@ ROWS: list[Row] = [
     Row("grid-sampler-bicubic", "strategy", "ops.GridSampler2D('bicubic')",
         lambda t: _ops().GridSampler2D("bicubic"), ValueError, ("GridSampler2D", "'bilinear' or 'nearest'",
                                                                 "'bicubic' is not supported")),
+    Row("mesh-conflict", "strategy", "Mul().shard(((3, 8), (3, 8))) feeding ReLU().shard(((8, 3),)) on "
+        "device_num=24, then compile", lambda t: _mesh_conflict(), ERR + "MeshConflictError",
+        ("'mul'", "'relu'", "cannot share one device mesh on 24 devices", "groupings 3 and 8 do not nest")),
+    Row("add-pipeline-stage", "strategy", "Parameter(Tensor(np.ones(4)), 'w').add_pipeline_stage(-1)",
+        lambda t: _ms().Parameter(_ms().Tensor(np.ones(4, np.float32)), "w").add_pipeline_stage(-1), TypeError,
+        ("'w'", "add_pipeline_stage(-1)", "positive number of int type")),
     # --- MindSpore's MoE layer and its parallel config (graphpar.nn.transformer) -------------------------------
     Row("moe-expert-num", "strategy", "MoE(..., moe_config=MoEConfig(expert_num=6), parallel_config="
         "MoEParallelConfig(data_parallel=8, expert_parallel=4))", lambda t: _moe(6, (8, 1, 4)), ERR + "ConfigError",

@@ -9,11 +9,14 @@ a test should match); the value is one list of splits per tensor input (``[]`` f
 whose layout follows its input, e.g. Reshape, as MindSpore's). :func:`plan_cell` plans a Cell (a ``TrainOneStepCell``'s
 train step, any other Cell's forward) for the devices the context names, without those devices: the trace and the
 pass list are the ones a real job runs (``plan_graph``), nothing is lowered, and a configured strategy file (or
-``set_op_strategy_config(mode="SAVE")``'s) is written as a compile writes it.
+``set_op_strategy_config(mode="SAVE")``'s) and, with ``save_graphs``, rank 0's ``step_parallel_begin`` dump are
+written as a compile writes them. ``device_num`` may exceed the devices this process has (said once): MindSpore's
+unit tests compile for 16 or 24 devices this way; running such a network still needs them (``DeviceError``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,8 +25,11 @@ import numpy as np
 
 from graphpar import _context
 from graphpar._context import ParallelMode
+from graphpar._logging import notice_once
+from graphpar.communication.devices import all_devices
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.dump.writer import PlanDescription, write_begin
 from graphpar.ir.graph import Graph
 from graphpar.nn.wrap import TrainOneStepCell
 from graphpar.planner import strategy_file
@@ -123,4 +129,13 @@ def plan_cell(cell: Any, inputs: Sequence[Any]) -> Graph | None:
         search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu"),
         graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
     strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()), parameters=network.trainable_params())
+    if _context.current().save_graphs:  # the begin dump, as a job's compile writes it (rank 0: the global view)
+        write_begin(graph, PlanDescription(pctx, devices), _context.current().save_graphs_path, [0])
+    present = len(all_devices())
+    if devices > present:
+        notice_once(f"virtual-compile:{devices}:{present}",
+                    f"compile-only plan (_cell_graph_executor.compile, parallel.strategies) for device_num={devices} "
+                    f"without those devices (this process has {present}): strategies, parameter layouts, strategy "
+                    "files and the begin dump are those of a real job; nothing is lowered (a compile-only call never "
+                    "is); running the network needs the devices", logging.INFO)
     return graph

@@ -49,6 +49,18 @@ class GELU(Cell):
         return jax.nn.gelu(x, approximate=False)
 
 
+class FastGelu(Cell):
+    """MindSpore's ``nn.FastGelu``: ``x / (1 + exp(-1.702 |x|)) * exp(0.851 (x - |x|))``, the ``FastGeLU`` op
+    (``get_activation("fast_gelu")``, the activation of Pangu-alpha's and MindSpore's transformer FeedForward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fast_gelu = nn_ops.FastGeLU()
+
+    def construct(self, x):
+        return self.fast_gelu(x)
+
+
 class Sigmoid(Cell):
     def __init__(self):
         super().__init__()
@@ -85,7 +97,7 @@ class LogSoftmax(Cell):
         return self.log_softmax(x)
 
 
-_ACTIVATIONS = {"relu": ReLU, "relu6": ReLU6, "gelu": GELU, "sigmoid": Sigmoid, "tanh": Tanh,
+_ACTIVATIONS = {"relu": ReLU, "relu6": ReLU6, "gelu": GELU, "fast_gelu": FastGelu, "sigmoid": Sigmoid, "tanh": Tanh,
                 "softmax": Softmax, "logsoftmax": LogSoftmax}
 
 

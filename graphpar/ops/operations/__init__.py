@@ -1,7 +1,7 @@
 """Every primitive class (``from graphpar.ops import operations as P``, as MindSpore scripts write).
 
 A package, as MindSpore's ``mindspore.ops.operations``: its submodules ``array_ops``, ``math_ops``, ``nn_ops``,
-``comm_ops`` and ``_inner_ops`` re-export the classes MindSpore files there, so ``from
+``comm_ops``, ``_inner_ops`` and ``_sequence_ops`` re-export the classes MindSpore files there, so ``from
 mindspore.ops.operations.comm_ops import AllReduce`` ports by changing the package name only.
 """
 
@@ -33,6 +33,7 @@ from graphpar.ops.nn_ops import (  # noqa: F401
 from graphpar.ops.misc_ops import IOU, ArgMinWithValue, Cdist, CheckValid, SplitV, TopK  # noqa: F401
 from graphpar.ops.norm_act_ops import L2Loss, Lerp, PReLU, RmsNorm, SigmoidCrossEntropyWithLogits  # noqa: F401
 from graphpar.ops.operations import _inner_ops as _inner_ops
+from graphpar.ops.operations import _sequence_ops as _sequence_ops
 from graphpar.ops.operations import array_ops as array_ops
 from graphpar.ops.operations import comm_ops as comm_ops
 from graphpar.ops.operations import math_ops as math_ops

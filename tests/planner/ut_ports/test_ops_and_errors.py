@@ -120,6 +120,35 @@ def test_get_activation_from_mindspores_module_path():
         get_activation("swishy", prim_name="Dense")
 
 
+def test_sequence_ops_module_path():
+    """``P._sequence_ops.TensorToScalar`` (MindSpore's module for it) is the one TensorToScalar."""
+    assert P._sequence_ops.TensorToScalar is P.TensorToScalar
+    assert P._sequence_ops.TensorToScalar()(Tensor(np.array([3.0], np.float32))) == 3.0
+
+
+def test_fast_gelu_activation_is_mindspores_formula():
+    """``get_activation("fast_gelu")`` (Pangu-alpha's FeedForward): x / (1 + exp(-1.702|x|)) * exp(0.851 (x - |x|))."""
+    x = np.linspace(-6, 6, 25).astype(np.float32)
+    got = np.asarray(get_activation("fast_gelu")(Tensor(x)))
+    want = x / (1 + np.exp(-1.702 * np.abs(x))) * np.exp(0.851 * (x - np.abs(x)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert type(ms.nn.FastGelu()).__name__ == "FastGelu"
+
+
+def test_add_pipeline_stage_is_recorded_and_checked(notices):
+    """MindSpore's ``Parameter.add_pipeline_stage(stage)`` (a tied embedding's stages): recorded, said once, and a
+    stage that is not an int >= 0 is a TypeError as in MindSpore."""
+    table = Parameter(Tensor(np.ones((4, 2), np.float32)), "embedding_table")
+    table.add_pipeline_stage(0)
+    table.add_pipeline_stage(3)
+    table.add_pipeline_stage(3)
+    assert table.pipeline_stages == (0, 3)
+    assert sum("add_pipeline_stage" in r.getMessage() for r in notices.records) == 1
+    for bad in (-1, 1.0, True):
+        with pytest.raises(TypeError, match="must be a positive number of int type"):
+            table.add_pipeline_stage(bad)
+
+
 @pytest.mark.parametrize("strategy,error", [
     (((2.0, 1), (1, 1)), TypeError),   # MindSpore: TypeError (a split must be an int)
     ([(2, 1), (1, 1)], TypeError),     # a list is not a tuple
