@@ -110,7 +110,9 @@ def test_html_views_have_one_row_per_op(auto_plan):
     html = plan._repr_html_()
     n = len(plan.dumps().main.nodes)
     assert html.count('<tr class="op-row">') == n
-    assert html.count('class="gp-grid"') == len(plan.dumps().begin.inputs)
+    begin = plan.dumps().begin  # a device grid for every value: graph inputs and op outputs
+    assert set(re.findall(r'data-value="([^"]+)"', html)) == ({i.name for i in begin.inputs}
+                                                            | {out for n in begin.nodes for out in n.outputs})
     assert "<svg" in html and "gp-layout-change" in html  # matmul's input 0 is redistributed (an AlltoAll)
     assert plan.summary()._repr_html_().count('<tr class="op-row">') == n
     assert 'data-tensor="input 1 %para1_w2"' in plan.explain("matmul2")._repr_html_()
