@@ -108,11 +108,12 @@ class PlanView:
         return self.dumps().main.graph
 
     # --- the views ---------------------------------------------------------------------------------------------
-    def summary(self, rank: int | None = None) -> Report:
-        """One row per op (strategy, provenance, per-device shapes, collectives, bytes): ``graphpar ir summary``."""
+    def summary(self, rank: int | None = None, wide: bool = False) -> Report:
+        """One row per op (strategy, provenance, per-device shapes, collectives, bytes): ``graphpar ir summary``
+        (``wide``: ``--wide``, one line per op)."""
         dset = self.dumps(rank)
         data = summary_data(dset)
-        return Report(_captured(print_summary, data), data,
+        return Report(_captured(print_summary, data, wide), data,
                       lambda: views.wrap(views.header(dset.main) + views.op_table(dset.begin, dset.execute)))
 
     def explain(self, op: str, rank: int | None = None) -> Report:

@@ -35,22 +35,6 @@ NAMED_REDISTRIBUTIONS = pytest.mark.skipif(
     reason="jax >= 0.11 leaves the collectives of a redistribution without op metadata")
 
 
-@pytest.fixture(scope="module")
-def gpt_plan(tmp_path_factory):
-    """The 2-layer GPT's train step under SEMI_AUTO_PARALLEL (dp=2, mp=4, Megatron hints), compiled, with dumps."""
-    dumps = tmp_path_factory.mktemp("gpt") / "ir_dumps"
-    _context.reset_context()
-    _context.reset_auto_parallel_context()
-    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=True, save_graphs_path=str(dumps))
-    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", dataset_strategy="data_parallel")
-    try:
-        plan = graphpar.parallel.plan(gpt_train_cell(GPT(layers=2)), *gpt_data())
-    finally:
-        _context.reset_context()
-        _context.reset_auto_parallel_context()
-    return plan, dumps
-
-
 def _nodes(graph):
     return {n["id"]: n for n in graph["nodes"]}
 

@@ -210,7 +210,7 @@ def test_collective_groups_read_as_rank_lists_and_the_gradient_reduction_is_name
     """"ranks 0-4" read as the range 0..4 where the group is {0, 4}; the gradient AllReduce was the largest bar of
     the charts under "(not attributed)"."""
     plan, _ = auto_plan
-    summary = plan.summary()
+    summary = plan.summary(wide=True)
     assert "ranks 0,1,2,3" in summary and "ranks 0,4 [gradient reduction]" in summary
     assert "ranks 0-4" not in summary
     html = plan._repr_html_()
