@@ -4,11 +4,15 @@ and zoom controls on every graph picture with the script that drives them, nothi
 from __future__ import annotations
 
 import math
+import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 from graphpar.cli.main import main as cli
 from graphpar.dump.model import layout_text
+from graphpar.dump.reader import parse_text
 from graphpar.viz.blocks import splits
+from graphpar.viz.grids import value_grids
 from graphpar.viz.page import ZOOM_JS
 
 from .test_plan import auto_plan  # noqa: F401  (the module-scoped fixture: the quickstart's plan and its dumps)
@@ -97,3 +101,19 @@ def test_every_graph_picture_zooms_offline(auto_plan, tmp_path):
     script = "".join(page.scripts)
     assert ZOOM_JS in script and "addEventListener('wheel'" in script and "passive: false" in script
     assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in text
+
+
+def test_a_dump_without_out_layouts_draws_its_values_as_their_readers_use_them(auto_plan):
+    """A begin dump written before ``out_layouts`` existed still reads; its op outputs are drawn in the layouts
+    their readers use them in, and the page says so."""
+    plan, _ = auto_plan
+    begin = plan.dumps(0).begin
+    old = parse_text(re.sub(r"  # out_layouts: [^#\n]*?(?=  #|$)", "", Path(begin.path).read_text(), flags=re.M),
+                     begin.path)
+    assert all(not n.out_layouts for n in old.nodes) and [n.in_layouts for n in old.nodes] == [
+        n.in_layouts for n in begin.nodes]
+    html = value_grids(old)
+    assert "this dump has no out_layouts" in html
+    read = {arg for n in old.nodes for arg in n.args}
+    assert {out for n in old.nodes for out in n.outputs if out in read} <= set(re.findall(r'data-value="([^"]+)"',
+                                                                                           html))
