@@ -41,7 +41,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)  ## the seed quickstart on 8 simulated CPU devices
+demo: $(STAMP)  ## MindSpore's distributed-parallel quick start (examples/quickstart.py) on 8 simulated CPU devices
 	$(PY) examples/quickstart.py
 
 test: $(STAMP)  ## the default suite (about 7 minutes on 2 cores; installs Chromium from Debian when apt is usable)

@@ -1,4 +1,5 @@
-"""Seed 000's gradient accumulation (`model_accu.py` / `resnet50_distributed_training_grad_accu.py`) ported to graphpar.
+"""MindSpore's gradient accumulation tutorial (`model_accu.py` / `resnet50_distributed_training_grad_accu.py`),
+ported to graphpar.
 
 MindSpore's tutorial accumulates by hand: `TrainForwardBackward` adds each mini-batch's gradients into `grad_sum`
 Parameters, `TrainOptim` applies the optimizer to `grad_sum` every `mini_steps` batches, `TrainClear` zeroes it, and a

@@ -1,4 +1,4 @@
-# nccl_allgather.py: seed 000's NCCL check, ported to graphpar.
+# nccl_allgather.py: the GPU training example's NCCL check, ported to graphpar.
 #
 #   graphpar launch --nproc 4 --devices-per-proc 2 python examples/nccl_allgather.py      4 processes x 2 devices
 #   XLA_FLAGS=--xla_force_host_platform_device_count=8 python examples/nccl_allgather.py  1 process x 8 devices

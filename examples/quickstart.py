@@ -1,4 +1,4 @@
-"""Seed 004 (MindSpore's distributed-parallel quick start) ported to graphpar.
+"""MindSpore's distributed-parallel quick start ported to graphpar.
 
 The only changes from the MindSpore script: the imports, `init()` without "nccl" (it picks the backend of the
 platform), `device_target` from the environment (CPU by default), and `get_dataset`'s arguments passed in the

@@ -1,4 +1,4 @@
-"""Seeds 000/001/003 (ResNet-50 on CIFAR-10, data or auto parallel) ported to graphpar.
+"""MindSpore's distributed-training tutorials (ResNet-50 on CIFAR-10, data or auto parallel) ported to graphpar.
 
 The training code is the tutorials': their ``create_dataset``, their ``SoftmaxCrossEntropyExpand`` (kept
 verbatim in ``graphpar.models``),

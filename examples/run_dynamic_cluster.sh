@@ -1,5 +1,5 @@
 #!/bin/bash
-# Dynamic Cluster launch made only of environment variables: seed 001's run.sh, ported to graphpar.
+# Dynamic Cluster launch made only of environment variables: the Dynamic Cluster tutorial's run.sh, ported to graphpar.
 #
 #   bash examples/run_dynamic_cluster.sh train.py [ARGS...]
 #

@@ -38,11 +38,11 @@ def _dumps(data: dict[str, Any]) -> str:
 
 
 def _show(args: argparse.Namespace) -> None:
-    _out(args, show_data(read_dump(args.file)), print_show)
+    _out(args, show_data(read_dump(args.file)), lambda d: print_show(d, args.wide))
 
 
 def _summary(args: argparse.Namespace) -> None:
-    _out(args, summary_data(load(args.dir, args.index, args.rank)), print_summary)
+    _out(args, summary_data(load(args.dir, args.index, args.rank)), lambda d: print_summary(d, args.wide))
 
 
 def _diff(args: argparse.Namespace) -> None:
@@ -96,9 +96,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("show", _show, "parse one dump file and print its inputs, nodes, collectives and totals")
     p.add_argument("file", help="a step_parallel_begin_NNNN.ir or NN_execute_NNNN.ir file")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON (stable keys)")
+    p.add_argument("--wide", action="store_true", help="one line per node with its scope in a column, nothing "
+                   "wrapped (default: the nodes under their Cell scope, long cells wrapped)")
     p = command("summary", _summary, "one row per op: strategy, provenance, per-device shapes, collectives, "
                 "bytes; and the total collective bytes per step")
     p.add_argument("dir", help="ir_dumps/rank_R, ir_dumps, or one dump file")
+    p.add_argument("--wide", action="store_true", help="one line per op with its scope in a column, nothing "
+                   "wrapped, every parameter of a gradient reduction (about 300 columns for a GPT; default: the "
+                   "ops under their Cell scope, long cells wrapped, about 210)")
     selection(p)
     p = command("diff", _diff, "two plans side by side: ops whose strategy changed and the change in collective "
                 "bytes")

@@ -113,6 +113,7 @@ class Node:
     line: int
     collectives: list[Collective] = field(default_factory=list)
     predicted_bytes: float | None = None  # execute dumps: the cost model's collective wire bytes for this op
+    out_layouts: list[tuple[tuple[str, ...], ...]] = field(default_factory=list)  # as the op leaves its outputs
 
     @property
     def hint(self) -> tuple | None:

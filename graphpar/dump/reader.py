@@ -145,7 +145,7 @@ _NODE_HEAD = re.compile(r"^(?P<outs>(?:%[^\s(]*)?)\((?P<tag>[^)]*)\) = (?P<kind>
                         r"\{instance name: (?P<inst>[^}]*)\} primitive_attrs: \{")
 _COLL_HEAD = re.compile(r"^(?P<name>%c\d+) = (?P<kind>\w+)\((?P<args>[^)]*)\) "
                         r"\{instance name: (?P<inst>[^}]*)\} primitive_attrs: \{")
-_TRAILER = re.compile(r"  # (scope|node|provenance|device_matrix|in_layouts|predicted_bytes): ")
+_TRAILER = re.compile(r"  # (scope|node|provenance|device_matrix|in_layouts|out_layouts|predicted_bytes): ")
 _CONFLICT = re.compile(r"^# parameter conflict: (?P<param>.+) stored as (?P<stored>\([^)]*\)); wanted by "
                        r"(?P<wanted>.*); redistribution (?P<cost>\S+) B per device$")
 _WANTED = re.compile(r"(?P<name>\S+) \(node (?P<id>\d+)\) as (?P<layout>\([^)]*\))")
@@ -194,6 +194,7 @@ def parse_node(line: str, lineno: int) -> Node:
     if not m and not rest.endswith("}"):
         raise ValueError("primitive_attrs {...} not closed")
     layouts = trailers.get("in_layouts", "")
+    out_layouts = trailers.get("out_layouts", "")
     dm = trailers.get("device_matrix")
     return Node(id=_node_id(trailers, allow_none=False), outputs=[o for o in head.group("outs").split(",") if o],
                 kind=head.group("kind"), instance_name=head.group("inst"),
@@ -203,6 +204,7 @@ def parse_node(line: str, lineno: int) -> Node:
                 provenance=parse_provenance(trailers["provenance"]) if "provenance" in trailers else None,
                 device_matrix=parse_tuple(dm) if dm is not None else None,
                 in_layouts=[parse_layout(t) for t in layouts.split("; ")] if layouts else [], line=lineno,
+                out_layouts=[parse_layout(t) for t in out_layouts.split("; ")] if out_layouts else [],
                 predicted_bytes=float(trailers["predicted_bytes"]) if "predicted_bytes" in trailers else None)
 
 

@@ -58,7 +58,8 @@ def _node(node: Node) -> dict[str, Any]:
             "args": node.args, "outputs": node.outputs, "strategy": _strategy(node.in_strategy),
             "hint": _strategy(node.hint), "provenance": _provenance(node),
             "device_matrix": list(node.device_matrix) if node.device_matrix is not None else None,
-            "in_layouts": [_layout(x) for x in node.in_layouts], "input_types": _types(node.input_types),
+            "in_layouts": [_layout(x) for x in node.in_layouts],
+            "out_layouts": [_layout(x) for x in node.out_layouts], "input_types": _types(node.input_types),
             "output_types": _types(node.output_types),
             "primitive_attrs": {k: _jsonable(v) for k, v in node.primitive_attrs.items()},
             "collectives": [_collective(c) for c in node.collectives]}

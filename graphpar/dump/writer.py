@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -137,11 +137,13 @@ def _node_line(graph: Graph, node: Node, per_device: bool, predicted: float | No
         prim_attrs["out_strategy"] = node.out_hint
     args = ", ".join(value_ref(graph.values[v]) for v in node.inputs)
     layouts = "; ".join(spec_text(s.input_spec(i)) for i in range(len(node.inputs)))
+    out_layouts = "; ".join(spec_text(s.output_spec(j)) for j in range(len(node.outputs)))
     return (f"{outputs_lhs(graph, node.outputs)} = {node.kind}({args}) {{instance name: {node.instance_name}}} "
             f"primitive_attrs: {attrs_text(prim_attrs)} {{in_strategy: {s.in_strategy_text()}}} : "
             f"({', '.join(ins)}) -> ({', '.join(outs)})  # scope: ({node.scope})  # node: {node.id}  "
             f"# provenance: {node.provenance.text(graph)}  # device_matrix: {tuple(s.device_matrix())}  "
-            f"# in_layouts: {layouts}" + ("" if predicted is None else f"  # predicted_bytes: {predicted:g}"))
+            f"# in_layouts: {layouts}  # out_layouts: {out_layouts}"
+            + ("" if predicted is None else f"  # predicted_bytes: {predicted:g}"))
 
 
 def dump_path(directory: str | os.PathLike, rank: int, kind: str, index: int) -> Path:
@@ -151,11 +153,14 @@ def dump_path(directory: str | os.PathLike, rank: int, kind: str, index: int) ->
     return Path(directory) / f"rank_{rank}" / name
 
 
-def begin_texts(graph: Graph, plan: DumpedPlan, ranks: list[int]) -> dict[int, str]:
+def begin_texts(graph: Graph, plan: DumpedPlan, ranks: list[int],
+                predicted: Mapping[int, float] | None = None) -> dict[int, str]:
     """The text of the begin dump of ``graph`` for each rank (what :func:`write_begin` writes, what the reader
-    parses; ``graphpar.parallel.plan`` parses it in memory)."""
+    parses; ``graphpar.parallel.plan`` parses it in memory). ``predicted``: the cost model's collective wire bytes
+    per node id, written on each op (``plan_for_devices``, whose plan is never compiled into an execute dump)."""
     body = _input_lines(graph, per_device=False)
-    body += [_node_line(graph, n, per_device=False) for n in graph.node_list()]
+    body += [_node_line(graph, n, per_device=False, predicted=None if predicted is None else predicted.get(n.id, 0.0))
+             for n in graph.node_list()]
     body.append("return " + ", ".join(value_ref(graph.values[v]) for v in graph.outputs))
     for conflict in graph.plan.param_conflicts:
         body.append(f"# parameter conflict: {conflict['parameter']} stored as {spec_text(conflict['chosen'])}; "
@@ -167,10 +172,11 @@ def begin_texts(graph: Graph, plan: DumpedPlan, ranks: list[int]) -> dict[int, s
             for rank in ranks}
 
 
-def write_begin(graph: Graph, plan: DumpedPlan, directory: str | os.PathLike, ranks: list[int]) -> list[Path]:
+def write_begin(graph: Graph, plan: DumpedPlan, directory: str | os.PathLike, ranks: list[int],
+                predicted: Mapping[int, float] | None = None) -> list[Path]:
     index = dump_index(graph)
     written = []
-    for rank, text in begin_texts(graph, plan, ranks).items():
+    for rank, text in begin_texts(graph, plan, ranks, predicted).items():
         path = dump_path(directory, rank, "step_parallel_begin", index)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -7,14 +7,13 @@ rank) and returns an HTML fragment with its own scoped CSS, for ``_repr_html_`` 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from graphpar.dump.model import Collective, Dump, Node, TensorType, layout_text
+from graphpar.dump.model import Collective, Dump, TensorType
 from graphpar.dump.attribution import gradient_shares, measured_wire
-from graphpar.viz.blocks import block_holders, splits
+from graphpar.viz.grids import value_grids
 from graphpar.viz.svg import bar_chart, collapse_depth, graph_picture, human_bytes
 
 CSS = """
@@ -36,6 +35,10 @@ CSS = """
   min-width:14px;min-height:14px}
 .gp-root .gp-small{font-size:10px;color:#343a40}
 .gp-root details>summary{cursor:pointer;font-weight:bold;margin:6px 0}
+.gp-root .gp-zoom-bar button{border:1px solid #adb5bd;background:#f8f9fa;min-width:28px;margin:0 2px 2px 0;
+  cursor:pointer;border-radius:3px;font-size:12px}
+.gp-root .gp-zoom-level{display:inline-block;min-width:40px;text-align:right;font-variant-numeric:tabular-nums}
+.gp-root .gp-zoom .gp-scroll{resize:both}
 """
 
 
@@ -123,98 +126,6 @@ def header(dump: Dump) -> str:
     return "".join(f'<p class="gp-meta">{line}</p>' for line in lines)
 
 
-# --- device grids ----------------------------------------------------------------------------------------------
-def _hue(index: Sequence[int], ways: Sequence[int]) -> str:
-    flat, total = 0, 1
-    for i, w in zip(index, ways):
-        flat, total = flat * w + i, total * w
-    return f"hsl({int(360 * flat / max(total, 1)) % 360},60%,{82 if total > 1 else 92}%)"
-
-
-def _range(b: int, size: int, w: int) -> str:
-    step = size // w
-    return f"{b * step}:{(b + 1) * step}"
-
-
-def _axes_words(layout: Sequence[Sequence[str]], shape: Sequence[int], mesh: Mapping[str, int]) -> str:
-    """The mesh-axis legend of a grid: which axes split each dimension, and over which the blocks are replicas."""
-    used = {a for axes in layout for a in axes}
-    dims = []
-    for d, (axes, size) in enumerate(zip(layout, shape)):
-        if axes:
-            ways = math.prod(mesh.get(a, 1) for a in axes)
-            dims.append(f"dim {d} ({size}): {ways} ways over " + " \u00d7 ".join(f"{a}={mesh.get(a, 1)}" for a in axes))
-        else:
-            dims.append(f"dim {d} ({size}): whole")
-    spare = [f"{a}={n}" for a, n in mesh.items() if a not in used and n > 1]
-    return "; ".join(dims) + ("; each block replicated over " + " \u00d7 ".join(spare) if spare else "")
-
-
-def device_grid(name: str, shape: Sequence[int], layout: Sequence[Sequence[str]], mesh: Mapping[str, int]) -> str:
-    """Which device holds which block of a tensor: one cell per block (rows: dimension -2, columns: the last
-    dimension), listing the ranks that hold it, drawn to the tensor's proportions (a (64, 16) tensor's grid is four
-    times as tall as wide, within 24..160 px), with the mesh axes that split each dimension; a tensor of more than
-    two dimensions is drawn as one grid per block of its leading dimensions. Cells carry ``data-block`` and
-    ``data-devices``."""
-    holders = block_holders(shape, layout, mesh)
-    ways = splits(layout, mesh)
-    nd = len(shape)
-    lead = ways[:-2] if nd > 2 else ()
-    grids = []
-    lead_indices = [()] if not lead else sorted({k[:len(lead)] for k in holders})
-    rows_n = shape[-2] if nd >= 2 else 1
-    cols_n = shape[-1] if nd >= 1 else 1
-    scale = 160 / max(rows_n, cols_n, 1)
-    grid_w, grid_h = max(24, round(cols_n * scale)), max(24, round(rows_n * scale))
-    for li in lead_indices:
-        rows_w = ways[-2] if nd >= 2 else 1
-        cols_w = ways[-1] if nd >= 1 else 1
-        trs = []
-        for r in range(rows_w):
-            tds = []
-            for c in range(cols_w):
-                index = li + ((r, c) if nd >= 2 else (c,) if nd == 1 else ())
-                ranks = holders[index]
-                rng = ", ".join(_range(b, s, w) for b, s, w in zip(index, shape, ways))
-                tds.append(f'<td class="gp-block" style="background:{_hue(index, ways)};width:{grid_w / cols_w:.0f}px;'
-                           f'height:{grid_h / rows_w:.0f}px" '
-                           f'data-block="{",".join(map(str, index))}" data-devices="{",".join(map(str, ranks))}" '
-                           f'title="block {index} = [{rng}] on devices {", ".join(map(str, ranks))}">'
-                           f'{", ".join(map(str, ranks))}</td>')
-            trs.append("<tr>" + "".join(tds) + "</tr>")
-        caption = ""
-        if lead:
-            caption = ("<div class=\"gp-small\">[" + ", ".join(_range(b, s, w) for b, s, w in
-                                                          zip(li, shape, ways)) + ", \u2026]</div>")
-        grids.append(f'<div>{caption}<table class="gp-blocks">{"".join(trs)}</table></div>')
-    per_block = [s // w for s, w in zip(shape, ways)]
-    return (f'<div class="gp-grid" data-tensor="{escape(name)}"><div><b>{escape(name)}</b> '
-            f'<code>{escape(str(tuple(shape)))}</code> layout <code>{escape(layout_text(tuple(map(tuple, layout))))}'
-            f'</code> \u2192 blocks <code>{escape(str(tuple(per_block)))}</code>, '
-            f'{math.prod(ways)} block(s), each on {len(next(iter(holders.values())))} device(s)</div>'
-            f'<div class="gp-small">{escape(_axes_words(layout, shape, mesh))}</div>'
-            f'<div style="display:flex;gap:8px;flex-wrap:wrap">{"".join(grids)}</div></div>')
-
-
-def input_grids(begin: Dump) -> str:
-    """A device grid for every graph input (parameters, state, batch) of a begin dump."""
-    cells = []
-    for inp in begin.inputs:
-        if len(inp.layout) != len(inp.type.shape):
-            continue
-        cells.append(device_grid(f"{inp.role} {inp.name}", inp.type.shape, inp.layout, begin.mesh))
-    return f'<div class="gp-grids">{"".join(cells)}</div>' if cells else "<p>no inputs</p>"
-
-
-def op_input_grids(node: Node, begin: Dump) -> str:
-    """Device grids for the inputs of one op, in the layouts the op uses them in."""
-    twin = begin.node(node.id) or node
-    cells = [device_grid(f"input {k} {arg}", t.shape, lay, begin.mesh)
-             for k, (arg, t, lay) in enumerate(zip(twin.args, twin.input_types, twin.in_layouts))
-             if len(lay) == len(t.shape)]
-    return f'<div class="gp-grids">{"".join(cells)}</div>'
-
-
 # --- charts ----------------------------------------------------------------------------------------------------
 def bytes_by_op(execute: Dump) -> list[tuple[str, dict[str, float]]]:
     """Wire bytes per op by collective kind, with each op's share of the fused gradient reductions (by the
@@ -277,6 +188,30 @@ def legend() -> str:
             'on the way into the op (a redistribution); red border: the op\'s output is redistributed</p>')
 
 
+def zoom_box(svg: str) -> str:
+    """A picture in a scroll box with zoom buttons (−, +, fit, 100%) and Ctrl/⌘ + wheel zoom: the page's script
+    (:data:`graphpar.viz.page.ZOOM_JS`) scales the SVG; without it (a notebook that runs no script) the buttons do
+    nothing and the picture scrolls at 100%."""
+    buttons = "".join(f'<button type="button" data-zoom-step="{step}" title="{tip}">{label}</button>'
+                      for step, label, tip in (("out", "\u2212", "zoom out"), ("in", "+", "zoom in"),
+                                               ("fit", "fit", "fit the box"), ("reset", "100%", "actual size")))
+    return (f'<div class="gp-zoom" data-zoom="1"><div class="gp-zoom-bar">{buttons}'
+            '<span class="gp-zoom-level">100%</span> <span class="gp-small">Ctrl/\u2318 + wheel zooms at the '
+            f'pointer; drag the corner to resize</span></div><div class="gp-scroll">{svg}</div></div>')
+
+
+def graph_pictures(main: Dump) -> str:
+    """The graph picture: op by op when small; else by Cell first (each Cell at :func:`collapse_depth` one box:
+    the model on one screen) with every op folded below. Each picture zooms (:func:`zoom_box`)."""
+    depth = collapse_depth(main)
+    if depth is None:
+        return f"<details open><summary>graph</summary>{legend()}{zoom_box(graph_picture(main))}</details>"
+    return (f"<details open><summary>graph, by Cell</summary>{legend()}"
+            f"{zoom_box(graph_picture(main, depth=depth))}</details>"
+            "<details><summary>graph, every op (graphpar ir explore: collapse and expand any Cell in Model "
+            f"Explorer)</summary>{zoom_box(graph_picture(main))}</details>")
+
+
 def dump_views(begin: Dump | None, execute: Dump | None, grids: bool = True, picture: bool = True) -> str:
     """Everything about one graph on one rank: header, per-op table, charts, device grids, graph picture."""
     main = execute or begin
@@ -289,19 +224,10 @@ def dump_views(begin: Dump | None, execute: Dump | None, grids: bool = True, pic
              "read its Parameters</p>",
              "<h4>where the bytes go</h4>", charts(execute)]
     if grids and begin is not None:
-        parts += ["<details><summary>device grids (which device holds which block)</summary>",
-                  input_grids(begin), "</details>"]
+        parts += ["<details><summary>device grids: which device holds which block of every value</summary>",
+                  value_grids(begin), "</details>"]
     if picture:
-        depth = collapse_depth(main)
-        if depth is None:
-            parts += ["<details open><summary>graph</summary>", legend(),
-                      f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
-        else:  # the model on one screen, each Cell that deep one box; every op below, folded
-            parts += ["<details open><summary>graph, by Cell</summary>", legend(),
-                      f'<div class="gp-scroll">{graph_picture(main, depth=depth)}</div></details>',
-                      "<details><summary>graph, every op (graphpar ir explore: zoom, collapse and expand any "
-                      "Cell in Model Explorer)</summary>",
-                      f'<div class="gp-scroll">{graph_picture(main)}</div></details>']
+        parts.append(graph_pictures(main))
     return "".join(parts)
 
 

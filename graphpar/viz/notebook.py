@@ -15,7 +15,8 @@ from graphpar.dump.model import Dump
 from graphpar.dump.reader import parse_text
 from graphpar.dump.writer import PlanDescription, begin_texts
 from graphpar.ir.graph import Graph
-from graphpar.ir.notebook import register_html
+from graphpar.ir.notebook import register_explorer, register_html
+from graphpar.viz.explorer_server import Explorer, serve
 from graphpar.viz.html import dump_html, dump_views, wrap
 
 
@@ -34,8 +35,15 @@ def dump_set_html(dset: DumpSet) -> str:
     return wrap(dump_views(dset.begin, dset.execute))
 
 
+def explore_dump_set(dset: DumpSet, port: int | None) -> Explorer:
+    """One graph's dumps in Model Explorer (``PlanSummary.explore()``: a ``plan_for_devices`` plan's begin dump)."""
+    return serve([dset], port)
+
+
 def register() -> None:
-    """Fill :mod:`graphpar.ir.notebook`'s registry: Graph, Dump and DumpSet draw themselves with these views."""
+    """Fill :mod:`graphpar.ir.notebook`'s registries: Graph, Dump and DumpSet draw themselves with these views, and
+    a DumpSet opens in Model Explorer."""
     register_html(Graph, graph_html)
     register_html(Dump, dump_html)
     register_html(DumpSet, dump_set_html)
+    register_explorer(DumpSet, explore_dump_set)

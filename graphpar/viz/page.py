@@ -1,7 +1,7 @@
 """Self-contained HTML pages of dump directories (``graphpar ir html``): every graph, every rank, both dump kinds.
 
-The page inlines its CSS, its SVG pictures and a few lines of JavaScript (rank tabs); it loads nothing, so it
-opens offline and can be mailed around. A second directory gives a diff page of two plans.
+The page inlines its CSS, its SVG pictures and a few lines of JavaScript (rank tabs, zooming the pictures); it
+loads nothing, so it opens offline and can be mailed around. A second directory gives a diff page of two plans.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from graphpar.dump.loading import DumpSet, load
 from graphpar.dump.views import diff_data
 from graphpar.viz import html as views
+from graphpar.viz.grids import value_grids
 from graphpar.viz.plan import diff_views
 from graphpar.viz.svg import graph_picture
 
@@ -38,11 +39,47 @@ document.querySelectorAll('.gp-ranks').forEach(function (bar) {
 });
 """
 
+# zoom: the buttons of a .gp-zoom box and Ctrl/Cmd + wheel over its picture scale the SVG (its viewBox keeps the
+# drawing sharp); the wheel keeps the point under the pointer in place
+ZOOM_JS = """
+function gpZoomTo(box, z) {
+  var svg = box.querySelector('svg');
+  z = Math.min(8, Math.max(0.05, z));
+  box.setAttribute('data-zoom', String(z));
+  svg.style.width = (parseFloat(svg.getAttribute('width')) * z) + 'px';
+  svg.style.height = (parseFloat(svg.getAttribute('height')) * z) + 'px';
+  box.querySelector('.gp-zoom-level').textContent = Math.round(z * 100) + '%';
+}
+document.querySelectorAll('.gp-zoom').forEach(function (box) {
+  var scroll = box.querySelector('.gp-scroll'), svg = scroll.querySelector('svg');
+  box.querySelector('.gp-zoom-bar').addEventListener('click', function (event) {
+    var step = event.target.getAttribute('data-zoom-step'), z = parseFloat(box.getAttribute('data-zoom'));
+    if (step === 'in') { z *= 1.25; } else if (step === 'out') { z /= 1.25; } else if (step === 'reset') { z = 1; }
+    else if (step === 'fit') {
+      if (!scroll.clientWidth) { return; }
+      z = Math.min(scroll.clientWidth / parseFloat(svg.getAttribute('width')),
+                   scroll.clientHeight / parseFloat(svg.getAttribute('height')));
+    } else { return; }
+    gpZoomTo(box, z);
+  });
+  scroll.addEventListener('wheel', function (event) {
+    if (!(event.ctrlKey || event.metaKey)) { return; }
+    event.preventDefault();
+    var r = scroll.getBoundingClientRect(), dx = event.clientX - r.left, dy = event.clientY - r.top;
+    var old = parseFloat(box.getAttribute('data-zoom'));
+    gpZoomTo(box, old * (event.deltaY < 0 ? 1.1 : 1 / 1.1));
+    var k = parseFloat(box.getAttribute('data-zoom')) / old;
+    scroll.scrollLeft = (scroll.scrollLeft + dx) * k - dx;
+    scroll.scrollTop = (scroll.scrollTop + dy) * k - dy;
+  }, {passive: false});
+});
+"""
+
 
 def _document(title: str, body: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{views.CSS}{_PAGE_CSS}</style></head>"
-            f'<body class="gp-root">{body}<script>{_PAGE_JS}</script></body></html>\n')
+            f'<body class="gp-root">{body}<script>{_PAGE_JS}{ZOOM_JS}</script></body></html>\n')
 
 
 def _rank_panel(dset: DumpSet, visible: bool) -> str:
@@ -66,13 +103,12 @@ def _graph_section(sets: list[DumpSet]) -> str:
     buttons = "".join(f'<button data-show="{d.main.rank}"{" class=gp-on" if k == 0 else ""}>rank {d.main.rank}'
                       "</button>" for k, d in enumerate(sets))
     panels = "".join(_rank_panel(d, k == 0) for k, d in enumerate(sets))
-    grids = views.input_grids(first.begin) if first.begin is not None else "<p>no begin dump</p>"
+    grids = value_grids(first.begin) if first.begin is not None else "<p>no begin dump</p>"
     return (f'<section class="gp-section" data-index="{index}"><h2>graph {escape(main.graph)} '
             f"({escape(main.purpose)}), index {index}</h2>"
             f'<div class="gp-ranks">{buttons}</div>{panels}'
-            "<h3>device grids: which device holds which block of every input</h3>" + grids
-            + "<h3>graph</h3>" + views.legend()
-            + f'<div class="gp-scroll">{graph_picture(main)}</div></section>')
+            "<h3>device grids: which device holds which block of every value (by the Cell that makes it)</h3>"
+            + grids + "<h3>graph</h3>" + views.graph_pictures(main) + "</section>")
 
 
 def dump_page(path: str | Path, index: int | None = None, rank: int | None = None) -> str:
@@ -97,8 +133,8 @@ def diff_page(a: str | Path, b: str | Path, index: int | None = None, rank: int 
     data = diff_data(da, db)
     body = (f"<h1>graphpar plan diff</h1>{diff_views(da, db, data)}"
             "<h3>graphs</h3>" + views.legend()
-            + f'<div class="gp-side"><div><h4>A</h4><div class="gp-scroll">{graph_picture(da.main)}</div></div>'
-              f'<div><h4>B</h4><div class="gp-scroll">{graph_picture(db.main)}</div></div></div>'
+            + f'<div class="gp-side"><div><h4>A</h4>{views.zoom_box(graph_picture(da.main))}</div>'
+              f'<div><h4>B</h4>{views.zoom_box(graph_picture(db.main))}</div></div>'
             + f"<h3>A: {escape(str(a))}</h3>" + views.dump_views(da.begin, da.execute, picture=False)
             + f"<h3>B: {escape(str(b))}</h3>" + views.dump_views(db.begin, db.execute, picture=False))
     return _document(f"graphpar plan diff {a} vs {b}", body)

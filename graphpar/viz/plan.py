@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from graphpar.dump.loading import DumpSet, load
-from graphpar.dump.model import DumpError
+from graphpar.dump.model import DumpError, layout_text
 from graphpar.dump.views import diff_data, explain_data, find_op, show_data, summary_data
 from graphpar.viz import html as views
 from graphpar.viz.explorer_server import Explorer, serve
+from graphpar.viz.grids import op_input_grids
 from graphpar.viz.svg import bar_chart
 from graphpar.viz.text import emit_table, fmt_strategy, mesh_words, print_diff, print_explain, print_summary
 
@@ -107,11 +108,12 @@ class PlanView:
         return self.dumps().main.graph
 
     # --- the views ---------------------------------------------------------------------------------------------
-    def summary(self, rank: int | None = None) -> Report:
-        """One row per op (strategy, provenance, per-device shapes, collectives, bytes): ``graphpar ir summary``."""
+    def summary(self, rank: int | None = None, wide: bool = False) -> Report:
+        """One row per op (strategy, provenance, per-device shapes, collectives, bytes): ``graphpar ir summary``
+        (``wide``: ``--wide``, one line per op)."""
         dset = self.dumps(rank)
         data = summary_data(dset)
-        return Report(_captured(print_summary, data), data,
+        return Report(_captured(print_summary, data, wide), data,
                       lambda: views.wrap(views.header(dset.main) + views.op_table(dset.begin, dset.execute)))
 
     def explain(self, op: str, rank: int | None = None) -> Report:
@@ -126,7 +128,7 @@ class PlanView:
                      views.code_cell(fmt_strategy(c["strategy"])),
                      views.escape(c["provenance"]["text"] if c["provenance"] else "-"),
                      "" if c["edge_cost"] is None else f"{c['edge_cost']:g} B"] for c in data["chain"]]
-            grids = views.op_input_grids(node, dset.begin) if dset.begin is not None else ""
+            grids = op_input_grids(node, dset.begin) if dset.begin is not None else ""
             colls = "<br>".join(views.escape(views.collective_text(c)) for c in node.collectives)
             return views.wrap(f"<p><b>{views.escape(data['summary'])}</b></p>"
                               + views.table(["node", "op", "kind", "strategy", "provenance", "edge cost"], rows)
@@ -171,7 +173,7 @@ class PlanView:
                 local_shape = tuple(s // w if w else s for s, w in zip(inp.type.shape, inp.split))
             local = _nbytes(inp.type.dtype, local_shape)
             rows.append({"name": inp.name, "role": inp.role, "dtype": inp.type.dtype, "shape": inp.type.shape,
-                         "layout": views.layout_text(inp.layout), "device_shape": local_shape,
+                         "layout": layout_text(inp.layout), "device_shape": local_shape,
                          "bytes": glob, "device_bytes": local})
             t = totals.setdefault(inp.role, [0, 0])
             t[0] += glob

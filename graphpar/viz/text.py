@@ -14,63 +14,126 @@ from typing import Any
 from graphpar.dump.model import TensorType, layout_text, strategy_text
 from graphpar.planner.search.report import print_choices
 
-_NO_WRAP = {"node", "op", "kind", "strategy", "strategy A", "strategy B", "bytes", "wire bytes", "measured",
-            "predicted", "bytes A", "bytes B", "delta", "edge cost", "status", "split", "role", "collectives"}
+_NO_WRAP = {"node", "op", "strategy", "strategy A", "strategy B", "bytes", "wire bytes", "measured",
+            "predicted", "bytes A", "bytes B", "delta", "edge cost", "status", "split", "role"}
 
 
-WRAP = 40  # plain text: a long cell (scope, provenance, shapes, collectives) wraps at this width
+WRAP = 40  # plain text: a long cell (scope, provenance, shapes, collectives) wraps at this width ...
+WIDTHS = {"kind": 20, "provenance": 34, "per-device shapes": 30, "global shapes": 30, "collectives": 40}  # ... or this
+_BREAK = re.compile(r"(?<=[._,])|(?<=[a-z])(?=[A-Z])")  # where a word longer than a line may break
+
+
+def _pieces(token: str, width: int) -> list[str]:
+    """A word longer than ``width`` cut after a ``.``, ``_`` or ``,``, or before a capital that follows a small
+    letter (``blocks.0.attention.`` / ``dense_q.weight``, ``SoftmaxCrossEntropy`` / ``WithLogits``), else whole."""
+    if len(token.rstrip()) <= width:
+        return [token]
+    out, cur = [], ""
+    for part in _BREAK.split(token):
+        if cur and len(cur) + len(part.rstrip()) > width:
+            out.append(cur)
+            cur = ""
+        cur += part
+    return out + [cur]
 
 
 def wrap_cell(text: str, width: int = WRAP) -> str:
     """``text`` folded into lines of at most ``width`` characters, broken after a space or a ``/`` (a scope breaks
-    between its Cells), a word longer than ``width`` on its own line."""
+    between its Cells), a longer word where :func:`_pieces` finds a break (else on its own line)."""
     lines = []
     for line in text.split("\n"):
         out = ""
-        for token in re.findall(r"[^ /]*[ /]*", line):
-            if out and len(out) + len(token.rstrip()) > width:
-                lines.append(out.rstrip())
-                out = ""
-            out += token
+        for word in re.findall(r"[^ /]*[ /]*", line):
+            for token in _pieces(word, width):
+                if out and len(out) + len(token.rstrip()) > width:
+                    lines.append(out.rstrip())
+                    out = ""
+                out += token
         lines.append(out.rstrip())
     return "\n".join(lines)
 
 
-def emit_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
+def _wrapped(columns: list[str], rows: list[list[str]], wide: bool) -> list[list[list[str]]]:
+    return [[(c if wide or name in _NO_WRAP else wrap_cell(c, WIDTHS.get(name, WRAP))).split("\n")
+             for name, c in zip(columns, row)] for row in rows]
+
+
+def emit_table(columns: list[str], rows: list[list[str]], title: str | None = None,
+               groups: list[str] | None = None, wide: bool = False) -> None:
     """A rich table on a terminal; plain aligned columns (multi-line cells allowed) otherwise, long cells wrapped
-    (:func:`wrap_cell`) so a table of a real model stays about as wide as a terminal."""
+    (:func:`wrap_cell`, at :data:`WIDTHS`) so a table of a real model stays about as wide as a terminal, or not
+    wrapped at all when ``wide``. ``groups``: a heading per row (an op's Cell scope), printed as its own line above
+    the rows where it changes instead of repeating it in a column."""
+    cells = _wrapped(columns, rows, wide)
+    head = [[c] for c in columns]
+    widths = [max(len(line) for row in [head] + cells for line in row[i]) for i in range(len(columns))]
+    runs: list[tuple[str | None, list[int]]] = []
+    for k in range(len(rows)):
+        heading = groups[k] if groups is not None else None
+        if not runs or runs[-1][0] != heading:
+            runs.append((heading, []))
+        runs[-1][1].append(k)
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=title, title_justify="left")
-        for name in columns:  # short fields stay on one line; long ones wrap whole rather than truncate
-            table.add_column(name, no_wrap=name in _NO_WRAP, overflow="fold")
-        for row in rows:
-            table.add_row(*(Text(cell) for cell in row))  # Text: "[...]" in a cell is not rich markup
-        Console().print(table)
+        console = Console()
+        if title:
+            console.print(Text(title))
+        for n, (heading, members) in enumerate(runs or [(None, [])]):
+            if heading is not None:
+                console.print(Text(heading, style="bold"))
+            table = Table(show_header=n == 0)
+            for name, w in zip(columns, widths):  # one width per column in every group's table: they line up
+                table.add_column(name, no_wrap=name in _NO_WRAP or wide, overflow="fold",
+                                 width=w if groups is not None else None)
+            for k in members:
+                table.add_row(*(Text(cell) for cell in rows[k]))  # Text: "[...]" in a cell is not rich markup
+            console.print(table)
         return
     if title:
         print(title)
-    rows = [[c if name in _NO_WRAP else wrap_cell(c) for name, c in zip(columns, row)] for row in rows]
-    cells = [[c.split("\n") for c in row] for row in [columns] + rows]
-    widths = [max(len(line) for row in cells for line in row[i]) for i in range(len(columns))]
-    for row in cells:
-        for k in range(max(len(c) for c in row)):
-            parts = [(c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths)]
-            print("  ".join(parts).rstrip())
+    _print_row(head, widths)
+    for heading, members in runs:
+        if heading is not None:
+            print(heading)
+        for k in members:
+            _print_row(cells[k], widths)
+
+
+def _print_row(row: list[list[str]], widths: list[int]) -> None:
+    for k in range(max(len(c) for c in row)):
+        print("  ".join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 def fmt_strategy(value: list | None) -> str:
     return "-" if value is None else strategy_text(tuple(tuple(r) for r in value))
 
 
-def _fmt_shapes(shapes: dict[str, list] | None) -> str:
+def fold(segments: list[str], width: int | None) -> str:
+    """Segments joined by spaces, a new line started where the next would pass ``width`` (None: one line): a
+    cell that breaks between its parts (a shape, ``ranks ...``) rather than inside one."""
+    lines: list[str] = []
+    for seg in segments:
+        if lines and (width is None or len(lines[-1]) + 1 + len(seg) <= width):
+            lines[-1] += " " + seg
+        else:
+            lines.append(seg)
+    return "\n".join(lines)
+
+
+def _fmt_shapes(shapes: dict[str, list] | None, width: int | None = WIDTHS["per-device shapes"]) -> str:
     if shapes is None:
         return "-"
-    fmt = lambda xs: ", ".join(str(tuple(s)) for s in xs)  # noqa: E731
-    return f"{fmt(shapes['inputs'])} -> {fmt(shapes['outputs'])}"
+    ins = [str(tuple(s)) + "," for s in shapes["inputs"]]
+    outs = [str(tuple(s)) + "," for s in shapes["outputs"]]
+    if ins:
+        ins[-1] = ins[-1][:-1]
+    if outs:
+        outs[-1] = outs[-1][:-1]
+    # "(64, 64), (16, 64) -> (64, 16)", folded between whole shapes (at the shapes column's width)
+    return fold(ins + ["->" + (" " + outs[0] if outs else "")] + outs[1:], width)
 
 
 def _fmt_provenance(p: dict[str, Any] | None) -> str:
@@ -82,12 +145,14 @@ def _fmt_provenance(p: dict[str, Any] | None) -> str:
     return p["text"]
 
 
-def _fmt_collective(c: dict[str, Any]) -> str:
+def _fmt_collective(c: dict[str, Any], width: int | None = WIDTHS["collectives"]) -> str:
     op = f"({c['op']})" if c["op"] else ""
     cause = "" if c["cause"] == "operator" else " [" + c["cause"].replace("redistribution of", "redistributes") + "]"
     group = ",".join(str(r) for r in c["group"])  # "0,4": MindSpore's "0-4" reads as the range 0..4
     when = {"forward": "fwd ", "backward": "bwd "}.get(c["pass"], "")
-    return f"{c['kind']}{op} {when}{c['bytes']} B ranks {group}{cause}"
+    # folded before "ranks" and the cause (at the collectives column's width), not inside them
+    return fold([f"{c['kind']}{op} {when}{c['bytes']} B", f"ranks {group}"] + ([cause.strip()] if cause else []),
+                width)
 
 
 def mesh_words(data: dict[str, Any]) -> str:
@@ -99,7 +164,8 @@ def mesh_words(data: dict[str, Any]) -> str:
     return mesh
 
 
-def print_show(data: dict[str, Any]) -> None:
+def print_show(data: dict[str, Any], wide: bool = False) -> None:
+    """``graphpar ir show``: a dump's inputs and nodes (under their Cell scope unless ``wide``) and totals."""
     print(f"{data['file']}: {data['kind']} dump (format {data['format'] or 'unversioned'})")
     print(f"graph {data['graph']} ({data['purpose']}), rank {data['rank']} of {data['n_ranks']}, "
           f"{data['parallel_mode']} / {data['search_mode']}, {mesh_words(data)}")
@@ -112,22 +178,28 @@ def print_show(data: dict[str, Any]) -> None:
                  for i in data["inputs"]], title="inputs")
     print()
     per_device = data["kind"] == "execute"
+    width = ({} if wide else WIDTHS).get  # wide: nothing folded
     rows = []
     for n in data["nodes"]:
         shapes = {"inputs": [t["shape"] for t in n["input_types"]], "outputs": [t["shape"] for t in n["output_types"]]}
         rows.append([str(n["node"]), n["instance_name"], n["kind"], fmt_strategy(n["strategy"]),
-                     _fmt_provenance(n["provenance"]), _fmt_shapes(shapes),
-                     "\n".join(_fmt_collective(c) for c in n["collectives"]), n["scope"]])
+                     _fmt_provenance(n["provenance"]), _fmt_shapes(shapes, width("per-device shapes")),
+                     ("; " if wide else "\n").join(_fmt_collective(c, width("collectives"))
+                                                   for c in n["collectives"]), n["scope"]])
     columns = ["node", "op", "kind", "strategy", "provenance",
                "per-device shapes" if per_device else "global shapes", "collectives", "scope"]
     if not per_device:
         columns.pop(6)
         rows = [r[:6] + r[7:] for r in rows]
-    emit_table(columns, rows, title="nodes")
+    if wide:
+        emit_table(columns, rows, title="nodes", wide=True)
+    else:
+        emit_table(columns[:-1], [r[:-1] for r in rows], title="nodes",
+                   groups=[_scope_heading(r[-1]) for r in rows])
     if data["unattributed_collectives"]:
         print()
-        emit_table(["collective"], [[_fmt_collective(c)] for c in data["unattributed_collectives"]],
-                    title="collectives not attributed to an op")
+        emit_table(["collective"], [[_fmt_collective(c, width("collectives"))] for c in data["unattributed_collectives"]],
+                   title="collectives not attributed to an op")
     _print_conflicts(data["parameter_conflicts"])
     if data["returns"]:
         print("\nreturn " + ", ".join(data["returns"]))
@@ -147,7 +219,16 @@ def _fmt_bytes(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def print_summary(data: dict[str, Any]) -> None:
+def _scope_heading(scope: str) -> str:
+    return f"scope {scope or '(none)'}:"
+
+
+_NO_OP = "collectives of no op (shared out to the ops above):"
+
+
+def print_summary(data: dict[str, Any], wide: bool = False) -> None:
+    """The per-op table of ``graphpar ir summary``: the ops under a line naming their Cell scope, long cells
+    wrapped (about 200 columns for a GPT block); ``wide``: one line per op with the scope in a column (about 300)."""
     ranks = data["ranks"]
     note = f" (rank dirs {ranks[0]}-{ranks[-1]} under {data['source']}; --rank R for another)" if len(ranks) > 1 \
         else ""
@@ -162,24 +243,31 @@ def print_summary(data: dict[str, Any]) -> None:
     missing = "- (not compiled yet: no per-device shapes or collectives)"
     print(f"begin:   {data['begin'] or '-'}\nexecute: {data['execute'] or missing}")
     print()
+    width = ({} if wide else WIDTHS).get  # wide: nothing folded
     rows = [[str(o["node"]), o["instance_name"], o["kind"], fmt_strategy(o["strategy"]),
-             _fmt_provenance(o["provenance"]), _fmt_shapes(o["device_shapes"]),
-             "\n".join(_fmt_collective(c) for c in o["collectives"]),
+             _fmt_provenance(o["provenance"]), _fmt_shapes(o["device_shapes"], width("per-device shapes")),
+             ("; " if wide else "\n").join(_fmt_collective(c, width("collectives")) for c in o["collectives"]),
              "-" if o["collective_bytes"] is None else str(o["collective_bytes"]),
              _fmt_bytes(o.get("measured_bytes")), _fmt_bytes(o.get("predicted_bytes")), o["scope"]]
             for o in data["ops"]]
     for c in data["unattributed_collectives"]:
         label = "(gradient reduction)" if c.get("parameters") else "(not attributed)"
         params = list(c.get("parameters", ()))
-        more = ", ... (--json lists all)" if len(params) > 3 else ""
-        carried = f"{len(params)} parameters: " + ", ".join(params[:3]) + more if params else ""
-        rows.append(["-", label, "", "", carried, "", _fmt_collective(c), str(c["bytes"]),
+        shown = params if wide else params[:3]  # every one in the wide form
+        more = ", ... (--wide or --json lists all)" if len(params) > len(shown) else ""
+        carried = f"{len(params)} parameters: " + ", ".join(shown) + more if params else ""
+        rows.append(["-", label, "", "", carried, "", _fmt_collective(c, width("collectives")), str(c["bytes"]),
                      _fmt_bytes(c.get("wire_bytes")), "", ""])
     # measured: wire bytes counted as predicted is (an output's redistribution on its reader, fused gradient
     # reductions on the readers of their Parameters: graphpar.dump.attribution); the gradient reduction rows show
     # their own wire bytes, already shared out above
-    emit_table(["node", "op", "kind", "strategy", "provenance", "per-device shapes", "collectives", "bytes",
-                 "measured", "predicted", "scope"], rows)
+    columns = ["node", "op", "kind", "strategy", "provenance", "per-device shapes", "collectives", "bytes",
+               "measured", "predicted", "scope"]
+    if wide:
+        emit_table(columns, rows, wide=True)
+    else:
+        groups = [_scope_heading(o["scope"]) for o in data["ops"]]
+        emit_table(columns[:-1], [r[:-1] for r in rows], groups=groups + [_NO_OP] * (len(rows) - len(groups)))
     _print_conflicts(data["parameter_conflicts"])
     if data["total_collective_bytes"] is not None:
         print(f"\ntotal collective bytes per step (rank {data['rank']}): {data['total_collective_bytes']}")

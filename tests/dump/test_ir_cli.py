@@ -33,6 +33,9 @@ def test_show(ir_dumps, capsys):
     assert "%para0_w" in out and "(m1.m2, -)" in out
     assert "AllReduce(sum) fwd 512 B ranks 4,5,6,7" in out
     assert "total collective bytes per step (rank 4):" in out
+    code, wide, _ = run(capsys, "show", path, "--wide")  # one line per node, its scope in a column
+    assert code == 0 and "AllReduce(sum) fwd 512 B ranks 4,5,6,7" in wide and "scope Default/" in out
+    assert "Default/network-WithLossCell/_backbone-Net" in wide and "scope Default/" not in wide
     code, out, _ = run(capsys, "show", path, "--json")
     data = json.loads(out)
     assert code == 0 and data["kind"] == "execute" and data["rank"] == 4

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.viz.blocks import LayoutError, block_holders, device_blocks
-from graphpar.viz.html import device_grid
+from graphpar.viz.grids import device_grid
 
 CASES = [  # (mesh axes, global shape, layout)
     ({"m0": 8}, (16,), (("m0",),)),

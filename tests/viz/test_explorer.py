@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -32,22 +33,6 @@ DENSE_Q = BLOCK0 + "/attention-Attention/dense_q-Linear"
 NAMED_REDISTRIBUTIONS = pytest.mark.skipif(
     tuple(int(v) for v in jax.__version__.split(".")[:2]) >= (0, 11),
     reason="jax >= 0.11 leaves the collectives of a redistribution without op metadata")
-
-
-@pytest.fixture(scope="module")
-def gpt_plan(tmp_path_factory):
-    """The 2-layer GPT's train step under SEMI_AUTO_PARALLEL (dp=2, mp=4, Megatron hints), compiled, with dumps."""
-    dumps = tmp_path_factory.mktemp("gpt") / "ir_dumps"
-    _context.reset_context()
-    _context.reset_auto_parallel_context()
-    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=True, save_graphs_path=str(dumps))
-    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", dataset_strategy="data_parallel")
-    try:
-        plan = graphpar.parallel.plan(gpt_train_cell(GPT(layers=2)), *gpt_data())
-    finally:
-        _context.reset_context()
-        _context.reset_auto_parallel_context()
-    return plan, dumps
 
 
 def _nodes(graph):
@@ -171,6 +156,28 @@ def test_ir_explore_serves_every_rank_on_localhost(gpt_plan):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_plan_for_devices_opens_in_model_explorer_as_a_plan_view_does():
+    """``plan_for_devices``' PlanSummary (64 devices this machine does not have) in Model Explorer: nested by Cell
+    scope, each MatMul carrying its strategy and the cost model's predicted bytes, shown in a notebook's iframe."""
+    pytest.importorskip("model_explorer")
+    _context.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", dataset_strategy="data_parallel")
+    try:
+        plan = graphpar.parallel.plan_for_devices(gpt_train_cell(GPT(layers=2)).network, *gpt_data(), devices=64)
+    finally:
+        _context.reset_auto_parallel_context()
+    explorer = plan.explore()
+    assert explorer.url.startswith("http://127.0.0.1:") and f'<iframe src="{explorer.url}"' in explorer._repr_html_()
+    with urllib.request.urlopen(explorer.url.split("/?", 1)[0] + "/api/v1/load_graphs_json?graph_index=0",
+                                timeout=30) as r:
+        (graph,) = json.loads(r.read())["graphs"]
+    q = next(n for n in graph["nodes"] if n["label"] == "matmul" and n["namespace"] == DENSE_Q)
+    node = plan.graph.nodes[int(_attrs(q)["node"])]
+    assert _attrs(q)["strategy"] == node.strategy.in_strategy_text() == "((2, 1), (4, 1))"
+    assert float(_attrs(q)["predicted bytes"]) == plan.per_node[node.id].comm_bytes > 0
+    assert "predicted bytes (WithLossCell_train rank 0)" in urllib.parse.unquote(explorer.url)
 
 
 def test_ir_explore_refuses_a_missing_directory(tmp_path):

@@ -105,3 +105,41 @@ def test_diff_page_renders_and_the_console_check_works(tmp_path):
     broken.write_text("<html><body><script>undefinedFunction();</script></body></html>")
     assert any("undefinedFunction" in line for line in _console(_chromium(tmp_path, broken.as_uri(),
                                                                           "--dump-dom").stderr))
+
+
+@pytest.mark.slow
+def test_the_graph_picture_zooms_in_chromium(tmp_path):
+    """The page's zoom control in a browser: + scales the picture by 1.25, Ctrl + wheel up zooms in at the
+    pointer, 100% restores the drawn size, fit makes it fit its box; no console error."""
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    page_file = tmp_path / "plan.html"
+    assert cli(["ir", "html", str(_dumps(tmp_path / "ir_dumps", "auto_parallel")), "--rank", "0",
+                "-o", str(page_file)]) == 0
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_file.as_uri())
+            box = page.locator("section .gp-zoom").first
+            svg = box.locator("svg")
+            width = float(svg.get_attribute("width"))
+            box.locator("button[data-zoom-step=in]").click()
+            assert svg.bounding_box()["width"] == pytest.approx(1.25 * width, abs=1)
+            assert box.locator(".gp-zoom-level").text_content() == "125%"
+            scroll = box.locator(".gp-scroll").bounding_box()
+            page.mouse.move(scroll["x"] + 40, scroll["y"] + 40)
+            page.keyboard.down("Control")
+            page.mouse.wheel(0, -100)
+            page.keyboard.up("Control")
+            page.wait_for_function("document.querySelector('section .gp-zoom').getAttribute('data-zoom') > 1.3")
+            box.locator("button[data-zoom-step=reset]").click()
+            assert svg.bounding_box()["width"] == pytest.approx(width, abs=1)
+            box.locator("button[data-zoom-step=fit]").click()
+            fitted, inner = svg.bounding_box(), box.locator(".gp-scroll").bounding_box()
+            assert fitted["width"] <= inner["width"] + 1 and fitted["height"] <= inner["height"] + 1
+            assert errors == []
+        finally:
+            browser.close()

@@ -110,7 +110,9 @@ def test_html_views_have_one_row_per_op(auto_plan):
     html = plan._repr_html_()
     n = len(plan.dumps().main.nodes)
     assert html.count('<tr class="op-row">') == n
-    assert html.count('class="gp-grid"') == len(plan.dumps().begin.inputs)
+    begin = plan.dumps().begin  # a device grid for every value: graph inputs and op outputs
+    assert set(re.findall(r'data-value="([^"]+)"', html)) == ({i.name for i in begin.inputs}
+                                                            | {out for n in begin.nodes for out in n.outputs})
     assert "<svg" in html and "gp-layout-change" in html  # matmul's input 0 is redistributed (an AlltoAll)
     assert plan.summary()._repr_html_().count('<tr class="op-row">') == n
     assert 'data-tensor="input 1 %para1_w2"' in plan.explain("matmul2")._repr_html_()
@@ -208,7 +210,7 @@ def test_collective_groups_read_as_rank_lists_and_the_gradient_reduction_is_name
     """"ranks 0-4" read as the range 0..4 where the group is {0, 4}; the gradient AllReduce was the largest bar of
     the charts under "(not attributed)"."""
     plan, _ = auto_plan
-    summary = plan.summary()
+    summary = plan.summary(wide=True)
     assert "ranks 0,1,2,3" in summary and "ranks 0,4 [gradient reduction]" in summary
     assert "ranks 0-4" not in summary
     html = plan._repr_html_()

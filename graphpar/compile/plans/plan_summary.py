@@ -23,7 +23,7 @@ from graphpar.dump.reader import parse_text
 from graphpar.dump.views import explain_data
 from graphpar.dump.writer import PlanDescription, begin_texts, dump_index, dump_path, write_begin
 from graphpar.ir.graph import Graph
-from graphpar.ir.notebook import html_of
+from graphpar.ir.notebook import explore, html_of
 
 _HEADER = ("node", "op", "kind", "strategy", "provenance", "collective B")
 
@@ -138,16 +138,20 @@ class PlanSummary:
         return PlanDescription(self.pctx, self.devices)
 
     def dumps(self) -> DumpSet:
-        """Rank 0's ``step_parallel_begin`` dump of the plan, parsed in memory (what ``graphpar ir`` reads)."""
-        text = begin_texts(self.graph, self._described(), [0])[0]
+        """Rank 0's ``step_parallel_begin`` dump of the plan, parsed in memory (what ``graphpar ir`` reads), each
+        op carrying the cost model's predicted collective bytes (``predicted_bytes``)."""
+        text = begin_texts(self.graph, self._described(), [0], self._predicted())[0]
         index = dump_index(self.graph)
         begin = parse_text(text, str(dump_path("<plan_for_devices>", 0, "step_parallel_begin", index)))
         return DumpSet("<plan_for_devices>", index, begin, None, indexes=[index], ranks=[0])
 
+    def _predicted(self) -> dict[int, float]:
+        return {nid: cost.comm_bytes for nid, cost in self.per_node.items()}
+
     def write_dump(self, directory: str | Path) -> list[Path]:
         """Write rank 0's begin dump under ``directory/rank_0/`` (``graphpar plan --dump DIR``): the plan's global
         view is the same on every rank, and nothing is compiled, so there is no execute dump."""
-        return write_begin(self.graph, self._described(), directory, [0])
+        return write_begin(self.graph, self._described(), directory, [0], self._predicted())
 
     def explain(self, op: str) -> str:
         """Why ``op`` (an instance name or node id) has its strategy: the chain back to the hint or default it
@@ -165,3 +169,10 @@ class PlanSummary:
     def _repr_html_(self) -> str | None:
         """Notebooks: the views of the plan's begin dump (tables, charts, graph)."""
         return html_of(self.dumps())
+
+    def explore(self, port: int | None = None) -> Any:
+        """This plan in Model Explorer (``pip install ai-edge-model-explorer``), served on 127.0.0.1:``port`` (a
+        free port when None), as ``PlanView.explore()`` shows a compiled plan: the graph nested by Cell scope,
+        strategies and layouts on the ops, the cost model's predicted bytes as an overlay, redistributions on the
+        edges. The result shows the view in a notebook (an iframe); ``.url`` opens it in a browser."""
+        return explore(self.dumps(), port)
