@@ -9,7 +9,7 @@ from graphpar import nn, ops
 from graphpar.errors import ConfigError
 from graphpar.models.mlp import DeepFFN
 from graphpar.planner import strategy_file
-from tests.bigmodels.hlo_helpers import step_collectives, step_wire_bytes
+from tests.bigmodels.hlo_helpers import loop_collectives, step_collectives, step_wire_bytes
 from tests.bigmodels.nets import DenseBatchNorm, data, params, wide_mlp
 
 
@@ -24,13 +24,16 @@ class _HalfMSE(nn.Cell):
         return self.mul(self.mse(logits, labels), 0.5)
 
 
-def _adam(mode, opt_parallel, steps=10, config=None, net=None, dims=(64, 64), hlo=False, loss=None, **ctx):
+def _adam(mode, opt_parallel, steps=10, config=None, net=None, dims=(64, 64), hlo=False, loss=None, micro=1,
+          **ctx):
     ms.reset_auto_parallel_context()
     config = {"parallel_optimizer_threshold": 0} if config is None else config
     ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, enable_parallel_optimizer=opt_parallel,
                                  parallel_optimizer_config=config, **ctx)
     net = net or wide_mlp()
-    train = nn.TrainOneStepCell(nn.WithLossCell(net, loss or nn.MSELoss()), nn.Adam(net.trainable_params(), 0.01))
+    with_loss = nn.WithLossCell(net, loss or nn.MSELoss())
+    with_loss = nn.GradAccumulation(with_loss, micro) if micro > 1 else with_loss
+    train = nn.TrainOneStepCell(with_loss, nn.Adam(net.trainable_params(), 0.01))
     x, y = data(32, *dims)
     hlo = train.program.lower_step([x, y]).compile().as_text() if hlo else None
     for _ in range(steps):
@@ -150,6 +153,50 @@ def test_level3_gathers_again_the_weights_backward_needs(mode):
     # level3 keeps only activations from the forward pass: fc2.weight, which the gradient of fc1's output needs,
     # is gathered again; fc1.weight is not (the input's gradient is not needed), nor are the biases
     assert level3 == sorted(level1 + [(64, 256)])
+
+
+def _kinds(collectives):
+    return sorted({c.kind for c in collectives})
+
+
+def _accumulating(mode, opt_parallel, config=None, steps=0):
+    """Adam over 4 micro-batches: the net and the HLO of the step it trained with (compiled once)."""
+    net, train, _ = _adam(mode, opt_parallel, steps=steps, config=config, micro=4)
+    return net, train.program.stages(list(data(32, 64, 64))).compiled.as_text()
+
+
+@pytest.mark.parametrize("mode", ["data_parallel", "semi_auto_parallel"])
+def test_level1_over_micro_batches_accumulates_locally_and_reduce_scatters_once(mode):
+    # level1 keeps each replica's whole gradient through the 4 micro-batches and reduce-scatters it into the
+    # shards once, after the loop: the bytes of DATA_PARALLEL's one all-reduce
+    base, hlo_dp = _accumulating("data_parallel", False, steps=2)
+    net, hlo = _accumulating(mode, True, steps=2)
+    assert "while" in hlo and loop_collectives(hlo) == []  # nothing crosses devices per micro-batch
+    assert _kinds(step_collectives(hlo)) == ["AllGather", "AllReduce", "ReduceScatter"]  # AllReduce: the loss
+    assert step_wire_bytes(hlo, trips=4) <= 1.0001 * step_wire_bytes(hlo_dp, trips=4)
+    for name, value in params(net).items():
+        np.testing.assert_allclose(value, params(base)[name], rtol=1e-6, atol=1e-7)
+
+
+def test_level2_over_micro_batches_keeps_the_accumulator_sharded():
+    # MindSpore's level2 sets gradient_accumulation_shard: the accumulator is 1/8 of the gradients, so each
+    # micro-batch's gradient is reduce-scattered into it, the "additional communication (ReduceScatter) at each
+    # step" MindSpore's docs name: 4 reduce-scatters and one gather, 2.5 times DATA_PARALLEL's one all-reduce
+    dp = step_wire_bytes(_accumulating("data_parallel", False)[1], trips=4)
+    _, hlo = _accumulating("data_parallel", True, {"parallel_optimizer_threshold": 0, "optimizer_level": "level2"})
+    assert _kinds(loop_collectives(hlo)) == ["ReduceScatter"]
+    assert step_wire_bytes(hlo, trips=4) == pytest.approx(2.5 * dp, rel=1e-3)
+
+
+def test_level3_over_micro_batches_gathers_again_for_each_backward_pass():
+    # level3 (MindSpore's zero3) shards the accumulator as level2 does, and gathers again, in each micro-batch's
+    # backward pass, the weight that pass needs (fc2.weight); XLA hoists the forward gathers out of the loop
+    dp = step_wire_bytes(_accumulating("data_parallel", False)[1], trips=4)
+    _, hlo = _accumulating("data_parallel", True, {"parallel_optimizer_threshold": 0, "optimizer_level": "level3"})
+    assert _kinds(loop_collectives(hlo)) == ["AllGather", "ReduceScatter"]
+    assert [s for c in loop_collectives(hlo) if c.kind == "AllGather" for _, s in c.shapes] == [(64, 256)]
+    # forward gathers once (0.5) + 4 x (fc2.weight's gather 0.25 + reduce-scatter 0.5)
+    assert step_wire_bytes(hlo, trips=4) == pytest.approx(3.5 * dp, rel=1e-2)
 
 
 @pytest.mark.slow  # two compiles of an 8-layer Adam step: ~17 s on the shared 2-core machine
