@@ -24,6 +24,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.lowering.recompute import compiler_options
 from graphpar.compile.pipeline.processes import stage_processes
 from graphpar.compile.pipeline.schedule import Action, VirtualLayout
 from graphpar.compile.pipeline.schedule_cost import ScheduleCosts, schedule_timeline
@@ -168,7 +169,9 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
 
 def stage_compiled(cache: ProgramCache, key: ProgramKey, st: Stage, kind: str, args: Sequence[Any]) -> Compiled:
     """Program ``kind`` of stage ``st`` lowered for ``args`` (its first call's arguments: their shardings are
-    where the schedule keeps them) and compiled, once per (key, stage, kind); counted in ``cache``."""
+    where the schedule keeps them) and compiled, once per (key, stage, kind); counted in ``cache``. A stage program
+    that recomputes gets the same per-compilation XLA options as a whole recomputing program
+    (``recompute.compiler_options``: XLA:CPU's memory-optimized scheduler), so per-stage recompute saves memory."""
     found = st.compiled.get(kind)
     if found is not None:
         return found
@@ -178,13 +181,14 @@ def stage_compiled(cache: ProgramCache, key: ProgramKey, st: Stage, kind: str, a
         started, cpu = time.perf_counter(), time.process_time()
         traced = jitted.trace(*args)
         signature = StepSignature(jax.tree.map(_sharding_of, tuple(args)), None, traced.donate_argnums)
+        options = compiler_options(st.mesh.devices.flat[0].platform, traced.jaxpr)
         lowered = Lowered(st.planned, traced.lower(), signature, time.perf_counter() - started,
-                          time.process_time() - cpu)
+                          time.process_time() - cpu, compiler_options=options)
         cache.count("lowerings")
         use_persistent_cache(f"pipeline stage {st.sg.stage} {kind}",
                              tuple(sorted({type(e).__name__ for e in traced.jaxpr.effects})))
         started = time.perf_counter()
-        executable = lowered.lowered.compile()
+        executable = lowered.compile()
         cache.count("compiles")
         seconds = {"lowering": lowered.seconds, "XLA compile": time.perf_counter() - started}
         return Compiled(st.planned, signature, executable, executable, seconds, jitted, lowered)
