@@ -23,8 +23,9 @@ import jax
 import numpy as np
 
 from graphpar._logging import notice_once
-from graphpar.compile.functional.capture import CapturedStep, capture_step
+from graphpar.compile.functional.capture import capture_step
 from graphpar.compile.functional.discover import bindings_hold
+from graphpar.compile.functional.per_rank import PerRankRun, per_rank_function, wants_per_rank_function
 from graphpar.compile.functional.program import FunctionalProgram
 from graphpar.compile.runtime.placement import global_aval
 from graphpar.errors import JitError
@@ -132,8 +133,9 @@ def _check_options(name: str, capture_mode: str, jit_level: str, dynamic: int, f
 
 @dataclass(frozen=True)
 class _Entry:
-    captured: CapturedStep
+    bindings: Sequence[tuple[Any, Any, Any]]  # the names resolved (``discover.bindings_hold``)
     program: FunctionalProgram | None
+    per_rank: PerRankRun | None = None  # STAND_ALONE manual parallel: the function once per rank
 
 
 class JitFunction:
@@ -173,21 +175,27 @@ class JitFunction:
         self._check_signature(avals)
         key = (tuple((a.shape, str(a.dtype)) for a in avals), tuple(hash(h) for h in self.options.hash_args))
         entry = self.programs.get(key)
-        if entry is None or not bindings_hold(entry.captured.bindings):
+        if entry is None or not bindings_hold(entry.bindings):
             entry = self.programs[key] = self._capture(avals)
+        if entry.per_rank is not None:
+            return entry.per_rank(*args)
         if entry.program is None:
             return self.fn(*args)
         return entry.program.run_step(list(args))
 
     def _capture(self, avals: Sequence[jax.ShapeDtypeStruct]) -> "_Entry":
         name = self.__qualname__
+        if wants_per_rank_function(self.fn):  # STAND_ALONE with collectives: once per rank, as written
+            run = per_rank_function(self.fn)
+            return _Entry(run.bindings, None, run)
         captured = capture_step(for_trace(self.fn), name, avals)  # its `if`s on traced values compiled
         if captured.problem is not None and self.strict:
             raise JitError(name, captured.problem)
         if captured.problem is None and captured.spec is None:
             notice_once(f"jit-no-gradient:{name}", f"jit({name}): the function takes no gradient, so graphpar runs "
                         "it as written; in GRAPH_MODE each Cell call in it is compiled and planned on its own")
-        return _Entry(captured, FunctionalProgram(captured) if captured.problem is None and captured.spec else None)
+        return _Entry(captured.bindings,
+                      FunctionalProgram(captured) if captured.problem is None and captured.spec else None)
 
     def _check_signature(self, avals: Sequence[jax.ShapeDtypeStruct]) -> None:
         expected = self.options.input_signature
