@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from graphpar._logging import notice_once
-from graphpar.compile.functional.capture import capture_step
+from graphpar.compile.functional.capture import CapturedStep, capture_step
 from graphpar.compile.functional.discover import bindings_hold
 from graphpar.compile.functional.per_rank import PerRankRun, per_rank_function, wants_per_rank_function
 from graphpar.compile.functional.program import FunctionalProgram
@@ -133,9 +133,14 @@ def _check_options(name: str, capture_mode: str, jit_level: str, dynamic: int, f
 
 @dataclass(frozen=True)
 class _Entry:
-    bindings: Sequence[tuple[Any, Any, Any]]  # the names resolved (``discover.bindings_hold``)
+    captured: CapturedStep | None  # None: a per-rank function, run as written (not captured)
     program: FunctionalProgram | None
     per_rank: PerRankRun | None = None  # STAND_ALONE manual parallel: the function once per rank
+
+    @property
+    def bindings(self) -> Sequence[tuple[Any, Any, Any]]:
+        """The names resolved to find the state (``discover.bindings_hold``)."""
+        return self.captured.bindings if self.captured is not None else self.per_rank.bindings
 
 
 class JitFunction:
@@ -187,15 +192,14 @@ class JitFunction:
         name = self.__qualname__
         if wants_per_rank_function(self.fn):  # STAND_ALONE with collectives: once per rank, as written
             run = per_rank_function(self.fn)
-            return _Entry(run.bindings, None, run)
+            return _Entry(None, None, run)
         captured = capture_step(for_trace(self.fn), name, avals)  # its `if`s on traced values compiled
         if captured.problem is not None and self.strict:
             raise JitError(name, captured.problem)
         if captured.problem is None and captured.spec is None:
             notice_once(f"jit-no-gradient:{name}", f"jit({name}): the function takes no gradient, so graphpar runs "
                         "it as written; in GRAPH_MODE each Cell call in it is compiled and planned on its own")
-        return _Entry(captured.bindings,
-                      FunctionalProgram(captured) if captured.problem is None and captured.spec else None)
+        return _Entry(captured, FunctionalProgram(captured) if captured.problem is None and captured.spec else None)
 
     def _check_signature(self, avals: Sequence[jax.ShapeDtypeStruct]) -> None:
         expected = self.options.input_signature
