@@ -138,3 +138,28 @@ def test_a_loop_on_the_weights_runs_forward_and_its_gradient_is_refused_at_its_l
     assert message.startswith(f"{__file__}:{line} (`while self.max(h) > 1.0:`): a `while` loop on a traced value is "
                               "differentiated in reverse mode here"), message
     assert "for i in range(n), with a Python int n" in message
+
+
+class Counting(nn.Cell):
+    """Doubles its input until its largest value reaches 10, counting the iterations in a Parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = ms.Parameter(ms.Tensor(np.zeros((), np.float32)), name="steps", requires_grad=False)
+        self.max = ops.ReduceMax()
+
+    def construct(self, x):
+        while self.max(x) < 10.0:
+            x = x * 2
+            self.steps.set_value(self.steps.get_value() + 1)
+        return x
+
+
+def test_a_loop_in_construct_writes_a_parameter_once_per_iteration():
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
+    net = Counting()
+    np.testing.assert_array_equal(np.asarray(net(ms.Tensor(np.ones((8, 4), np.float32)))), np.full((8, 4), 16.0))
+    assert float(net.steps.asnumpy()) == 4.0
+    np.testing.assert_array_equal(np.asarray(net(ms.Tensor(np.full((8, 4), 3.0, np.float32)))), np.full((8, 4), 12.0))
+    assert float(net.steps.asnumpy()) == 6.0

@@ -48,7 +48,20 @@ def until(x):
     return x
 
 
+def nested(x):
+    """A traced loop inside a traced loop's body."""
+    outer = 0
+    while x.sum() < 100:
+        y = x
+        while y.max() < 5:
+            y = y + 1
+        x = x + y
+        outer += 1
+    return x, outer
+
+
 CASES = [(doubling, (np.ones(2, np.float32),)), (doubling, (np.full(2, 20.0, np.float32),)),
+         (nested, (np.array([0.5, 1.0], np.float32),)),
          (skipping, (np.ones(2, np.float32), 9)), (skipping, (np.full(2, 30.0, np.float32), 9)),
          (until, (np.ones(2, np.float32),))]
 
