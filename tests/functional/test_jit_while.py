@@ -163,3 +163,32 @@ def test_a_loop_in_construct_writes_a_parameter_once_per_iteration():
     assert float(net.steps.asnumpy()) == 4.0
     np.testing.assert_array_equal(np.asarray(net(ms.Tensor(np.full((8, 4), 3.0, np.float32)))), np.full((8, 4), 12.0))
     assert float(net.steps.asnumpy()) == 6.0
+
+
+class Indexed(nn.Cell):
+    """MindSpore's own parallel while test's network, forward: ``while self.index < 3`` on a Parameter the body
+    increments with ``self.index += 1`` (an assignment of the Parameter in graph mode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.matmul = ops.MatMul().shard(((2, 4), (4, 1)))
+        self.weight = ms.Parameter(ms.Tensor(np.full((8, 8), 0.5, np.float32)), name="weight")
+        self.index = ms.Parameter(ms.Tensor(0, ms.int32), name="index", requires_grad=False)
+
+    def construct(self, x):
+        out = x
+        while self.index < 3:
+            out = self.matmul(out, self.weight)
+            self.index += 1
+        return out
+
+
+def test_a_loop_on_a_parameter_the_body_increments():
+    x = np.ones((8, 8), np.float32)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
+    net = Indexed()
+    np.testing.assert_allclose(np.asarray(net(ms.Tensor(x))), x @ np.full((8, 8), 0.5) @ np.full((8, 8), 0.5)
+                               @ np.full((8, 8), 0.5), rtol=1e-6)
+    assert int(net.index.asnumpy()) == 3
+    np.testing.assert_array_equal(np.asarray(net(ms.Tensor(x))), x)  # the index is 3: no iteration
