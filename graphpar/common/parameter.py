@@ -157,6 +157,38 @@ class Parameter(nnx.Param):
         return Parameter(value, name=self.name, requires_grad=self.requires_grad,
                          layerwise_parallel=self.layerwise_parallel, parallel_optimizer=self.parallel_optimizer)
 
+    # A Parameter compares as the Tensor it holds (MindSpore's Parameter is a Tensor): ``while self.index < 3``
+    # in construct reads its value (NNX's Variable gives arithmetic but no ordering).
+    def __lt__(self, other: Any) -> Any:
+        return self.get_value() < other
+
+    def __le__(self, other: Any) -> Any:
+        return self.get_value() <= other
+
+    def __gt__(self, other: Any) -> Any:
+        return self.get_value() > other
+
+    def __ge__(self, other: Any) -> Any:
+        return self.get_value() >= other
+
+    # ``self.step += 1`` in construct assigns the Parameter (MindSpore's graph mode: augmented assignment of a
+    # Parameter is an Assign); the Parameter stays the Cell's (NNX refuses in-place operators on a Variable).
+    def __iadd__(self, other: Any) -> "Parameter":
+        self.set_value(self.get_value() + other)
+        return self
+
+    def __isub__(self, other: Any) -> "Parameter":
+        self.set_value(self.get_value() - other)
+        return self
+
+    def __imul__(self, other: Any) -> "Parameter":
+        self.set_value(self.get_value() * other)
+        return self
+
+    def __itruediv__(self, other: Any) -> "Parameter":
+        self.set_value(self.get_value() / other)
+        return self
+
     def __repr__(self) -> str:
         return (f"Parameter (name={self.name}, shape={tuple(self.shape)}, dtype={mstype.ms_name(self.dtype)}, "
                 f"requires_grad={self.requires_grad})")

@@ -111,6 +111,8 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
 
     # --- registration ------------------------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, Parameter) and vars(self).get(name) is value:
+            return  # `self.step += 1` rebinds the same Parameter (Parameter.__iadd__ assigned its value)
         _moved(self, name, value)
         if name in _CELL_FIELDS:
             object.__setattr__(self, name, value)

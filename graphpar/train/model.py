@@ -14,7 +14,8 @@ from graphpar._logging import notice_once
 from graphpar.checkpoint import resume as resuming
 from graphpar.communication import get_group_size
 from graphpar.compile.plans.global_batch import to_host
-from graphpar.compile.runtime.forward import ForwardProgram, program_for
+from graphpar.compile.functional.per_rank import PerRankForward, forward_program
+from graphpar.compile.runtime.forward import ForwardProgram
 from graphpar.compile.runtime.program import TrainProgram
 from graphpar.errors import CellError, api_boundary
 from graphpar.nn.cell import Cell
@@ -104,8 +105,8 @@ class Model:
             self._eval_network = WithEvalCell(network, loss_fn, add_cast_fp32=amp_level in ("O2", "O3"))
         else:
             self._eval_network = None
-        self._eval_program: ForwardProgram | None = None
-        self._predict_program: ForwardProgram | None = None
+        self._eval_program: ForwardProgram | PerRankForward | None = None
+        self._predict_program: ForwardProgram | PerRankForward | None = None
 
     def _build_train_network(self) -> TrainOneStepCell:
         if isinstance(self._network, TrainOneStepCell):
@@ -245,7 +246,7 @@ class Model:
             raise ValueError("Model.eval needs a loss_fn or an eval_network")
         self._eval_network.set_train(False)
         if self._eval_program is None:
-            self._eval_program = program_for(self._eval_network)
+            self._eval_program = forward_program(self._eval_network)
         for metric in self._metrics.values():
             metric.clear()
         feeder = self._feeder(valid_dataset, self._eval_program.plan)
@@ -286,10 +287,10 @@ class Model:
         program = self._predict()
         return parameter_layouts(program.planned(*rank_batches(program.plan, predict_data).inputs))
 
-    def _predict(self) -> ForwardProgram:
+    def _predict(self) -> ForwardProgram | PerRankForward:
         self._network.set_train(False)
         if self._predict_program is None:
-            self._predict_program = program_for(self._network)
+            self._predict_program = forward_program(self._network)
         return self._predict_program
 
     def predict(self, *predict_data: Any) -> Any:

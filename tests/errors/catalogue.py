@@ -258,8 +258,10 @@ def _train(mistake: str = "", in_dim: int = 8, **strategy):
 def _jit_step(mistake: str):
     """MindSpore 2.x's functional step under ``@ms.jit`` with one mistake: "two-gradients", "no-optimizer",
     "python-float" (``float()`` of a Tensor in the step), "traced-while" (a ``while`` on a
-    Tensor), "if-return" (a traced ``if`` that returns), "one-branch" (a name bound in one branch, read after) or
-    "shapes" (branches binding one name to Tensors of different shapes)."""
+    Tensor whose body returns), "while-shapes" (a loop changing a name's shape), "while-new-name" (a name first bound
+    in a traced loop's body, read after it), "while-gradient" (a traced loop on the weights' values in the
+    differentiated function), "if-return" (a traced ``if`` that returns), "one-branch" (a name bound in one branch,
+    read after) or "shapes" (branches binding one name to Tensors of different shapes)."""
     from graphpar import nn
 
     ms = _ms()
@@ -267,7 +269,11 @@ def _jit_step(mistake: str):
     loss_fn, optimizer = nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.1, 0.9)
 
     def forward_fn(x, y):
-        return loss_fn(net(x), y)
+        out = net(x)
+        if mistake == "while-gradient":
+            while out.sum() > 1.0:
+                out = out * 0.5
+        return loss_fn(out, y)
 
     grad_fn = ms.value_and_grad(forward_fn, None, optimizer.parameters)
 
@@ -280,7 +286,16 @@ def _jit_step(mistake: str):
             loss = loss * float(loss > 1.0)
         elif mistake == "traced-while":
             while loss > 1.0:
+                optimizer(grads)
+                return loss
+        elif mistake == "while-shapes":
+            while loss > 1.0:
+                loss = grads[0]
+        elif mistake == "while-new-name":
+            while loss > 1.0:
                 loss = loss / 2
+                halved = True
+            loss = loss * halved
         elif mistake == "if-return":
             if not ms.amp.all_finite(grads):
                 return loss
@@ -1114,9 +1129,10 @@ ROWS: list[Row] = [
         "of a network with ops.AllReduce in construct", lambda t: _manual_parallel(accumulate=True),
         "graphpar.communication.errors:CommunicationError", ("GradAccumulation(micro_size=2)", "once per rank",
                                                              "micro_size=1")),
-    Row("jit-traced-while", "construct", "`while loss > 1.0:` in a @ms.jit step", lambda t: _jit_step("traced-while"),
-        ERR + "TracedControlFlowError", ("catalogue.py:", "while loss > 1.0:", "`while` loop", "for i in range(n)",
-                                         "jax.lax.while_loop")),
+    Row("jit-traced-while", "construct", "`while loss > 1.0: ... return loss` in a @ms.jit step",
+        lambda t: _jit_step("traced-while"), ERR + "TracedControlFlowError",
+        ("catalogue.py:", "while loss > 1.0:", "whose body leaves the function with `return`",
+         "`break` and `continue` are fine", "Assign the result in the body")),
     Row("jit-traced-if-return", "construct", "`if not amp.all_finite(grads): return loss` in a @ms.jit step",
         lambda t: _jit_step("if-return"), ERR + "TracedControlFlowError",
         ("catalogue.py:", "if not ms.amp.all_finite(grads):", "leaves the function with `return`",
@@ -1129,6 +1145,16 @@ ROWS: list[Row] = [
         lambda t: _jit_step("shapes"), ERR + "TracedControlFlowError",
         ("catalogue.py:", "`g` is float32[4, 8] after the `if` branch and float32[4] after the `else` branch",
          "same kind")),
+    Row("jit-traced-while-shapes", "construct", "a traced `while` whose body gives a name another shape",
+        lambda t: _jit_step("while-shapes"), ERR + "TracedControlFlowError",
+        ("catalogue.py:", "while loss > 1.0:", "`loss` is float32[] before the loop and float32[4, 8] after its body",
+         "one shape and dtype")),
+    Row("jit-traced-while-new-name", "construct", "a name first bound in a traced `while`'s body, read after it",
+        lambda t: _jit_step("while-new-name"), ERR + "TracedControlFlowError",
+        ("catalogue.py:", "while loss > 1.0:", "`halved` is bound in the loop's body", "assign `halved` before")),
+    Row("jit-traced-while-gradient", "construct", "a `while` on a value of the weights in the differentiated function",
+        lambda t: _jit_step("while-gradient"), ERR + "TracedControlFlowError",
+        ("catalogue.py:", "while out.sum() > 1.0:", "differentiated in reverse mode", "for i in range(n)")),
     Row("ops-div-rounding-mode", "construct", "ops.div(x, y, rounding_mode='round')",
         lambda t: _ops().div(np.ones(2), np.ones(2), rounding_mode="round"), ValueError,
         ("rounding_mode must be None, 'floor' or 'trunc'", "'round'")),

@@ -28,6 +28,7 @@ from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.compile.functional.capture import CapturedStep, capture_step
 from graphpar.compile.functional.discover import bindings_hold
+from graphpar.compile.functional.per_rank import PerRankRun, per_rank_function, wants_per_rank_function
 from graphpar.compile.functional.pipelined import PipelinedStep
 from graphpar.compile.functional.program import FunctionalProgram
 from graphpar.compile.runtime.placement import global_aval
@@ -137,8 +138,14 @@ def _check_options(name: str, capture_mode: str, jit_level: str, dynamic: int, f
 
 @dataclass(frozen=True)
 class _Entry:
-    captured: CapturedStep
+    captured: CapturedStep | None  # None: a per-rank function, run as written (not captured)
     program: FunctionalProgram | PipelinedStep | None
+    per_rank: PerRankRun | None = None  # STAND_ALONE manual parallel: the function once per rank
+
+    @property
+    def bindings(self) -> Sequence[tuple[Any, Any, Any]]:
+        """The names resolved to find the state (``discover.bindings_hold``)."""
+        return self.captured.bindings if self.captured is not None else self.per_rank.bindings
 
 
 class JitFunction:
@@ -181,14 +188,19 @@ class JitFunction:
         key = (tuple((a.shape, str(a.dtype)) for a in avals), tuple(hash(h) for h in self.options.hash_args),
                pipelined)
         entry = self.programs.get(key)
-        if entry is None or not bindings_hold(entry.captured.bindings):
+        if entry is None or not bindings_hold(entry.bindings):
             entry = self.programs[key] = self._capture(avals)
+        if entry.per_rank is not None:
+            return entry.per_rank(*args)
         if entry.program is None:
             return self.fn(*args)
         return entry.program.run_step(list(args))
 
     def _capture(self, avals: Sequence[jax.ShapeDtypeStruct]) -> "_Entry":
         name = self.__qualname__
+        if wants_per_rank_function(self.fn):  # STAND_ALONE with collectives: once per rank, as written
+            run = per_rank_function(self.fn)
+            return _Entry(None, None, run)
         captured = capture_step(for_trace(self.fn), name, avals)  # its `if`s on traced values compiled
         if captured.problem is not None and self.strict:
             raise JitError(name, captured.problem)

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
+from graphpar.ir.control_flow import loop
 from graphpar.ir.graph import Graph, Node
 
 CALL_PRIMS = frozenset({"jit", "pjit", "closed_call", "core_call"})
@@ -61,7 +62,7 @@ def node_body(node: Node) -> Callable[[Sequence[Any]], list[Any]]:
             out = prim.bind(*xs, **params)
         return list(out) if prim.multiple_results else [out]
 
-    return bind
+    return loop.reverse_refused(eqn, bind) if prim.name == "while" else bind
 
 
 class _Unshared(Exception):

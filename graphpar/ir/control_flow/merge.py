@@ -69,12 +69,13 @@ class _Slot:
     read: Callable[[], Any]
     write: Callable[[Any], None]
     initial: Callable[[], Any] | None = None  # the value on a path that did not make the state (it read None)
+    variable: nnx.Variable | None = None  # the Variable it reads and writes (a loop lends it to its body's trace)
 
 
 def _variable_slot(var: nnx.Variable, label: str) -> _Slot:
     name = var.name if isinstance(var, Parameter) else label
     return _Slot(f"Parameter '{name}'" if isinstance(var, Parameter) else f"state '{name}'",
-                 lambda: var._raw_value, lambda value: object.__setattr__(var, "_raw_value", value))
+                 lambda: var._raw_value, lambda value: object.__setattr__(var, "_raw_value", value), variable=var)
 
 
 def _module_slots(module: nnx.Module) -> Iterator[tuple[int, _Slot]]:
@@ -155,7 +156,7 @@ def _python_scalar(value: Any) -> bool:
     return isinstance(value, (bool, int, float, complex))
 
 
-def _same_value(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     try:
@@ -187,7 +188,7 @@ def _choose(pred: jax.Array, then_value: Any, else_value: Any, what: str, where:
             if np.shape(t) == np.shape(e) and same_dtype:
                 out.append(jnp.where(pred, t, e))
                 continue
-        elif _same_value(t, e):
+        elif same_value(t, e):
             out.append(t)
             continue
         raise TracedControlFlowError(where, f"{what} is {_describe(t)} after the `if` branch and {_describe(e)} "

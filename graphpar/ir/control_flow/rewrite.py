@@ -16,10 +16,14 @@ What is rewritten (inside the function and the functions and lambdas nested in i
   in a helper function a step or ``construct`` calls compiles as one written in ``construct`` does (MindSpore's graph
   mode compiles the functions ``construct`` calls too). Cells, primitives and library functions are called as they
   are (a Cell's ``construct`` is rewritten when the Cell is called).
+* ``while test: body`` becomes two nested functions of the names the body assigns, the test and the body (its
+  ``break``/``continue`` lowered into flags first: ``syntax.lower_jumps``), and one call
+  ``(a, b) = runtime.while_stmt(test, body, (lambda: a, lambda: b), site)``: concrete tests iterate in Python, a
+  traced one makes the rest of the loop one ``jax.lax.while_loop`` (``loop``).
 * An ``if`` whose branches leave the block (``return``, ``break``/``continue`` of an outer loop, ``yield``), raise,
-  delete a name or declare ``global``/``nonlocal`` keeps its Python form, and so does every ``while``: their test
-  becomes ``runtime.concrete(test, site, reason)``, which passes a concrete value through and refuses a traced one
-  by name.
+  delete a name or declare ``global``/``nonlocal`` keeps its Python form, and so does a ``while`` whose body does
+  (``break``/``continue`` of the loop itself excepted) or that has an ``else``: their test becomes
+  ``runtime.concrete(test, site, reason)``, which passes a concrete value through and refuses a traced one by name.
 
 Line numbers are the original ones and the code is compiled under the original file name, so tracebacks,
 ``linecache`` and graphpar's error messages name the user's line inside a branch. The rewritten function is built on
@@ -36,20 +40,19 @@ import ast
 import collections
 import inspect
 import linecache
-import os
-import sysconfig
 import textwrap
 import tokenize
 import types
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from graphpar._logging import notice_once
-from graphpar.ir.control_flow import runtime
+from graphpar.ir.control_flow import loop, runtime
+from graphpar.ir.control_flow.syntax import HELPERS, PREFIX, assigned, has_named_expr, helper, lambda_, leaves
+from graphpar.ir.control_flow.syntax import flag as syntax_flag
+from graphpar.ir.control_flow.syntax import lower_jumps
 
-HELPERS = "_graphpar_cf"  # the closure variable holding the runtime module (one underscore: no name mangling)
-_PREFIX = "_graphpar_cf_"
 
 _codes: dict[types.CodeType, types.CodeType | None] = {}  # original code -> rewritten (None: not rewritten)
 _functions: "weakref.WeakKeyDictionary[Callable, Callable | None]" = weakref.WeakKeyDictionary()
@@ -57,86 +60,6 @@ _functions: "weakref.WeakKeyDictionary[Callable, Callable | None]" = weakref.Wea
 _FUTURE_FLAGS = 0
 for _name in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _name).compiler_flag
-
-
-def _walk_scope(nodes: list[ast.AST]) -> Iterator[ast.AST]:
-    """Every node of ``nodes`` in the same scope (nested functions, lambdas, classes and comprehensions are
-    yielded but not entered)."""
-    todo = list(reversed(nodes))
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
-                             ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            continue
-        todo.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _assigned(nodes: list[ast.stmt]) -> list[str]:
-    """The names ``nodes`` bind in their scope, in order of first binding."""
-    names: dict[str, None] = {}
-    for node in _walk_scope(nodes):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.setdefault(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.setdefault(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names.setdefault((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.setdefault(node.name)
-        elif isinstance(node, ast.NamedExpr):
-            names.setdefault(node.target.id)
-    return [n for n in names if not n.startswith(_PREFIX)]
-
-
-def _leaves(nodes: list[ast.stmt]) -> str | None:
-    """Why a branch made of ``nodes`` cannot be run as a function whose values are merged (None: it can)."""
-
-    def visit(node: ast.AST, in_loop: bool) -> str | None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            return None
-        if isinstance(node, ast.Return):
-            return "leaves the function with `return`"
-        if isinstance(node, (ast.Break, ast.Continue)) and not in_loop:
-            return f"leaves the enclosing loop with `{type(node).__name__.lower()}`"
-        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
-            return f"suspends the function (`{type(node).__name__.lower()}`)"
-        if isinstance(node, ast.Raise):
-            return "raises an exception"
-        if isinstance(node, ast.Delete):
-            return "deletes a name with `del`"
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            return f"declares `{type(node).__name__.lower()}`"
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):  # break/continue in the body are the loop's own
-            parts = [(c, True) for c in node.body] + [(c, in_loop) for c in node.orelse]
-            parts += [(c, in_loop) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
-        else:
-            parts = [(c, in_loop) for c in ast.iter_child_nodes(node)]
-        for child, looped in parts:
-            found = visit(child, looped)
-            if found:
-                return found
-        return None
-
-    for stmt in nodes:
-        found = visit(stmt, False)
-        if found:
-            return found
-    return None
-
-
-def _has_named_expr(node: ast.AST) -> bool:
-    """Whether ``node`` holds ``:=`` or a yield, which a lambda would bind or suspend in its own scope."""
-    return any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node))
-
-
-def _helper(name: str) -> ast.Attribute:
-    return ast.Attribute(ast.Name(HELPERS, ast.Load()), name, ast.Load())
-
-
-def _lambda(body: ast.expr) -> ast.Lambda:
-    return ast.Lambda(ast.arguments([], [], None, [], [], None, []), body)
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -151,17 +74,17 @@ class _Rewriter(ast.NodeTransformer):
 
     def test(self, expr: ast.expr) -> ast.expr:
         """A test expression with ``and``/``or``/``not`` made to work on traced values."""
-        if _has_named_expr(expr):
+        if has_named_expr(expr):
             return expr
         if isinstance(expr, ast.BoolOp):
             name = "and_" if isinstance(expr.op, ast.And) else "or_"
-            return ast.Call(_helper(name), [self.site(expr)] + [_lambda(self.test(v)) for v in expr.values], [])
+            return ast.Call(helper(name), [self.site(expr)] + [lambda_(self.test(v)) for v in expr.values], [])
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-            return ast.Call(_helper("not_"), [self.test(expr.operand), self.site(expr)], [])
+            return ast.Call(helper("not_"), [self.test(expr.operand), self.site(expr)], [])
         return expr
 
     def concrete(self, node: ast.If | ast.While, reason: str) -> ast.expr:
-        return ast.Call(_helper("concrete"), [self.test(node.test), self.site(node), ast.Constant(reason)], [])
+        return ast.Call(helper("concrete"), [self.test(node.test), self.site(node), ast.Constant(reason)], [])
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
         return node  # a class body's scope is not a function's: left as written
@@ -173,25 +96,74 @@ class _Rewriter(ast.NodeTransformer):
             return node  # these read the calling frame: called directly
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == HELPERS:
             return node
-        node.func = ast.copy_location(ast.Call(_helper("callee"), [func], []), func)
+        node.func = ast.copy_location(ast.Call(helper("callee"), [func], []), func)
         return node
 
-    def visit_While(self, node: ast.While) -> ast.While:
-        self.generic_visit(node)
-        node.test = self.concrete(node, "while")
-        return node
+    def visit_While(self, node: ast.While) -> Any:
+        why = ("has an `else` clause" if node.orelse else None) or leaves(node.body, in_loop=True) or (
+            "assigns a name in its test (`:=`)" if has_named_expr(node.test) else None)
+        if why:  # kept as written: runs on a concrete test, refused by name on a traced one
+            self.generic_visit(node)
+            node.test = self.concrete(node, "while:" + why)
+            return node
+        self.count += 1
+        body, brk, cnt = lower_jumps(node.body, self.count)
+        flags = [n for n in (brk, cnt) if n]
+        names = list(dict.fromkeys(flags + assigned(body)))
+        inside = collections.Counter(n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                                     and isinstance(n.ctx, ast.Load))
+        live = tuple(n for n in names if self.loads[n] > inside[n])  # read after the loop (or around it)
+        test = node.test if brk is None else ast.BoolOp(ast.And(), [
+            ast.UnaryOp(ast.Not(), ast.Name(brk, ast.Load())), node.test])
+        body = ([syntax_flag(cnt, False, node)] if cnt else []) + body
+        body = [s for stmt in body for s in self._statements(stmt)]
+        test = self.test(self.visit(ast.fix_missing_locations(ast.copy_location(test, node.test))))
+        params = ast.arguments([], [ast.arg(n) for n in names], None, [], [], None, [])
+        result = ast.Return(ast.Call(helper("bound"), [ast.Call(ast.Name("locals", ast.Load()), [], []),
+                                                        ast.Constant(tuple(names))], []))
+        test_name, body_name = f"{PREFIX}test_{self.count}", f"{PREFIX}body_{self.count}"
+        out: list[ast.stmt] = [syntax_flag(f, False, node) for f in flags]
+        out += [ast.FunctionDef(test_name, params, [ast.Return(test)], [], None),
+                ast.FunctionDef(body_name, params, body + [result], [], None)]
+        site = ast.Constant(self.site(node).value + (tuple(names), live))
+        call = ast.Call(helper("while_stmt"), [ast.Name(test_name, ast.Load()), ast.Name(body_name, ast.Load()),
+                                               self.getters(names), site], [])
+        header = ast.Pass(lineno=node.lineno, col_offset=node.col_offset, end_lineno=node.lineno,
+                          end_col_offset=node.col_offset + 5)  # the `while` line: the loop's frame names it
+        return [ast.fix_missing_locations(ast.copy_location(s, header)) for s in out + self.rebind(names, call)]
+
+    def _statements(self, stmt: ast.stmt) -> list[ast.stmt]:
+        new = self.visit(stmt)
+        return new if isinstance(new, list) else [new]
+
+    @staticmethod
+    def getters(names: list[str]) -> ast.Tuple:
+        return ast.Tuple([lambda_(ast.Name(n, ast.Load())) for n in names], ast.Load())
+
+    @staticmethod
+    def rebind(names: list[str], call: ast.Call) -> list[ast.stmt]:
+        """``names = call``, then ``del`` each name left unbound (UNDEF), as Python leaves it."""
+        out: list[ast.stmt] = []
+        if names:
+            out.append(ast.Assign([ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())], call))
+        else:
+            out.append(ast.Expr(call))
+        for n in names:
+            unbound = ast.Compare(ast.Name(n, ast.Load()), [ast.Is()], [helper("UNDEF")])
+            out.append(ast.If(unbound, [ast.Delete([ast.Name(n, ast.Del())])], []))
+        return out
 
     def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
         self.generic_visit(node)
-        if _has_named_expr(node):
+        if has_named_expr(node):
             return node
-        call = ast.Call(_helper("if_exp"), [self.test(node.test), _lambda(node.body), _lambda(node.orelse),
+        call = ast.Call(helper("if_exp"), [self.test(node.test), lambda_(node.body), lambda_(node.orelse),
                                             self.site(node)], [])
         return ast.copy_location(call, node)
 
     def visit_If(self, node: ast.If) -> Any:
-        why = _leaves(node.body) or _leaves(node.orelse)
-        names = list(dict.fromkeys(_assigned(node.body) + _assigned(node.orelse)))
+        why = leaves(node.body) or leaves(node.orelse)
+        names = list(dict.fromkeys(assigned(node.body) + assigned(node.orelse)))
         inside = collections.Counter(n.id for n in ast.walk(node) if isinstance(n, ast.Name)
                                      and isinstance(n.ctx, ast.Load))
         live = tuple(n for n in names if self.loads[n] > inside[n])  # read outside this if (after it, or a loop)
@@ -200,25 +172,17 @@ class _Rewriter(ast.NodeTransformer):
             node.test = self.concrete(node, why)
             return node
         self.count += 1
-        then_name, else_name = f"{_PREFIX}then_{self.count}", f"{_PREFIX}else_{self.count}"
+        then_name, else_name = f"{PREFIX}then_{self.count}", f"{PREFIX}else_{self.count}"
         params = ast.arguments([], [ast.arg(n) for n in names], None, [], [], None, [])
         # the names' values, UNDEF for one left unbound (a nested `if`'s branch not taken): read from locals()
-        result = ast.Return(ast.Call(_helper("bound"), [ast.Call(ast.Name("locals", ast.Load()), [], []),
+        result = ast.Return(ast.Call(helper("bound"), [ast.Call(ast.Name("locals", ast.Load()), [], []),
                                                          ast.Constant(tuple(names))], []))
         then_def = ast.FunctionDef(then_name, params, list(node.body) + [result], [], None)
         else_def = ast.FunctionDef(else_name, params, list(node.orelse) + [result], [], None)
-        getters = ast.Tuple([_lambda(ast.Name(n, ast.Load())) for n in names], ast.Load())
         site = ast.Constant(self.site(node).value + (tuple(names), live))
-        call = ast.Call(_helper("if_stmt"), [self.test(node.test), ast.Name(then_name, ast.Load()),
-                                             ast.Name(else_name, ast.Load()), getters, site], [])
-        out: list[ast.stmt] = [then_def, else_def]
-        if names:
-            out.append(ast.Assign([ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())], call))
-        else:
-            out.append(ast.Expr(call))
-        for n in names:  # a name the branch taken left unbound stays unbound
-            unbound = ast.Compare(ast.Name(n, ast.Load()), [ast.Is()], [_helper("UNDEF")])
-            out.append(ast.If(unbound, [ast.Delete([ast.Name(n, ast.Del())])], []))
+        call = ast.Call(helper("if_stmt"), [self.test(node.test), ast.Name(then_name, ast.Load()),
+                                             ast.Name(else_name, ast.Load()), self.getters(names), site], [])
+        out: list[ast.stmt] = [then_def, else_def] + self.rebind(names, call)
         return [ast.fix_missing_locations(ast.copy_location(s, node)) for s in out]
 
 
@@ -272,7 +236,7 @@ def _rewrite_code(fn: types.FunctionType) -> types.CodeType | None:
     fdef.body = [s for stmt in fdef.body for s in (stmt if isinstance(stmt, list) else [stmt])]
     factory_args = ast.arguments([], [ast.arg(HELPERS)] + [ast.arg(n) for n in code.co_freevars], None, [], [],
                                  None, [])
-    factory: ast.stmt = ast.FunctionDef(f"{_PREFIX}factory", factory_args,
+    factory: ast.stmt = ast.FunctionDef(f"{PREFIX}factory", factory_args,
                                         [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], [], None)
     parts = fn.__qualname__.split(".")
     if len(parts) > 1 and parts[-2] != "<locals>":  # a method: private names are mangled with its class's name
@@ -303,20 +267,9 @@ def _same_function(old: types.CodeType, new: types.CodeType) -> bool:
             and _all_names(old) <= _all_names(new))
 
 
-def _library_dirs() -> tuple[str, ...]:
-    """Where code that is not the user's lives: graphpar itself, the standard library, installed packages."""
-    paths = sysconfig.get_paths()
-    dirs = {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
-    dirs.update(os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
-    return tuple(sorted(d.rstrip(os.sep) + os.sep for d in dirs))
-
-
-_LIBRARY_DIRS = _library_dirs()
-
-
 def _users(fn: types.FunctionType) -> bool:
     filename = fn.__code__.co_filename
-    return not filename.startswith("<") and not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+    return loop.users_file(filename)
 
 
 def callee(fn: Any) -> Any:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from graphpar.errors import TracedControlFlowError
-from graphpar.ir.control_flow import merge
+from graphpar.ir.control_flow import loop, merge
 
 
 class _Undefined:
@@ -43,19 +43,17 @@ def where(site: tuple) -> str:
     return f"{site[0]}:{site[1]} (`{site[2]}`)"
 
 
-_REASONS = {
-    "while": "a `while` loop whose test is a traced value (a Tensor the program computes) is not compiled: the number "
-             "of iterations must be known when the program is built. Loop a fixed number of times (for i in "
-             "range(n)) and choose values with ops.Select()(cond, a, b), or write the loop as jax.lax.while_loop",
-}
-
-
 def concrete(value: Any, site: tuple, reason: str) -> Any:
-    """``value`` when it is concrete (the statement then runs as Python does); a traced one is refused by name."""
+    """``value`` when it is concrete (the statement then runs as Python does); a traced one is refused by name.
+    ``reason``: why the statement kept its Python form (``while:...`` for a loop)."""
     if not isinstance(value, jax.core.Tracer) or _truth(value) is not None:
         return value
-    if reason in _REASONS:
-        raise TracedControlFlowError(where(site), _REASONS[reason])
+    if reason.startswith("while:"):
+        raise TracedControlFlowError(where(site), (
+            f"a `while` loop on a traced value whose body {reason[6:]} is not compiled: graphpar compiles such a "
+            "loop as one function of the names its body assigns (jax.lax.while_loop), so the body must end where "
+            "the loop's body ends (`break` and `continue` are fine; `while ... else` is not compiled, as in "
+            "MindSpore's graph mode). Assign the result in the body and use it after the loop"))
     raise TracedControlFlowError(where(site), (
         f"an `if` on a traced value whose branch {reason} is not compiled: graphpar compiles such an `if` by "
         "running both branches and choosing their values with the condition (jnp.where), so a branch must end "
@@ -137,3 +135,18 @@ def not_(value: Any, site: tuple) -> Any:
     """``not value`` in a test."""
     truth = _truth(value)
     return jnp.logical_not(predicate(value, site)) if truth is None else not truth
+
+
+def while_stmt(test_fn: Callable[..., Any], body_fn: Callable[..., tuple], getters: Sequence[Callable[[], Any]],
+               site: tuple) -> tuple:
+    """``while test: body`` over the names the body binds. Iterations whose test is concrete run as Python; from
+    the first traced test on, the rest of the loop is one ``jax.lax.while_loop`` (``loop``)."""
+    values = tuple(_read(g) for g in getters)
+    while True:
+        cond = test_fn(*values)
+        truth = _truth(cond)
+        if truth is None:
+            return loop.traced_while(test_fn, body_fn, values, site, UNDEF, lambda c: predicate(c, site))
+        if not truth:
+            return values
+        values = body_fn(*values)
