@@ -92,11 +92,14 @@ def _main(argv: list[str], busy: bool) -> int:
               "devices running that first step, run_s: a later step")
         print(_table(rows, ["model", "first_step_s", "dispatched_s", "xla_step_s", "xla_other_s", "graphpar_s",
                             "share_of_compile", "trace_plan_s", "lower_s", "first_run_s", "run_s"]))
+        print("the same in CPU seconds of the process (steadier on a loaded machine):")
+        print(_table(rows, ["model", "dispatched_cpu_s", "xla_step_cpu_s", "graphpar_cpu_s", "share_cpu"]))
         cached = [bench_cached_first_step(m) for m in ("gpt_onehot", "megatron", "gpt")]
         print("XLA's persistent compilation cache (issue 28; goal cached_vs_first <= 0.3): the first step of a "
               "script's second run against its first run's, one fresh cache directory (gpt: its step calls back to "
               "the host for its label checks, which JAX does not cache; gpt_onehot: the same model on one-hot labels)")
-        print(_table(cached, ["model", "first_run_s", "second_run_s", "cached_vs_first", "second_xla_read_s",
+        print(_table(cached, ["model", "first_run_s", "second_run_s", "cached_vs_first", "cached_vs_first_cpu",
+                              "second_xla_read_s",
                               "second_trace_plan_s", "second_lower_s"]), "\n", flush=True)
     if not only or "compile_time" in only:
         from bench.compile_time import bench_compile_time

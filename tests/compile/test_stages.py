@@ -99,3 +99,11 @@ def test_compile_runs_with_the_loss_of_stand_alone_and_the_plans_collectives():
     # the input's all-to-all into matmul's (2, 4); the cotangents of matmul and matmul2 gathered back to their
     # (2, 1) outputs; the partial sums, weight gradients and the loss reduced
     assert collectives(compiled.as_text()) == {"all-to-all": 1, "all-gather": 2, "all-reduce": 4}
+
+
+def test_compiled_keeps_each_stage_wall_and_cpu_seconds():
+    """A built program says how long its lowering and XLA's compile took, in wall clock and in the process's CPU
+    time (what benchmarks compare stages by on a loaded machine): both positive for each stage."""
+    compiled = _train().program.stages([X, Y]).compiled
+    for times in (compiled.seconds, compiled.cpu_seconds):
+        assert set(times) == {"lowering", "XLA compile"} and all(t > 0 for t in times.values()), times

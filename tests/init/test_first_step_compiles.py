@@ -77,3 +77,25 @@ def test_an_init_that_reads_the_parameters_runs_as_one_program():
         state = initial_state(copy, params, closed, shapes, shardings)
     assert names == ["copy"]
     np.testing.assert_array_equal(state["w"], 2 * np.arange(6.0).reshape(2, 3))
+
+
+def test_state_moves_to_its_shardings_in_one_batched_transfer(monkeypatch):
+    """Parameters made eagerly (on one device) reach their split and replicated shardings through one batched
+    ``jax.device_put`` (JAX's per-call work paid once, not per parameter), with their values; one already in place
+    is kept as it is."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from graphpar.compile.runtime.placement import place_state
+
+    mesh = Mesh(np.asarray(jax.devices()[:8]), ("d",))
+    split, replicated = NamedSharding(mesh, P("d")), NamedSharding(mesh, P())
+    placed = jax.device_put(jnp.ones(8), replicated)
+    values = [jnp.arange(16.0).reshape(8, 2), jnp.arange(4.0), placed]
+    calls = []
+    device_put = jax.device_put
+    monkeypatch.setattr(jax, "device_put", lambda *a, **k: calls.append(a) or device_put(*a, **k))
+    out = place_state(values, [split, replicated, replicated])
+    assert len(calls) == 1
+    assert [o.sharding for o in out] == [split, replicated, replicated] and out[2] is placed
+    for o, v in zip(out, values):
+        np.testing.assert_array_equal(np.asarray(o), np.asarray(v))

@@ -107,7 +107,8 @@ class Orchestrator:
                 executable = lowered.compile()
             self.cache.count("compiles")
             seconds = {k: progress.seconds[k] for k in ("lowering", "XLA compile")}
-            return Compiled(planned, signature, executable, executable, seconds, fn, lowered)
+            cpu_seconds = {k: progress.cpu_seconds[k] for k in ("lowering", "XLA compile")}
+            return Compiled(planned, signature, executable, executable, seconds, fn, lowered, cpu_seconds)
 
         compiled, built = self.cache.compiled.get_or_build((key, variant), build)
         if not plan.pynative and _dumps_on() and ("execute", key, variant) not in self.cache.dumped:

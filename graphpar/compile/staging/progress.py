@@ -20,11 +20,15 @@ NOTICE_AFTER_S = 3.0
 
 
 class CompileProgress:
-    """Stage times of one build; ``stage(name)`` brackets a stage. Thread-safe against its own status timer."""
+    """Stage times of one build; ``stage(name)`` brackets a stage. Thread-safe against its own status timer.
+
+    ``seconds``: wall clock per stage; ``cpu_seconds``: the process's CPU time in it, every thread's (XLA compiles
+    on its own threads), steadier than wall on a loaded machine (what benchmarks compare stages by)."""
 
     def __init__(self, what: str, notice_after_s: float = NOTICE_AFTER_S):
         self.what = what
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
         self._started = time.perf_counter()
         self._current = "starting"
         self._after = notice_after_s
@@ -67,11 +71,12 @@ class CompileProgress:
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         self._current = name
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+            self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + time.process_time() - cpu
 
 
 class _Line:

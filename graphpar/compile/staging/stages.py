@@ -62,6 +62,7 @@ class Compiled:
     seconds: dict[str, float] = field(default_factory=dict)  # per stage, as built
     fn: Callable[..., Any] | None = None  # the Python function compiled (to lower it again)
     lowered: Lowered | None = None  # the stage it was compiled from (None in PYNATIVE_MODE)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # the process's CPU time per stage, as built
 
     def __call__(self, *args: Any) -> Any:
         return self.run(*args)

@@ -218,8 +218,11 @@ def _find_code(code: types.CodeType, name: str, line: int) -> types.CodeType | N
 def _rewrite_code(fn: types.FunctionType) -> types.CodeType | None:
     """The rewritten code object of ``fn`` (None: nothing to rewrite, or no usable source)."""
     code = fn.__code__
+    # by the function where it is its own source: inspect finds its module through ``__module__``; from the code
+    # object alone it scans every loaded module's file path (0.1 s of the first trace in a process with JAX loaded)
+    source = fn if inspect.unwrap(fn) is fn else code
     try:
-        lines, start = inspect.getsourcelines(code)
+        lines, start = inspect.getsourcelines(source)
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError, tokenize.TokenError):  # no source, or not Python this parser reads
         return None
