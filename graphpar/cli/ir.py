@@ -12,6 +12,7 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from graphpar.cli.ir_html import add_html_command
@@ -19,6 +20,7 @@ from graphpar.dump.loading import load
 from graphpar.dump.model import DumpError
 from graphpar.dump.reader import read_dump
 from graphpar.dump.views import diff_data, explain_data, show_data, summary_data
+from graphpar.planner.stages.report import FILE, PIPELINE, explain_text
 from graphpar.viz.explorer_server import ExplorerError
 from graphpar.viz.text import print_diff, print_explain, print_show, print_summary
 
@@ -51,7 +53,22 @@ def _diff(args: argparse.Namespace) -> None:
 
 
 def _explain(args: argparse.Namespace) -> None:
+    if args.op == PIPELINE:
+        _out(args, _pipeline_search(args.dir, args.rank), lambda d: print(explain_text(d)))
+        return
     _out(args, explain_data(load(args.dir, args.index, args.rank), args.op), print_explain)
+
+
+def _pipeline_search(where: str, rank: int | None) -> dict[str, Any]:
+    """The stage search ``graphpar plan --dump DIR`` wrote beside the begin dump (DIR, DIR/rank_R or a file in
+    it)."""
+    base = Path(where)
+    base = base.parent if base.is_file() else base
+    for folder in (base, base / f"rank_{rank or 0}"):
+        if (folder / FILE).is_file():
+            return json.loads((folder / FILE).read_text())
+    raise DumpError(where, f"no {FILE} for 'graphpar ir explain DIR {PIPELINE}'; graphpar plan SCRIPT --devices N "
+                    "--dump DIR writes it when the script sets auto_pipeline=True in AUTO_PARALLEL")
 
 
 def _run(command):
@@ -114,6 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("explain", _explain, "the provenance chain from an op back to the user hint its strategy came "
                 "from, with the edge costs")
     p.add_argument("dir", help="ir_dumps/rank_R, ir_dumps, or one dump file")
-    p.add_argument("op", help="an instance name (matmul2), SCOPE/instance, or node:N")
+    p.add_argument("op", help="an instance name (matmul2), SCOPE/instance, or node:N; 'pipeline': the stage search's "
+                              "chosen plan against its runners-up (graphpar plan --dump of an auto_pipeline script)")
     selection(p)
     add_html_command(command, _index)

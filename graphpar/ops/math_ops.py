@@ -36,11 +36,13 @@ class MatMul(Primitive):
         if jnp.ndim(x) != 2 or jnp.ndim(y) != 2:
             raise ValueError(f"MatMul '{self.instance_name}' takes 2-D inputs, got shapes {jnp.shape(x)} and "
                              f"{jnp.shape(y)}; use BatchMatMul for batched inputs")
-        if self.attrs["transpose_a"]:
-            x = x.T
-        if self.attrs["transpose_b"]:
-            y = y.T
-        return jnp.matmul(x, y)
+        # the transposes as the contraction's dimension numbers, not as ops: differentiated, the product then keeps
+        # its operands themselves (a Parameter's own buffer), not a transposed copy of each (what a pipeline
+        # stage's forward would otherwise hold per micro-batch in flight)
+        x, y = jnp.asarray(x), jnp.asarray(y)
+        dtype = jnp.result_type(x, y)
+        contract = ((0 if self.attrs["transpose_a"] else 1,), (1 if self.attrs["transpose_b"] else 0,))
+        return lax.dot_general(x.astype(dtype), y.astype(dtype), (contract, ((), ())))
 
 
 class BatchMatMul(MatMul):

@@ -21,10 +21,11 @@ from graphpar.parallel.shard import Layout as Layout
 from graphpar.parallel.shard import shard as shard  # the function; the module stays importable by its path
 from graphpar.parallel.auto_parallel import AutoParallel as AutoParallel
 from graphpar.compile.plans.dry_run import plan_for_devices as plan_for_devices
+from graphpar.compile.plans.stage_file import load_pipeline_plan as load_pipeline_plan
 from graphpar.parallel import nn as nn
 from graphpar.parallel.plan_api import plan as plan
 from graphpar.parallel.strategies import strategies as strategies
 
-__all__ = ["nn", "plan", "plan_for_devices", "PlanSummary", "AutoParallel", "strategies", "set_algo_parameters",
+__all__ = ["nn", "plan", "plan_for_devices", "load_pipeline_plan", "PlanSummary", "AutoParallel", "strategies", "set_algo_parameters",
            "get_algo_parameters", "reset_algo_parameters", "set_op_strategy_config", "Layout", "shard", "reshard",
            "function"]

@@ -733,6 +733,25 @@ def _apply_stages_elsewhere():
     finally:
         ms.reset_auto_parallel_context()
     return summary.stages.apply(nn.WithLossCell(search_mlp(2, 16), nn.MSELoss()))
+
+
+def _load_plan_without_pipeline(t):
+    """A strategy file written by a plan without auto_pipeline: no searched pipeline in it."""
+    ms = _ms()
+    from graphpar import nn
+    from graphpar.models.mlp import mlp_data, search_mlp
+
+    x, y = mlp_data(16, 16)
+    path = str(t / "plain.json")
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", strategy_ckpt_config={"save_file": path})
+    try:
+        net = nn.WithLossCell(search_mlp(2, 16), nn.MSELoss())
+        nn.TrainOneStepCell(net, nn.Momentum(net.trainable_params(), 0.01, 0.9))(x, y)
+    finally:
+        ms.reset_auto_parallel_context()
+    return ms.parallel.load_pipeline_plan(path)
+
+
 _PROCESS_0 = {"GRAPHPAR_COORDINATOR": "127.0.0.1:1", "GRAPHPAR_NUM_PROCESSES": "2", "GRAPHPAR_PROCESS_ID": "0"}
 ROWS: list[Row] = [
     # --- context settings -------------------------------------------------------------------------------------
@@ -1041,6 +1060,9 @@ ROWS: list[Row] = [
         "8-layer MLP (auto_pipeline=True) put on a 2-layer one", lambda t: _apply_stages_elsewhere(),
         "graphpar.compile.plans.stage_profile:StagePlanError",
         ("StageReport.apply(WithLossCell)", "no Cell at", "2-Dense", "the network it was made for")),
+    Row("stages-file-no-pipeline", "strategy", "load_pipeline_plan(path) of a strategy file saved without "
+        "auto_pipeline", _load_plan_without_pipeline, "graphpar.compile.plans.stage_profile:StagePlanError",
+        ("load_pipeline_plan(", "records no searched pipeline", "auto_pipeline=True")),
     Row("flash-attention-kv-split", "strategy", "ops.FlashAttentionScore(2, input_layout='BNSD').shard(((1, 2, 4, 1), "
         "(1, 2, 2, 1), (1, 2, 2, 1))) as self.fa, then called", lambda t: _flash_attention_kv_split(),
         ERR + "StrategyError", ("op 'fa'", "split as the query's (4: ring attention", "Split dimension S")),

@@ -1,6 +1,6 @@
 """The calibration file: ``python -m bench calibrate`` measures the cost model's constants on the machine at hand
 and writes them where the planner reads them (``$GRAPHPAR_CALIBRATION``, else
-``$XDG_CACHE_HOME/graphpar/calibration.json``); the stage search prices with them when present, else with the
+``$XDG_CACHE_HOME/graphpar/calibration.json``); the stage search and the intra-op search price with them when present, else with the
 built-in constants, and says which in one INFO line."""
 
 from __future__ import annotations
@@ -58,6 +58,23 @@ def test_the_stage_search_prices_with_the_calibration_when_present_and_says_whic
     before = assign(shape, 4, LAYER, EdgeCost(), EdgeCost(), built_in, slots=2.0)
     after = assign(shape, 4, LAYER, EdgeCost(), EdgeCost(), calibrated, slots=2.0)
     assert after.step_time != before.step_time
+
+
+def test_the_intra_op_search_reads_the_calibration_too(monkeypatch, tmp_path):
+    """AUTO_PARALLEL's intra-op search (``search_settings``) weighs its objective with the same constants: the
+    calibration's beta and gamma when the file has the platform, the built-in ones otherwise."""
+    from graphpar.planner.search.settings import search_settings
+
+    path = tmp_path / "calibration.json"
+    monkeypatch.setenv("GRAPHPAR_CALIBRATION", str(path))
+    built_in = search_settings("auto_parallel", "dynamic_programming", None, "cpu").hardware
+    assert (built_in.beta, built_in.gamma) == (HARDWARE["cpu"].beta, HARDWARE["cpu"].gamma)
+    save(_calibration(), path)
+    measured = search_settings("auto_parallel", "dynamic_programming", None, "cpu").hardware
+    assert (measured.beta, measured.gamma) == (1.5e-9, 2e-11)
+    # a mode that searches nothing reads no hardware constants
+    assert search_settings("semi_auto_parallel", "dynamic_programming", None, "cpu").hardware.beta == \
+        HARDWARE["cpu"].beta
 
 
 def test_measure_covers_matmul_bandwidth_and_every_collective_kind_over_the_local_devices(tmp_path):

@@ -203,3 +203,29 @@ def test_the_searched_pipeline_applied_trains_with_the_losses_of_stand_alone():
     assert transfers == 2 * best.shape.micro_batches  # one activation and its gradient per micro-batch
     want, _, _ = train(False)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_ir_explain_pipeline_shows_the_runners_up_and_what_separates_them(tmp_path, capsys):
+    """``graphpar plan SCRIPT --devices 64 --dump DIR`` writes the stage search beside the begin dump;
+    ``graphpar ir explain DIR pipeline`` (and ``summary.explain("pipeline")``) prints the chosen plan and each
+    runner-up side by side (step time, slowest stage, bubble, gradient sync, peak memory, recompute) and what
+    separates each from the chosen one."""
+    from graphpar.cli.main import main
+
+    script = tmp_path / "gpt_script.py"
+    script.write_text(SCRIPT)
+    assert main(["plan", str(script), "--devices", "64", "--dump", str(tmp_path / "dumps")]) == 0
+    capsys.readouterr()
+    assert main(["ir", "explain", str(tmp_path / "dumps"), "pipeline"]) == 0
+    text = capsys.readouterr().out
+    assert "pipeline search: 8 x 0-Block, global batch 64, 64 devices" in text
+    rows = [line for line in text.splitlines() if line.startswith("  chosen ") or line.startswith("  runner-up ")]
+    assert rows[0].startswith("  chosen ") and len(rows) >= 3
+    assert "runner-up 1 vs chosen: " in text and "step time" in text
+    assert main(["ir", "explain", str(tmp_path / "dumps"), "pipeline", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    steps = [data["chosen"]["step_time_s"]] + [a["step_time_s"] for a in data["alternatives"]]
+    assert steps == sorted(steps)  # the runners-up are no faster than the chosen plan
+    # a dump directory without a stage search: one line naming what writes it
+    assert main(["ir", "explain", str(tmp_path), "pipeline"]) == 2
+    assert "pipeline_search.json" in capsys.readouterr().err

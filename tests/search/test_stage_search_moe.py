@@ -36,8 +36,9 @@ def test_expert_parallel_divides_the_experts_state_and_pays_four_alltoalls_of_th
     layer = _moe_layer()
     one = assign(Shape(1, 1, 8, 1, 1), 2, layer, EdgeCost(), EdgeCost(), cluster, slots=2.0)
     ep8 = assign(Shape(1, 1, 8, 1, 1, ep=8), 2, layer, EdgeCost(), EdgeCost(), cluster, slots=2.0)
-    # per expert weight byte: weights + gradients + Adam's 2 slots = 4, on 1/8 of the experts
-    assert one.stage_memory[0] - ep8.stage_memory[0] == pytest.approx(2 * 8e9 * (1 - 1 / 8) * 4)
+    # per expert weight byte: weights + gradients + Adam's 2 slots = 4, on 1/8 of the experts; and without ep
+    # each micro-batch's expert gradients are reduced over the 8 replicas (2 buffers), with ep 8 over none
+    assert one.stage_memory[0] - ep8.stage_memory[0] == pytest.approx(2 * 8e9 * (1 - 1 / 8) * 4 + 2 * 2 * 8e9)
     alltoall = cluster.hw.alpha + cluster.hw.beta * wire_bytes("AlltoAll", 5e8, 8)
     assert ep8.stage_time[0] - one.stage_time[0] == pytest.approx(2 * 4 * alltoall)
     # the experts' gradients are reduced over dp / ep = 1 replica: only the other 1e9 bytes per layer travel
@@ -46,7 +47,8 @@ def test_expert_parallel_divides_the_experts_state_and_pays_four_alltoalls_of_th
     sharded = assign(Shape(1, 1, 8, 1, 1, "1f1b", True, 2), 2, layer, EdgeCost(), EdgeCost(), cluster, slots=2.0)
     dense = 1e9 * (2 + 3 / 8)
     experts = 8e9 / 2 * (2 + 3 / 4)
-    assert sharded.stage_memory[0] == pytest.approx(2 * (dense + experts + 1e9))
+    reduced = 2 * (1e9 + 8e9 / 2)  # a micro-batch's dense and expert gradients, reduced over 8 and 4 replicas
+    assert sharded.stage_memory[0] == pytest.approx(2 * (dense + experts + 1e9 + reduced))
 
 
 def test_expert_parallel_is_enumerated_where_it_divides_the_replicas_and_the_experts():

@@ -28,7 +28,7 @@ from graphpar.compile.lowering.recompute import compiler_options
 from graphpar.compile.pipeline.processes import stage_processes
 from graphpar.compile.pipeline.schedule import Action, VirtualLayout
 from graphpar.compile.pipeline.schedule_cost import ScheduleCosts, schedule_timeline
-from graphpar.compile.pipeline.stage_programs import stage_programs
+from graphpar.compile.pipeline.stage_programs import ResidualShape, stage_programs
 from graphpar.compile.pipeline.stage_split import StageGraph, StageSplit
 from graphpar.compile.pipeline.transfer import Links
 from graphpar.compile.plans.layout import Layout
@@ -78,6 +78,7 @@ class Stage:
     value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
     planned: Planned  # the stage's graph and layout
     jitted: dict[str, Any]  # kind -> the jitted program (``PROGRAM_KINDS``)
+    residuals: ResidualShape  # how the forward's returned residuals and the parameters make its VJP
     owned: bool = True  # whether this process runs the stage (owns some or all of its devices)
     compiled: dict[str, Compiled] = field(default_factory=dict)  # kind -> its compiled stage, once called
 
@@ -159,10 +160,10 @@ def build_stages(graph: Graph, split: StageSplit, ns: NetworkState, devices: Seq
         named = {names[i]: param_sh[i] for i in sg.params}
         named.update({names[n_params + i]: rest_sh[i] for i in sg.rest})
         planned = Planned(sg.graph, StageLayout(mesh, named, dict(zip(sg.data, data_sh))), "train")
-        programs = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
-                                  optimizer.transformation(), sens, donate_gradients)
+        residuals, programs = stage_programs(graph, sg, mesh, [ns.param_names()[i] for i in sg.params],
+                                             optimizer.transformation(), sens, donate_gradients)
         stages.append(Stage(sg, mesh, list(range(group * k, (group + 1) * k)), param_sh, rest_sh, data_sh,
-                            value_sh, planned, dict(zip(PROGRAM_KINDS, programs)),
+                            value_sh, planned, dict(zip(PROGRAM_KINDS, programs)), residuals,
                             owned=jax.process_index() in owners[group]))
     return stages
 

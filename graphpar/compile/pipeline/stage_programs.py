@@ -27,6 +27,7 @@ import optax
 from jax.sharding import Mesh
 
 from graphpar.compile.lowering.interpret import evaluate
+from graphpar.compile.lowering.recompute import activations_only, naming_activations
 from graphpar.ir.graph import Graph
 from graphpar.compile.pipeline.stage_split import StageGraph
 
@@ -35,13 +36,41 @@ def is_float(value: Any) -> bool:
     return isinstance(value.dtype, np.dtype) and np.issubdtype(value.dtype, np.floating)
 
 
+class ResidualShape:
+    """The forward's VJP without the stage's own parameters: a VJP keeps the operands its products read, a weight
+    among them, and a jitted program returns each of its outputs as a new buffer, so returning the whole VJP would
+    hold a copy of the stage's weights per micro-batch in flight. The forward returns the other leaves only;
+    :meth:`join` puts the parameters' own arrays back in their places. The tree and which leaves are parameters
+    are known when the forward is traced (:meth:`split`, or :meth:`join` tracing it abstractly first)."""
+
+    def __init__(self) -> None:
+        self.tree: Any = None
+        self.params: tuple[int, ...] = ()  # per leaf, the index of the stage parameter it is (-1: a residual)
+        self.trace: Any = None  # the forward (unjitted), traced abstractly when the shape is not known yet
+
+    def split(self, vjp: Any, pvals: Sequence[Any]) -> list[Any]:
+        leaves, self.tree = jax.tree.flatten(vjp)
+        own = {id(p): i for i, p in enumerate(pvals)}
+        self.params = tuple(own.get(id(x), -1) for x in leaves)
+        return [x for x, k in zip(leaves, self.params) if k < 0]
+
+    def join(self, kept: Sequence[Any], args: Sequence[Any]) -> Any:
+        """The VJP of the forward called with ``args`` (``pvals`` first) that returned ``kept``."""
+        if self.tree is None:
+            jax.eval_shape(self.trace, *args)
+        pvals, rest = args[0], iter(kept)
+        return jax.tree.unflatten(self.tree, [pvals[k] if k >= 0 else next(rest) for k in self.params])
+
+
 def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str],
-                   tx: optax.GradientTransformation, sens: float, donate_gradients: bool = True) -> tuple[Any, ...]:
-    """``(forward, backward, update, zeros, backward_input, backward_weight)`` of stage ``sg`` (jitted, compiled on
-    first call); ``names``: its parameters' names, ``sens``: the loss sensitivity (MindSpore's
-    ``TrainOneStepCell(sens=...)``); ``donate_gradients``: whether the update takes the gradients' buffers (not
-    when a functional step may still hold them)."""
+                   tx: optax.GradientTransformation, sens: float,
+                   donate_gradients: bool = True) -> tuple[ResidualShape, tuple[Any, ...]]:
+    """How the forward's residuals are put back together, and ``(forward, backward, update, zeros, backward_input,
+    backward_weight)`` of stage ``sg`` (jitted, compiled on first call); ``names``: its parameters' names, ``sens``:
+    the loss sensitivity (MindSpore's ``TrainOneStepCell(sens=...)``); ``donate_gradients``: whether the update
+    takes the gradients' buffers (not when a functional step may still hold them)."""
     g = sg.graph
+    shape = ResidualShape()
     recv_float = [i for i, v in enumerate(sg.received) if is_float(graph.values[v])]
     sent_float = [i for i, v in enumerate(sg.sent) if is_float(graph.values[v])]
     n_sent = len(sg.sent)
@@ -59,9 +88,11 @@ def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str
             diff = ([sent[i] for i in sent_float], loss)
             return diff, (sent, rest)
 
-        (_, loss), vjp, (sent, rest) = jax.vjp(f, list(pvals), [recv[i] for i in recv_float], has_aux=True)
+        with naming_activations():  # the VJP keeps the ops' outputs, not each primitive's intermediates
+            (_, loss), vjp, (sent, rest) = jax.vjp(jax.checkpoint(f, policy=activations_only()), list(pvals),
+                                                   [recv[i] for i in recv_float], has_aux=True)
         # the reported loss of this micro-batch (as TrainProgram reports it): its mean, in float32
-        return sent, None if loss is None else jnp.mean(loss.astype(jnp.float32)), rest, vjp
+        return sent, None if loss is None else jnp.mean(loss.astype(jnp.float32)), rest, shape.split(vjp, pvals)
 
     def backward(vjp, ct_sent, acc):
         ct_loss = jnp.full(loss_value.shape, sens, loss_value.dtype) if sg.has_loss else None
@@ -83,5 +114,8 @@ def stage_programs(graph: Graph, sg: StageGraph, mesh: Mesh, names: Sequence[str
     def zeros(pvals):
         return [jnp.zeros_like(p) for p in pvals]
 
-    return (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)), jax.jit(step, donate_argnums=(0, 1, 2) if donate_gradients else (0, 2)),
-            jax.jit(zeros), jax.jit(backward_input), jax.jit(backward_weight, donate_argnums=(2,)))
+    shape.trace = forward
+    update_donates = (0, 1, 2) if donate_gradients else (0, 2)
+    return shape, (jax.jit(forward), jax.jit(backward, donate_argnums=(2,)),
+                   jax.jit(step, donate_argnums=update_donates),
+                   jax.jit(zeros), jax.jit(backward_input), jax.jit(backward_weight, donate_argnums=(2,)))

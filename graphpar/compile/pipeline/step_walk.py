@@ -88,11 +88,11 @@ class StepWalk:
         sent: list[Any] = [None] * len(sg.sent)
         if st.owned:
             recv = [self.inbox.pop((v, chunk, a.micro)) for v in sg.received]
-            sent, loss, new_rest, vjp = self.call(st, "forward", [self.pv[(chunk, i)] for i in sg.params],
-                                                  [self.rv[(chunk, i)] for i in sg.rest], self.data[chunk][a.micro],
-                                                  recv)
+            args = ([self.pv[(chunk, i)] for i in sg.params], [self.rv[(chunk, i)] for i in sg.rest],
+                    self.data[chunk][a.micro], recv)
+            sent, loss, new_rest, kept = self.call(st, "forward", *args)
             self.rv.update({(chunk, j): value for j, value in zip(sg.rest_out, new_rest)})
-            self.residual[(chunk, a.micro)] = vjp
+            self.residual[(chunk, a.micro)] = st.residuals.join(kept, args)  # the parameters' own arrays in it
             if loss is not None:
                 self.losses.append(loss)
             self._measure(a.stage)

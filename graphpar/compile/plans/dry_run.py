@@ -90,7 +90,7 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
         slots, algo=_context.current_algo()))
     if stages is not None:  # the searched pipeline goes to strategy_ckpt_config's save_file, if one is set
         params = {v.name for v in graph.values.values() if v.kind == "param" and v.producer is None}
-        save_pipeline(graph, stages, devices, pctx, set(slots) if slots else params)
+        save_pipeline(network, graph, stages, pctx, set(slots) if slots else params, slots)
     info = graph.plan.mesh
     training = purpose == "train"
     per_node = plan_cost(graph, info, training=training)

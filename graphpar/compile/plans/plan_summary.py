@@ -24,6 +24,7 @@ from graphpar.dump.views import explain_data
 from graphpar.dump.writer import PlanDescription, begin_texts, dump_index, dump_path, write_begin
 from graphpar.ir.graph import Graph
 from graphpar.ir.notebook import explore, html_of
+from graphpar.planner.stages.report import FILE, PIPELINE, explain_text
 
 _HEADER = ("node", "op", "kind", "strategy", "provenance", "collective B")
 
@@ -151,11 +152,19 @@ class PlanSummary:
     def write_dump(self, directory: str | Path) -> list[Path]:
         """Write rank 0's begin dump under ``directory/rank_0/`` (``graphpar plan --dump DIR``): the plan's global
         view is the same on every rank, and nothing is compiled, so there is no execute dump."""
-        return write_begin(self.graph, self._described(), directory, [0], self._predicted())
+        paths = write_begin(self.graph, self._described(), directory, [0], self._predicted())
+        if self.stages is not None:  # the stage search beside it, for `graphpar ir explain DIR pipeline`
+            path = paths[0].parent / FILE
+            path.write_text(json.dumps(self.stages.data(), indent=1))
+            paths.append(path)
+        return paths
 
     def explain(self, op: str) -> str:
         """Why ``op`` (an instance name or node id) has its strategy: the chain back to the hint or default it
-        came from, one line per op, as ``graphpar ir explain`` finds it."""
+        came from, one line per op, as ``graphpar ir explain`` finds it. ``op="pipeline"``: why the stage search
+        (``auto_pipeline=True``) chose its plan, against its runners-up."""
+        if op == PIPELINE and self.stages is not None:
+            return explain_text(self.stages.data())
         data = explain_data(self.dumps(), op)
         lines = [data["summary"]]
         for c in data["chain"]:

@@ -239,11 +239,31 @@ def _expert_bytes(planned: Graph, experts: _Experts) -> tuple[float, float]:
     return weights, dispatched
 
 
+def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str) -> Graph:
+    """The layer's trace planned on a tensor group of ``tp`` devices (the plan its cost and the strategy file's
+    per-stage strategies are read from)."""
+    settings = SearchSettings(None, objective_hardware("dynamic_programming", cluster.hw))
+    return plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel",
+                                         search=settings, optimizer_slots=None))
+
+
+def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, cluster: Cluster,
+                  mode: str = ParallelMode.AUTO_PARALLEL) -> Graph:
+    """The repeated layer traced alone for ``micro`` sequences and planned on ``tp`` devices, as
+    :func:`layer_costs` priced it (the same trace and solve: the plan is deterministic)."""
+    held = layers.cell._scope_attr
+    probe = _Probe(layers.cell)
+    try:
+        ns = NetworkState(probe, probe.trainable_params())
+        graph, _ = trace_network(ns, [_scaled(a, micro, global_batch) for a in layers.inputs], "train")
+        return _plan_layer(graph, tp, cluster, mode)
+    finally:
+        layers.cell._scope_attr = held
+
+
 def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: float, mode: str,
                  experts: _Experts = _Experts()) -> LayerCost:
-    settings = SearchSettings(None, objective_hardware("dynamic_programming", cluster.hw))
-    planned = plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel",
-                                            search=settings, optimizer_slots=None))
+    planned = _plan_layer(graph, tp, cluster, mode)
     per_node = plan_cost(planned, planned.plan.mesh, training=True)
     nodes = [n for n in planned.node_list() if not any(planned.values[v].name == PROBE for v in n.inputs)
              and FOLD not in n.scope.rsplit("/", 1)[-1]]
@@ -299,7 +319,7 @@ class StageReport:
 
     def apply(self, network: Cell) -> dict[str, Any]:
         """Put the chosen plan on ``network`` (the loss network planned): each layer Cell's ``pipeline_stage`` by
-        the layers per stage (the ops outside the layers follow their neighbours' stages, as
+        the layers per stage, ``recompute()`` on the layers of the stages the plan recomputes (the ops outside the layers follow their neighbours' stages, as
         ``compile.pipeline.stage_split`` places them). Returns the ``set_auto_parallel_context`` settings to run it
         with (``pipeline_stages``, ``pipeline_config``); wrap the network in ``PipelineCell(network,
         plan.shape.micro_batches)``."""
@@ -308,16 +328,11 @@ class StageReport:
             raise StagePlanError("StageReport.apply: the stage search found no plan within the memory budget "
                                  f"({self.search.fitted} of {self.search.priced} shapes fit): raise "
                                  "max_device_memory or plan for more devices")
-        cells = [_cell_at(network, scope) for scope in self.cell_scopes]
-        if None in cells:
-            scope = self.cell_scopes[cells.index(None)]
-            raise StagePlanError(f"StageReport.apply({type(network).__name__}): no Cell at {scope}; apply the plan "
-                                 "to the network it was made for (the loss network plan_for_devices traced)")
-        k = 0
+        stage_of, k = {}, 0
         for stage, n in enumerate(best.layers):
-            for cell in cells[k:k + n]:
-                cell.pipeline_stage = stage
+            stage_of.update({scope: stage for scope in self.cell_scopes[k:k + n]})
             k += n
+        put_stages(network, stage_of, {i for i, r in enumerate(best.recompute) if r}, "StageReport.apply")
         if best.shape.ep > 1:  # a construction argument of the MoE, not a context setting: said, not set
             notice_once("stages:expert_parallel", f"the stage plan chose expert_parallel={best.shape.ep}: build the "
                         f"MoE layers with MoEParallelConfig(expert_parallel={best.shape.ep}) (apply() sets the "
@@ -327,6 +342,20 @@ class StageReport:
 
     def data(self) -> dict[str, Any]:
         return stage_data(self)
+
+
+def put_stages(network: Cell, stage_of: dict[str, int], recompute: set[int], who: str) -> None:
+    """Each layer Cell (by scope) of ``network`` on its stage, recomputed where its stage is in ``recompute``; a
+    scope that names no Cell of ``network`` is refused (the plan was made for another network)."""
+    cells = {scope: _cell_at(network, scope) for scope in stage_of}
+    missing = [scope for scope, cell in cells.items() if cell is None]
+    if missing:
+        raise StagePlanError(f"{who}({type(network).__name__}): no Cell at {missing[0]}; apply the plan to "
+                             "the network it was made for (the loss network plan_for_devices traced)")
+    for scope, cell in cells.items():
+        cell.pipeline_stage = stage_of[scope]
+        if stage_of[scope] in recompute:
+            cell.recompute()
 
 
 def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, budget: float | None,

@@ -28,6 +28,21 @@ from graphpar.planner.strategy import strategy_text
 PIN_KIND = "Reshard"  # ops.layout_ops.Reshard: a layout constraint
 
 
+def _from_file(node) -> bool:
+    return node.provenance.detail.startswith("strategy file")
+
+
+def _recorded_spec(ctx: PlanContext, name: str, distinct: list) -> tuple | None:
+    """The storage layout a loaded strategy file records for Parameter ``name``, when it is one its readers
+    want (None: no file, no entry, or another layout)."""
+    record = ctx.strategy_file
+    layout = None if record is None else record.layouts.get(name)
+    if layout is None or layout.mesh_spec is None:
+        return None
+    spec = tuple(tuple(axes) for axes in layout.mesh_spec)
+    return spec if spec in distinct else None
+
+
 def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
     specs: dict[int, tuple] = {}
     conflicts = []
@@ -45,7 +60,11 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
         if len(distinct) <= 1:
             specs[vid] = distinct[0] if distinct else replicated_spec(len(value.shape))
             continue
-        hinted = [(n, k, s) for n, k, s in wants if n.provenance is not None and n.provenance.kind == "user"]
+        # a loaded strategy file records every reader's strategy and the layout the Parameter was stored in
+        # (what the plan it was written from chose): its readers are not conflicting hints, its layout is kept
+        recorded = _recorded_spec(ctx, value.name, distinct)
+        hinted = [(n, k, s) for n, k, s in wants if n.provenance is not None and n.provenance.kind == "user"
+                  and not _from_file(n)]
         pinned = [s for n, _, s in hinted if n.kind == PIN_KIND]
         if len({s for _, _, s in hinted}) > 1:
             (a, ka, _), (b, kb, _) = hinted[0], next(h for h in hinted[1:] if h[2] != hinted[0][2])
@@ -53,7 +72,7 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
                 b.instance_name, b.hint,
                 f"Parameter '{value.name}' {value.shape} is input {kb} of '{b.instance_name}' split as "
                 f"{b.strategy.in_strategy()[kb]} but input {ka} of '{a.instance_name}' (scope {a.scope}, strategy "
-                f"{strategy_text(a.hint)}) split as {a.strategy.in_strategy()[ka]}; a shared Parameter needs one layout",
+                f"{strategy_text(a.hint or a.strategy.in_strategy())}) split as {a.strategy.in_strategy()[ka]}; a shared Parameter needs one layout",
                 b.scope, f"Give both ops the same split for '{value.name}' (e.g. {a.strategy.in_strategy()[ka]}), or "
                 "remove one hint and let propagation resolve it by cost")
 
@@ -61,7 +80,7 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
             return sum(redistribution_bytes(spec, s, value.shape, value.itemsize, ctx.mesh) for _, _, s in wants)
 
         searched = graph.plan.search.storage.get(vid) if graph.plan.search is not None else None  # the search priced this choice
-        best = pinned[0] if pinned else searched if searched is not None else min(
+        best = pinned[0] if pinned else recorded if recorded is not None else searched if searched is not None else min(
             distinct, key=lambda s: (cost(s), distinct.index(s)))
         specs[vid] = best
         report = {"parameter": value.name, "chosen": best, "cost_bytes": cost(best),

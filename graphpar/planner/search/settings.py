@@ -5,6 +5,9 @@ bounds the plan's predicted per-device peak memory (``parallel.memory_model``: p
 state of the optimizer the step runs, the batch, the activations kept for the backward pass and the reduced
 gradients), calibrated against the compiled program's ``memory_analysis()``. It applies to the AUTO_PARALLEL searches; other modes take no decisions it
 could bound, which is said once when it is set there.
+
+The hardware is the platform's: the calibration file's constants when ``python -m bench calibrate`` measured them
+(``planner.calibration``; one INFO line says which, shared with the stage search), else the built-in ones.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from graphpar._context import parse_memory  # the format is the setting's (see _context.values)
 from graphpar._logging import notice_once
 from graphpar.errors import GraphparError
+from graphpar.planner.calibration import platform_hardware
 from graphpar.planner.search.costs import DEFAULT_HW, HARDWARE, Hardware
 
 SEARCH_MODES = ("recursive_programming", "dynamic_programming")
@@ -50,7 +54,10 @@ def search_settings(parallel_mode: str, search_mode: str, max_device_memory: str
         notice_once("max-device-memory", f"set_context(max_device_memory={max_device_memory!r}) bounds the plans "
                     f"of AUTO_PARALLEL's searches ({', '.join(SEARCH_MODES)}); with parallel_mode={parallel_mode!r} "
                     f"and search_mode={search_mode!r} no search runs and the setting has no effect", logging.WARNING)
-    return SearchSettings(budget, objective_hardware(search_mode, HARDWARE.get(platform, DEFAULT_HW)))
+    # the platform's measured constants when `python -m bench calibrate` wrote them (said once, as the stage
+    # search says it), else the built-in ones
+    hw = platform_hardware(platform) if searching else HARDWARE.get(platform, DEFAULT_HW)
+    return SearchSettings(budget, objective_hardware(search_mode, hw))
 
 
 TIE_BREAK = 1e-3

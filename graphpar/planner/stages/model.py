@@ -17,7 +17,9 @@ with the pipeline's stage count, micro-batch count, schedule, recompute and opti
 * memory of stage i = weights + gradients + optimizer state (sharded over dp with optimizer sharding, the gathered
   weights then live through the step) + the activations of the micro-batches in flight: min(p - i, m) under 1F1B,
   m under GPipe; per micro-batch each layer keeps what the memory model says it keeps, or under full recompute
-  only its input, plus one layer's activations while it is recomputed.
+  only its input, plus one layer's activations while it is recomputed; with more than one micro-batch the
+  gradients are accumulated, and the backward pass makes one layer's gradient (or the embedding's / head's) before
+  adding it to the accumulator (measured: the stage programs' temporaries hold one layer's weight-sized buffer).
 """
 
 from __future__ import annotations
@@ -160,7 +162,14 @@ def layer_memory(layer: LayerCost, shape: Shape, stage: int, recompute: bool, sl
     kept = layer.boundary_bytes if recompute else layer.activation_bytes
     dense, experts = layer_weights(layer, shape)
     weights = dense * weight_factor(shape, slots) + experts * weight_factor(shape, slots, shape.dp // shape.ep)
-    return weights + in_flight(shape, stage) * kept
+    return weights + in_flight(shape, stage) * kept + reduced_gradients(dense, experts, shape)
+
+
+def reduced_gradients(dense: float, experts: float, shape: Shape) -> float:
+    """A micro-batch's gradients that the data-parallel replicas reduce (each stage's backward program reduces
+    its micro-batch's gradients before they are accumulated): made whole, and the collective writes a second
+    buffer (``planner.memory_model``: 2 x the reduced gradients)."""
+    return 2.0 * ((dense if shape.dp > 1 else 0.0) + (experts if shape.dp // shape.ep > 1 else 0.0))
 
 
 def fixed_memory(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost, slots: float,
@@ -168,10 +177,17 @@ def fixed_memory(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tai
     """Stage ``stage``'s memory besides its layers: head / tail weights and activations, the layer recomputed at
     once under full recompute, and the largest transient buffer."""
     m = layer.transient_bytes + (layer.activation_bytes if recompute else 0.0)
+    block = sum(layer_weights(layer, shape))  # one layer's gradient
     for edge, here in ((head, stage == 0), (tail, stage == shape.stages - 1)):
         if here:
             m += edge.weight_bytes / shape.tp * weight_factor(shape, slots)
             m += in_flight(shape, stage) * edge.activation_per_sequence * shape.micro / shape.tp
+            m += reduced_gradients(edge.weight_bytes / shape.tp, 0.0, shape)
+            block = max(block, edge.weight_bytes / shape.tp)
+    if shape.micro_batches > 1 and shape.dp == 1:
+        # accumulated gradients: a micro-batch's gradient of one layer is made, then added (with data parallel
+        # the reduced gradients' buffers hold it: reduced_gradients)
+        m += block
     return m
 
 

@@ -83,3 +83,37 @@ def stage_data(report: Any) -> dict[str, Any]:
             "profile_s": report.profile_s, "search_s": report.search_s,
             "chosen": None if s.best is None else plan_data(s.best),
             "alternatives": [{**plan_data(a), "vs_chosen": differences(a, s.best)} for a in s.alternatives]}
+
+
+PIPELINE = "pipeline"  # the name `graphpar ir explain DIR pipeline` and PlanSummary.explain take for the stage search
+FILE = "pipeline_search.json"  # what `graphpar plan --dump DIR` writes beside the begin dump (stage_data)
+
+
+def _shape_text(p: dict[str, Any]) -> str:
+    ep = f" (ep {p['expert_parallel']})" if p.get("expert_parallel", 1) > 1 else ""
+    return (f"pp {p['pipeline_stages']} x tp {p['tensor_parallel']} x dp {p['data_parallel']}{ep}, "
+            f"{p['micro_batches']} x {p['micro_batch_sequences']}, {p['schedule']}"
+            f"{', opt-sharded' if p['optimizer_shard'] else ''}")
+
+
+def explain_text(data: dict[str, Any]) -> str:
+    """Why the stage search chose its plan (``stage_data``: what ``graphpar plan --dump`` writes): the chosen plan
+    and each runner-up side by side (step time and its parts: the pipeline's slowest stage per micro-batch, the
+    bubble, the gradient sync; peak memory against the budget; recompute), then what separates each runner-up."""
+    chosen = data["chosen"]
+    budget = data["budget_bytes"]
+    head = (f"pipeline search: {data['layers']} x {data['layer'].rsplit('/', 1)[-1]}, global batch "
+            f"{data['global_batch']}, {data['devices']} devices, budget {_gib(budget) if budget else 'none'}; "
+            f"{data['shapes_priced']} shapes priced, {data['shapes_fit']} fit")
+    if chosen is None:
+        return head + "\nno plan fits the budget: raise max_device_memory or use more devices"
+    lines = [head, "  rank       shape                                            step s     slowest ms  bubble  "
+                   "sync ms   peak        recompute"]
+    for k, p in enumerate([chosen] + data["alternatives"]):
+        rc = sum(r == "full" for r in p["recompute"])
+        lines.append(f"  {'chosen' if k == 0 else f'runner-up {k}':<10} {_shape_text(p):<48} {p['step_time_s']:<10.4g} "
+                     f"{max(p['stage_time_s']) * 1e3:<11.4g} {p['bubble']:<7.1%} {p['sync_time_s'] * 1e3:<9.4g} "
+                     f"{_gib(max(p['stage_memory_bytes'])):<11} {rc}/{p['pipeline_stages']}")
+    for k, p in enumerate(data["alternatives"], 1):
+        lines.append(f"  runner-up {k} vs chosen: {p['vs_chosen']}")
+    return "\n".join(lines)

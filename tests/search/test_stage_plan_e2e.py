@@ -1,0 +1,123 @@
+"""The searched pipeline trained end to end from the strategy file the search writes (issue 25).
+
+Read as the API: ``set_auto_parallel_context(parallel_mode=AUTO_PARALLEL, auto_pipeline=True,
+strategy_ckpt_config={"save_file": path})`` and ``set_context(max_device_memory=...)``, then ``plan_for_devices``
+(or ``graphpar plan SCRIPT``) writes the plan; the training script reads it back with
+``load_pipeline_plan(path)``: ``plan.apply(loss_net)`` puts each layer Cell on its stage (and recomputes the
+stages the search recomputes) and returns the context settings, which load the file so every stage plans the
+searched intra-op strategies; the network is wrapped in ``PipelineCell(loss_net, plan.micro_batches)``.
+
+Each stage's memory is the stage programs' compiled ``memory_analysis()`` put together: the update program's
+arguments (the stage's parameters, accumulated gradients and optimizer state), the residuals of the micro-batches
+in flight (measured on the step) and the largest temporary buffer of its forward and backward programs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import graphpar as ms
+from graphpar import nn
+from graphpar.models.gpt import GPT, NONE, gpt_data
+from graphpar.models.mlp import mlp_data, search_mlp
+from graphpar.parallel import load_pipeline_plan, plan_for_devices
+
+
+def _search(make, inputs, budget, path):
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", auto_pipeline=True,
+                                 strategy_ckpt_config={"save_file": str(path)})
+    ms.set_context(max_device_memory=budget)  # the conftest puts the context back
+    net = make()
+    summary = plan_for_devices(net, *inputs, devices=8, platform="cpu",
+                               optimizer=nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    ms.set_context(max_device_memory="1024GB")
+    return summary.stages.search.best
+
+
+def _train(make, inputs, micro_batches, plan=None, steps=3):
+    ms.reset_auto_parallel_context()
+    loss_net = make()
+    if plan is not None:
+        ms.set_auto_parallel_context(parallel_mode="auto_parallel", **plan.apply(loss_net))
+    cell = nn.TrainOneStepCell(nn.PipelineCell(loss_net, micro_batches),
+                               nn.Momentum(loss_net.trainable_params(), 0.01, 0.9))
+    return [float(cell(*inputs)) for _ in range(steps)], cell
+
+
+def stage_memory(cell) -> list[int]:
+    """Each stage's compiled peak per device (module docstring)."""
+    program = cell.program
+    built = next(iter(program._built.values()))
+    out = []
+    for st in built.stages:
+        analysis = {kind: c.executable.memory_analysis() for kind, c in st.compiled.items()}
+        temp = max(analysis[kind].temp_size_in_bytes for kind in ("forward", "backward"))
+        out.append(analysis["update"].argument_size_in_bytes + program.stats.peak_residual_bytes[st.sg.stage] + temp)
+    return out
+
+
+def _check(make, inputs, budget, path, capsys=None):
+    best = _search(make, inputs, budget, path)
+    assert best.shape.stages > 1 and best.shape.tp > 1  # a pipeline with intra-op splits inside each stage
+    plan = load_pipeline_plan(str(path))
+    assert (plan.stages, plan.micro_batches, plan.schedule) == (best.shape.stages, best.shape.micro_batches,
+                                                                best.shape.schedule)
+    got, cell = _train(make, inputs, plan.micro_batches, plan)
+    # every stage ran the file's strategies: the layer's searched plan on its tensor group
+    saved = json.loads(path.read_text())
+    assert saved["graphpar"]["device_num"] == best.shape.tp * best.shape.dp
+    built = next(iter(cell.program._built.values()))
+    recorded = {item["instance_name"] + item["scope"]: tuple(map(tuple, item["in_strategy"]))
+                for item in saved["graphpar"]["strategies"].values()}
+    for st in built.stages:
+        for node in st.sg.graph.node_list():
+            if node.strategy is not None and node.kind == "MatMul":
+                assert node.strategy.in_strategy() == recorded[node.instance_name + node.scope]
+    compiled = stage_memory(cell)
+    for s, (pred, comp) in enumerate(zip(best.stage_memory, compiled)):
+        print(f"stage {s}: predicted {pred:.0f} B, compiled {comp} B ({pred / comp:.3f})")
+        assert 0.9 * comp <= pred <= 1.1 * comp
+    want, _ = _train(make, inputs, plan.micro_batches)  # STAND_ALONE, the same micro-batches
+    print(f"losses {got} (STAND_ALONE {want})")
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    return best
+
+
+def _mlp():
+    return nn.WithLossCell(search_mlp(8, 512), nn.MSELoss())
+
+
+@pytest.mark.slow
+def test_the_searched_mlp_pipeline_trains_from_the_strategy_file_as_stand_alone_within_the_predicted_memory(tmp_path):
+    best = _check(_mlp, mlp_data(32, 512), "0.004GB", tmp_path / "mlp.json")
+    assert (best.shape.stages, best.shape.tp) == (4, 2)
+
+
+def _gpt():
+    net = GPT(1, 1, NONE, seq=32, hidden=128, heads=4, vocab=512, layers=4)
+    return nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+
+
+@pytest.mark.slow
+def test_the_searched_gpt_pipeline_trains_from_the_strategy_file_as_stand_alone_within_the_predicted_memory(tmp_path):
+    """The tied embedding is read by the first stage's Gather and the last stage's logits (a copy per stage)."""
+    best = _check(_gpt, gpt_data(16, 32, 512), "0.004GB", tmp_path / "gpt.json")
+    assert (best.shape.stages, best.shape.tp, best.shape.micro) == (2, 4, 4)
+
+
+def test_a_strategy_file_without_a_searched_pipeline_is_refused_by_name(tmp_path):
+    from graphpar.compile.plans.stage_profile import StagePlanError
+
+    path = tmp_path / "plain.json"
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", strategy_ckpt_config={"save_file": str(path)})
+    x, y = mlp_data(16, 64)
+    net = nn.WithLossCell(search_mlp(2, 64), nn.MSELoss())
+    plan_for_devices(net, x, y, devices=8)
+    if not path.exists():  # a dry run that writes no file: write one from a trained step
+        cell = nn.TrainOneStepCell(net, nn.Momentum(net.trainable_params(), 0.01, 0.9))
+        cell(x, y)
+    with pytest.raises(StagePlanError, match="records no searched pipeline"):
+        load_pipeline_plan(str(path))
