@@ -1,0 +1,255 @@
+"""One rank's parallel graph as MindSpore's ``step_parallel`` leaves it, in the form its unit tests read.
+
+MindSpore's tests check the graph a parallel compile produced through ``ParallelValidator`` (its
+tests/ut/python/parallel/utils/utils.py), which reads ``_graph_executor.get_parallel_graph_info(phase)``:
+``{"@graph_0": {cnode name: {"inputs": [...], "attrs": {...}}}}``. MindSpore names a cnode ``<Primitive>-<k>``,
+``k`` counting the cnodes of that primitive in the graph's order; an input is another cnode by that name, a
+Parameter (or graph input) by its name, a number or bool by its value and any other constant by its text
+(``"(1, 0)"``). ``@graph_0`` is the graph topological sorting meets first, the root; graphpar traces a network into
+one graph (Cells inlined, as MindSpore's inliner leaves them), so ``@graph_0`` is the whole graph.
+
+:func:`parallel_graph_info` builds that dictionary from graphpar's own plan, not from a list of expected answers:
+the planned graph's ops in order, with the communication MindSpore's step_parallel inserts for the strategies
+graphpar chose:
+
+* an op whose outputs are partial sums (a contracted dimension split, ``NodeStrategy.partial_axes``) is followed by
+  its forward reduction, ``AllReduce`` (``op: sum``) over the ranks of those axes, or ``ReduceScatter`` when its
+  output strategy keeps the output split over them;
+* every edge whose producer layout differs from the layout its consumer runs in gets MindSpore's tensor
+  redistribution, without AllToAll (MindSpore's default, ``enable_alltoall=False``): the dimensions to split are
+  sliced by ``StridedSlice``, the dimensions to gather are gathered by ``AllGather`` (which concatenates along the
+  first dimension; for another dimension MindSpore follows it by ``Split`` on the first, one ``TupleGetItem`` per
+  piece, ``MakeTuple`` and ``Concat`` on the wanted one), and a split moving between dimensions is a gather then a
+  slice. One value moved to one layout is moved once, whatever number of consumers read it (MindSpore merges those
+  communications);
+* the graph's data inputs pass through ``_VirtualDataset`` (each read by a ``TupleGetItem``), as MindSpore's
+  PipelineSplit inserts it in every SEMI_AUTO / AUTO graph: its layout is the dataset's (whole with
+  ``full_batch``, then sliced where an op wants the input split).
+
+Collectives carry ``group`` (``<size>-<ranks>``, graphpar's spelling: MindSpore hashes the ranks), ``rank_list``
+(``"(0, 1, 2, 3)"``, the ranks of the group that holds this rank) and ``op`` for reductions. Ops carry their
+primitive attributes (``transpose_a``, ``seed`` ...). Where graphpar's plan differs from MindSpore's (another
+strategy, an op MindSpore replaces by a sub-graph of its own such as Gather split on its axis), the graph says what
+graphpar does, so a MindSpore check of the other plan fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from graphpar.common.dtype import ms_name
+from graphpar.ir.graph import Graph, MeshInfo, Node, Spec, Value
+
+# jnp / lax equations written directly in construct (``out1 + out2``), named as MindSpore's parser names them
+_RAW_KINDS = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "RealDiv", "neg": "Neg", "max": "Maximum",
+              "min": "Minimum", "exp": "Exp", "log": "Log", "tanh": "Tanh", "sqrt": "Sqrt", "pow": "Pow",
+              "eq": "Equal", "ne": "NotEqual", "gt": "Greater", "lt": "Less", "ge": "GreaterEqual",
+              "le": "LessEqual", "convert_element_type": "Cast", "reshape": "Reshape", "transpose": "Transpose",
+              "dot_general": "MatMul", "reduce_sum": "ReduceSum", "reduce_max": "ReduceMax"}
+
+
+def group_ranks(mesh: MeshInfo, axes: Sequence[str], rank: int) -> tuple[int, ...]:
+    """The ranks that differ from ``rank`` only along mesh ``axes`` (row-major ranks, the first axis major), in
+    the order a collective over those axes concatenates them."""
+    coords = list(np.unravel_index(rank, mesh.sizes)) if mesh.sizes else []
+    picked = [mesh.names.index(a) for a in axes]
+    out = []
+    for combo in np.ndindex(*[mesh.sizes[i] for i in picked]):
+        c = list(coords)
+        for i, k in zip(picked, combo):
+            c[i] = k
+        out.append(int(np.ravel_multi_index(c, mesh.sizes)) if mesh.sizes else 0)
+    return tuple(out)
+
+
+def _attr(value: Any) -> Any:
+    """An attribute as MindSpore's ``GetCNodeAttrs`` gives it: bools and numbers as they are, anything else as text."""
+    if isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_)):
+        return value.item() if isinstance(value, np.generic) else value
+    return str(value)
+
+
+def _const(value: Any) -> Any:
+    """A constant input as MindSpore's ``GetCNodeOperandNameList`` gives it: numbers, bools and strings as they
+    are, a tensor or a tuple by its text."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return str(tuple(value))
+    if isinstance(value, (np.generic, np.ndarray, jax.Array)):
+        if not np.shape(value):
+            return np.asarray(value).item()
+        return f"Tensor(shape={list(np.shape(value))}, dtype={ms_name(value.dtype)})"
+    return str(value)
+
+
+@dataclass
+class _Builder:
+    """The cnodes of one rank's graph, appended in order and named as MindSpore names them."""
+
+    mesh: MeshInfo
+    rank: int
+    cnodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, inputs: Sequence[Any], attrs: Mapping[str, Any] | None = None) -> str:
+        name = f"{kind}-{self.counts.get(kind, 0)}"
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.cnodes[name] = {"inputs": list(inputs), "attrs": {k: _attr(v) for k, v in (attrs or {}).items()}}
+        return name
+
+    def collective(self, kind: str, x: str, axes: Sequence[str], **attrs: Any) -> str:
+        ranks = group_ranks(self.mesh, axes, self.rank)
+        group = f"{len(ranks)}-" + "_".join(str(r) for r in ranks)
+        return self.add(kind, [x], {**attrs, "group": group, "rank_list": str(ranks), "rank_size": len(ranks)})
+
+    # -- MindSpore's tensor redistribution, one step at a time ------------------------------------------------
+
+    def strided_slice(self, x: str, shape: Sequence[int], spec: Spec) -> str:
+        """Keep this rank's block of a tensor of global ``shape`` whose dimensions are now split by ``spec``
+        (``shape`` is the block held before, its dimensions already split by the axes kept)."""
+        coords = dict(zip(self.mesh.names, np.unravel_index(self.rank, self.mesh.sizes)))
+        begin, end = [], []
+        for size, axes in zip(shape, spec):
+            parts, index = 1, 0
+            for a in axes:
+                index = index * self.mesh.size((a,)) + int(coords[a])
+                parts *= self.mesh.size((a,))
+            step = size // parts
+            begin.append(index * step)
+            end.append(index * step + step)
+        return self.add("StridedSlice", [x, str(tuple(begin)), str(tuple(end)), str(tuple(1 for _ in shape))],
+                        {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
+                         "shrink_axis_mask": 0})
+
+    def all_gather(self, x: str, dim: int, axes: Sequence[str]) -> str:
+        """AllGather along ``dim``: MindSpore's AllGather stacks on the first dimension; another dimension is put
+        back together by Split / TupleGetItem / MakeTuple / Concat."""
+        out = self.collective("AllGather", x, axes)
+        if dim == 0:
+            return out
+        g = self.mesh.size(axes)
+        split = self.add("Split", [out, 0, g], {"axis": 0, "output_num": g})
+        pieces = [self.add("TupleGetItem", [split, i]) for i in range(g)]
+        tup = self.add("MakeTuple", pieces)
+        return self.add("Concat", [tup, dim], {"axis": dim})
+
+    def redistribute(self, x: str, value: Value, src: Spec, dst: Spec) -> str:
+        """The ops moving ``value`` held as ``src`` into ``dst`` on this rank: slices of newly split dimensions
+        first, then per dimension the gathers of the axes it loses, then the slices of axes that moved between
+        dimensions (MindSpore's split / concat order, a permute being a concat and a split without AllToAll)."""
+        kept, removed, added = [], [], []
+        for a, b in zip(src, dst):
+            k = 0
+            while k < len(a) and k < len(b) and a[k] == b[k]:
+                k += 1
+            kept.append(a[:k])
+            removed.append(a[k:])
+            added.append(b[k:])
+        held_before = {ax for axes in src for ax in axes}
+        free = [tuple(ax for ax in axes if ax not in held_before) for axes in added]
+        shape = list(value.shape)
+        cur = [tuple(a) for a in src]
+        if any(free):
+            # newly split dimensions, sliced out of the block held now
+            block = [s // self.mesh.size(axes) for s, axes in zip(shape, src)]
+            x = self.strided_slice(x, block, tuple(f for f in free))
+            cur = [c + f for c, f in zip(cur, free)]
+        for d, gone in enumerate(removed):
+            if gone:
+                x = self.all_gather(x, d, gone)
+                cur[d] = tuple(ax for ax in cur[d] if ax not in gone)
+        rest = [tuple(ax for ax in want if ax not in cur_d) for want, cur_d in zip(dst, cur)]
+        if any(rest):
+            block = [s // self.mesh.size(axes) for s, axes in zip(shape, cur)]
+            x = self.strided_slice(x, block, tuple(rest))
+        return x
+
+
+@dataclass(frozen=True)
+class _Item:
+    """Output ``index`` of the multi-output cnode ``op``, not read yet."""
+
+    op: str
+    index: int
+
+
+def _kind(node: Node) -> str:
+    return node.kind if node.is_op else _RAW_KINDS.get(node.kind, node.kind)
+
+
+def _call_inputs(node: Node, tensors: Sequence[Any]) -> list[Any]:
+    """The op's call arguments in order: its tensor inputs where they are, its static arguments (an axis, a
+    permutation) as constants at their positions."""
+    out: list[Any] = []
+    it = iter(tensors)
+    n = len(tensors) + len(node.static_args)
+    for pos in range(n):
+        out.append(_const(node.static_args[pos]) if pos in node.static_args else next(it))
+    return out
+
+
+def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] | None = None,
+                        full_batch: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{"@graph_0": {cnode name: {"inputs": [...], "attrs": {...}}}}`` of rank ``rank`` of the planned
+    ``graph`` (see the module docstring). ``input_names``: graph-input value id -> the name MindSpore gives that
+    graph parameter (the argument's name in ``construct``); ``full_batch``: whether each rank reads the whole
+    batch (else each input is laid out as the plan's dataset layout says)."""
+    mesh = graph.plan.mesh
+    b = _Builder(mesh if mesh is not None else MeshInfo((), ()), rank)
+    names = dict(input_names or {})
+    held: dict[int, tuple[Any, Spec | None]] = {}  # value id -> (what reads it, its layout on this rank)
+    data = [vid for vid in graph.inputs if graph.values[vid].kind == "input"]
+    for vid in graph.inputs:
+        v = graph.values[vid]
+        spec = graph.plan.value_specs.get(vid, tuple(() for _ in v.shape))
+        if v.kind == "input":
+            spec = graph.plan.input_specs.get(vid, spec) if not full_batch else tuple(() for _ in v.shape)
+        held[vid] = (names.get(vid, v.name), spec)
+    if data:  # MindSpore's PipelineSplit inserts it in every parallel graph, full batch or not
+        vd = b.add("_VirtualDataset", [held[vid][0] for vid in data])
+        for i, vid in enumerate(data):
+            if graph.values[vid].consumers:
+                held[vid] = (b.add("TupleGetItem", [vd, i]), held[vid][1])
+    moved: dict[tuple[int, Spec], str] = {}
+    getitems: dict[_Item, str] = {}
+
+    def read(vid: int, want: Spec | None) -> Any:
+        v = graph.values[vid]
+        if vid not in held:  # a constant
+            return _const(v.const)
+        ref, spec = held[vid]
+        if isinstance(ref, _Item):  # one output of a multi-output op: TupleGetItem where it is first read
+            if ref not in getitems:
+                getitems[ref] = b.add("TupleGetItem", [ref.op, ref.index])
+            ref = getitems[ref]
+        if want is None or spec is None or spec == want or not v.shape or not isinstance(ref, str):
+            return ref
+        if (vid, want) not in moved:
+            moved[(vid, want)] = b.redistribute(ref, v, spec, want)
+        return moved[(vid, want)]
+
+    for node in graph.node_list():
+        strategy = node.strategy
+        ins = [read(vid, strategy.input_spec(k) if strategy is not None and k < len(strategy.input_specs) else None)
+               for k, vid in enumerate(node.inputs)]
+        name = b.add(_kind(node), _call_inputs(node, ins), node.attrs)
+        out_ref = name
+        if strategy is not None and strategy.partial_axes:
+            out_specs = strategy.output_specs
+            scattered = tuple(a for a in strategy.partial_axes if out_specs and any(a in axes for axes in out_specs[0]))
+            summed = tuple(a for a in strategy.partial_axes if a not in scattered)
+            if scattered:
+                out_ref = b.collective("ReduceScatter", out_ref, scattered, op="sum")
+            if summed:
+                out_ref = b.collective("AllReduce", out_ref, summed, op="sum")
+        for j, vid in enumerate(node.outputs):
+            spec = strategy.output_spec(j) if strategy is not None and j < len(strategy.output_specs) else None
+            held[vid] = (out_ref if len(node.outputs) == 1 else _Item(out_ref, j), spec)
+    return {"@graph_0": b.cnodes}
+
