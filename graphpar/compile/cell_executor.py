@@ -45,7 +45,7 @@ def _compiled(cell: Any, graph: Graph, top: str | None, with_graph: bool = False
     info = {}
     if with_graph:
         rank = (pctx.global_rank or 0) % graph.plan.mesh.n_devices  # MindSpore compiles the rank the context names
-        info = parallel_graph_info(graph, rank, _input_names(cell, graph), pctx.full_batch)
+        info = parallel_graph_info(graph, rank, _input_names(cell, graph), pctx.full_batch, pctx.gradients_mean)
     return CompiledCell(strategy_table(graph, top), layouts, info)
 
 

@@ -22,6 +22,9 @@ graphpar chose:
   piece, ``MakeTuple`` and ``Concat`` on the wanted one), and a split moving between dimensions is a gather then a
   slice. One value moved to one layout is moved once, whatever number of consumers read it (MindSpore merges those
   communications);
+* in a training graph (a train step, or a construct taking a gradient) each trained Parameter an op reads passes
+  through ``_MirrorOperator`` over the ranks holding the same slice, and when the loss op's strategy leaves
+  devices repeating it, its inputs pass through ``_VirtualDiv`` (MindSpore's BackwardCommunication);
 * the graph's data inputs pass through ``_VirtualDataset`` (each read by a ``TupleGetItem``), as MindSpore's
   PipelineSplit inserts it in every SEMI_AUTO / AUTO graph: its layout is the dataset's (whole with
   ``full_batch``, then sliced where an op wants the input split).
@@ -194,12 +197,59 @@ def _call_inputs(node: Node, tensors: Sequence[Any]) -> list[Any]:
     return out
 
 
+def _own_outputs(graph: Graph, node: Node) -> int:
+    """How many of ``node``'s outputs are the op's own. Under a gradient taken in construct JAX appends to an op's
+    outputs the residuals its backward reads (ReLU's mask); MindSpore's backward reads the forward's values instead.
+    The op's outputs are then those up to the last one a forward op or the graph's result reads (a multi-output
+    op whose later outputs only the backward reads shows fewer outputs than it has)."""
+    if not graph.inner_gradient or not node.is_op:
+        return len(node.outputs)
+    results = set(graph.outputs)
+    read = [j for j, vid in enumerate(node.outputs)
+            if vid in results or any(c.is_op for c, _ in graph.consumers(vid))]
+    return max(read, default=0) + 1
+
+
+def _loss_node(graph: Graph) -> Node | None:
+    """The node MindSpore's FindLossCNode finds: the op computing the differentiated output (a train step's loss;
+    for a gradient taken in construct, the forward's last op)."""
+    if graph.plan.purpose == "train" and graph.outputs:
+        return graph.producer(graph.outputs[0])
+    ops_ = [n for n in graph.node_list() if n.is_op]
+    return ops_[-1] if ops_ else None
+
+
+def _backward_communication(b: _Builder, graph: Graph, node: Node, ins: list[Any], is_loss: bool,
+                            mean: bool) -> list[Any]:
+    """A training graph's ops before ``node`` (MindSpore's BackwardCommunication): each trained Parameter it reads
+    through ``_MirrorOperator`` over the ranks holding the same slice (whose gradients its backward sums), and,
+    when ``node`` is the loss and its strategy repeats over some devices, every input through ``_VirtualDiv`` by
+    that repeat (the loss gradient each repeat receives is divided among them)."""
+    strategy = node.strategy
+    out = list(ins)
+    for k, vid in enumerate(node.inputs):
+        if graph.values[vid].kind != "param" or k >= len(strategy.input_specs) or not isinstance(out[k], str):
+            continue
+        used = {a for axes in strategy.input_spec(k) for a in axes}
+        repeated = tuple(a for a in b.mesh.names if a not in used)
+        if b.mesh.size(repeated) > 1:
+            out[k] = b.collective("_MirrorOperator", out[k], repeated, mean_flag=mean,
+                                  dev_num=b.mesh.size(repeated))
+    repeat = b.mesh.n_devices // max(strategy.devices_used, 1)
+    if is_loss and repeat > 1:
+        out = [b.add("_VirtualDiv", [x], {"divisor": repeat}) if isinstance(x, str) else x for x in out]
+    return out
+
+
 def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] | None = None,
-                        full_batch: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+                        full_batch: bool = True, mean: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
     """``{"@graph_0": {cnode name: {"inputs": [...], "attrs": {...}}}}`` of rank ``rank`` of the planned
     ``graph`` (see the module docstring). ``input_names``: graph-input value id -> the name MindSpore gives that
     graph parameter (the argument's name in ``construct``); ``full_batch``: whether each rank reads the whole
-    batch (else each input is laid out as the plan's dataset layout says)."""
+    batch (else each input is laid out as the plan's dataset layout says); ``mean``: ``gradients_mean`` (the mirror
+    ops' ``mean_flag``). A train step's graph, or one whose construct takes a gradient, is a training graph: its
+    ops get MindSpore's mirror and virtual-div ops."""
+    training = graph.plan.purpose == "train" or graph.inner_gradient
     mesh = graph.plan.mesh
     b = _Builder(mesh if mesh is not None else MeshInfo((), ()), rank)
     names = dict(input_names or {})
@@ -234,10 +284,13 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
             moved[(vid, want)] = b.redistribute(ref, v, spec, want)
         return moved[(vid, want)]
 
+    loss = _loss_node(graph) if training else None
     for node in graph.node_list():
         strategy = node.strategy
         ins = [read(vid, strategy.input_spec(k) if strategy is not None and k < len(strategy.input_specs) else None)
                for k, vid in enumerate(node.inputs)]
+        if training and node.is_op and strategy is not None:
+            ins = _backward_communication(b, graph, node, ins, node is loss, mean)
         name = b.add(_kind(node), _call_inputs(node, ins), node.attrs)
         out_ref = name
         if strategy is not None and strategy.partial_axes:
@@ -248,8 +301,11 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
                 out_ref = b.collective("ReduceScatter", out_ref, scattered, op="sum")
             if summed:
                 out_ref = b.collective("AllReduce", out_ref, summed, op="sum")
+        n_out = _own_outputs(graph, node)
         for j, vid in enumerate(node.outputs):
-            spec = strategy.output_spec(j) if strategy is not None and j < len(strategy.output_specs) else None
-            held[vid] = (out_ref if len(node.outputs) == 1 else _Item(out_ref, j), spec)
+            if j >= n_out:
+                held[vid] = (out_ref, None)
+                continue
+            held[vid] = (out_ref if n_out == 1 else _Item(out_ref, j), strategy.output_spec(j) if strategy else None)
     return {"@graph_0": b.cnodes}
 

@@ -118,3 +118,37 @@ def test_each_compile_is_its_own_phase():
     assert "AllReduce-0" not in ge.get_parallel_graph_info(phase2)["@graph_0"]
     with pytest.raises(UnknownPhaseError, match="no compiled phase 'train'"):
         ge.get_parallel_graph_info("train")
+
+
+class WithLoss(nn.Cell):
+    """Net with a sum as its loss, strategy given: a train step's network."""
+
+    def __init__(self, network, loss_strategy):
+        super().__init__()
+        self.network = network
+        self.sum = ops.ReduceSum().shard(loss_strategy)
+
+    def construct(self, x):
+        return self.sum(self.network(x))
+
+
+def test_a_train_step_mirrors_its_parameters_and_divides_the_repeated_loss():
+    # matmul holds w split 4 ways on its rows, repeated over the other 2 devices: each slice's gradient is summed
+    # over those 2 ranks, which _MirrorOperator stands for in the forward graph
+    net = WithLoss(Net(((2, 4),), ((2, 4), (4, 1)), ((2, 1),)), ((2, 1),))
+    step = nn.TrainOneStepCell(net, nn.Momentum(net.trainable_params(), 0.1, 0.9))
+    ge, phase = _compile(step)
+    g = ge.get_parallel_graph_info(phase)["@graph_0"]
+    assert g["MatMul-0"]["inputs"] == ["ReLU-0", "_MirrorOperator-0"]
+    assert g["_MirrorOperator-0"]["inputs"] == ["network.w"]
+    assert g["_MirrorOperator-0"]["attrs"]["rank_list"] == "(0, 4)"
+    assert g["_MirrorOperator-0"]["attrs"]["mean_flag"] is False
+    # the loss uses 2 of the 8 devices: the gradient its input receives is divided among the 4 that repeat it
+    assert g["ReduceSum-0"]["inputs"][0] == "_VirtualDiv-0"
+    assert g["_VirtualDiv-0"]["inputs"] == ["ReLU-1"]
+    assert g["_VirtualDiv-0"]["attrs"] == {"divisor": 4}
+
+
+def test_a_forward_graph_has_no_mirror():
+    ge, phase = _compile(Net(((2, 4),), ((2, 4), (4, 1)), ((2, 1),)))
+    assert not any(k.startswith(("_MirrorOperator", "_VirtualDiv")) for k in ge.get_parallel_graph_info(phase)["@graph_0"])
