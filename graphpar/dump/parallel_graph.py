@@ -25,6 +25,8 @@ graphpar chose:
 * in a training graph (a train step, or a construct taking a gradient) each trained Parameter an op reads passes
   through ``_MirrorOperator`` over the ranks holding the same slice, and when the loss op's strategy leaves
   devices repeating it, its inputs pass through ``_VirtualDiv`` (MindSpore's BackwardCommunication);
+* a window op (Conv2D, Conv3D, MaxPool3D, AvgPool3D) split on its spatial dimensions first receives its
+  neighbours' rows through ``NeighborExchangeV2`` and keeps only its border pads (``graphpar.dump.halo``);
 * the graph's data inputs pass through ``_VirtualDataset`` (each read by a ``TupleGetItem``), as MindSpore's
   PipelineSplit inserts it in every SEMI_AUTO / AUTO graph: its layout is the dataset's (whole with
   ``full_batch``, then sliced where an op wants the input split).
@@ -46,6 +48,7 @@ import jax
 import numpy as np
 
 from graphpar.common.dtype import ms_name
+from graphpar.dump.halo import halo_exchange
 from graphpar.ir.graph import Graph, MeshInfo, Node, Spec, Value
 
 # jnp / lax equations written directly in construct (``out1 + out2``), named as MindSpore's parser names them
@@ -182,6 +185,12 @@ class _Item:
     index: int
 
 
+def _world(mesh: MeshInfo) -> str:
+    """The group of every rank (MindSpore's NeighborExchangeV2 runs in the world group)."""
+    n = int(np.prod(mesh.sizes)) if mesh.sizes else 1
+    return f"{n}-" + "_".join(str(r) for r in range(n))
+
+
 def _kind(node: Node) -> str:
     return node.kind if node.is_op else _RAW_KINDS.get(node.kind, node.kind)
 
@@ -291,7 +300,15 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
                for k, vid in enumerate(node.inputs)]
         if training and node.is_op and strategy is not None:
             ins = _backward_communication(b, graph, node, ins, node is loss, mean)
-        name = b.add(_kind(node), _call_inputs(node, ins), node.attrs)
+        attrs = node.attrs
+        halo = None if strategy is None or not node.inputs or not isinstance(ins[0], str) else halo_exchange(
+            node, strategy.input_spec(0), graph.values[node.inputs[0]].shape, graph.values[node.outputs[0]].shape,
+            b.mesh, rank)
+        if halo is not None:  # a window op split on its spatial dimensions: its neighbours' rows, then its own pads
+            exchange, pads = halo
+            ins[0] = b.add("NeighborExchangeV2", [ins[0]], {**exchange, "group": _world(b.mesh)})
+            attrs = {**attrs, "pad_list": str(pads)}
+        name = b.add(_kind(node), _call_inputs(node, ins), attrs)
         out_ref = name
         if strategy is not None and strategy.partial_axes:
             out_specs = strategy.output_specs

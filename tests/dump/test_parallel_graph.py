@@ -152,3 +152,28 @@ def test_a_train_step_mirrors_its_parameters_and_divides_the_repeated_loss():
 def test_a_forward_graph_has_no_mirror():
     ge, phase = _compile(Net(((2, 4),), ((2, 4), (4, 1)), ((2, 1),)))
     assert not any(k.startswith(("_MirrorOperator", "_VirtualDiv")) for k in ge.get_parallel_graph_info(phase)["@graph_0"])
+
+
+class ConvNet(nn.Cell):
+    def __init__(self, strategy):
+        super().__init__()
+        self.conv = ops.Conv2D(out_channel=4, kernel_size=3, pad_mode="pad", pad=1).shard(strategy)
+        self.w = Parameter(Tensor(np.ones((4, 4, 3, 3), np.float32)), "w")
+
+    def construct(self, x):
+        return self.conv(x, self.w)
+
+
+def test_a_convolution_split_on_height_and_width_exchanges_its_neighbours_rows():
+    # 3x3 kernel, pad 1, stride 1: each rank needs one row / column of each neighbour. Rank 5 is the second of 2 in
+    # height (rank 1 above it) and the second of 4 in width (ranks 4 and 6 beside it)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=5, full_batch=True)
+    phase, _ = _cell_graph_executor.compile(ConvNet(((1, 1, 2, 4), (1, 1, 1, 1))),
+                                            Tensor(np.ones((8, 4, 16, 16), np.float32)))
+    g = _cell_graph_executor._graph_executor.get_parallel_graph_info(phase)["@graph_0"]
+    assert g["Conv2D-0"]["inputs"] == ["NeighborExchangeV2-0", "w"]
+    exchange = g["NeighborExchangeV2-0"]["attrs"]
+    assert exchange["recv_lens"] == exchange["send_lens"] == "[1, 0, 1, 1]"  # top, bottom, left, right
+    # top, top-right, right, bottom-right, bottom, bottom-left, left, top-left
+    assert exchange["recv_rank_ids"] == "[1, 2, 6, -1, -1, -1, 4, 0]"
+    assert g["Conv2D-0"]["attrs"]["pad_list"] == "(0, 1, 0, 0)"  # only the bottom border keeps its pad
