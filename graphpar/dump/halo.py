@@ -85,8 +85,9 @@ def _pads(node: Node, shape_in: Sequence[int], shape_out: Sequence[int], kernel:
     return [0] * (2 * nsp)
 
 
-def _position(mesh: MeshInfo, axes: Sequence[str], rank: int) -> int:
-    """The index of ``rank`` along ``axes`` (major axis first)."""
+def position(mesh: MeshInfo, axes: Sequence[str], rank: int) -> int:
+    """The index of ``rank`` along ``axes`` (major axis first): which block of a dimension split by ``axes`` it
+    holds."""
     coords = np.unravel_index(rank, mesh.sizes)
     picked = [mesh.names.index(a) for a in axes]
     return int(np.ravel_multi_index([coords[i] for i in picked], [mesh.sizes[i] for i in picked])) if picked else 0
@@ -98,7 +99,7 @@ def _moved(mesh: MeshInfo, rank: int, moves: Sequence[tuple[Sequence[str], int]]
     for axes, delta in moves:
         picked = [mesh.names.index(a) for a in axes]
         sizes = [mesh.sizes[i] for i in picked]
-        target = _position(mesh, axes, rank) + delta
+        target = position(mesh, axes, rank) + delta
         if not 0 <= target < int(np.prod(sizes)):
             return -1
         for i, c in zip(picked, np.unravel_index(target, sizes)):
@@ -127,7 +128,7 @@ def halo_exchange(node: Node, in_spec: Spec, shape_in: Sequence[int], shape_out:
             dims.append(None)
             continue
         dims.append(_Dim(shape_in[2 + j], shape_out[2 + j], kernel[j], stride[j], pads[2 * j], parts,
-                         _position(mesh, axes, rank)))
+                         position(mesh, axes, rank)))
     if not any(dims):
         return None
     recv = [v for d in dims for v in (d.recv() if d else (0, 0))]  # top, bottom, left, right

@@ -27,6 +27,8 @@ graphpar chose:
   devices repeating it, its inputs pass through ``_VirtualDiv`` (MindSpore's BackwardCommunication);
 * a window op (Conv2D, Conv3D, MaxPool3D, AvgPool3D) split on its spatial dimensions first receives its
   neighbours' rows through ``NeighborExchangeV2`` and keeps only its border pads (``graphpar.dump.halo``);
+* a random op split over ranks draws its block: its shape argument is the block's and ``seed`` / ``seed2`` grow
+  by the block's index (MindSpore's UniformRealInfo);
 * the graph's data inputs pass through ``_VirtualDataset`` (each read by a ``TupleGetItem``), as MindSpore's
   PipelineSplit inserts it in every SEMI_AUTO / AUTO graph: its layout is the dataset's (whole with
   ``full_batch``, then sliced where an op wants the input split).
@@ -48,7 +50,7 @@ import jax
 import numpy as np
 
 from graphpar.common.dtype import ms_name
-from graphpar.dump.halo import halo_exchange
+from graphpar.dump.halo import halo_exchange, position
 from graphpar.ir.graph import Graph, MeshInfo, Node, Spec, Value
 
 # jnp / lax equations written directly in construct (``out1 + out2``), named as MindSpore's parser names them
@@ -185,6 +187,40 @@ class _Item:
     index: int
 
 
+_KEY = object()  # an input that is graphpar's random state, which MindSpore's graph does not show
+_PRNG = ("random_seed", "random_wrap", "random_unwrap", "random_split", "random_fold_in", "random_bits")
+
+
+def _prng_plumbing(graph: Graph, node: Node) -> bool:
+    """JAX's PRNG-key equations (graphpar threads a key through random ops; MindSpore's random ops hold seeds)."""
+    return not node.is_op and node.kind in _PRNG
+
+
+def _is_key(graph: Graph, vid: int) -> bool:
+    """A PRNG key, or raw key data made by the key plumbing."""
+    v = graph.values[vid]
+    producer = graph.producer(vid)
+    return not v.is_array or (producer is not None and _prng_plumbing(graph, producer))
+
+
+def _random_slice(b: _Builder, node: Node, out_spec: Spec, attrs: Mapping[str, Any],
+                  call: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+    """A random op (UniformReal, Gamma ...) split: each rank draws its own block, so MindSpore gives it the block's
+    shape and adds the block's index to ``seed`` and ``seed2`` (ranks repeating a block draw the same numbers)."""
+    index = 0
+    for axes in out_spec:
+        index = index * b.mesh.size(axes) + position(b.mesh, axes, b.rank)
+    out = dict(attrs)
+    out["seed"], out["seed2"] = int(attrs["seed"]) + index, int(attrs["seed2"]) + index
+    shape = next((v for v in node.static_args.values() if isinstance(v, (tuple, list)) and len(v) == len(out_spec)),
+                 None)
+    if shape is not None:
+        text = _const(shape)
+        call = [_const(tuple(s // b.mesh.size(axes) for s, axes in zip(shape, out_spec))) if x == text else x
+                for x in call]
+    return out, call
+
+
 def _world(mesh: MeshInfo) -> str:
     """The group of every rank (MindSpore's NeighborExchangeV2 runs in the world group)."""
     n = int(np.prod(mesh.sizes)) if mesh.sizes else 1
@@ -295,9 +331,11 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
 
     loss = _loss_node(graph) if training else None
     for node in graph.node_list():
+        if _prng_plumbing(graph, node):
+            continue
         strategy = node.strategy
         ins = [read(vid, strategy.input_spec(k) if strategy is not None and k < len(strategy.input_specs) else None)
-               for k, vid in enumerate(node.inputs)]
+               if not _is_key(graph, vid) else _KEY for k, vid in enumerate(node.inputs)]
         if training and node.is_op and strategy is not None:
             ins = _backward_communication(b, graph, node, ins, node is loss, mean)
         attrs = node.attrs
@@ -308,7 +346,10 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
             exchange, pads = halo
             ins[0] = b.add("NeighborExchangeV2", [ins[0]], {**exchange, "group": _world(b.mesh)})
             attrs = {**attrs, "pad_list": str(pads)}
-        name = b.add(_kind(node), _call_inputs(node, ins), attrs)
+        call = [x for x in _call_inputs(node, ins) if x is not _KEY]
+        if strategy is not None and "seed" in attrs and "seed2" in attrs and node.outputs:
+            attrs, call = _random_slice(b, node, strategy.output_spec(0), attrs, call)
+        name = b.add(_kind(node), call, attrs)
         out_ref = name
         if strategy is not None and strategy.partial_axes:
             out_specs = strategy.output_specs

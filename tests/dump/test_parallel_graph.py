@@ -177,3 +177,21 @@ def test_a_convolution_split_on_height_and_width_exchanges_its_neighbours_rows()
     # top, top-right, right, bottom-right, bottom, bottom-left, left, top-left
     assert exchange["recv_rank_ids"] == "[1, 2, 6, -1, -1, -1, 4, 0]"
     assert g["Conv2D-0"]["attrs"]["pad_list"] == "(0, 1, 0, 0)"  # only the bottom border keeps its pad
+
+
+class Draw(nn.Cell):
+    def __init__(self, strategy):
+        super().__init__()
+        self.uniform = ops.UniformReal(seed=1, seed2=1).shard(strategy)
+
+    def construct(self, shape):
+        return self.uniform(shape)
+
+
+def test_a_split_random_op_draws_its_block_with_its_own_seed():
+    # (2, 2) on 8 devices: rank 5 holds block (1, 0), the third of 4; ranks repeating it draw the same numbers
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=5, full_batch=True)
+    phase, _ = _cell_graph_executor.compile(Draw(((2, 2),)), (8, 8))
+    g = _cell_graph_executor._graph_executor.get_parallel_graph_info(phase)["@graph_0"]
+    assert g["UniformReal-0"]["inputs"] == ["(4, 4)"]
+    assert g["UniformReal-0"]["attrs"]["seed"] == g["UniformReal-0"]["attrs"]["seed2"] == 3
