@@ -29,13 +29,15 @@ graphpar chose:
   neighbours' rows through ``NeighborExchangeV2`` and keeps only its border pads (``graphpar.dump.halo``);
 * a random op split over ranks draws its block: its shape argument is the block's and ``seed`` / ``seed2`` grow
   by the block's index (MindSpore's UniformRealInfo);
+* the graph ends in ``Return`` of its result (a ``MakeTuple`` of several);
 * the graph's data inputs pass through ``_VirtualDataset`` (each read by a ``TupleGetItem``), as MindSpore's
   PipelineSplit inserts it in every SEMI_AUTO / AUTO graph: its layout is the dataset's (whole with
   ``full_batch``, then sliced where an op wants the input split).
 
 Collectives carry ``group`` (``<size>-<ranks>``, graphpar's spelling: MindSpore hashes the ranks), ``rank_list``
 (``"(0, 1, 2, 3)"``, the ranks of the group that holds this rank) and ``op`` for reductions. Ops carry their
-primitive attributes (``transpose_a``, ``seed`` ...). Where graphpar's plan differs from MindSpore's (another
+primitive attributes (``transpose_a``, ``seed`` ...), and an op planned by the default (batch-parallel) rule
+``gen_strategy``, the strategy MindSpore generated for it. Where graphpar's plan differs from MindSpore's (another
 strategy, an op MindSpore replaces by a sub-graph of its own such as Gather split on its axis), the graph says what
 graphpar does, so a MindSpore check of the other plan fails.
 """
@@ -52,6 +54,7 @@ import numpy as np
 from graphpar.common.dtype import ms_name
 from graphpar.dump.halo import halo_exchange, position
 from graphpar.ir.graph import Graph, MeshInfo, Node, Spec, Value
+from graphpar.planner.strategy import strategy_text
 
 # jnp / lax equations written directly in construct (``out1 + out2``), named as MindSpore's parser names them
 _RAW_KINDS = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "RealDiv", "neg": "Neg", "max": "Maximum",
@@ -339,6 +342,9 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
         if training and node.is_op and strategy is not None:
             ins = _backward_communication(b, graph, node, ins, node is loss, mean)
         attrs = node.attrs
+        if node.is_op and strategy is not None and node.provenance is not None and node.provenance.kind == "default":
+            # no strategy given: MindSpore generates the batch-parallel one and records it on the primitive
+            attrs = {**attrs, "gen_strategy": strategy_text(strategy.in_strategy())}
         halo = None if strategy is None or not node.inputs or not isinstance(ins[0], str) else halo_exchange(
             node, strategy.input_spec(0), graph.values[node.inputs[0]].shape, graph.values[node.outputs[0]].shape,
             b.mesh, rank)
@@ -365,5 +371,7 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
                 held[vid] = (out_ref, None)
                 continue
             held[vid] = (out_ref if n_out == 1 else _Item(out_ref, j), strategy.output_spec(j) if strategy else None)
+    results = [read(vid, None) for vid in graph.outputs if not _is_key(graph, vid)]
+    b.add("Return", results if len(results) == 1 else [b.add("MakeTuple", results)])
     return {"@graph_0": b.cnodes}
 

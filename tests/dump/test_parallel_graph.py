@@ -195,3 +195,12 @@ def test_a_split_random_op_draws_its_block_with_its_own_seed():
     g = _cell_graph_executor._graph_executor.get_parallel_graph_info(phase)["@graph_0"]
     assert g["UniformReal-0"]["inputs"] == ["(4, 4)"]
     assert g["UniformReal-0"]["attrs"]["seed"] == g["UniformReal-0"]["attrs"]["seed2"] == 3
+
+
+def test_an_op_without_a_strategy_records_the_generated_one_and_the_graph_returns():
+    net = Net(((2, 4),), ((2, 4), (4, 1)), None)  # relu2 gets SEMI_AUTO's batch-parallel default
+    ge, phase = _compile(net)
+    g = ge.get_parallel_graph_info(phase)["@graph_0"]
+    assert g["ReLU-1"]["attrs"]["gen_strategy"] == "((8, 1))"
+    assert "gen_strategy" not in g["MatMul-0"]["attrs"]  # given by the user
+    assert list(g)[-1] == "Return-0" and g["Return-0"]["inputs"] == ["ReLU-1"]
