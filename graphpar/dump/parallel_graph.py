@@ -27,8 +27,8 @@ graphpar chose:
   devices repeating it, its inputs pass through ``_VirtualDiv`` (MindSpore's BackwardCommunication);
 * a window op (Conv2D, Conv3D, MaxPool3D, AvgPool3D) split on its spatial dimensions first receives its
   neighbours' rows through ``NeighborExchangeV2`` and keeps only its border pads (``graphpar.dump.halo``);
-* a random op split over ranks draws its block: its shape argument is the block's and ``seed`` / ``seed2`` grow
-  by the block's index (MindSpore's UniformRealInfo);
+* a random op split over ranks draws its block: its shape argument is the block's (its seeds stay the user's:
+  graphpar draws the blocks of one stream, where MindSpore adds each block's index to the seeds);
 * the graph ends in ``Return`` of its result (a ``MakeTuple`` of several);
 * the graph's data inputs pass through ``_VirtualDataset`` (each read by a ``TupleGetItem``), as MindSpore's
   PipelineSplit inserts it in every SEMI_AUTO / AUTO graph: its layout is the dataset's (whole with
@@ -52,7 +52,7 @@ import jax
 import numpy as np
 
 from graphpar.common.dtype import ms_name
-from graphpar.dump.halo import halo_exchange, position
+from graphpar.dump.halo import halo_exchange
 from graphpar.ir.graph import Graph, MeshInfo, Node, Spec, Value
 from graphpar.planner.strategy import strategy_text
 
@@ -206,22 +206,18 @@ def _is_key(graph: Graph, vid: int) -> bool:
     return not v.is_array or (producer is not None and _prng_plumbing(graph, producer))
 
 
-def _random_slice(b: _Builder, node: Node, out_spec: Spec, attrs: Mapping[str, Any],
-                  call: list[Any]) -> tuple[dict[str, Any], list[Any]]:
-    """A random op (UniformReal, Gamma ...) split: each rank draws its own block, so MindSpore gives it the block's
-    shape and adds the block's index to ``seed`` and ``seed2`` (ranks repeating a block draw the same numbers)."""
-    index = 0
-    for axes in out_spec:
-        index = index * b.mesh.size(axes) + position(b.mesh, axes, b.rank)
-    out = dict(attrs)
-    out["seed"], out["seed2"] = int(attrs["seed"]) + index, int(attrs["seed2"]) + index
+def _random_slice(b: _Builder, node: Node, out_spec: Spec, call: list[Any]) -> list[Any]:
+    """A random op (UniformReal, Gamma ...) split: each rank draws its block, so its shape argument is the block's
+    shape. Its ``seed`` / ``seed2`` stay the user's: graphpar draws each block of the one stream an unsplit op
+    draws (docs/porting_from_mindspore.md), where MindSpore's UniformRealInfo adds the block's index to them, so
+    a check of MindSpore's per-rank seeds fails, as it should."""
     shape = next((v for v in node.static_args.values() if isinstance(v, (tuple, list)) and len(v) == len(out_spec)),
                  None)
-    if shape is not None:
-        text = _const(shape)
-        call = [_const(tuple(s // b.mesh.size(axes) for s, axes in zip(shape, out_spec))) if x == text else x
-                for x in call]
-    return out, call
+    if shape is None:
+        return call
+    text = _const(shape)
+    return [_const(tuple(s // b.mesh.size(axes) for s, axes in zip(shape, out_spec))) if x == text else x
+            for x in call]
 
 
 def _world(mesh: MeshInfo) -> str:
@@ -354,7 +350,7 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
             attrs = {**attrs, "pad_list": str(pads)}
         call = [x for x in _call_inputs(node, ins) if x is not _KEY]
         if strategy is not None and "seed" in attrs and "seed2" in attrs and node.outputs:
-            attrs, call = _random_slice(b, node, strategy.output_spec(0), attrs, call)
+            call = _random_slice(b, node, strategy.output_spec(0), call)
         name = b.add(_kind(node), call, attrs)
         out_ref = name
         if strategy is not None and strategy.partial_axes:

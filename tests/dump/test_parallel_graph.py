@@ -188,13 +188,14 @@ class Draw(nn.Cell):
         return self.uniform(shape)
 
 
-def test_a_split_random_op_draws_its_block_with_its_own_seed():
-    # (2, 2) on 8 devices: rank 5 holds block (1, 0), the third of 4; ranks repeating it draw the same numbers
+def test_a_split_random_op_draws_its_block_of_the_one_stream():
+    # (2, 2) on 8 devices: each rank draws a 4 x 4 block. graphpar draws the blocks of the stream an unsplit op
+    # draws, so the seeds stay the user's (MindSpore's step_parallel adds the block's index to them)
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=5, full_batch=True)
     phase, _ = _cell_graph_executor.compile(Draw(((2, 2),)), (8, 8))
     g = _cell_graph_executor._graph_executor.get_parallel_graph_info(phase)["@graph_0"]
     assert g["UniformReal-0"]["inputs"] == ["(4, 4)"]
-    assert g["UniformReal-0"]["attrs"]["seed"] == g["UniformReal-0"]["attrs"]["seed2"] == 3
+    assert g["UniformReal-0"]["attrs"]["seed"] == g["UniformReal-0"]["attrs"]["seed2"] == 1
 
 
 def test_an_op_without_a_strategy_records_the_generated_one_and_the_graph_returns():
