@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from graphpar.errors import GraphparError
@@ -31,7 +32,8 @@ class CompiledCell:
 
     strategies: dict[str, list] = field(default_factory=dict)
     parameter_layouts: dict[str, list] = field(default_factory=dict)
-    graph_info: dict[str, dict] = field(default_factory=dict)  # get_parallel_graph_info: this rank's cnodes
+    # get_parallel_graph_info: builds this rank's parallel graph when a caller asks (most compiles never do)
+    graph_info: Callable[[], dict[str, dict]] | None = None
 
 
 class GraphCompiler(Protocol):
@@ -81,7 +83,7 @@ class _GraphExecutor:
     reads ``get_parallel_graph_info(phase)`` (this rank's parallel graph, ``graphpar.dump.parallel_graph``) and
     ``get_strategy(phase)`` (each op's strategy, keyed ``"Default/..."`` as ``_get_shard_strategy``)."""
 
-    _KEPT = 64  # compiled phases kept, newest first: tests read the phase they just compiled
+    _KEPT = 16  # compiled phases kept (each holds its planned graph): tests read the phase they just compiled
 
     def __init__(self) -> None:
         self._phases: dict[str, CompiledCell] = {}
@@ -99,8 +101,9 @@ class _GraphExecutor:
 
     def get_parallel_graph_info(self, phase: str) -> dict[str, dict]:
         """``{"@graph_0": {cnode name: {"inputs": [...], "attrs": {...}}}}`` of the phase's parallel graph on this
-        rank (``global_rank``); empty when the mode plans nothing."""
-        return self._phase(phase).graph_info
+        rank (``global_rank``); empty when the mode plans nothing. Built when asked for, from the phase's plan."""
+        build = self._phase(phase).graph_info
+        return {} if build is None else build()
 
     def get_strategy(self, phase: str) -> dict[str, list]:
         """Each op's strategy in the phase, keyed as ``_get_shard_strategy`` keys it."""

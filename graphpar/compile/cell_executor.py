@@ -9,6 +9,7 @@ after ``Model.train`` answer as MindSpore's do.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -42,10 +43,11 @@ def _compiled(cell: Any, graph: Graph, top: str | None, with_graph: bool = False
     trainable = {p.name for p in network.trainable_params()}
     optimizer = OptimizerParallelConfig.from_context(pctx, network.trainable_params()) if train else None
     layouts = parameter_layout_dict(graph, graph.plan.mesh.n_devices, pctx.parallel_mode, trainable, optimizer)
-    info = {}
+    info = None
     if with_graph:
         rank = (pctx.global_rank or 0) % graph.plan.mesh.n_devices  # MindSpore compiles the rank the context names
-        info = parallel_graph_info(graph, rank, _input_names(cell, graph), pctx.full_batch, pctx.gradients_mean)
+        info = functools.partial(parallel_graph_info, graph, rank, _input_names(cell, graph), pctx.full_batch,
+                                 pctx.gradients_mean)
     return CompiledCell(strategy_table(graph, top), layouts, info)
 
 

@@ -52,7 +52,7 @@ import jax
 import numpy as np
 
 from graphpar.common.dtype import ms_name
-from graphpar.dump.halo import halo_exchange
+from graphpar.dump.halo import WINDOW_OPS, halo_exchange
 from graphpar.ir.graph import Graph, MeshInfo, Node, Spec, Value
 from graphpar.planner.strategy import strategy_text
 
@@ -341,15 +341,17 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
         if node.is_op and strategy is not None and node.provenance is not None and node.provenance.kind == "default":
             # no strategy given: MindSpore generates the batch-parallel one and records it on the primitive
             attrs = {**attrs, "gen_strategy": strategy_text(strategy.in_strategy())}
-        halo = None if strategy is None or not node.inputs or not isinstance(ins[0], str) else halo_exchange(
-            node, strategy.input_spec(0), graph.values[node.inputs[0]].shape, graph.values[node.outputs[0]].shape,
-            b.mesh, rank)
+        halo = None
+        if (node.kind in WINDOW_OPS and strategy is not None and strategy.input_specs and node.outputs
+                and isinstance(ins[0], str)):
+            halo = halo_exchange(node, strategy.input_spec(0), graph.values[node.inputs[0]].shape,
+                                 graph.values[node.outputs[0]].shape, b.mesh, rank)
         if halo is not None:  # a window op split on its spatial dimensions: its neighbours' rows, then its own pads
             exchange, pads = halo
             ins[0] = b.add("NeighborExchangeV2", [ins[0]], {**exchange, "group": _world(b.mesh)})
             attrs = {**attrs, "pad_list": str(pads)}
         call = [x for x in _call_inputs(node, ins) if x is not _KEY]
-        if strategy is not None and "seed" in attrs and "seed2" in attrs and node.outputs:
+        if strategy is not None and "seed" in attrs and "seed2" in attrs and strategy.output_specs:
             call = _random_slice(b, node, strategy.output_spec(0), call)
         name = b.add(_kind(node), call, attrs)
         out_ref = name
