@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from graphpar.errors import GraphparError
@@ -31,6 +32,8 @@ class CompiledCell:
 
     strategies: dict[str, list] = field(default_factory=dict)
     parameter_layouts: dict[str, list] = field(default_factory=dict)
+    # get_parallel_graph_info: builds this rank's parallel graph when a caller asks (most compiles never do)
+    graph_info: Callable[[], dict[str, dict]] | None = None
 
 
 class GraphCompiler(Protocol):
@@ -69,20 +72,69 @@ def _engine() -> GraphCompiler:
     return _compiler
 
 
+class UnknownPhaseError(GraphparError, KeyError):
+    """``_graph_executor.get_parallel_graph_info(phase)`` / ``get_strategy(phase)`` for a phase no compile of this
+    process returned."""
+
+
+class _GraphExecutor:
+    """MindSpore's ``_cell_graph_executor._graph_executor`` (its C++ ``GraphExecutorPy``), as far as its parallel
+    unit tests read it: what each compiled phase decided, by the phase ``compile`` returned. Its ``ParallelValidator``
+    reads ``get_parallel_graph_info(phase)`` (this rank's parallel graph, ``graphpar.dump.parallel_graph``) and
+    ``get_strategy(phase)`` (each op's strategy, keyed ``"Default/..."`` as ``_get_shard_strategy``)."""
+
+    _KEPT = 16  # compiled phases kept (each holds its planned graph): tests read the phase they just compiled
+
+    def __init__(self) -> None:
+        self._phases: dict[str, CompiledCell] = {}
+
+    def _add(self, phase: str, compiled: CompiledCell) -> None:
+        self._phases[phase] = compiled
+        while len(self._phases) > self._KEPT:
+            del self._phases[next(iter(self._phases))]
+
+    def _phase(self, phase: str) -> CompiledCell:
+        if phase not in self._phases:
+            raise UnknownPhaseError(f"no compiled phase {phase!r}: pass the phase _cell_graph_executor.compile(net, "
+                                    f"*inputs) returned (known: {sorted(self._phases)[-3:]} ...)")
+        return self._phases[phase]
+
+    def get_parallel_graph_info(self, phase: str) -> dict[str, dict]:
+        """``{"@graph_0": {cnode name: {"inputs": [...], "attrs": {...}}}}`` of the phase's parallel graph on this
+        rank (``global_rank``); empty when the mode plans nothing. Built when asked for, from the phase's plan."""
+        build = self._phase(phase).graph_info
+        return {} if build is None else build()
+
+    def get_strategy(self, phase: str) -> dict[str, list]:
+        """Each op's strategy in the phase, keyed as ``_get_shard_strategy`` keys it."""
+        return dict(self._phase(phase).strategies)
+
+    def get_parameter_layout(self, phase: str) -> dict[str, list]:
+        """``parameter_layout_dict`` of the phase."""
+        return dict(self._phase(phase).parameter_layouts)
+
+
 class _CellGraphExecutor:
     """MindSpore's ``_cell_graph_executor`` (and its older name ``_executor``): compile a Cell, read its plan."""
 
     def __init__(self) -> None:
         self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._graph_executor = _GraphExecutor()
+        self._count = 0  # numbers the phases this executor returned, as MindSpore's phase names are unique
 
     def compile(self, obj: Any, *args: Any, phase: str = "predict", **kwargs: Any) -> tuple[str, bool]:
         """Plan ``obj`` for ``args``. ``phase`` is MindSpore's name for the compiled graph ("train", "predict"); a
-        ``TrainOneStepCell`` plans its train step and any other Cell its forward, whatever it says."""
+        ``TrainOneStepCell`` plans its train step and any other Cell its forward, whatever it says. Returns the
+        compiled phase (``phase`` with a number, unique in this executor, as MindSpore's) and True."""
         if kwargs:
             raise TypeError(f"_cell_graph_executor.compile(): unexpected keyword argument(s) {sorted(kwargs)}; it "
                             "takes the Cell, its inputs and phase=")
-        self._compiled[obj] = _engine().compile(obj, args)
-        return phase, True
+        compiled = _engine().compile(obj, args)
+        self._compiled[obj] = compiled
+        self._count += 1
+        key = f"{phase}.{self._count}"
+        self._graph_executor._add(key, compiled)
+        return key, True
 
     def _last(self, obj: Any) -> CompiledCell | None:
         if obj in self._compiled:

@@ -182,6 +182,9 @@ class Graph:
     recompute_scopes: Mapping[str, Any] = field(default_factory=dict)
     # checks the ops deferred to the runtime, made on the batch outside the program (ir.recorder, defer_input_checks)
     input_checks: tuple[Any, ...] = ()
+    # a gradient was taken inside construct (GradOperation): the graph holds that backward, as a MindSpore training
+    # graph does (graphpar.dump.parallel_graph inserts the training graph's mirror and virtual-div ops)
+    inner_gradient: bool = False
 
     def node_list(self) -> list[Node]:
         return [self.nodes[i] for i in self.order]

@@ -66,6 +66,7 @@ class TraceRecorder:
         self.cell_stack: list[Any] = []  # the Cell objects behind scope_stack (None for the root "Default")
         self.recompute_scopes: dict[str, Any] = {}  # Cell scope -> RecomputeConfig of Cells marked recompute()
         self.inner_gradients = 0  # gradients taken inside construct (GradOperation, grad) being traced now
+        self.gradient_taken = False  # whether any was: the traced program holds a backward (Graph.inner_gradient)
         self._ids = itertools.count()
 
     @property
@@ -108,6 +109,7 @@ def inner_gradient() -> Iterator[None]:
         yield
         return
     recorder.inner_gradients += 1
+    recorder.gradient_taken = True
     try:
         yield
     finally:

@@ -338,4 +338,5 @@ def _trace(fn: Callable[..., Any], args: Sequence[Any], arg_kinds: Sequence[tupl
     except KeyError as exc:  # a later equation reads a value private to an inline op
         raise InlineTraceError(f"a value inside an op is read outside it ({exc})") from None
     return Graph(closed, builder.values, builder.nodes, builder.order, inputs, outputs, name,
-                 recompute_scopes=dict(recorder.recompute_scopes), input_checks=tuple(recorder.input_checks))
+                 recompute_scopes=dict(recorder.recompute_scopes), input_checks=tuple(recorder.input_checks),
+                 inner_gradient=recorder.gradient_taken)
