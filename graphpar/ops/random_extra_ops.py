@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from graphpar.communication.rank_axis import fold_in_replica
@@ -131,3 +132,72 @@ class RandomChoiceWithMask(_Sampler, pytree=False):
         mask = jnp.zeros((count,), jnp.bool_).at[:min(count, flat.size)].set(flat[order[:count]])
         index = jnp.stack(jnp.unravel_index(picked, x.shape), axis=-1).astype(jnp.int32)
         return jnp.where(mask[:, None], index, 0), mask
+
+
+_MASK_BLOCK = 128  # DropoutGenMask rounds the element count up to a multiple of 128 bits (16 bytes)
+
+
+class DropoutGenMask(_Sampler, pytree=False):
+    """``DropoutGenMask(Seed0=0, Seed1=0)(shape, keep_prob)``: MindSpore's (deprecated) dropout mask, a 1-D uint8
+    tensor of packed bits: bit ``i % 8`` of byte ``i // 8`` (little-endian bit order) is 1 when element ``i`` of
+    ``shape`` (row-major) is kept, with probability ``keep_prob``; the element count is rounded up to a multiple of
+    128, so the mask has ``ceil(n / 128) * 16`` bytes. :class:`DropoutDoMask` applies it.
+
+    The mask is one draw for the whole ``shape``, the same bits on every device (a split DropoutDoMask slices it);
+    MindSpore instead rewrites the op to draw each device's slice with a seed of its own, so the bits differ from
+    MindSpore's (as any two seeds' do) while the distribution and graphpar's 1-device numerics agree."""
+
+    input_names = ("key", "keep_prob")
+
+    def __init__(self, Seed0: int = 0, Seed1: int = 0):  # noqa: N803 (MindSpore names)
+        for name, value in (("Seed0", Seed0), ("Seed1", Seed1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"DropoutGenMask: {name} must be an int >= 0, got {value!r}")
+        super().__init__(Seed0, Seed1)
+
+    def _tensor_arg_indices(self):
+        return (0, 2)  # key, keep_prob; the shape (argument 1) is a tuple
+
+    def _strategies_for(self, shapes, scope):
+        return self.in_strategy, self.out_strategy
+
+    def __call__(self, shape: Any, keep_prob: Any) -> Any:
+        return super().__call__(self._next_key(), _shape(self.name, shape), keep_prob)
+
+    def compute(self, key, shape, keep_prob):
+        count = -(-int(np.prod(shape, dtype=np.int64)) // _MASK_BLOCK) * _MASK_BLOCK
+        keep = jnp.asarray(keep_prob, jnp.float32)
+        bits = jax.random.bernoulli(jax.random.wrap_key_data(key), keep, (count,))
+        return jnp.packbits(bits, bitorder="little")
+
+
+class DropoutDoMask(Primitive):
+    """``DropoutDoMask()(input_x, mask, keep_prob)``: ``input_x / keep_prob`` where ``mask``'s bit is set, else 0
+    (``mask`` from :class:`DropoutGenMask` for ``input_x``'s shape).
+
+    Its MindSpore strategy has one entry, ``input_x``'s (MindSpore's DropoutDoMaskInfo): the output follows it, the
+    mask and ``keep_prob`` stay whole (their ``(1,)`` and ``()`` are added here)."""
+
+    input_names = ("input_x", "mask", "keep_prob")
+    optional_inputs = 1  # keep_prob may be a Python float
+
+    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "DropoutDoMask":
+        if isinstance(in_strategy, tuple) and len(in_strategy) == 1 and not is_layout_strategy(in_strategy):
+            in_strategy = in_strategy + ((1,),)
+        return super().shard(in_strategy, out_strategy)
+
+    def _named_strategies(self, shapes, names, scope):
+        hint = self.in_strategy
+        if hint and not is_layout_strategy(hint) and len(hint) == 2 and len(shapes) == 3:
+            hint = tuple(hint) + ((),)
+        return hint, self.out_strategy
+
+    def compute(self, x, mask, keep_prob):
+        x = jnp.asarray(x)
+        need = -(-x.size // _MASK_BLOCK) * _MASK_BLOCK // 8
+        if mask.dtype != jnp.uint8 or mask.ndim != 1 or mask.shape[0] != need:
+            raise ValueError(f"DropoutDoMask: mask must be a 1-D uint8 tensor of {need} bytes for input_x of shape "
+                             f"{tuple(x.shape)} (DropoutGenMask's output), got {mask.dtype}{list(mask.shape)}")
+        bits = jnp.unpackbits(mask, bitorder="little")[:x.size].reshape(x.shape)
+        keep = jnp.asarray(keep_prob, x.dtype)
+        return jnp.where(bits.astype(bool), x / keep, jnp.zeros_like(x))

@@ -18,3 +18,18 @@ def _sampler(node, graph):
 def _random_choice_with_mask(node, graph):
     ins, outs = shapes_of(node, graph)
     return DimSpec(tuple(tuple(None for _ in s) for s in ins), tuple(tuple(None for _ in s) for s in outs), ())
+
+
+@register("DropoutGenMask")
+def _dropout_gen_mask(node, graph):
+    """The packed mask is one draw, whole on every device (a split DropoutDoMask slices it locally)."""
+    ins, outs = shapes_of(node, graph)
+    return DimSpec(tuple(tuple(None for _ in s) for s in ins), tuple(tuple(None for _ in s) for s in outs), ())
+
+
+@register("DropoutDoMask")
+def _dropout_do_mask(node, graph):
+    """MindSpore's DropoutDoMaskInfo: input_x and the output split alike; the mask and keep_prob stay whole."""
+    ins, outs = shapes_of(node, graph)
+    spec = elementwise(ins[:1], outs)
+    return DimSpec(spec.inputs + tuple(tuple(None for _ in s) for s in ins[1:]), spec.outputs, spec.order)
