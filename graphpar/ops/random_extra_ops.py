@@ -201,3 +201,85 @@ class DropoutDoMask(Primitive):
         bits = jnp.unpackbits(mask, bitorder="little")[:x.size].reshape(x.shape)
         keep = jnp.asarray(keep_prob, x.dtype)
         return jnp.where(bits.astype(bool), x / keep, jnp.zeros_like(x))
+
+
+def _check_int(kind: str, name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{kind}: {name} must be an int >= {low}, got {value!r}")
+    return value
+
+
+class UniformCandidateSampler(_Sampler, pytree=False):
+    """``UniformCandidateSampler(num_true, num_sampled, unique, range_max, seed=0, remove_accidental_hits=False)
+    (true_classes)`` → ``(sampled_candidates, true_expected_count, sampled_expected_count)``.
+
+    ``num_sampled`` classes drawn uniformly from ``[0, range_max)`` (of ``true_classes``' dtype), without repeats
+    when ``unique``; with ``unique`` and ``remove_accidental_hits`` no candidate is one of ``true_classes`` (unless
+    too few classes are left, then MindSpore's kernel draws as if it were False, and so does this; without
+    ``unique`` its kernel removes no hit, nor does this). Draws are made one at a time
+    until enough are accepted, as MindSpore's kernel does; with ``tries`` the number of draws and ``p = 1 /
+    range_max``, every expected count is ``p * num_sampled`` when no draw was rejected, else ``1 - (1 - p) **
+    tries`` (float32, ``true_expected_count`` shaped like ``true_classes``).
+
+    Sharding (MindSpore's UniformCandidateSamplerInfo): the strategy has one entry, ``true_classes``'; the true
+    expected counts follow it, the candidates and their counts are whole on every device (one draw, the same on
+    each). With ``remove_accidental_hits`` ``true_classes`` cannot be split (every device needs all of them)."""
+
+    input_names = ("true_classes", "key")
+
+    def __init__(self, num_true: int, num_sampled: int, unique: bool, range_max: int, seed: int = 0,
+                 remove_accidental_hits: bool = False):
+        kind = "UniformCandidateSampler"
+        for name, value in (("unique", unique), ("remove_accidental_hits", remove_accidental_hits)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{kind}: {name} must be a bool, got {value!r}")
+        _check_int(kind, "num_true", num_true, 1)
+        _check_int(kind, "num_sampled", num_sampled, 1)
+        _check_int(kind, "range_max", range_max, 1)
+        _check_int(kind, "seed", seed, 0)
+        if unique and num_sampled > range_max:
+            raise ValueError(f"{kind}: with unique=True num_sampled ({num_sampled}) must be <= range_max "
+                             f"({range_max})")
+        super().__init__(seed, 0, num_true=num_true, num_sampled=num_sampled, unique=unique, range_max=range_max,
+                         remove_accidental_hits=remove_accidental_hits)
+
+    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "UniformCandidateSampler":
+        """MindSpore's strategy has one entry, ``true_classes``'; the key's ``(1,)`` is added."""
+        if isinstance(in_strategy, tuple) and len(in_strategy) == 1 and not is_layout_strategy(in_strategy):
+            in_strategy = in_strategy + ((1,),)
+        return super().shard(in_strategy, out_strategy)
+
+    def _strategies_for(self, shapes, scope):
+        return self.in_strategy, self.out_strategy
+
+    def __call__(self, true_classes: Any) -> Any:
+        return super().__call__(true_classes, self._next_key())
+
+    def compute(self, true_classes, key):
+        a = self.attrs
+        n, range_max, dtype = a["num_sampled"], a["range_max"], true_classes.dtype
+        key = jax.random.wrap_key_data(key)
+        if not a["unique"]:  # MindSpore's kernel removes no accidental hit then either
+            sampled, tries = jax.random.randint(key, (n,), 0, range_max, dtype), n
+        else:
+            true = true_classes.reshape(-1)
+            distinct = jnp.sum(jnp.zeros((range_max,), jnp.int32).at[true].set(1, mode="drop"))
+            remove = a["remove_accidental_hits"] and (n + distinct <= range_max)
+
+            def cond(state):
+                return state[1] < n
+
+            def body(state):
+                sampled, picked, tries, key = state
+                key, sub = jax.random.split(key)
+                draw = jax.random.randint(sub, (), 0, range_max, dtype)
+                fresh = ~jnp.any(jnp.where(jnp.arange(n) < picked, sampled == draw, False))
+                ok = fresh & ~(remove & jnp.any(true == draw))
+                sampled = jnp.where(ok, sampled.at[picked.clip(max=n - 1)].set(draw), sampled)
+                return sampled, picked + ok.astype(picked.dtype), tries + 1, key
+
+            state = (jnp.zeros((n,), dtype), jnp.int32(0), jnp.int32(0), key)
+            sampled, _, tries, _ = jax.lax.while_loop(cond, body, state)
+        p = jnp.float32(1.0 / range_max)
+        count = jnp.where(tries == n, p * n, -jnp.expm1(jnp.asarray(tries, jnp.float32) * jnp.log1p(-p)))
+        return sampled, jnp.full(true_classes.shape, count, jnp.float32), jnp.full((n,), count, jnp.float32)

@@ -54,7 +54,7 @@ from graphpar.ops.math_extra_ops import (  # noqa: F401
     ApproximateEqual, Cholesky, Cummax, Cummin, CumProd, Elu, Eye, FillV2, HShrink, Invert, Lgamma, LpNorm,
     PopulationCount, ReverseV2, SquareSumAll, Trunc, Tril)
 from graphpar.ops.random_extra_ops import (  # noqa: F401
-    DropoutDoMask, DropoutGenMask, Gamma, RandomChoiceWithMask, UniformReal)
+    DropoutDoMask, DropoutGenMask, Gamma, RandomChoiceWithMask, UniformCandidateSampler, UniformReal)
 from graphpar.ops.image_ops import GridSampler2D  # noqa: F401
 from graphpar.ops.scatter_ops import (  # noqa: F401
     ScatterAdd, ScatterDiv, ScatterMax, ScatterMin, ScatterMul, ScatterNdAdd, ScatterNdSub, ScatterNdUpdate, ScatterSub,
