@@ -56,6 +56,7 @@ from graphpar.ops.math_extra_ops import (  # noqa: F401
 from graphpar.ops.random_extra_ops import (  # noqa: F401
     DropoutDoMask, DropoutGenMask, Gamma, RandomChoiceWithMask, UniformCandidateSampler, UniformReal)
 from graphpar.ops.image_ops import GridSampler2D  # noqa: F401
+from graphpar.ops.roi_align_ops import ROIAlign  # noqa: F401
 from graphpar.ops.scatter_ops import (  # noqa: F401
     ScatterAdd, ScatterDiv, ScatterMax, ScatterMin, ScatterMul, ScatterNdAdd, ScatterNdSub, ScatterNdUpdate, ScatterSub,
     ScatterUpdate)
