@@ -56,6 +56,17 @@ def _moe(experts: int, dp_mp_ep: tuple[int, int, int]):
                   parallel_config=tr.MoEParallelConfig(*dp_mp_ep))
 
 
+def _grad_reducer_semi_auto():
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    return _ms().nn.DistributedGradReducer([])
+
+
+def _full_batch_data_parallel():
+    ms = _ms()
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", full_batch=True)
+    return ms.nn.Dense(4, 2)(ms.Tensor(np.ones((8, 4), np.float32)))
+
+
 def _assemble_blocks():
     from graphpar.compile.plans.global_batch import assemble_blocks
 
@@ -1122,6 +1133,12 @@ ROWS: list[Row] = [
         "graphpar.nn.pipeline_cell:PipelineError", ("step function 'train_one_step'", "pipeline_stages=2",
                                                      "calls none", "nn.PipelineCell(nn.WithLossCell(net, loss_fn), "
                                                                    "micro_size)", "pipeline_stages=1")),
+    Row("construct-grad-reducer-semi-auto", "construct", "nn.DistributedGradReducer(params) under "
+        "parallel_mode='semi_auto_parallel' in GRAPH_MODE", lambda t: _grad_reducer_semi_auto(),
+        ERR + "ParallelModeError", ("DistributedGradReducer", "'semi_auto_parallel'", "GRAPH_MODE", "PYNATIVE_MODE")),
+    Row("construct-full-batch-data-parallel", "construct", "full_batch=True with parallel_mode='data_parallel', "
+        "then call the network", lambda t: _full_batch_data_parallel(), ERR + "ParallelModeError",
+        ("full_batch=True", "'data_parallel'", "'semi_auto_parallel' and 'auto_parallel' only")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",
