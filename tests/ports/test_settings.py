@@ -98,3 +98,15 @@ def test_full_batch_is_refused_outside_semi_auto_and_auto():
         _data_parallel_weights(full_batch=True)
     assert issubclass(ParallelModeError, RuntimeError)
     assert np.isfinite(_data_parallel_weights()).all()
+
+
+def test_full_batch_in_stand_alone_is_said_to_change_nothing(notices):
+    """MindSpore's compile refuses full_batch in STAND_ALONE too; graphpar's one device loads the whole batch either
+    way, so it runs and says so once."""
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="stand_alone", full_batch=True)
+    out = nn.Dense(4, 2, weight_init="ones", bias_init="zeros")(ms.Tensor(np.ones((3, 4), np.float32)))
+    np.testing.assert_allclose(np.asarray(out), 4.0)
+    said = [r.getMessage() for r in notices.records if "full_batch=True in parallel_mode='stand_alone'" in
+            r.getMessage()]
+    assert len(said) == 1, said
