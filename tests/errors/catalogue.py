@@ -56,6 +56,12 @@ def _moe(experts: int, dp_mp_ep: tuple[int, int, int]):
                   parallel_config=tr.MoEParallelConfig(*dp_mp_ep))
 
 
+def _allreduce_fusion():
+    from graphpar.common.api import _cell_graph_executor
+
+    return _cell_graph_executor._get_allreduce_fusion(_ms().nn.Dense(2, 2))
+
+
 def _grad_reducer_semi_auto():
     _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
     return _ms().nn.DistributedGradReducer([])
@@ -1139,6 +1145,9 @@ ROWS: list[Row] = [
     Row("construct-full-batch-data-parallel", "construct", "full_batch=True with parallel_mode='data_parallel', "
         "then call the network", lambda t: _full_batch_data_parallel(), ERR + "ParallelModeError",
         ("full_batch=True", "'data_parallel'", "'semi_auto_parallel' and 'auto_parallel' only")),
+    Row("construct-allreduce-fusion-groups", "construct", "_cell_graph_executor._get_allreduce_fusion(train_net)",
+        lambda t: _allreduce_fusion(), "graphpar.common.api:NoFusionGroupsError",
+        ("_get_allreduce_fusion(Dense)", "no AllReduce fusion groups", "XLA's all-reduce combiner", "save_graphs")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",
