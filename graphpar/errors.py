@@ -148,6 +148,15 @@ class ParallelModeError(GraphparError, RuntimeError):
         super().__init__(f"{what} in parallel_mode={mode!r}: {reason}")
 
 
+class UnsupportedOpError(GraphparError, NotImplementedError):
+    """A MindSpore primitive graphpar refuses by name because what it stands for does not exist on a JAX mesh
+    (``GetNext``: a device data queue): ``op`` names it, the message says what to write instead."""
+
+    def __init__(self, op: str, reason: str):
+        self.op = op
+        super().__init__(f"{op}: {reason}")
+
+
 class JitError(GraphparError, TypeError):
     """A function ``graphpar.jit`` (or ``AutoParallel``) cannot compile as written, or a ``jit`` argument graphpar does
     not build: ``function`` names it; the message says what it does and what would compile."""

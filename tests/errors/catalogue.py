@@ -1148,6 +1148,10 @@ ROWS: list[Row] = [
     Row("construct-allreduce-fusion-groups", "construct", "_cell_graph_executor._get_allreduce_fusion(train_net)",
         lambda t: _allreduce_fusion(), "graphpar.common.api:NoFusionGroupsError",
         ("_get_allreduce_fusion(Dense)", "no AllReduce fusion groups", "XLA's all-reduce combiner", "save_graphs")),
+    Row("construct-get-next", "construct", "ops.GetNext([ms.float32, ms.int32], [[32, 64], [32]], 2, '')",
+        lambda t: _ms().ops.operations.GetNext([np.float32, np.int32], [[32, 64], [32]], 2, ""),
+        ERR + "UnsupportedOpError", ("GetNext", "device data queue", "construct(self, data, label)",
+                                     "dataset_sink_mode=True", "[[32, 64], [32]]")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -30,7 +30,7 @@ from graphpar.ops.nn_ops import (  # noqa: F401
     AdaptiveAvgPool2D, AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm,
     LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,
     SparseSoftmaxCrossEntropyWithLogits, SyncBatchNorm)
-from graphpar.ops.misc_ops import IOU, ArgMinWithValue, Cdist, CheckValid, SplitV, TopK  # noqa: F401
+from graphpar.ops.misc_ops import IOU, ArgMinWithValue, Cdist, CheckValid, GetNext, SplitV, TopK  # noqa: F401
 from graphpar.ops.norm_act_ops import L2Loss, Lerp, PReLU, RmsNorm, SigmoidCrossEntropyWithLogits  # noqa: F401
 from graphpar.ops.operations import _inner_ops as _inner_ops
 from graphpar.ops.operations import array_ops as array_ops
