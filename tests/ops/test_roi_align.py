@@ -10,7 +10,7 @@ import graphpar as ms
 from graphpar import Tensor, nn
 from graphpar.errors import StrategyError
 from graphpar.ops import operations as P
-from tests.planner.helpers import kind_strategies
+from tests.planner.helpers import collectives, forward, kind_strategies
 
 
 def _bilinear(img, y, x):
@@ -91,3 +91,13 @@ def test_split_batch_and_rois_gives_the_unsplit_numbers():
         ms.parallel.strategies(_Net(((2, 1, 2, 2), (1, 1))), x, rois)
     ms.reset_auto_parallel_context()
     np.testing.assert_allclose(split, np.asarray(_Net()(x, rois)), atol=1e-5)
+
+
+def test_a_batch_split_completes_with_one_all_reduce():
+    """MindSpore's ROIAlignInfo: each device pools the boxes of its own images, one AllReduce over the batch split
+    sums them; a rois-only split moves nothing."""
+    x, rois = Tensor(_FEATURES), Tensor(_ROIS)
+    _, hlo, _ = forward(_Net(((4, 1, 1, 1), (2, 1))), x, rois, full_batch=True)
+    assert collectives(hlo) == {"all-reduce": 1}
+    _, hlo, _ = forward(_Net(((1, 1, 1, 1), (8, 1))), x, rois, full_batch=True)
+    assert collectives(hlo) == {}
