@@ -8,7 +8,7 @@ import pytest
 import graphpar as ms
 from graphpar import Tensor, nn
 from graphpar.ops import operations as P
-from tests.planner.helpers import kind_strategies
+from tests.planner.helpers import collectives, forward, kind_strategies
 
 
 def test_gen_mask_is_packed_bits_rounded_to_128():
@@ -50,3 +50,10 @@ def test_split_do_mask_follows_input_x_and_draws_the_unsplit_numbers():
     split = np.asarray(_Net(((4, 2),))(x))
     ms.reset_auto_parallel_context()
     np.testing.assert_allclose(split, np.asarray(_Net()(x)), rtol=1e-6)
+
+
+def test_split_do_mask_moves_nothing():
+    """The mask is whole on every device: a split DropoutDoMask reads its own block's bits locally."""
+    x = Tensor(np.random.default_rng(0).normal(size=(16, 64)).astype(np.float32))
+    _, hlo, _ = forward(_Net(((4, 2),)), x, full_batch=True)
+    assert collectives(hlo) == {}
