@@ -143,6 +143,26 @@ class DeletedArrayError(GraphparError, RuntimeError):
                          "deleted); give it a live value first (Parameter.set_data(...), a fresh batch)")
 
 
+class ParallelModeError(GraphparError, RuntimeError):
+    """A setting or Cell used in a parallel mode where MindSpore refuses it when the graph is compiled
+    (``full_batch`` outside SEMI_AUTO_PARALLEL / AUTO_PARALLEL, ``DistributedGradReducer`` in a GRAPH_MODE
+    SEMI_AUTO / AUTO network): a ``RuntimeError``, as MindSpore raises. ``what`` names the culprit, ``mode`` the
+    parallel mode; the message says which modes accept it."""
+
+    def __init__(self, what: str, mode: str, reason: str):
+        self.what, self.mode = what, mode
+        super().__init__(f"{what} in parallel_mode={mode!r}: {reason}")
+
+
+class UnsupportedOpError(GraphparError, NotImplementedError):
+    """A MindSpore primitive graphpar refuses by name because what it stands for does not exist on a JAX mesh
+    (``GetNext``: a device data queue): ``op`` names it, the message says what to write instead."""
+
+    def __init__(self, op: str, reason: str):
+        self.op = op
+        super().__init__(f"{op}: {reason}")
+
+
 class JitError(GraphparError, TypeError):
     """A function ``graphpar.jit`` (or ``AutoParallel``) cannot compile as written, or a ``jit`` argument graphpar does
     not build: ``function`` names it; the message says what it does and what would compile."""

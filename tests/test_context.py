@@ -114,3 +114,22 @@ def test_ignored_mindspore_settings_are_accepted():
     ms.set_context(max_call_depth=10000, enable_graph_kernel=False)
     ms.set_auto_parallel_context(all_reduce_fusion_config=[10, 20])
     ms.set_ps_context(enable_ssl=False)
+
+
+def test_comm_fusion_is_checked_kept_and_reset():
+    """MindSpore's ``comm_fusion``: checked as MindSpore checks it (TypeError for a bad type), kept for the getter
+    with MindSpore's defaults for the keys not given, and reset; it fuses nothing in graphpar (XLA does)."""
+    default = {"openstate": True, "allreduce": {"mode": "auto", "config": None},
+               "allgather": {"mode": "auto", "config": None}, "reducescatter": {"mode": "auto", "config": None}}
+    assert ms.get_auto_parallel_context("comm_fusion") == default
+    ms.set_auto_parallel_context(comm_fusion={"openstate": False, "allreduce": {"mode": "size", "config": 32}})
+    assert ms.get_auto_parallel_context("comm_fusion") == {**default, "openstate": False,
+                                                           "allreduce": {"mode": "size", "config": 32}}
+    with pytest.raises(TypeError, match="size threshold .* must be an int >= 0, got '30.12'"):
+        ms.set_auto_parallel_context(comm_fusion={"allreduce": {"mode": "size", "config": "30.12"}})
+    with pytest.raises(TypeError, match="'openstate' must be a bool"):
+        ms.set_auto_parallel_context(comm_fusion={"openstate": "True"})
+    with pytest.raises(ValueError, match="'allgather' mode 'index' is not valid; valid choices: 'auto', 'size'"):
+        ms.set_auto_parallel_context(comm_fusion={"allgather": {"mode": "index", "config": [1]}})
+    ms.reset_auto_parallel_context()
+    assert ms.get_auto_parallel_context("comm_fusion") == default

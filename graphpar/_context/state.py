@@ -25,11 +25,11 @@ from graphpar._context.devices import ascend_stand_in, check_device_id, check_pl
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
     PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_auto_pipeline, check_bool, check_dataset_strategy, check_format_transform,
-    check_parallel_optimizer_config, check_pipeline_config, check_writable_dir, parse_memory)
+    check_parallel_optimizer_config, check_pipeline_config, check_writable_dir, parse_memory, check_comm_fusion,
+    comm_fusion_default)
 from graphpar import _env
 from graphpar._logging import notice_once
 from graphpar.errors import ConfigError, GraphparError, UnknownSettingError
-
 
 
 class _Revised:
@@ -108,6 +108,7 @@ class AutoParallelContext(_Revised):
     auto_pipeline: bool = False  # AUTO_PARALLEL: graphpar plan / plan_for_devices search pipeline stages
     pipeline_config: dict = field(default_factory=lambda: {"pipeline_interleave": False,
                                                            "pipeline_scheduler": "1f1b"})
+    comm_fusion: dict = field(default_factory=comm_fusion_default)  # kept for the getter; fuses nothing
 
     @property
     def full_batch(self) -> bool:
@@ -234,11 +235,11 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
             _auto_parallel.search_mode = value
         elif key in ("gradients_mean", "parameter_broadcast", "enable_parallel_optimizer"):
             setattr(_auto_parallel, key, check_bool(api, key, value))
-        elif key == "parallel_optimizer_config":
+        elif key in ("parallel_optimizer_config", "optimizer_weight_shard_size"):  # the second: MindSpore 1.x's
+            value = value if key == "parallel_optimizer_config" else {"optimizer_weight_shard_size": value}
             _auto_parallel.parallel_optimizer_config = check_parallel_optimizer_config(value, _auto_parallel.parallel_optimizer_config)
-        elif key == "optimizer_weight_shard_size":  # MindSpore 1.x spelling of the same setting
-            _auto_parallel.parallel_optimizer_config = check_parallel_optimizer_config(
-                {"optimizer_weight_shard_size": value}, _auto_parallel.parallel_optimizer_config)
+        elif key == "comm_fusion":
+            _auto_parallel.comm_fusion = check_comm_fusion(value, _auto_parallel.comm_fusion)
         elif key == "grad_accumulation_step":
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(api, key, value, reason=f"grad_accumulation_step must be an int >= 1, got "
@@ -273,8 +274,7 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
                                                           "only_trainable_params"])
             _auto_parallel.strategy_ckpt_config = {**_auto_parallel.strategy_ckpt_config, **value}
         elif key in ("strategy_ckpt_load_file", "strategy_ckpt_save_file"):
-            which = key.split("_")[-2] + "_file"
-            _auto_parallel.strategy_ckpt_config = {**_auto_parallel.strategy_ckpt_config, which: value}
+            _auto_parallel.strategy_ckpt_config = {**_auto_parallel.strategy_ckpt_config, key.split("_")[-2] + "_file": value}
     if kwargs.get("sharding_propagation") is True:
         _auto_parallel.search_mode = "sharding_propagation"
 
@@ -293,7 +293,7 @@ def register_rank_source(source: Callable[[], int]) -> None:
 _PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",
                      "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
                      "enable_parallel_optimizer", "pipeline_stages", "parallel_optimizer_config",
-                     "grad_accumulation_step", "pipeline_config", "auto_pipeline"}
+                     "grad_accumulation_step", "pipeline_config", "auto_pipeline", "comm_fusion"}
 
 
 def get_auto_parallel_context(key: str) -> Any:
@@ -362,7 +362,7 @@ def _frozen(value: Any) -> Any:
 
 # dumps describe a program, never change it
 _NOT_COMPILED = frozenset({"save_graphs_setting", "save_graphs_path_setting", "enable_compile_cache_setting",
-                           "compile_cache_path_setting"})  # the compile cache stores programs, never changes one
+                           "compile_cache_path_setting", "comm_fusion"})  # the compile cache stores programs, never changes one
 
 
 @functools.cache

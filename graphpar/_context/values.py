@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from graphpar._logging import notice_once
-from graphpar.errors import ConfigError
+from graphpar.errors import ConfigError, SettingTypeError
 
 GRAPH_MODE = 0
 PYNATIVE_MODE = 1
@@ -42,7 +42,7 @@ IGNORED_CONTEXT_KEYS = frozenset({
     "check_bprop", "enable_sparse", "reserve_class_name_in_scope", "auto_tune_mode", "support_binary", "aoe_tune_mode", "aoe_config",
 })
 IGNORED_PARALLEL_KEYS = frozenset({
-    "gradient_fp32_sync", "all_reduce_fusion_config", "comm_fusion", "enable_alltoall", "loss_repeated_mean",
+    "gradient_fp32_sync", "all_reduce_fusion_config", "enable_alltoall", "loss_repeated_mean",
     "pipeline_result_broadcast", "group_ckpt_save_file", "optimizer_weight_shard_aggregated_save",
 })
 def check_auto_pipeline(value: Any) -> bool:
@@ -175,3 +175,50 @@ def check_pipeline_config(value: Any, api: str = "set_auto_parallel_context") ->
     return {"pipeline_interleave": interleave, "pipeline_scheduler": scheduler}
 
 
+
+
+_FUSION_MODES = {"allreduce": ("auto", "index", "size"), "allgather": ("auto", "size"),
+                 "reducescatter": ("auto", "size")}
+
+
+def comm_fusion_default() -> dict:
+    """MindSpore's ``comm_fusion`` default (its ``_ParallelFusionConfig.CONFIG``)."""
+    return {"openstate": True, **{kind: {"mode": "auto", "config": None} for kind in _FUSION_MODES}}
+
+
+def check_comm_fusion(value: Any, current: dict) -> dict:
+    """``comm_fusion``: checked as MindSpore checks it (``openstate`` a bool; each of ``allreduce``, ``allgather``,
+    ``reducescatter`` a dict with ``mode`` and ``config``; a ``size`` threshold an int in MB, ``index`` split
+    indices a list of ints) and kept for ``get_auto_parallel_context``; the given keys replace the current ones.
+    It changes no program: XLA's collective combiners fuse communication (said once)."""
+    api, key = "set_auto_parallel_context", "comm_fusion"
+    if not isinstance(value, dict):
+        raise SettingTypeError(api, key, value, reason=f"comm_fusion must be a dict, got {type(value).__name__}")
+    merged = {**current, "openstate": True}  # MindSpore adds openstate=True when it is not given
+    for kind, config in value.items():
+        if kind == "openstate":
+            if not isinstance(config, bool):
+                raise SettingTypeError(api, key, value, reason=f"comm_fusion's 'openstate' must be a bool, got "
+                                                               f"{config!r}")
+        elif kind not in _FUSION_MODES:
+            raise ConfigError(api, key, value, reason=f"comm_fusion has no key {kind!r}",
+                              valid=["openstate", *_FUSION_MODES])
+        elif not isinstance(config, dict) or set(config) != {"mode", "config"}:
+            raise SettingTypeError(api, key, value, reason=f"comm_fusion's {kind!r} must be a dict with the keys "
+                                                           f"'mode' and 'config', got {config!r}")
+        elif config["mode"] not in _FUSION_MODES[kind]:
+            raise ConfigError(api, key, value, reason=f"comm_fusion's {kind!r} mode {config['mode']!r} is not valid",
+                              valid=_FUSION_MODES[kind])
+        elif config["mode"] == "size" and (isinstance(config["config"], bool) or not isinstance(config["config"], int)
+                                           or config["config"] < 0):
+            raise SettingTypeError(api, key, value, reason=f"comm_fusion's {kind!r} size threshold (config, in MB) "
+                                                           f"must be an int >= 0, got {config['config']!r}")
+        elif config["mode"] == "index" and (not isinstance(config["config"], list) or any(
+                isinstance(i, bool) or not isinstance(i, int) for i in config["config"])):
+            raise SettingTypeError(api, key, value, reason=f"comm_fusion's {kind!r} split indices (config) must be "
+                                                           f"a list of ints, got {config['config']!r}")
+        merged[kind] = dict(config) if kind != "openstate" else config
+    notice_once("parallel:comm_fusion", "set_auto_parallel_context(comm_fusion=...) is kept for "
+                "get_auto_parallel_context but has no effect in graphpar (XLA's collective combiners fuse "
+                "communication)", logging.INFO)
+    return merged

@@ -53,6 +53,11 @@ class CompilerMissingError(GraphparError, RuntimeError):
     """The executor was used before ``graphpar.compile`` registered its side (``graphpar/__init__.py`` does)."""
 
 
+class NoFusionGroupsError(GraphparError, NotImplementedError):
+    """A question about MindSpore's AllReduce fusion groups, which graphpar does not have (XLA combines the
+    reductions); raised by ``_get_allreduce_fusion``."""
+
+
 class NotCompiledError(GraphparError, ValueError):
     """``_get_shard_strategy(obj)`` for a Cell neither compiled by the executor nor run as a train step."""
 
@@ -155,6 +160,16 @@ class _CellGraphExecutor:
         holds)."""
         found = self._last(obj)
         return {} if found is None else dict(found.parameter_layouts)
+
+    def _get_allreduce_fusion(self, obj: Any) -> dict[str, int]:
+        """MindSpore's ``{parameter name: fusion group}`` of the gradient AllReduces it inserted. graphpar assigns no
+        fusion groups: each reduction is XLA's, and XLA's all-reduce combiner merges a step's reductions by size
+        and dependencies after the plan, so there is no per-Parameter group to report. Refused by name."""
+        raise NoFusionGroupsError(
+            f"_cell_graph_executor._get_allreduce_fusion({type(obj).__name__}): graphpar has no AllReduce fusion "
+            "groups to report: XLA's all-reduce combiner merges the step's gradient reductions by size (comm_fusion "
+            "and set_comm_fusion are said to have no effect); the collectives XLA compiled are in the execute dump "
+            "(set_context(save_graphs=True); graphpar.dump.hlo.parse_collectives reads a compiled HLO's)")
 
     _get_strategy = _get_shard_strategy  # MindSpore 1.x's name
 

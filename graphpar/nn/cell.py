@@ -286,6 +286,16 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
         _comm_fusion.set_comm_fusion(self, fusion_type, recurse)
         return self
 
+    def set_data_parallel(self) -> "Cell":
+        """MindSpore's ``Cell.set_data_parallel()``: in AUTO_PARALLEL, every primitive of this Cell and the Cells
+        below it that has no ``shard()`` strategy gets the batch split instead of a searched or propagated one
+        (attribute ``strategy_gen_mode="data_parallel"``, read by the planner's ``set_data_parallel_strategies``)."""
+        for _, cell in self.cells_and_names():
+            for value in vars(cell).values():
+                if isinstance(value, Primitive):
+                    value.add_prim_attr("strategy_gen_mode", "data_parallel")
+        return self
+
     def recompute(self, **kwargs: Any) -> "Cell":
         """MindSpore's ``Cell.recompute(mp_comm_recompute=True, parallel_optimizer_comm_recompute=False)``: the
         backward pass recomputes this Cell's activations from its inputs (``jax.checkpoint``, see

@@ -45,7 +45,7 @@ from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.communication.backend import WORLD_GROUP_NAMES
 from graphpar.communication.devices import job_devices
-from graphpar.errors import CellError
+from graphpar.errors import CellError, ParallelModeError
 from graphpar.nn.cell import Cell
 
 
@@ -63,6 +63,14 @@ class DistributedGradReducer(Cell):
     def __init__(self, parameters: Any, mean: bool | None = None, degree: int | None = None, fusion_type: int = 1,
                  group: str | None = None):
         super().__init__(auto_prefix=False)
+        mode = _context.current_parallel().parallel_mode
+        if _context.current().mode == _context.GRAPH_MODE and mode in (_context.ParallelMode.SEMI_AUTO_PARALLEL,
+                                                                      _context.ParallelMode.AUTO_PARALLEL):
+            # MindSpore's DistributedGradReducer._check_parallel_mode
+            raise ParallelModeError("DistributedGradReducer", mode, "MindSpore refuses it in GRAPH_MODE: the planned "
+                                    "network's gradients are already reduced by its plan. Leave the reducer out "
+                                    "(TrainOneStepCell / Model.train reduce them), or build it in PYNATIVE_MODE "
+                                    "or in 'data_parallel' / 'stand_alone'")
         if mean is not None and not isinstance(mean, bool):
             raise TypeError(f"DistributedGradReducer: mean must be a bool or None, got {mean!r}")
         if degree is not None and (isinstance(degree, bool) or not isinstance(degree, int) or degree < 1):

@@ -250,6 +250,13 @@ class Shape(Primitive):
         return tuple(np.shape(x))
 
 
+class DType(Primitive):
+    """``DType()(x)``: the data type of ``x`` (``ms.float32`` ...), static as in MindSpore, so it can feed Cast."""
+
+    def __call__(self, x):
+        return np.dtype(x.dtype)
+
+
 class Depend(Primitive):
     """``Depend()(value, expr)``: returns ``value`` (XLA orders effects itself)."""
 

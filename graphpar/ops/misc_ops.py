@@ -1,5 +1,6 @@
 """Distance, box, split and selection primitives added for MindSpore parity: ``Cdist``, ``CheckValid``, ``SplitV``,
-``TopK``, ``ArgMinWithValue``. Sharding rules: ``graphpar.planner.rules.misc_rules``."""
+``TopK``, ``ArgMinWithValue``; ``GetNext`` refused by name (no device data queue). Sharding rules:
+``graphpar.planner.rules.misc_rules``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from graphpar.errors import UnsupportedOpError
 from graphpar.ops.math_ops import ArgMaxWithValue
 from graphpar.ops.primitive import Primitive
 
@@ -125,3 +127,19 @@ class IOU(Primitive):
         if self.attrs["mode"] == "iof":
             return overlap / (area_g + 1e-10)
         return overlap / (area_a + area_g - overlap + 1e-10)
+
+
+class GetNext(Primitive):
+    """MindSpore's ``GetNext(types, shapes, output_num, shared_name)()``: the next batch of the device data queue
+    ``shared_name``, which MindSpore's dataset sink fills. A JAX mesh has no device queue for a network to read:
+    graphpar's sink feeds the batch as the compiled step's inputs (``Model.train(..., dataset_sink_mode=True)`` runs
+    ``sink_size`` steps per device call), laid out by ``dataset_strategy`` as MindSpore lays out GetNext's outputs.
+    So the op is refused by name when it is built, saying to take the batch as ``construct``'s arguments."""
+
+    def __init__(self, types: Any, shapes: Any, output_num: int, shared_name: str):
+        raise UnsupportedOpError(
+            "GetNext", f"reads the device data queue {shared_name!r}, which graphpar does not have (no dataset "
+            "sink fills a queue on a JAX mesh). Take the batch as the network's inputs instead, "
+            "construct(self, data, label), and feed it: Model.train(epoch, dataset, dataset_sink_mode=True), or "
+            f"_cell_graph_executor.compile(net, *batch) with Tensors of shapes {list(map(list, shapes))}; "
+            "dataset_strategy lays them out as MindSpore lays out GetNext's outputs")

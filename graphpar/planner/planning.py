@@ -24,7 +24,7 @@ from graphpar import _env
 from graphpar._context import ParallelMode
 from graphpar.ir.graph import Graph
 from graphpar.planner.passes.context import PlanContext, PlanRequest
-from graphpar.planner.passes.defaults import default_strategies
+from graphpar.planner.passes.defaults import default_strategies, set_data_parallel_strategies
 from graphpar.planner.passes.hints import apply_hints, read_hints
 from graphpar.planner.passes.mesh_choice import choose_mesh, dataset_layouts
 from graphpar.planner.passes.parameters import place_parameters
@@ -56,6 +56,7 @@ SHARDING_PROPAGATION: tuple[tuple[str, Pass], ...] = (
     ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),
     ("apply_strategy_file", apply_strategy_file),
+    ("set_data_parallel_strategies", set_data_parallel_strategies),
     ("propagate", propagate),
     ("default_strategies", default_strategies),
     ("place_parameters", place_parameters),
@@ -72,6 +73,7 @@ SEARCH: tuple[tuple[str, Pass], ...] = (
     ("dataset_layouts", dataset_layouts),
     ("apply_hints", apply_hints),
     ("apply_strategy_file", apply_strategy_file),
+    ("set_data_parallel_strategies", set_data_parallel_strategies),
     ("search", search),
     ("place_parameters", place_parameters),
     ("check_strategy_file", check_strategy_file),

@@ -9,7 +9,7 @@ import pytest
 
 import graphpar as ms
 from graphpar import Tensor, nn
-from graphpar.errors import CellError
+from graphpar.errors import CellError, ParallelModeError
 
 X = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
 Y = np.random.default_rng(1).normal(size=(16, 2)).astype(np.float32)
@@ -68,3 +68,17 @@ def test_stand_alone_is_the_identity_and_bad_arguments_are_refused():
         nn.DistributedGradReducer(net.trainable_params(), degree=0)
     with pytest.raises(CellError, match="sub-group is not built"):
         nn.DistributedGradReducer(net.trainable_params(), group="my_group")
+
+
+@pytest.mark.parametrize("mode", ["semi_auto_parallel", "auto_parallel"])
+def test_reducer_is_refused_in_a_graph_mode_planned_network(mode):
+    """MindSpore's ``DistributedGradReducer._check_parallel_mode``: in GRAPH_MODE with SEMI_AUTO / AUTO the plan
+    reduces the gradients, and building a reducer raises ``RuntimeError``; PYNATIVE_MODE builds it."""
+    ms.set_auto_parallel_context(parallel_mode=mode)
+    with pytest.raises(ParallelModeError, match=f"DistributedGradReducer in parallel_mode='{mode}'"):
+        nn.DistributedGradReducer([])
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        assert nn.DistributedGradReducer([]).parameter_count == 0
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)

@@ -86,3 +86,14 @@ def test_virtual_dataset_cell_is_the_network_as_the_dataset_feeds_it():
     assert wrapped.parameter_layout_dict["w1"][2] == [16, 8]
     with pytest.raises(ConfigError, match="repeat_dim_direct.*dataset_strategy"):
         wrapped._virtual_dataset.add_prim_attr("repeat_dim_direct", "right")
+
+
+def test_allreduce_fusion_groups_are_refused_by_name():
+    """MindSpore's ``_cell_graph_executor._get_allreduce_fusion`` reports the fusion group of each gradient
+    AllReduce; graphpar has none (XLA combines the reductions), so it says so and where the collectives are."""
+    from graphpar.common.api import NoFusionGroupsError, _cell_graph_executor
+
+    with pytest.raises(NoFusionGroupsError, match=r"_get_allreduce_fusion\(Dense\): graphpar has no AllReduce "
+                                                  r"fusion groups .*parse_collectives"):
+        _cell_graph_executor._get_allreduce_fusion(nn.Dense(2, 2))
+    assert issubclass(NoFusionGroupsError, NotImplementedError)

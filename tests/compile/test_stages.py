@@ -52,7 +52,8 @@ def test_plan_runs_the_pipeline_on_the_traced_graph():
     graph = run_passes(program.plan, traced.graph, program.state, "train")
     assert in_strategies(graph) == PLAN
     assert list(graph.plan.pass_seconds) == ["read_hints", "choose_mesh", "dataset_layouts", "apply_hints",
-                                                "apply_strategy_file", "propagate", "default_strategies",
+                                                "apply_strategy_file", "set_data_parallel_strategies", "propagate",
+                                                "default_strategies",
                                                 "place_parameters", "check_strategy_file", "verify",
                                                 "report_redistributions"]
     planned = program.planned([X, Y])

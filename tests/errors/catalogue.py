@@ -56,6 +56,23 @@ def _moe(experts: int, dp_mp_ep: tuple[int, int, int]):
                   parallel_config=tr.MoEParallelConfig(*dp_mp_ep))
 
 
+def _allreduce_fusion():
+    from graphpar.common.api import _cell_graph_executor
+
+    return _cell_graph_executor._get_allreduce_fusion(_ms().nn.Dense(2, 2))
+
+
+def _grad_reducer_semi_auto():
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    return _ms().nn.DistributedGradReducer([])
+
+
+def _full_batch_data_parallel():
+    ms = _ms()
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", full_batch=True)
+    return ms.nn.Dense(4, 2)(ms.Tensor(np.ones((8, 4), np.float32)))
+
+
 def _assemble_blocks():
     from graphpar.compile.plans.global_batch import assemble_blocks
 
@@ -1195,6 +1212,19 @@ ROWS: list[Row] = [
         "graphpar.nn.pipeline_cell:PipelineError", ("step function 'train_one_step'", "pipeline_stages=2",
                                                      "calls none", "nn.PipelineCell(nn.WithLossCell(net, loss_fn), "
                                                                    "micro_size)", "pipeline_stages=1")),
+    Row("construct-grad-reducer-semi-auto", "construct", "nn.DistributedGradReducer(params) under "
+        "parallel_mode='semi_auto_parallel' in GRAPH_MODE", lambda t: _grad_reducer_semi_auto(),
+        ERR + "ParallelModeError", ("DistributedGradReducer", "'semi_auto_parallel'", "GRAPH_MODE", "PYNATIVE_MODE")),
+    Row("construct-full-batch-data-parallel", "construct", "full_batch=True with parallel_mode='data_parallel', "
+        "then call the network", lambda t: _full_batch_data_parallel(), ERR + "ParallelModeError",
+        ("full_batch=True", "'data_parallel'", "'semi_auto_parallel' and 'auto_parallel' only")),
+    Row("construct-allreduce-fusion-groups", "construct", "_cell_graph_executor._get_allreduce_fusion(train_net)",
+        lambda t: _allreduce_fusion(), "graphpar.common.api:NoFusionGroupsError",
+        ("_get_allreduce_fusion(Dense)", "no AllReduce fusion groups", "XLA's all-reduce combiner", "save_graphs")),
+    Row("construct-get-next", "construct", "ops.GetNext([ms.float32, ms.int32], [[32, 64], [32]], 2, '')",
+        lambda t: _ms().ops.operations.GetNext([np.float32, np.int32], [[32, 64], [32]], 2, ""),
+        ERR + "UnsupportedOpError", ("GetNext", "device data queue", "construct(self, data, label)",
+                                     "dataset_sink_mode=True", "[[32, 64], [32]]")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import pytest
 
+import graphpar as ms
 from graphpar import nn
 from graphpar.errors import StrategyError
 from graphpar.ops import operations as P
@@ -178,3 +179,14 @@ def test_iou_matches_mindspores_kernel_formula_and_splits_boxes():
     np.testing.assert_allclose(np.asarray(out), _iou_numpy(anchors, gts), rtol=1e-5)
     with pytest.raises(StrategyError, match="IOU cannot split anchor_boxes dim 1"):
         forward(OneOp(P.IOU().shard(((2, 2), (2, 1)))), anchors, gts)
+
+
+def test_get_next_is_refused_with_what_to_write_instead():
+    """MindSpore's GetNext reads the dataset sink's device queue; graphpar has none and feeds the batch as the
+    step's inputs, so building the op says to take the batch as construct's arguments."""
+    from graphpar.errors import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match=r"GetNext: reads the device data queue 'q'.*construct\(self, data, "
+                                                 r"label\).*shapes \[\[32, 64\], \[32\]\]"):
+        P.GetNext([ms.float32, ms.int32], [[32, 64], [32]], 2, "q")
+    assert issubclass(UnsupportedOpError, NotImplementedError)

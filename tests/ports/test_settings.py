@@ -7,6 +7,7 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn, ops
+from graphpar.errors import ParallelModeError
 from graphpar.common.parameter import Parameter
 from graphpar.models.megatron import QuickstartNet
 
@@ -88,10 +89,24 @@ def _data_parallel_weights(**ctx):
     return np.asarray(net.weight)
 
 
-def test_full_batch_has_no_effect_in_data_parallel(notices):
-    """MindSpore reads the dataset strategy in SEMI/AUTO only (``_need_to_full``): in DATA_PARALLEL each device's
-    batch is the one it loads. graphpar split the loaded batch over the devices instead ("input 0 has global batch
-    shape (2, 32), whose first dimension is not divisible by the data-parallel degree 8")."""
-    np.testing.assert_array_equal(_data_parallel_weights(full_batch=True), _data_parallel_weights())
-    said = [r.getMessage() for r in notices.records if "dataset_strategy='full_batch' has no effect" in r.getMessage()]
+def test_full_batch_is_refused_outside_semi_auto_and_auto():
+    """MindSpore's compile runs ``_check_full_batch``: ``full_batch=True`` in DATA_PARALLEL (or STAND_ALONE, or
+    HYBRID) raises ``RuntimeError`` ("full_batch could only be used under semi_auto_parallel or auto_parallel");
+    graphpar refuses it by name, a ``RuntimeError`` too. Without it DATA_PARALLEL trains each device's batch."""
+    with pytest.raises(ParallelModeError, match=r"full_batch=True .* in parallel_mode='data_parallel': .* "
+                                                r"'semi_auto_parallel' and 'auto_parallel' only"):
+        _data_parallel_weights(full_batch=True)
+    assert issubclass(ParallelModeError, RuntimeError)
+    assert np.isfinite(_data_parallel_weights()).all()
+
+
+def test_full_batch_in_stand_alone_is_said_to_change_nothing(notices):
+    """MindSpore's compile refuses full_batch in STAND_ALONE too; graphpar's one device loads the whole batch either
+    way, so it runs and says so once."""
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode="stand_alone", full_batch=True)
+    out = nn.Dense(4, 2, weight_init="ones", bias_init="zeros")(ms.Tensor(np.ones((3, 4), np.float32)))
+    np.testing.assert_allclose(np.asarray(out), 4.0)
+    said = [r.getMessage() for r in notices.records if "full_batch=True in parallel_mode='stand_alone'" in
+            r.getMessage()]
     assert len(said) == 1, said

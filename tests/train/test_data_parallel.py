@@ -64,7 +64,7 @@ def test_batch_is_split_and_parameters_replicated():
 
 def test_full_batch_not_divisible_is_a_clear_error():
     x, y = regression_data(10)
-    ms.set_auto_parallel_context(parallel_mode="data_parallel", full_batch=True)
+    ms.set_auto_parallel_context(parallel_mode="data_parallel")
     net = MLP()
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
     with pytest.raises(DatasetError) as err:

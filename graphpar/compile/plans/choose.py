@@ -13,6 +13,7 @@ from graphpar.communication.devices import job_devices
 from graphpar.compile.plans.dry_run import plan_only
 from graphpar.compile.plans.execution import DataParallelPlan, ExecutionPlan, StandAlonePlan
 from graphpar.compile.plans.semi_auto import semi_auto_plan
+from graphpar.errors import ParallelModeError
 from graphpar.nn.cell import Cell
 from graphpar.ops.primitive import Primitive
 
@@ -58,6 +59,15 @@ def choose_plan(network: Cell, optimizer: Any = None, compiled: bool = False) ->
                         "layerwise_parallel=True: MindSpore leaves their gradients unreduced (each device updates "
                         "its own copy); graphpar keeps one value per Parameter and reduces their gradients like any "
                         "other's")
+    if not pynative and pctx.full_batch and mode == ParallelMode.STAND_ALONE:
+        notice_once("full-batch-stand-alone", "full_batch=True in parallel_mode='stand_alone': the one device's "
+                    "batch is the whole batch, so it changes nothing (MindSpore's compile refuses it)")
+    elif not pynative and pctx.full_batch and mode not in (ParallelMode.SEMI_AUTO_PARALLEL,
+                                                           ParallelMode.AUTO_PARALLEL):
+        # MindSpore's _check_full_batch, run on every graph compile
+        raise ParallelModeError("full_batch=True (dataset_strategy='full_batch')", mode, "MindSpore refuses it when "
+                                "the graph is compiled: full_batch applies in 'semi_auto_parallel' and "
+                                "'auto_parallel' only. Use full_batch=False here, or one of those modes")
     if mode == ParallelMode.STAND_ALONE:
         return StandAlonePlan(_stand_alone_device(), pynative=pynative)
     devices = job_devices(pctx.device_num)

@@ -6,7 +6,7 @@ mindspore.ops.operations.comm_ops import AllReduce`` ports by changing the packa
 """
 
 from graphpar.ops.array_ops import (  # noqa: F401
-    Cast, Concat, Depend, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice,
+    Cast, Concat, DType, Depend, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice,
     Split, Squeeze, Stack, StridedSlice, TensorToScalar, Tile, Transpose)
 from graphpar.ops.attention_ops import FlashAttentionScore  # noqa: F401
 from graphpar.ops.infer_attention_ops import IncreFlashAttention, PromptFlashAttention  # noqa: F401
@@ -30,7 +30,7 @@ from graphpar.ops.nn_ops import (  # noqa: F401
     AdaptiveAvgPool2D, AvgPool, BatchNorm, BiasAdd, Conv2D, Dropout, FastGeLU, GeLU, L2Normalize, LayerNorm,
     LogSoftmax, MaxPool, ReLU, ReLU6, SiLU, Softmax, SoftmaxCrossEntropyWithLogits,
     SparseSoftmaxCrossEntropyWithLogits, SyncBatchNorm)
-from graphpar.ops.misc_ops import IOU, ArgMinWithValue, Cdist, CheckValid, SplitV, TopK  # noqa: F401
+from graphpar.ops.misc_ops import IOU, ArgMinWithValue, Cdist, CheckValid, GetNext, SplitV, TopK  # noqa: F401
 from graphpar.ops.norm_act_ops import L2Loss, Lerp, PReLU, RmsNorm, SigmoidCrossEntropyWithLogits  # noqa: F401
 from graphpar.ops.operations import _inner_ops as _inner_ops
 from graphpar.ops.operations import _sequence_ops as _sequence_ops
@@ -54,8 +54,10 @@ from graphpar.ops.linalg_ops import LstsqV2, SolveTriangular, TraceV2  # noqa: F
 from graphpar.ops.math_extra_ops import (  # noqa: F401
     ApproximateEqual, Cholesky, Cummax, Cummin, CumProd, Elu, Eye, FillV2, HShrink, Invert, Lgamma, LpNorm,
     PopulationCount, ReverseV2, SquareSumAll, Trunc, Tril)
-from graphpar.ops.random_extra_ops import Gamma, RandomChoiceWithMask, UniformReal  # noqa: F401
+from graphpar.ops.random_extra_ops import (  # noqa: F401
+    DropoutDoMask, DropoutGenMask, Gamma, RandomChoiceWithMask, UniformCandidateSampler, UniformReal)
 from graphpar.ops.image_ops import GridSampler2D  # noqa: F401
+from graphpar.ops.roi_align_ops import ROIAlign  # noqa: F401
 from graphpar.ops.scatter_ops import (  # noqa: F401
     ScatterAdd, ScatterDiv, ScatterMax, ScatterMin, ScatterMul, ScatterNdAdd, ScatterNdSub, ScatterNdUpdate, ScatterSub,
     ScatterUpdate)

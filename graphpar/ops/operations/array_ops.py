@@ -1,7 +1,7 @@
 """``mindspore.ops.operations.array_ops``: the array primitives, re-exported from where graphpar defines them."""
 
 from graphpar.ops.array_ops import (  # noqa: F401
-    Cast, Concat, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice, Split,
+    Cast, Concat, DType, ExpandDims, Fill, Flatten, Gather, GatherV2, OneHot, Pad, Reshape, Select, Shape, Slice, Split,
     Squeeze, Stack, StridedSlice, TensorToScalar, Tile, Transpose)
 from graphpar.ops.index_ops import (  # noqa: F401
     BroadcastTo, EmbeddingLookup, GatherD, GatherNd, SparseGatherV2, TensorScatterUpdate)

@@ -83,3 +83,24 @@ def default_strategies(graph: Graph, ctx: PlanContext) -> Graph:
         decided[node.id] = strategy
         updates[node.id] = {"strategy": strategy, "provenance": prov}
     return graph.with_annotations(updates)
+
+
+DATA_PARALLEL_GEN_MODE = "data_parallel"  # the strategy_gen_mode Cell.set_data_parallel() sets on its primitives
+
+
+def set_data_parallel_strategies(graph: Graph, ctx: PlanContext) -> Graph:
+    """Pass ``set_data_parallel_strategies`` (AUTO_PARALLEL): an op without a ``shard()`` hint whose Cell called
+    ``set_data_parallel()`` (attribute ``strategy_gen_mode="data_parallel"``, as MindSpore sets it) gets the batch
+    split instead of a searched or propagated strategy, as MindSpore's ``GenerateBatchStrategies``; it is then a
+    configured op (provenance ``user``: the user asked for it) that propagation starts from and the search keeps."""
+    updates = {}
+    for node in graph.node_list():
+        if node.strategy is not None or node.attrs.get("strategy_gen_mode") != DATA_PARALLEL_GEN_MODE:
+            continue
+        dims = ctx.dims(node, graph)
+        if dims is None or follows_input(node):
+            continue  # replicated by the fallback / carried by the follow rule, as without set_data_parallel
+        strategy = data_parallel_strategy(node, dims, graph, ctx.mesh, ctx.candidates(node, graph))
+        updates[node.id] = {"strategy": strategy,
+                            "provenance": Provenance("user", detail="data parallel (Cell.set_data_parallel)")}
+    return graph.with_annotations(updates) if updates else graph
