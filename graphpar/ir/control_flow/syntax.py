@@ -102,9 +102,8 @@ def lambda_(body: ast.expr) -> ast.Lambda:
 
 
 _BLOCKS = {ast.If: ("body", "orelse"), ast.With: ("body",), ast.AsyncWith: ("body",),
-           ast.Try: ("body", "orelse", "finalbody"), ast.ExceptHandler: ("body",), ast.match_case: ("body",)}
-if hasattr(ast, "TryStar"):
-    _BLOCKS[ast.TryStar] = ("body", "orelse", "finalbody")
+           ast.Try: ("body", "orelse", "finalbody"), ast.TryStar: ("body", "orelse", "finalbody"),
+           ast.ExceptHandler: ("body",), ast.match_case: ("body",)}
 
 
 def _jumps(node: ast.AST) -> bool:
