@@ -14,6 +14,7 @@ Importing any module of graphpar runs this file first, so all five are in place 
 from graphpar import context as context
 from graphpar import nn as nn
 from graphpar import ops as ops
+from graphpar import runtime as runtime
 from graphpar._context import GRAPH_MODE as GRAPH_MODE
 from graphpar._context import PYNATIVE_MODE as PYNATIVE_MODE
 from graphpar._context import ParallelMode as ParallelMode

@@ -163,6 +163,15 @@ class UnsupportedOpError(GraphparError, NotImplementedError):
         super().__init__(f"{op}: {reason}")
 
 
+class RuntimeApiError(GraphparError, NotImplementedError):
+    """A ``mindspore.runtime`` API with no counterpart on XLA (streams and events: XLA orders a program's work on
+    its streams itself): ``api`` names it, the message says what to write instead."""
+
+    def __init__(self, api: str, reason: str):
+        self.api = api
+        super().__init__(f"mindspore.runtime.{api}: {reason}")
+
+
 class JitError(GraphparError, TypeError):
     """A function ``graphpar.jit`` (or ``AutoParallel``) cannot compile as written, or a ``jit`` argument graphpar does
     not build: ``function`` names it; the message says what it does and what would compile."""

@@ -170,7 +170,7 @@ def set_context(**kwargs: Any) -> None:
             check_writable_dir(api, key, value)
             _context.save_graphs_path = value
         elif key == "max_device_memory":
-            parse_memory(value)  # validated now, read when a plan is made
+            _ = None if value is None else parse_memory(value)  # checked now, read by the plan; None: no budget
             _context.max_device_memory = value
         elif key == "enable_compile_cache":
             _context.enable_compile_cache_setting = check_bool(api, key, value)

@@ -73,12 +73,13 @@ FORMAT_TRANSFORMS = ("auto", "channels_last", "off")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GB\s*$")
 
 
-def parse_memory(text: str) -> float:
-    """Bytes of a MindSpore memory size such as ``"30GB"`` or ``"0.5GB"`` (1 GB = 1024**3 bytes)."""
+def parse_memory(text: str, api: str = "set_context", key: str = "max_device_memory") -> float:
+    """Bytes of a MindSpore memory size such as ``"30GB"`` or ``"0.5GB"`` (1 GB = 1024**3 bytes). ``api`` and
+    ``key`` name the setting in the error (``runtime.set_memory(max_size=...)`` is the same setting)."""
     m = _MEMORY.match(text) if isinstance(text, str) else None
     if m is None or float(m.group(1)) <= 0:
-        raise ConfigError("set_context", "max_device_memory", text,
-                          reason=f"max_device_memory must be a positive size in the format 'xxGB' (e.g. '30GB', "
+        raise ConfigError(api, key, text,
+                          reason=f"{key} must be a positive size in the format 'xxGB' (e.g. '30GB', "
                                  f"'0.5GB'), got {text!r}")
     return float(m.group(1)) * 1024 ** 3
 

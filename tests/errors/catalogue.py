@@ -840,6 +840,15 @@ ROWS: list[Row] = [
         "{'pipeline_scheduler': 'zero_bubble_v'})", lambda t: _ms().set_auto_parallel_context(
             pipeline_config={"pipeline_scheduler": "zero_bubble_v"}),
         ERR + "ConfigError", ("zero_bubble_v", "needs pipeline_interleave=True")),
+    Row("runtime-set-memory-size", "context", "runtime.set_memory(max_size='512MB')",
+        lambda t: _ms().runtime.set_memory(max_size="512MB"), ERR + "ConfigError",
+        ("set_memory()", "max_size must be a positive size in the format 'xxGB'")),
+    Row("runtime-set-memory-level", "context", "runtime.set_memory(optimize_level='O2')",
+        lambda t: _ms().runtime.set_memory(optimize_level="O2"), ERR + "ConfigError",
+        ("optimize_level='O2'", "'O0', 'O1'")),
+    Row("runtime-stream", "context", "runtime.Stream() (or Event, StreamCtx, current_stream, set_cur_stream, ...)",
+        lambda t: _ms().runtime.Stream(), ERR + "RuntimeApiError",
+        ("mindspore.runtime.Stream", "no user streams", "synchronize()")),
     # --- TLS files --------------------------------------------------------------------------------------------
     Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),
@@ -1380,6 +1389,10 @@ def markdown() -> str:
             "* `set_auto_parallel_context(device_num=4)` on 8 devices: one line names the devices used "
             "(`cpu:0-3`).",
             "* `set_ps_context(config_file_path=...)` with `enable_ssl=False`: one line says the file is not used.",
+            "* `runtime.set_memory` with a pool shape other than MindSpore's defaults (`init_size`, `increase_size`, "
+            "`huge_page_reserve_size`, `optimize_level='O1'`), `runtime.dispatch_threads_num`, "
+            "`runtime.set_kernel_launch_group`, `runtime.launch_blocking`, `runtime.empty_cache`: one line each says "
+            "what XLA does instead (`porting_from_mindspore.md`, \"mindspore.runtime\").",
             "* A rollback that cannot use the newest checkpoint names the save that was in flight "
             "(`checkpoints.md` §8).",
             "* A rollback (or `resume=True`) names every checkpoint it passes over: a damaged one (the file and its "
