@@ -111,6 +111,12 @@ class DistributedGradReducer(Cell):
                             f"{jax.process_count()} processes: each process holds only its own gradient and there is "
                             "no program to reduce it in. Compile the step: decorate train_step with @ms.jit (or wrap "
                             "it in AutoParallel), and the reduction is part of its plan")
+        if not traced and _data_parallel_size() > 1:
+            notice_once("grad-reducer:eager", "DistributedGradReducer outside a compiled step: the gradient was taken "
+                        "over the whole batch on one device, and graphpar reads it as a batch-mean loss's (the "
+                        "per-device gradients' sum divided by the device count). For a loss that sums over the batch "
+                        "that is device-count times MindSpore's reduced gradient; compile the step (@ms.jit or "
+                        "AutoParallel) for the per-device reduction of any loss")
         factor = self.factor(traced)
         if factor == 1.0:
             return grads

@@ -30,7 +30,7 @@ def _per_device_sum(grad_fn, devices=8):
 
 
 @pytest.mark.parametrize("gradients_mean", [False, True])
-def test_eager_loop_equals_mindspores_reduction(gradients_mean):
+def test_eager_loop_equals_mindspores_reduction(gradients_mean, notices):
     ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=gradients_mean)
     net, grad_fn = _net_and_grad_fn()
     total = _per_device_sum(grad_fn)
@@ -41,6 +41,9 @@ def test_eager_loop_equals_mindspores_reduction(gradients_mean):
     halves = nn.DistributedGradReducer(net.trainable_params(), mean=True, degree=4)(grads)  # explicit degree
     for got, s in zip(halves, total):
         np.testing.assert_allclose(np.asarray(got), s / 4, rtol=1e-5, atol=1e-6)
+    # the whole batch's gradient is read as a batch-mean loss's: said once, with what a summed loss would give
+    assert notices.text.count("DistributedGradReducer outside a compiled step") == 1
+    assert "For a loss that sums over the batch that is device-count times MindSpore's" in notices.text
 
 
 def test_inside_a_compiled_step_the_plans_reduction_is_not_repeated():
