@@ -5,7 +5,7 @@ Here it is a view over graphpar's auto-parallel settings, no second store: every
 ``get_auto_parallel_context`` / ``current_parallel()`` or writes through ``set_auto_parallel_context``, so a value
 set either way is seen both ways. The methods for settings graphpar does not keep (``gradient_fp32_sync``,
 ``force_fp32_communication``, ``optimizer_weight_shard_aggregated_save``, ``all_reduce_fusion_split_indices``, whose
-keys ``set_auto_parallel_context`` accepts with a notice or refuses) raise :class:`NoSuchSettingError` naming what
+keys ``set_auto_parallel_context`` accepts with a notice or refuses; whether ``parameter_broadcast`` was given) raise :class:`NoSuchSettingError` naming what
 graphpar does instead; answering MindSpore's default would report a value the user may have set otherwise.
 """
 
@@ -26,6 +26,8 @@ _NOT_KEPT = {
     "optimizer_weight_shard_aggregated_save": "checkpoints of a sharded optimizer are saved whole "
                                               "(graphpar.checkpoint gathers the slices)",
     "all_reduce_fusion_split_indices": "XLA's collective combiners group the gradient AllReduces",
+    "parameter_broadcast_is_set": "it keeps parameter_broadcast's value, read by "
+                                  "get_auto_parallel_context('parameter_broadcast'), not whether it was given",
 }
 
 
@@ -67,8 +69,9 @@ class AutoParallelContextView:
         return get_auto_parallel_context("gradients_mean")
 
     def get_parameter_broadcast_is_set(self) -> bool:
-        """Whether ``parameter_broadcast`` was set to True (graphpar keeps the flag, not whether it was given)."""
-        return current_parallel().parameter_broadcast
+        """MindSpore answers whether ``parameter_broadcast`` was given at all (True after ``=False`` too); graphpar
+        keeps the flag's value only, so it refuses rather than answer the value."""
+        raise NoSuchSettingError("get_parameter_broadcast_is_set", "parameter_broadcast_is_set")
 
     def set_parallel_mode(self, parallel_mode: str) -> None:
         set_auto_parallel_context(parallel_mode=parallel_mode)

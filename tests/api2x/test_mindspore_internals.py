@@ -129,3 +129,6 @@ def test_auto_parallel_context_refuses_settings_graphpar_keeps_no_value_for():
         apc.set_gradient_fp32_sync(False)
     with pytest.raises(NoSuchSettingError, match="optimizer_weight_shard_aggregated_save"):
         apc.get_optimizer_weight_shard_aggregated_save()
+    context.set_auto_parallel_context(parameter_broadcast=False)  # MindSpore: "is set" is True now, whatever value
+    with pytest.raises(NoSuchSettingError, match="keeps parameter_broadcast's value"):
+        apc.get_parameter_broadcast_is_set()
