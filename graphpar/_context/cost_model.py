@@ -2,12 +2,14 @@
 ``get_cost_model_context``, ``reset_cost_model_context`` and the private ``_set/_get_multi_subgraphs``,
 ``_set/_get_algo_single_loop``, ``_set/_get_rp_matmul_mem_coef``, with MindSpore's keys, defaults and errors.
 
-Every value is checked as MindSpore checks it and kept for the getters, but none of them weighs a graphpar plan:
-graphpar's searches price plans with one cost model (``planner.cost``: wire bytes, messages and FLOPs weighted by the
-platform's measured constants, ``planner.search.settings.objective_hardware``), and its memory bound is
-``set_context(max_device_memory=...)``. Setting a key to a value other than MindSpore's default says once, per
-key, what graphpar does instead (:data:`INSTEAD`); MindSpore's defaults are what graphpar's model already assumes
-where it has the term (``costmodel_communi_bias`` 1024 bytes, training phase).
+Every value is checked as MindSpore checks it and kept for the getters. Three weigh graphpar's plans, the terms of
+MindSpore's DP objective that graphpar's ``dynamic_programming`` objective has (:attr:`CostModelSettings.
+objective_weights`, read by the compile stage into ``planner.search.settings.objective_hardware``):
+``costmodel_alpha`` scales computation and ``costmodel_beta`` communication, each by its ratio to MindSpore's
+default (the platform's measured constants stand for those defaults), and ``costmodel_communi_bias`` is the bytes
+charged per collective (graphpar's own pipeline-stage search keeps the platform's constants). The others have no
+term in graphpar's one cost model (``planner.cost``; its memory bound is ``set_context(max_device_memory=...)``): a
+value other than MindSpore's default says once, per key, what graphpar does instead (:data:`INSTEAD`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ class CostModelSettings:
     dp_algo_single_loop: bool = False
     rp_matmul_mem_coef: float = 0.1
 
+    @property
+    def objective_weights(self) -> tuple[float, float, float]:
+        """(compute, communication, bytes per collective) of the dynamic_programming objective: ``costmodel_alpha``
+        and ``costmodel_beta`` relative to MindSpore's defaults, ``costmodel_communi_bias`` as it is."""
+        default = CostModelSettings()
+        return (self.costmodel_alpha / default.costmodel_alpha, self.costmodel_beta / default.costmodel_beta,
+                self.costmodel_communi_bias)
+
 
 # the keys set_cost_model_context / get_cost_model_context take (MindSpore's func maps); the last three fields
 # have only their private setters
@@ -55,19 +65,15 @@ _TYPES = {f.name: (float if f.type == "float" else int if f.type == "int" else b
 _API = "set_cost_model_context"
 _FUSION = ("gradient AllReduces are scheduled and combined by XLA (its collective combiners); graphpar has no "
            "allreduce fusion algorithm for this to tune")
-_WEIGHTS = ("graphpar's dynamic_programming weighs computation and communication with the platform's constants "
-            "(objective_hardware; `python -m bench calibrate` measures them), recursive_programming minimises "
-            "communication bytes")
+WEIGHED = ("costmodel_alpha", "costmodel_beta", "costmodel_communi_bias")  # the keys that weigh plans
 INSTEAD = {
     "device_memory_capacity": "graphpar's searches bound per-device memory by set_context(max_device_memory=...) "
                               "(the plan's predicted peak)",
-    "costmodel_alpha": _WEIGHTS, "costmodel_beta": _WEIGHTS,
     "costmodel_gamma": "graphpar prices a parameter-gradient AllReduce in full (its wire bytes), never discounted",
-    "costmodel_communi_threshold": "graphpar charges every collective its wire bytes plus a fixed 1024-byte bias "
-                                   "(MindSpore's default costmodel_communi_bias); no size threshold",
-    "costmodel_communi_const": "graphpar charges every collective its wire bytes plus a fixed 1024-byte bias; no "
+    "costmodel_communi_threshold": "graphpar charges every collective its wire bytes plus costmodel_communi_bias; "
+                                   "no size threshold",
+    "costmodel_communi_const": "graphpar charges every collective its wire bytes plus costmodel_communi_bias; no "
                                "constant for small collectives",
-    "costmodel_communi_bias": "graphpar's bias is fixed at MindSpore's default, 1024 bytes",
     "run_phase": "graphpar plans the program it compiles: forward only for predict / eval / a forward call, forward "
                  "and backward for a training step",
     "multi_subgraphs": "graphpar traces the whole step into one graph and plans it whole",
@@ -103,7 +109,10 @@ def _store(api: str, key: str, value: Any) -> None:
                                                                 f"got {value!r}")
     if key == "costmodel_allreduce_fusion_algorithm" and value not in (0, 1, 2):
         raise ConfigError(api, key, value, valid=[0, 1, 2])
-    if value != getattr(CostModelSettings(), key):
+    if key in WEIGHED:
+        notice_once(f"cost_model:{key}", f"{api}({key}={value!r}) weighs AUTO_PARALLEL's dynamic_programming "
+                    f"objective (recursive_programming and sharding_propagation do not read it)", logging.INFO)
+    elif value != getattr(CostModelSettings(), key):
         notice_once(f"cost_model:{key}", f"{api}({key}={value!r}) is kept for get_cost_model_context but weighs no "
                     f"plan: {INSTEAD[key]}", logging.INFO)
     _cost_model = replace(_cost_model, **{key: float(value) if kind is float else value})

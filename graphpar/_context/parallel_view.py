@@ -5,8 +5,9 @@ Here it is a view over graphpar's auto-parallel settings, no second store: every
 ``get_auto_parallel_context`` / ``current_parallel()`` or writes through ``set_auto_parallel_context``, so a value
 set either way is seen both ways. The methods for settings graphpar does not keep (``gradient_fp32_sync``,
 ``force_fp32_communication``, ``optimizer_weight_shard_aggregated_save``, ``all_reduce_fusion_split_indices``, whose
-keys ``set_auto_parallel_context`` accepts with a notice or refuses; whether ``parameter_broadcast`` was given) raise :class:`NoSuchSettingError` naming what
-graphpar does instead; answering MindSpore's default would report a value the user may have set otherwise.
+keys ``set_auto_parallel_context`` accepts with a notice or refuses; whether ``parameter_broadcast`` was given)
+raise :class:`NoSuchSettingError` naming what graphpar does instead; answering MindSpore's default would report a
+value the user may have set otherwise.
 """
 
 from __future__ import annotations

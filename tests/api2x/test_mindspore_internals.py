@@ -5,12 +5,14 @@ each with MindSpore's names, defaults and error types, and what graphpar does in
 import logging
 import math
 
+import numpy as np
 import pytest
 
 import graphpar as ms
-from graphpar import context
+from graphpar import Tensor, context, nn, ops
 from graphpar.errors import ConfigError, SettingTypeError
 from graphpar.parallel import _cost_model_context as cost_model_context
+from graphpar.parallel import strategies
 from graphpar.parallel._auto_parallel_context import NoSuchSettingError, auto_parallel_context
 from graphpar.parallel._cost_model_context import (
     _get_algo_single_loop, _get_rp_matmul_mem_coef, _set_algo_single_loop, _set_multi_subgraphs,
@@ -89,6 +91,60 @@ def test_private_setters_and_what_graphpar_does_instead_said_once(caplog):
     assert any("multi_subgraphs=True" in m for m in said)
     cost_model_context.reset_cost_model_context()
     assert _get_algo_single_loop() is False and math.isclose(_get_rp_matmul_mem_coef(), 0.1)
+
+
+def test_costmodel_alpha_beta_and_bias_weigh_the_dynamic_programming_objective(caplog):
+    from graphpar.planner.search.costs import HARDWARE
+    from graphpar.planner.search.settings import objective_hardware
+
+    hw = HARDWARE["cpu"]
+    default = objective_hardware("dynamic_programming", hw, ms._context.current_cost_model().objective_weights)
+    assert default == objective_hardware("dynamic_programming", hw)  # MindSpore's defaults: graphpar's objective
+    with caplog.at_level(logging.INFO, logger="graphpar"):
+        cost_model_context.set_cost_model_context(costmodel_alpha=2.0, costmodel_beta=100.0,
+                                                  costmodel_communi_bias=0.0)
+    # said once per key and process: costmodel_alpha is set first here
+    assert any("costmodel_alpha=2.0) weighs AUTO_PARALLEL's dynamic_programming" in r.getMessage()
+               for r in caplog.records)
+    weighed = objective_hardware("dynamic_programming", hw, ms._context.current_cost_model().objective_weights)
+    assert weighed.gamma == 2.0 * default.gamma  # computation x costmodel_alpha / 1.0
+    assert weighed.beta == default.beta / 4  # communication x costmodel_beta / 400.0
+    assert weighed.alpha == 0.0  # no bias per collective
+    # recursive_programming does not read them, as MindSpore's recursive search does not
+    assert objective_hardware("recursive_programming", hw, (2.0, 0.25, 0.0)) == \
+        objective_hardware("recursive_programming", hw)
+
+
+class _TwoMatMul(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w1 = ms.Parameter(Tensor(np.ones((256, 1024), np.float32)), name="w1")
+        self.w2 = ms.Parameter(Tensor(np.ones((1024, 256), np.float32)), name="w2")
+        self.matmul1, self.matmul2, self.relu = ops.MatMul(), ops.MatMul(), ops.ReLU()
+
+    def construct(self, x):
+        return self.matmul2(self.relu(self.matmul1(x, self.w1)), self.w2)
+
+
+def test_costmodel_communi_bias_changes_what_dynamic_programming_chooses():
+    """Charging every collective a huge bias makes the search take the plan with the fewest collectives: data
+    parallel (the forward pass needs none); at MindSpore's default the two MatMuls split their weights."""
+    context.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="dynamic_programming", device_num=8)
+    x = Tensor(np.ones((1024, 256), np.float32))
+    default = strategies(_TwoMatMul(), x)
+    cost_model_context.set_cost_model_context(costmodel_communi_bias=1e9)
+    biased = strategies(_TwoMatMul(), x)
+    assert biased == {"Default/MatMul-op0": [[8, 1], [1, 1]], "Default/ReLU-op1": [[8, 1]],
+                      "Default/MatMul-op2": [[8, 1], [1, 1]]}
+    assert default != biased and default["Default/MatMul-op0"][1] != [1, 1]  # the default splits a weight
+
+
+def test_a_cost_model_setting_that_weighs_plans_is_part_of_the_compile_key():
+    before = ms._context.compile_key()
+    cost_model_context.set_cost_model_context(costmodel_beta=60.0)
+    assert ms._context.compile_key() != before
+    cost_model_context.reset_cost_model_context()
+    assert ms._context.compile_key() == before
 
 
 # --- auto_parallel_context() --------------------------------------------------------------------------------------
