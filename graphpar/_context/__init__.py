@@ -11,6 +11,7 @@ holds the settings and the API over them.
 from graphpar._context.algo import AlgoParameters as AlgoParameters
 from graphpar._context.algo import OpStrategyConfig as OpStrategyConfig
 from graphpar._context.algo import current_algo as current_algo
+from graphpar._context.cost_model import current_cost_model as current_cost_model
 from graphpar._context.algo import current_op_strategy_config as current_op_strategy_config
 from graphpar._context.algo import get_algo_parameters as get_algo_parameters
 from graphpar._context.algo import reset_algo_parameters as reset_algo_parameters

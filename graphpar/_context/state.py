@@ -22,6 +22,8 @@ import jax
 from graphpar._context.algo import OpStrategyConfig, current_algo, current_op_strategy_config, use_op_strategy_config
 from graphpar._context.cache_dir import CompileCache, resolve_compile_cache
 from graphpar._context.devices import ascend_stand_in, check_device_id, check_platform
+from graphpar._context.typecheck import SET_CONTEXT_TYPES, args_type_check
+from graphpar._context.cost_model import current_cost_model
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
     PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_auto_pipeline, check_bool, check_dataset_strategy, check_format_transform,
@@ -127,6 +129,7 @@ _context = Context()
 _auto_parallel = AutoParallelContext()
 
 
+@args_type_check("set_context", **SET_CONTEXT_TYPES)  # MindSpore's shape: __wrapped__ skips only this check
 def set_context(**kwargs: Any) -> None:
     """Set MindSpore's global context: ``mode``, ``device_target``, ``device_id``, ``save_graphs``,
     ``save_graphs_path``, ``max_device_memory``, ``enable_compile_cache``, ``compile_cache_path`` (XLA's persistent
@@ -279,8 +282,7 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
         _auto_parallel.search_mode = "sharding_propagation"
 
 
-# The default of global_rank is this process's rank, a fact of the communication layer above this one:
-# graphpar.communication registers its get_rank() here when it is imported (which importing graphpar does).
+# global_rank's default is this process's rank: graphpar.communication (a layer above) registers its get_rank() here
 _rank_source: Callable[[], int] | None = None
 
 
@@ -360,9 +362,8 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-# dumps describe a program, never change it
 _NOT_COMPILED = frozenset({"save_graphs_setting", "save_graphs_path_setting", "enable_compile_cache_setting",
-                           "compile_cache_path_setting", "comm_fusion"})  # the compile cache stores programs, never changes one
+                           "compile_cache_path_setting", "comm_fusion"})  # dumps and the cache never change a program
 
 
 @functools.cache
@@ -376,7 +377,7 @@ def compile_key() -> tuple:
     program that runs."""
     own = tuple([getattr(_context, name) for name in _compiled_fields(type(_context))])
     return own + tuple([_frozen(getattr(_auto_parallel, name)) for name in _compiled_fields(type(_auto_parallel))]
-                       ) + (current_algo(), current_op_strategy_config())
+                       ) + (current_algo(), current_op_strategy_config(), current_cost_model())
 
 
 def settings() -> tuple:
@@ -384,7 +385,7 @@ def settings() -> tuple:
     (``==`` compares dicts by value) for a per-step "has anything changed" check against a deep copy taken when a
     program was chosen. Equal settings give equal compile keys."""
     return (_fields_getter(type(_context))(_context) + _fields_getter(type(_auto_parallel))(_auto_parallel)
-            + (current_algo(), current_op_strategy_config()))
+            + (current_algo(), current_op_strategy_config(), current_cost_model()))
 
 
 @functools.cache

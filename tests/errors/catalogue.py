@@ -44,6 +44,18 @@ def _ms():
     return graphpar
 
 
+def _cost_model():
+    from graphpar.parallel import _cost_model_context
+
+    return _cost_model_context
+
+
+def _apc():
+    from graphpar.parallel import _auto_parallel_context
+
+    return _auto_parallel_context
+
+
 def _transformer():
     from graphpar.nn import transformer
 
@@ -849,6 +861,20 @@ ROWS: list[Row] = [
     Row("runtime-stream", "context", "runtime.Stream() (or Event, StreamCtx, current_stream, set_cur_stream, ...)",
         lambda t: _ms().runtime.Stream(), ERR + "RuntimeApiError",
         ("mindspore.runtime.Stream", "no user streams", "synchronize()")),
+    Row("context-type-check", "context", "set_context(device_id='0')",
+        lambda t: _ms().set_context(device_id="0"), ERR + "SettingTypeError", ("device_id must be int", "str")),
+    Row("cost-model-unknown-key", "context", "_cost_model_context.set_cost_model_context(costmodel_delta=1.0)",
+        lambda t: _cost_model().set_cost_model_context(costmodel_delta=1.0), ERR + "ConfigError",
+        ("unknown key 'costmodel_delta'", "'costmodel_alpha'")),
+    Row("cost-model-type", "context", "_cost_model_context.set_cost_model_context(costmodel_beta=400)",
+        lambda t: _cost_model().set_cost_model_context(costmodel_beta=400), ERR + "SettingTypeError",
+        ("costmodel_beta must be float", "int")),
+    Row("cost-model-run-phase", "context", "_cost_model_context.set_cost_model_context(run_phase=2)",
+        lambda t: _cost_model().set_cost_model_context(run_phase=2), ERR + "ConfigError",
+        ("run_phase must be 0 (training) or 1 (inference)",)),
+    Row("auto-parallel-context-not-kept", "context", "auto_parallel_context().get_force_fp32_communication()",
+        lambda t: _apc().auto_parallel_context().get_force_fp32_communication(),
+        "graphpar._context.parallel_view:NoSuchSettingError", ("force_fp32_communication", "keeps no")),
     # --- TLS files --------------------------------------------------------------------------------------------
     Row("tls-config-missing", "files", "set_ps_context(enable_ssl=True, config_file_path='missing.json')",
         lambda t: _ms().set_ps_context(enable_ssl=True, config_file_path=str(t / "missing.json")),

@@ -86,7 +86,8 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
                                  stages=pctx.pipeline_stages if pctx.pipeline_stages > 1 else None)
     graph = plan_graph(graph, PlanRequest(
         devices, mode, search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
-        search_settings(mode, search_mode, None if pipelined else budget, platform),
+        search_settings(mode, search_mode, None if pipelined else budget, platform,
+                        _context.current_cost_model().objective_weights),
         slots, algo=_context.current_algo()))
     if stages is not None:  # the searched pipeline goes to strategy_ckpt_config's save_file, if one is set
         params = {v.name for v in graph.values.values() if v.kind == "param" and v.producer is None}

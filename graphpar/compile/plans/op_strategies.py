@@ -126,7 +126,8 @@ def plan_cell(cell: Any, inputs: Sequence[Any]) -> Graph | None:
     optimizer = cell.optimizer if train else None
     graph = plan_graph(graph, PlanRequest(
         devices, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
-        search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu"),
+        search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu",
+                        _context.current_cost_model().objective_weights),
         graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
     strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()), parameters=network.trainable_params())
     if _context.current().save_graphs:  # the begin dump, as a job's compile writes it (rank 0: the global view)

@@ -46,8 +46,9 @@ class SearchSettings:
 
 
 def search_settings(parallel_mode: str, search_mode: str, max_device_memory: str | None,
-                    platform: str) -> SearchSettings:
-    """The settings of one plan (called by the compile stage, which reads the context)."""
+                    platform: str, weights: tuple[float, float, float] | None = None) -> SearchSettings:
+    """The settings of one plan (called by the compile stage, which reads the context; ``weights``: the
+    cost-model context's ``CostModelSettings.objective_weights``)."""
     budget = parse_memory(max_device_memory) if max_device_memory else None
     searching = parallel_mode == "auto_parallel" and search_mode in SEARCH_MODES
     if budget is not None and not searching:
@@ -57,7 +58,7 @@ def search_settings(parallel_mode: str, search_mode: str, max_device_memory: str
     # the platform's measured constants when `python -m bench calibrate` wrote them (said once, as the stage
     # search says it), else the built-in ones
     hw = platform_hardware(platform) if searching else HARDWARE.get(platform, DEFAULT_HW)
-    return SearchSettings(budget, objective_hardware(search_mode, hw))
+    return SearchSettings(budget, objective_hardware(search_mode, hw, weights))
 
 
 TIE_BREAK = 1e-3
@@ -67,7 +68,7 @@ TIE_BREAK = 1e-3
 COMMUNI_BIAS = 1024.0
 
 
-def objective_hardware(search_mode: str, hw: Hardware) -> Hardware:
+def objective_hardware(search_mode: str, hw: Hardware, weights: tuple[float, float, float] | None = None) -> Hardware:
     """The weights of the objective ``alpha * messages + beta * bytes + gamma * FLOPs`` each search minimises.
 
     dynamic_programming: MindSpore's DP objective, ``costmodel_alpha * computation + costmodel_beta *
@@ -82,8 +83,15 @@ def objective_hardware(search_mode: str, hw: Hardware) -> Hardware:
 
     recursive_programming: MindSpore's double recursive search minimises communication; here the platform's beta
     per byte, with latency and compute kept only as tie-breakers (weighted by TIE_BREAK), so among plans that move
-    the same bytes the faster one wins."""
+    the same bytes the faster one wins.
+
+    ``weights`` = (compute, communication, communi_bias): MindSpore's ``set_cost_model_context`` terms of the DP
+    objective, ``costmodel_alpha / 1.0``, ``costmodel_beta / 400.0`` (each relative to MindSpore's default, since
+    the platform's constants stand for those defaults here) and ``costmodel_communi_bias`` in bytes; None or
+    MindSpore's defaults leave the objective as above. recursive_programming does not read them (nor does MindSpore's
+    recursive search)."""
     if search_mode == "recursive_programming":
         return Hardware(f"{hw.name}, communication first", hw.alpha * TIE_BREAK, hw.beta, hw.gamma * TIE_BREAK)
-    return Hardware(f"{hw.name}, MindSpore DP (alpha*compute + beta*communication)", hw.beta * COMMUNI_BIAS,
-                    hw.beta, hw.gamma)
+    compute, communication, bias = weights or (1.0, 1.0, COMMUNI_BIAS)
+    return Hardware(f"{hw.name}, MindSpore DP (alpha*compute + beta*communication)",
+                    hw.beta * communication * bias, hw.beta * communication, hw.gamma * compute)
