@@ -36,8 +36,8 @@ import numpy as np
 
 from graphpar.planner.state_paths import parameter_of
 
-__all__ = ["DEFAULT_OPTIMIZER_SLOTS", "compiled_peak_bytes", "keeps_input", "keeps_output", "optimizer_slots", "param_slots",
-           "peak_bytes", "value_kept", "graph_optimizer_slots", "sole_keeper"]
+__all__ = ["DEFAULT_OPTIMIZER_SLOTS", "checkpoint_keeps_input", "compiled_peak_bytes", "keeps_input", "keeps_output",
+           "optimizer_slots", "param_slots", "peak_bytes", "value_kept", "graph_optimizer_slots", "sole_keeper"]
 
 # optimizer-state copies per parameter element assumed when the optimizer is unknown (a plan made from a loss
 # network alone): Adam's two moments, the largest of the common optimizers, so the prediction errs on the safe side
@@ -126,6 +126,22 @@ def value_kept(graph: Any, vid: int, grads: frozenset[int]) -> bool:
     if producer is not None and keeps_output(producer, producer.outputs.index(vid), graph, grads):
         return True
     return _consumers_keep(graph, vid, grads)
+
+
+def checkpoint_keeps_input(node: Any, k: int, graph: Any, grads: frozenset[int]) -> bool:
+    """Whether ``node`` keeps its ``k``-th input for the backward pass in a program that saves op outputs only (a
+    pipeline stage's forward: ``compile.lowering.recompute.activations_only``): as :func:`keeps_input`, except that
+    what an op computes inside itself (a normalisation's x - mean, GeLU's tanh term, a cross-entropy's softmax) is
+    recomputed from its input, so that input is kept instead, whatever op made it. The input is kept in the layout
+    ``node`` reads it (measured: a redistributed input is kept as it was redistributed)."""
+    value = graph.values[node.inputs[k]]
+    if not value.is_array or not value.shape or not _is_float(value) or not any(v in grads for v in node.inputs):
+        return False
+    if node.kind in _LINEAR:
+        return False
+    if node.kind in _PRODUCTS:
+        return any(j != k and v in grads for j, v in enumerate(node.inputs))
+    return True  # a Softmax too: its rule reads an output of its own the policy cannot name (measured: x and y kept)
 
 
 def _consumers_keep(graph: Any, vid: int, grads: frozenset[int]) -> bool:

@@ -9,7 +9,10 @@ searched intra-op strategies; the network is wrapped in ``PipelineCell(loss_net,
 
 Each stage's memory is the stage programs' compiled ``memory_analysis()`` put together: the update program's
 arguments (the stage's parameters, accumulated gradients and optimizer state), the residuals of the micro-batches
-in flight (measured on the step) and the largest temporary buffer of its forward and backward programs.
+in flight (measured on the step) and the largest temporary buffer of its forward and backward programs. The
+search predicts the same three parts (``planner.stages.model.stage_memory``): weights and optimizer state, the
+op outputs each layer keeps per micro-batch in flight (a recomputed layer: its input), and the backward
+program's temporaries (a cotangent per activation of one micro-batch, or the dp-reduced gradients twice).
 """
 
 from __future__ import annotations
@@ -102,10 +105,23 @@ def _gpt():
 
 
 @pytest.mark.slow
-def test_the_searched_gpt_pipeline_trains_from_the_strategy_file_as_stand_alone_within_the_predicted_memory(tmp_path):
-    """The tied embedding is read by the first stage's Gather and the last stage's logits (a copy per stage)."""
-    best = _check(_gpt, gpt_data(16, 32, 512), "0.004GB", tmp_path / "gpt.json")
-    assert (best.shape.stages, best.shape.tp, best.shape.micro) == (2, 4, 4)
+@pytest.mark.parametrize("budget, shape, recompute", [
+    # stage 0: predicted 4100096 B, compiled 4152512 B (0.987); stage 1: 3695360 / 3767232 (0.981)
+    ("0.004GB", (2, 4, 1, 4, 4), (False, False)),
+    # data parallel inside each stage: its backward reduces each micro-batch's gradients over dp
+    # stage 0: 5035008 / 4865904 (1.035); stage 1: 4742656 / 4651760 (1.020)
+    ("0.005GB", (2, 2, 2, 8, 1), (False, False)),
+    # recompute on the first stage only: it keeps each layer's input, its backward recomputes the layers
+    # stage 0: 1852416 / 1920080 (0.965); stage 1: 1914624 / 2013248 (0.951)
+    ("0.0018GB", (2, 4, 1, 16, 1), (True, False)),
+])
+def test_the_searched_gpt_pipeline_trains_from_the_strategy_file_as_stand_alone_within_the_predicted_memory(
+        tmp_path, budget, shape, recompute):
+    """The tied embedding is read by the first stage's Gather and the last stage's logits (a copy per stage).
+    Each budget gets another searched shape (pp, tp, dp, micro-batches, sequences per micro-batch)."""
+    best = _check(_gpt, gpt_data(16, 32, 512), budget, tmp_path / "gpt.json")
+    s = best.shape
+    assert ((s.stages, s.tp, s.dp, s.micro_batches, s.micro), best.recompute) == (shape, recompute)
 
 
 def test_a_strategy_file_without_a_searched_pipeline_is_refused_by_name(tmp_path):

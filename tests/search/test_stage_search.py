@@ -46,10 +46,10 @@ def test_the_bubble_is_p_minus_1_over_m_plus_p_minus_1_and_the_step_counts_it():
 def test_memory_pushes_recompute_and_fewer_layers_onto_the_first_stages_which_hold_more_micro_batches():
     # 1F1B: stage i holds min(p - i, m) micro-batches' activations, so the first stage is the tightest
     layer = _layer()
-    cluster = Cluster(devices=4, memory=22e9)
+    cluster = Cluster(devices=4, memory=30e9)
     plan = assign(Shape(4, 1, 1, 8, 1), 16, layer, EdgeCost(), EdgeCost(), cluster, slots=2.0)
     assert plan is not None and sum(plan.layers) == 16
-    assert all(m <= 22e9 for m in plan.stage_memory)
+    assert all(m <= 30e9 for m in plan.stage_memory)
     assert plan.recompute[0] and not plan.recompute[-1]
     # the same shape without a budget: no recompute, an even split
     free = assign(Shape(4, 1, 1, 8, 1), 16, layer, EdgeCost(), EdgeCost(), Cluster(devices=4), slots=2.0)

@@ -184,13 +184,13 @@ def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any], o: 
     consts = dict(unit.consts)
     consts.update((v, c) for v, c in o.consts.items() if v in consts)
     name_comm = not unit.config.mp_comm_recompute
+    named = {v for step in unit.steps if step.node.id in plan.named for v in step.outputs}
 
     def segment(*args: Any) -> list[Any]:
         local = dict(consts)
         local.update(zip(unit.inputs, args))
         for step in unit.steps:
-            local.update(zip(step.outputs, bind_step(o.step(step), [local[v] for v in step.inputs], name_comm,
-                                                     step.node.id in plan.named)))
+            local.update(zip(step.outputs, bind_step(o.step(step), [local[v] for v in step.inputs], name_comm)))
             for v in step.outputs if o.combine else ():
                 if v in o.combine:
                     local[v] = o.combine[v](local[v])
@@ -198,4 +198,8 @@ def _run_checkpointed(unit: Checkpointed, plan: LoweringPlan, xs: list[Any], o: 
 
     if unit.recomputes:
         xs = jax.lax.optimization_barrier(list(xs))
-    return jax.checkpoint(segment, policy=unit.config.policy())(*xs)
+    outs = jax.checkpoint(segment, policy=unit.config.policy())(*xs)
+    # named activations (level3, a pipeline stage's forward): the run's outputs are, what it computes inside is
+    # not (named inside, the outer checkpoint's policy would save them and the run would recompute nothing)
+    return [checkpoint_name(x, recompute.ACTIVATION) if v in named and jnp.issubdtype(x.dtype, jnp.inexact) else x
+            for v, x in zip(unit.outputs, outs)]

@@ -91,9 +91,12 @@ def shared_calls(steps: Sequence[Step]) -> dict[int, Step]:
 
 
 def _named_activations(graph: Graph) -> frozenset[int]:
-    """Nodes computed from the batch (level3 names their outputs): a node that reads a batch input or the output of
-    such a node."""
-    from_batch = {v for v in graph.inputs if graph.values[v].kind == "input"}
+    """Nodes computed from the batch (level3 and pipeline stages name their outputs): a node that reads a batch
+    input or the output of such a node. A pipeline stage's graph also takes the activations earlier stages computed
+    (inputs whose producer is a node of another stage's graph): computed from the batch too, so a later stage keeps
+    its ops' outputs as the first does instead of recomputing its whole forward in the backward pass."""
+    from_batch = {v for v in graph.inputs if graph.values[v].kind == "input"
+                  or (graph.values[v].producer is not None and graph.values[v].producer not in graph.nodes)}
     named: set[int] = set()
     for node in graph.node_list():
         if any(v in from_batch for v in node.inputs):

@@ -31,6 +31,7 @@ from graphpar.common.parameter import Parameter
 from graphpar.errors import GraphparError
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.plans.stage_residuals import largest_parameter, stage_residuals
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
 from graphpar.nn.transformer import MoE
@@ -273,9 +274,11 @@ def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: flo
     text = ", ".join(f"{n.instance_name} {n.strategy.in_strategy_text()}" for n in nodes
                      if n.kind in ("MatMul", "BatchMatMul"))
     expert_weights, dispatched = _expert_bytes(planned, experts)
+    stage_kept, stage_input = stage_residuals(planned, PROBE, FOLD)
+    largest = largest_parameter(planned, PROBE)
     return LayerCost(tp, micro, total.flops, total.comm_bytes, total.messages, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS),
                      total.activation_bytes, boundary, total.transient_bytes, text, experts.count, expert_weights,
-                     dispatched)
+                     dispatched, stage_kept, stage_input, largest)
 
 
 def _input_bytes(graph: Graph) -> float:

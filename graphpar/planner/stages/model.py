@@ -50,6 +50,11 @@ class LayerCost:
     experts: int = 0  # routed experts in the layer (0: no MoE); expert parallel splits them
     expert_weight_bytes: float = 0.0  # the routed experts' part of weight_bytes
     dispatch_bytes: float = 0.0  # the experts' input on one device: what each dispatch / combine AlltoAll moves
+    # what a pipeline stage's forward keeps (it saves op outputs only, in their layouts: :func:`kept`); None: as
+    # ``activation_bytes`` / ``boundary_bytes``
+    stage_activation_bytes: float | None = None
+    stage_input_bytes: float | None = None
+    largest_weight_bytes: float | None = None  # the largest parameter block on one device (None: weight_bytes)
 
 
 @dataclass(frozen=True)
@@ -156,39 +161,80 @@ def layer_weights(layer: LayerCost, shape: Shape) -> tuple[float, float]:
     return layer.weight_bytes - layer.expert_weight_bytes, layer.expert_weight_bytes / shape.ep
 
 
+def kept(layer: LayerCost, shape: Shape, recompute: bool) -> float:
+    """What one layer keeps per micro-batch for its backward pass (full recompute: its input only). A pipeline's
+    stage programs save op outputs only (``compile.pipeline.stage_programs``: what an op computes inside itself is
+    recomputed from its input) and a recomputed layer its input in the layout it arrives in; without stages the
+    training program keeps what the memory model says."""
+    if shape.stages > 1 and layer.stage_activation_bytes is not None and layer.stage_input_bytes is not None:
+        return layer.stage_input_bytes if recompute else layer.stage_activation_bytes
+    return layer.boundary_bytes if recompute else layer.activation_bytes
+
+
 def layer_memory(layer: LayerCost, shape: Shape, stage: int, recompute: bool, slots: float) -> float:
     """Per layer on stage ``stage``: its resident weight bytes and the activations of the micro-batches in flight
     (full recompute: the layer's input only)."""
-    kept = layer.boundary_bytes if recompute else layer.activation_bytes
     dense, experts = layer_weights(layer, shape)
     weights = dense * weight_factor(shape, slots) + experts * weight_factor(shape, slots, shape.dp // shape.ep)
-    return weights + in_flight(shape, stage) * kept + reduced_gradients(dense, experts, shape)
+    return weights + in_flight(shape, stage) * kept(layer, shape, recompute)
 
 
 def reduced_gradients(dense: float, experts: float, shape: Shape) -> float:
     """A micro-batch's gradients that the data-parallel replicas reduce (each stage's backward program reduces
     its micro-batch's gradients before they are accumulated): made whole, and the collective writes a second
-    buffer (``planner.memory_model``: 2 x the reduced gradients)."""
-    return 2.0 * ((dense if shape.dp > 1 else 0.0) + (experts if shape.dp // shape.ep > 1 else 0.0))
+    buffer."""
+    return (dense if shape.dp > 1 else 0.0) + (experts if shape.dp // shape.ep > 1 else 0.0)
 
 
 def fixed_memory(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost, slots: float,
                  recompute: bool) -> float:
-    """Stage ``stage``'s memory besides its layers: head / tail weights and activations, the layer recomputed at
-    once under full recompute, and the largest transient buffer."""
-    m = layer.transient_bytes + (layer.activation_bytes if recompute else 0.0)
-    block = sum(layer_weights(layer, shape))  # one layer's gradient
+    """Stage ``stage``'s resident memory besides its layers: head / tail weights and the activations they keep
+    for the micro-batches in flight."""
+    m = 0.0
     for edge, here in ((head, stage == 0), (tail, stage == shape.stages - 1)):
         if here:
             m += edge.weight_bytes / shape.tp * weight_factor(shape, slots)
-            m += in_flight(shape, stage) * edge.activation_per_sequence * shape.micro / shape.tp
-            m += reduced_gradients(edge.weight_bytes / shape.tp, 0.0, shape)
+            m += in_flight(shape, stage) * edge_activation(edge, shape)
+    return m
+
+
+def edge_activation(edge: EdgeCost, shape: Shape) -> float:
+    return edge.activation_per_sequence * shape.micro / shape.tp
+
+
+def backward_pieces(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost,
+                    recompute: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """What the backward program of one micro-batch holds besides its arguments (the residuals and the
+    accumulated gradients), as ``(fixed, per layer)`` bytes; the stage's peak takes the larger of the two
+    (``planner.memory_model.peak_bytes``' form): a cotangent for every activation of the micro-batch (a
+    recomputing stage also every layer's recomputed activations: measured, XLA's schedule holds 0.7-0.8 of them
+    at once), the largest transient buffer and the dp-reduced gradients; or twice those gradients (the
+    collective's second buffer). With more than one micro-batch and no data parallel, a parameter's gradient is
+    made and then added to the accumulator (measured: the temporaries hold the largest parameter's gradient);
+    with data parallel the reduced gradients' buffers hold it."""
+    dense, experts = layer_weights(layer, shape)
+    act_fixed = layer.transient_bytes
+    grad_fixed = 0.0
+    block = layer.weight_bytes if layer.largest_weight_bytes is None else layer.largest_weight_bytes
+    for edge, here in ((head, stage == 0), (tail, stage == shape.stages - 1)):
+        if here:
+            act_fixed += edge_activation(edge, shape)
+            grad_fixed += reduced_gradients(edge.weight_bytes / shape.tp, 0.0, shape)
             block = max(block, edge.weight_bytes / shape.tp)
     if shape.micro_batches > 1 and shape.dp == 1:
-        # accumulated gradients: a micro-batch's gradient of one layer is made, then added (with data parallel
-        # the reduced gradients' buffers hold it: reduced_gradients)
-        m += block
-    return m
+        act_fixed += block
+    grad_per = reduced_gradients(dense, experts, shape)
+    act_per = kept(layer, shape, False) * (2.0 if recompute else 1.0)
+    return ((act_fixed + grad_fixed, act_per + grad_per), (2.0 * grad_fixed, 2.0 * grad_per))
+
+
+def stage_memory(shape: Shape, stage: int, layers: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost,
+                 slots: float, recompute: bool) -> float:
+    """Stage ``stage``'s peak per device holding ``layers`` layers: resident bytes (weights, optimizer state, the
+    residuals of the micro-batches in flight) and the larger backward piece (:func:`backward_pieces`)."""
+    resident = fixed_memory(shape, stage, layer, head, tail, slots, recompute)
+    resident += layers * layer_memory(layer, shape, stage, recompute, slots)
+    return resident + max(f + layers * per for f, per in backward_pieces(shape, stage, layer, head, tail, recompute))
 
 
 def sync_time(weight_bytes: float, shape: Shape, cluster: Cluster, replicas: int | None = None) -> float:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphpar.planner.stages.model import (SCHEDULES, Cluster, EdgeCost, LayerCost, Shape, fixed_memory,
-                                           expert_time, fixed_time, layer_memory, layer_time,
-                                           layer_weights, sync_time)
+from graphpar.planner.stages.model import (SCHEDULES, Cluster, EdgeCost, LayerCost, Shape, backward_pieces,
+                                           expert_time, fixed_memory, fixed_time, layer_memory, layer_time,
+                                           layer_weights, stage_memory, sync_time)
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,13 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
     fixed_t = np.array([fixed_time(shape, i, layer, head, tail, cluster) for i in range(p)])
     caps_mem = {}
     for r in options:
-        per = np.array([layer_memory(layer, shape, i, r, slots) for i in range(p)])
-        free = np.array([budget - fixed_memory(shape, i, layer, head, tail, slots, r) for i in range(p)])
-        caps_mem[r] = np.floor(np.where(per > 0, free / np.maximum(per, 1e-30), n_layers)).clip(-1, n_layers)
+        cap = np.full(p, float(n_layers))
+        for i in range(p):  # resident + each backward piece: linear in the layer count, each a bound
+            resident = (fixed_memory(shape, i, layer, head, tail, slots, r), layer_memory(layer, shape, i, r, slots))
+            for f, per in backward_pieces(shape, i, layer, head, tail, r):
+                free, per = budget - resident[0] - f, resident[1] + per
+                cap[i] = min(cap[i], np.floor(free / per) if per > 0 else (n_layers if free >= 0 else -1))
+        caps_mem[r] = cap.clip(-1, n_layers)
     if even:  # the extra layers of an uneven split on the last stages (they hold the fewest micro-batches)
         counts = [n_layers // p + (i >= p - n_layers % p) for i in range(p)]
     else:
@@ -99,8 +103,7 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
             return None
         recompute.append(min(fits, key=lambda r: times[r]))
     stage_time = tuple(float(fixed_t[i] + counts[i] * times[r]) for i, r in enumerate(recompute))
-    memory = tuple(fixed_memory(shape, i, layer, head, tail, slots, r) + counts[i] * layer_memory(layer, shape, i, r, slots)
-                   for i, r in enumerate(recompute))
+    memory = tuple(stage_memory(shape, i, counts[i], layer, head, tail, slots, r) for i, r in enumerate(recompute))
     dense, experts = layer_weights(layer, shape)
     weights = [counts[i] * dense + ((head.weight_bytes if i == 0 else 0.0)
                                     + (tail.weight_bytes if i == p - 1 else 0.0)) / shape.tp
