@@ -44,7 +44,7 @@ venv: $(STAMP)
 demo: $(STAMP)  ## MindSpore's distributed-parallel quick start (examples/quickstart.py) on 8 simulated CPU devices
 	$(PY) examples/quickstart.py
 
-test: $(STAMP)  ## the default suite (about 7 minutes on 2 cores; installs Chromium from Debian when apt is usable)
+test: $(STAMP)  ## the default suite (about 10 minutes on 2 cores; installs Chromium from Debian when apt is usable)
 	-@test -x /usr/bin/chromium || ! command -v apt-get >/dev/null 2>&1 || (echo "make test: installing chromium from Debian (apt-get) for the headless-browser tests of the HTML views; they are skipped without it" && (apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium)))
 	$(PY) -m pytest -q $(TESTS)
 
