@@ -216,7 +216,7 @@ def _checked(new: Any, carried: Any, where: str, what: str, old: Any) -> Any:
     if not (_array(new) or _scalar(new)):
         raise _refuse(where, what, old, new)
     new = _value(new)
-    weak = _scalar(old) or getattr(jax.typeof(carried), "weak_type", False)
+    weak = _scalar(old) or jax.typeof(carried).weak_type
     if new.shape != np.shape(carried) or (not weak and new.dtype != jnp.result_type(carried)):
         raise _refuse(where, what, carried, new)
     return new
