@@ -4,7 +4,7 @@ Each stage's backward program is SPMD over the stage's dp-sharded micro-batch, s
 partial gradients over the dp replicas inside it: every step reduces each stage's gradients once per micro-batch
 (``planner.stages.reductions_per_step``), each time the stage's parameter blocks on one device
 (``StagePlan.reduced_bytes``). Read here from the compiled stage programs of a 2-stage, dp 2 x tp 2 pipeline that
-runs the search's own stage assignment.
+runs the search's own stage assignment, whose per-stage memory (the dp-reduced gradients included) is checked too.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from graphpar.compile.plans.stage_profile import StageReport, edge_costs, find_l
 from graphpar.dump.hlo import parse_collectives
 from graphpar.models.mlp import DenseStack, mlp_data
 from graphpar.planner.stages import Cluster, Shape, StageSearch, assign, reductions_per_step
+
+from .test_stage_plan_e2e import stage_memory
 
 WIDTH, LAYERS, BATCH, MICRO_BATCHES = 64, 4, 16, 4
 SLOTS = 1.0  # Momentum
@@ -89,3 +91,7 @@ def test_each_micro_batch_backward_reduces_the_stage_gradients_over_dp_as_the_se
         print(f"stage {st.sg.stage}: {len(reduced)} dp all-reduce(s) x {runs['B']} backward runs per step, "
               f"{measured} B each run (search: {plan.reduced_bytes[st.sg.stage]:.0f} B)")
         assert measured == plan.reduced_bytes[st.sg.stage]
+    # and the stage memory the search predicts for it (dp reduced gradients included) is the compiled one
+    for s, (pred, comp) in enumerate(zip(plan.stage_memory, stage_memory(cell))):
+        print(f"stage {s}: predicted {pred:.0f} B, compiled {comp} B ({pred / comp:.3f})")  # 0.992, 0.994
+        assert 0.9 * comp <= pred <= 1.1 * comp

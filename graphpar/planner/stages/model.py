@@ -13,7 +13,7 @@ with the pipeline's stage count, micro-batch count, schedule, recompute and opti
 * + the stage's data-parallel gradient reduction, **per micro-batch**: the pipeline runtime's backward program is
   SPMD over the stage's dp-sharded micro-batch, so XLA sums each micro-batch's partial gradients over dp inside it
   (``compile.pipeline.stage_programs``; an AllReduce of the stage's weight blocks over dp, inter-node when the
-  stage spans nodes; with optimizer sharding a ReduceScatter into the shards, as MindSpore's level2 accumulates);
+  stage spans nodes, with optimizer sharding too: :func:`reduce_wire`);
 * step time = (m + p - 1) x the slowest stage's time per micro-batch (1F1B and GPipe alike: the bubble is
   (p - 1) / (m + p - 1) of the step) + with optimizer sharding the slowest stage's AllGather of its updated
   weights (once per step);
@@ -254,12 +254,10 @@ def reductions_per_step(shape: Shape) -> int:
 
 def reduce_wire(weight_bytes: float, shape: Shape, replicas: int | None = None) -> float:
     """Wire bytes per device of one micro-batch's gradient reduction of ``weight_bytes`` over the ``replicas``
-    holding them (default dp; the experts' gradients: dp / ep): an AllReduce, or with optimizer sharding a
-    ReduceScatter into the shards (half of it)."""
-    replicas = shape.dp if replicas is None else replicas
-    if shape.optimizer_shard:
-        return wire_bytes("ReduceScatter", weight_bytes / max(replicas, 1), replicas)
-    return wire_bytes("AllReduce", weight_bytes, replicas)
+    holding them (default dp; the experts' gradients: dp / ep): an AllReduce, with optimizer sharding too (the
+    SPMD backward reduces whole gradients and the sharded update slices them, as XLA:CPU compiles an all-reduce
+    and a local slice; a GPU's reduce-scatter creator may fuse them, which is not assumed)."""
+    return wire_bytes("AllReduce", weight_bytes, shape.dp if replicas is None else replicas)
 
 
 def reduce_time(dense: float, experts: float, shape: Shape, cluster: Cluster) -> tuple[float, float]:
@@ -274,7 +272,7 @@ def reduce_time(dense: float, experts: float, shape: Shape, cluster: Cluster) ->
 def sync_time(weight_bytes: float, shape: Shape, cluster: Cluster, replicas: int | None = None) -> float:
     """What the data-parallel replicas exchange once per step besides the per-micro-batch reductions: with
     optimizer sharding the AllGather of the updated ``weight_bytes`` over the ``replicas`` sharing them (default
-    dp; the experts' : dp / ep); nothing without it."""
+    dp; the experts': dp / ep); nothing without it."""
     replicas = shape.dp if replicas is None else replicas
     if replicas <= 1 or not shape.optimizer_shard:
         return 0.0
