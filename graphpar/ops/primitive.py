@@ -13,6 +13,7 @@ inputs. Otherwise the op just computes.
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -40,8 +41,10 @@ def _is_tensor(x: Any) -> bool:
 
 
 def _construct_code(cell_stack: list) -> Any:
-    """The code of the innermost running Cell's ``construct`` (None at the root): where an op's call is written."""
-    return type(cell_stack[-1]).construct.__code__ if cell_stack and cell_stack[-1] is not None else None
+    """The code of the innermost running Cell's ``construct`` (None at the root, or when ``construct`` is not a
+    plain function, e.g. a decorated one): where an op's call is written."""
+    construct = type(cell_stack[-1]).construct if cell_stack and cell_stack[-1] is not None else None
+    return construct.__code__ if isinstance(construct, types.FunctionType) else None
 
 
 def _is_static(x: Any) -> bool:
