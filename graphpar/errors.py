@@ -113,6 +113,18 @@ class MeshConflictError(DeviceError, RuntimeError):
     strategy that cannot hold (:class:`StrategyError`), so a ported ``pytest.raises(RuntimeError)`` holds."""
 
 
+class CommunicationGroupError(DeviceError, RuntimeError):
+    """A plan needing a communication group that MindSpore cannot create on Ascend 910 servers (HCCL groups of 8
+    devices per server: the same local ranks on every server, and 1, 2, 4 or 8 of them in the shapes HCCL links),
+    with ``set_context(device_target="Ascend")``. A ``RuntimeError``, as MindSpore's compile failure. Fields:
+    ``op`` (instance name), ``scope``, ``purpose`` (what the group is for) and ``ranks``."""
+
+    def __init__(self, op: str, scope: str, purpose: str, ranks: tuple[int, ...], hint: str):
+        self.op, self.scope, self.purpose, self.ranks, self.hint = op, scope, purpose, ranks, hint
+        super().__init__(f"op '{op}' in scope {scope}: its {purpose} needs the communication group of ranks "
+                         f"{list(ranks)}, which MindSpore cannot create on Ascend 910 (device_target='Ascend'): {hint}")
+
+
 class RuntimeCheckError(GraphparError, ValueError):
     """A value known only when a step ran failed an op's check (a class label outside ``[0, classes)``); raised
     lazily, after the step (``ops.runtime_checks``). Fields: ``op`` (instance name), ``kind``, ``scope`` (Cell

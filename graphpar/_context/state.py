@@ -61,6 +61,7 @@ def settings_revision() -> int:
 class Context(_Revised):
     mode: int = GRAPH_MODE
     device_target: str = "CPU"
+    ascend: bool = False  # device_target="Ascend" was asked for: MindSpore's Ascend checks apply (ascend_groups)
     device_id: int = 0
     save_graphs_setting: int = 0  # set_context(save_graphs=...); read through save_graphs
     save_graphs_path_setting: str = "ir_dumps"  # set_context(save_graphs_path=...); read through save_graphs_path
@@ -150,12 +151,11 @@ def set_context(**kwargs: Any) -> None:
                 raise ConfigError(api, key, value, valid=["GRAPH_MODE (0)", "PYNATIVE_MODE (1)"])
             _context.mode = value
         elif key == "device_target":
-            if value == "Ascend":  # no Ascend backend on XLA: the script runs on JAX's default platform (said once)
-                value = ascend_stand_in()
+            asked, value = value, ascend_stand_in() if value == "Ascend" else value  # no Ascend on XLA (said once)
             if value not in DEVICE_TARGETS:
                 raise ConfigError(api, key, value, valid=DEVICE_TARGETS)
             check_platform(value)
-            _context.device_target = value
+            _context.device_target, _context.ascend = value, asked == "Ascend"
         elif key == "device_id":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(api, key, value, reason=f"device_id must be an int >= 0, got {value!r}")

@@ -62,6 +62,22 @@ def _dim(self: jax.Array) -> int:
     return self.ndim
 
 
+# MindSpore's dtype-conversion methods (``Tensor.long()`` is ``Tensor.to(mstype.int64)``, ...): each is an astype,
+# so it works alike on a value and inside a compiled program. int64/float64 are int32/float32 unless JAX's x64 mode
+# is on, as for ``Tensor(..., dtype=int64)`` (see ``Tensor``).
+_CONVERSIONS = (("bool", jnp.bool_), ("float", jnp.float32), ("bfloat16", jnp.bfloat16), ("double", jnp.float64),
+                ("half", jnp.float16), ("int", jnp.int32), ("byte", jnp.uint8), ("long", jnp.int64),
+                ("short", jnp.int16))
+
+
+def _conversion(name: str, dtype: Any):
+    def convert(self: Any) -> Any:
+        return self.astype(jax.dtypes.canonicalize_dtype(dtype))
+    convert.__name__ = name
+    convert.__doc__ = f"MindSpore's ``Tensor.{name}()``: the tensor converted to {jnp.dtype(dtype).name}."
+    return convert
+
+
 def _not_in_program(method: str):
     def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise CellError(
@@ -74,7 +90,8 @@ def _not_in_program(method: str):
 
 def install_methods() -> None:
     """Give every ``jax.Array`` MindSpore's Tensor methods that ``jax.Array`` lacks: ``asnumpy()``, ``numpy()``,
-    ``dim()``. The others MindSpore samples use (``.shape``, ``.dtype``, ``.astype``, ``.item``, ``.size``,
+    ``dim()`` and the dtype conversions ``bool()``, ``float()``, ``bfloat16()``, ``double()``, ``half()``, ``int()``,
+    ``byte()``, ``long()``, ``short()`` (on tracers too: a conversion is an op of the program). The others MindSpore samples use (``.shape``, ``.dtype``, ``.astype``, ``.item``, ``.size``,
     ``.ndim``, ``.reshape``, ``.sum``, ``.mean``, ``.copy``, ``.tolist``) are ``jax.Array``'s own, with the same
     meaning. Called once by ``graphpar/__init__.py``: a Tensor *is* a ``jax.Array``, so the methods go on that class,
     as JAX itself attaches its array methods; on a tracer (inside a compiled program) ``asnumpy()`` / ``numpy()``
@@ -87,3 +104,7 @@ def install_methods() -> None:
             setattr(jax.core.Tracer, name, _not_in_program(name))
     if "dim" not in vars(jax.core.Tracer):
         setattr(jax.core.Tracer, "dim", _dim)
+    for name, dtype in _CONVERSIONS:
+        for cls in (jax.Array, jax.core.Tracer):
+            if name not in vars(cls):
+                setattr(cls, name, _conversion(name, dtype))

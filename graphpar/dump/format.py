@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from graphpar.common.dtype import ms_name
-from graphpar.ir.graph import Graph, Value
+from graphpar.ir.graph import Graph, Node, Value
+from graphpar.planner.layout import is_layout_strategy
 from graphpar.planner.strategy import MeshInfo, strategy_text
 from graphpar.planner.strategy import spec_text as spec_text  # re-exported: the writers print layouts with it
 
@@ -41,6 +42,19 @@ def attr_value(v: Any) -> str:
         return repr(v)
     text = str(v)
     return text.replace("\n", " ")
+
+
+def primitive_attrs(node: Node) -> dict[str, Any]:
+    """An op's ``primitive_attrs`` as MindSpore prints them: its attributes, then the strategy its ``shard()`` set
+    (``in_layout``/``out_layout`` when written with Layout objects, else ``in_strategy``/``out_strategy``)."""
+    attrs = dict(node.attrs)
+    if is_layout_strategy(node.hint):
+        attrs["in_layout"] = node.hint
+        attrs["out_layout"] = node.out_hint
+    elif node.hint is not None:
+        attrs["in_strategy"] = node.hint
+        attrs["out_strategy"] = node.out_hint
+    return attrs
 
 
 def attrs_text(attrs: dict[str, Any]) -> str:

@@ -22,11 +22,12 @@ from typing import Any, Protocol
 from graphpar import _context
 from graphpar._context import AutoParallelContext
 from graphpar.communication.devices import local_ranks
+from graphpar.dump import auto_parallel_begin
 from graphpar.dump.format import (
-    FORMAT_VERSION, attrs_text, local_shape, mesh_text, outputs_lhs, spec_text, split_text, tensor_type, value_ref)
+    FORMAT_VERSION, attrs_text, local_shape, mesh_text, outputs_lhs, primitive_attrs, spec_text, split_text,
+    tensor_type, value_ref)
 from graphpar.dump.hlo import Collective, parse_collectives
 from graphpar.ir.graph import Graph, Node
-from graphpar.planner.layout import is_layout_strategy
 from graphpar.planner.predict import predicted_costs
 from graphpar.planner.search.report import search_lines
 from graphpar.planner.wire import wire_bytes
@@ -128,13 +129,7 @@ def _node_line(graph: Graph, node: Node, per_device: bool, predicted: float | No
         v = graph.values[vid]
         shape = local_shape(v.shape, s.output_spec(j), mesh) if per_device and v.is_array else v.shape
         outs.append(tensor_type(v.dtype, shape))
-    prim_attrs = dict(node.attrs)
-    if is_layout_strategy(node.hint):  # MindSpore's spelling for a strategy written with Layout objects
-        prim_attrs["in_layout"] = node.hint
-        prim_attrs["out_layout"] = node.out_hint
-    elif node.hint is not None:
-        prim_attrs["in_strategy"] = node.hint
-        prim_attrs["out_strategy"] = node.out_hint
+    prim_attrs = primitive_attrs(node)
     args = ", ".join(value_ref(graph.values[v]) for v in node.inputs)
     layouts = "; ".join(spec_text(s.input_spec(i)) for i in range(len(node.inputs)))
     out_layouts = "; ".join(spec_text(s.output_spec(j)) for j in range(len(node.outputs)))
@@ -181,6 +176,7 @@ def write_begin(graph: Graph, plan: DumpedPlan, directory: str | os.PathLike, ra
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         written.append(path)
+    auto_parallel_begin.write(graph, plan.pctx.parallel_mode, directory, ranks, index)  # MindSpore's form beside it
     return written
 
 

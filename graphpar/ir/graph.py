@@ -68,6 +68,7 @@ class GraphPlan:
     mesh: MeshInfo | None = None  # the mesh the graph is planned on
     hints: Mapping[int, Any] = field(default_factory=dict)  # node id -> planner.passes.hints.ReadHint (read_hints)
     purpose: str = ""  # "train" (a step) or "forward"
+    parallel_mode: str = ""  # the ParallelMode value the graph was planned under ("" before planning)
     note: str = ""  # one line the begin dump shows (what runs this graph: data parallel replicas, a stage)
     input_specs: Mapping[int, Spec] = field(default_factory=dict)  # graph-input value id -> dataset layout
     value_specs: Mapping[int, Spec] = field(default_factory=dict)  # param/state/input value id -> storage layout
@@ -159,6 +160,7 @@ class Node:
     # the backward recomputation (a ``jax.checkpoint`` under a gradient taken in construct) this node belongs to:
     # the lowering keeps each such run one checkpoint, so XLA cannot merge it with the forward it recomputes
     remat: int | None = None
+    debug_name: str = ""  # the construct variable its result is assigned to, MindSpore's node name (ir.debug_names)
 
     @property
     def label(self) -> str:

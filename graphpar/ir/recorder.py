@@ -43,6 +43,7 @@ class OpCall:
     out_strategy: tuple | None
     input_names: tuple[str, ...]    # names of the tensor inputs, in order
     static_args: dict[int, Any] = field(default_factory=dict)  # non-tensor call arguments by position (axis, ...)
+    debug_name: str = ""  # the construct variable the result is assigned to ("" none; ir.debug_names)
     op: Any = field(repr=False, default=None)
     # traced inline (see ``graphpar.ir.trace``): the call's tensor inputs and output leaves, as tracers of the trace
     tensors: list[Any] | None = field(repr=False, default=None)

@@ -108,7 +108,7 @@ class _Builder:
 
     def add_node(self, eqn: Any, kind: str, instance: str, scope: str, attrs: dict, hint: Any, out_hint: Any,
                  in_ids: list[int], is_op: bool, input_names: tuple = (), static_args: dict | None = None,
-                 body: OpBody | None = None) -> Node:
+                 body: OpBody | None = None, debug_name: str = "") -> Node:
         nid = self._next_node
         self._next_node += 1
         out_ids = []
@@ -119,7 +119,7 @@ class _Builder:
         for k, vid in enumerate(in_ids):
             self.values[vid].consumers.append((nid, k))
         node = Node(nid, kind, instance, scope, attrs, hint, out_hint, list(in_ids), out_ids, eqn, is_op,
-                    input_names, dict(static_args or {}), body=body, remat=self.remat)
+                    input_names, dict(static_args or {}), body=body, remat=self.remat, debug_name=debug_name)
         self.nodes[nid] = node
         self.order.append(nid)
         return node
@@ -142,7 +142,8 @@ class _Builder:
         in_ids = [self.read(env, a) for a in ins]
         body = OpBody(tuple(ins), tuple(eqns), tuple(outs))
         node = self.add_node(None, call.kind, call.instance_name, call.scope, call.attrs, call.in_strategy,
-                             call.out_strategy, in_ids, True, call.input_names, call.static_args, body)
+                             call.out_strategy, in_ids, True, call.input_names, call.static_args, body,
+                             call.debug_name)
         for var, vid in zip(outs, node.outputs):
             env[var] = vid
         return node
@@ -196,7 +197,7 @@ class _Builder:
                 call = self.recorder.calls[call_id]
                 node = self.add_node(eqn, call.kind, call.instance_name, call.scope, call.attrs,
                                      call.in_strategy, call.out_strategy, in_ids, True, call.input_names,
-                                     call.static_args)
+                                     call.static_args, debug_name=call.debug_name)
             else:
                 inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
                 inner_jaxpr = inner.jaxpr if isinstance(inner, jcore.ClosedJaxpr) else inner

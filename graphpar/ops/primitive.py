@@ -13,6 +13,7 @@ inputs. Otherwise the op just computes.
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -24,6 +25,7 @@ from graphpar._logging import notice_once
 from graphpar.errors import StrategyError
 from graphpar.ir import construct_errors
 from graphpar.ir import recorder as _recorder
+from graphpar.ir.debug_names import assigned_name
 from graphpar.ops._mixed_precision import cast_tree
 from graphpar.errors import StrategyError
 from graphpar.ops.strategy import Strategy, check_ranks, check_structure
@@ -36,6 +38,13 @@ _STAGE = object()  # _inline_call's answer for a call that must be staged as a j
 
 def _is_tensor(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic))
+
+
+def _construct_code(cell_stack: list) -> Any:
+    """The code of the innermost running Cell's ``construct`` (None at the root, or when ``construct`` is not a
+    plain function, e.g. a decorated one): where an op's call is written."""
+    construct = type(cell_stack[-1]).construct if cell_stack and cell_stack[-1] is not None else None
+    return construct.__code__ if isinstance(construct, types.FunctionType) else None
 
 
 def _is_static(x: Any) -> bool:
@@ -232,7 +241,8 @@ class Primitive:
             call_id=call_id, kind=self.name, instance_name=self.instance_name, scope=scope,
             attrs=dict(self.attrs), in_strategy=in_strategy, out_strategy=out_strategy,
             input_names=names, op=self,
-            static_args={i: a for i, a in enumerate(args) if _is_static(a)})
+            static_args={i: a for i, a in enumerate(args) if _is_static(a)},
+            debug_name=assigned_name(_construct_code(recorder.cell_stack)))
 
         if recorder.inline and all(isinstance(t, jax.core.Tracer) for t in tensors):
             out = self._inline_call(recorder.calls[call_id], args, tensors, names, scope)

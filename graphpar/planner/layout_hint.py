@@ -20,9 +20,11 @@ So:
 ``interleaved_parallel``: MindSpore computes the op in that many pieces on each device, one after another, to
 overlap communication with computation; the data each device holds is the layout without it when it is the last
 (minor) alias of its dimension. graphpar builds exactly that: the layout without the virtual split, with a one-time
-notice that XLA schedules the op as one piece per device (its own scheduler overlaps collectives). Anywhere else
-in an entry it would give each device a strided, non-contiguous block no ``PartitionSpec`` expresses: refused by
-name.
+notice that XLA schedules the op as one piece per device (its own scheduler overlaps collectives). Before another
+alias of its entry (``("dp", "interleaved_parallel", "mp")``) MindSpore gives each device a strided block (the
+pieces ``(d, 0, m)`` and ``(d, 1, m)``), which no ``PartitionSpec`` expresses: for a computed value graphpar takes
+the layout without the virtual split there too (the same values; each device computes the contiguous block
+``(d, m)`` instead, said once), for a Parameter, whose slices a checkpoint stores, it is refused by name.
 """
 
 from __future__ import annotations
@@ -60,20 +62,29 @@ def _last(entry: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(a for a in entry if a != INTERLEAVED) + (INTERLEAVED,)
 
 
-def _real(node, hint, layout: Layout, entry: tuple[str, ...], where: str) -> tuple[str, ...]:
-    """An entry's device aliases: ``interleaved_parallel`` dropped where it is the minor alias, refused elsewhere."""
+def _real(node, hint, layout: Layout, entry: tuple[str, ...], where: str, stored: bool = False) -> tuple[str, ...]:
+    """An entry's device aliases: ``interleaved_parallel`` dropped. Before another alias it would give each device a
+    strided block of the dimension: for a computed value the contiguous block of the layout without it holds the
+    same values (said once); for a Parameter (``stored``), whose slices checkpoints keep, it is refused."""
     if INTERLEAVED not in entry:
         return entry
     if entry[-1] != INTERLEAVED:
-        raise _error(node, hint, f"{where} puts '{INTERLEAVED}' before {entry[entry.index(INTERLEAVED) + 1:]}: each "
-                     "device would hold a strided, non-contiguous block, which graphpar's device mesh cannot "
-                     "express", f"Put '{INTERLEAVED}' last in the entry, e.g. {_last(entry)}")
-    return entry[:-1]
+        if stored:
+            raise _error(node, hint, f"{where} puts '{INTERLEAVED}' before {entry[entry.index(INTERLEAVED) + 1:]}: "
+                         "each device would store a strided, non-contiguous block of the Parameter, which graphpar's "
+                         "device mesh cannot express", f"Put '{INTERLEAVED}' last in the entry, e.g. {_last(entry)}")
+        notice_once(f"interleaved-strided:{node.instance_name}:{node.scope}",
+                    f"op '{node.instance_name}' (scope {node.scope}): {where} puts '{INTERLEAVED}' before "
+                    f"{entry[entry.index(INTERLEAVED) + 1:]}; MindSpore gives each device a strided block of it, "
+                    f"graphpar the contiguous block of {tuple(a for a in entry if a != INTERLEAVED)} (the same "
+                    "values; only which rows each device computes differs)")
+    return tuple(a for a in entry if a != INTERLEAVED)
 
 
 def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, in_shapes: Sequence[tuple],
-                      out_shapes: Sequence[tuple], n_devices: int) -> LayoutHint:
-    """``hint`` (one :class:`Layout` per tensor input) checked on ``n_devices`` devices (see the module docstring)."""
+                      out_shapes: Sequence[tuple], n_devices: int, stored: frozenset[int] = frozenset()) -> LayoutHint:
+    """``hint`` (one :class:`Layout` per tensor input) checked on ``n_devices`` devices (see the module docstring);
+    ``stored``: the indices of the inputs that are Parameters."""
     first = hint[0]
     names = node.input_names or tuple(f"input {i}" for i in range(len(hint)))
     for layout in hint + tuple(out_hint or ()):
@@ -110,7 +121,7 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
             if size % split:
                 raise _error(node, hint, f"{where} has size {size}, which {entry} (split {split}) does not divide",
                              f"Split {where} by a divisor of {size}")
-            aliases = _real(node, hint, layout, entry, where)
+            aliases = _real(node, hint, layout, entry, where, i in stored)
             if aliases and (label is None or label in dims.fixed):
                 raise _error(node, hint, f"{node.kind} cannot split {where} (shapes {list(in_shapes)})",
                              f"Write 'None' for {where}")

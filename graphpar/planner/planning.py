@@ -100,7 +100,8 @@ def passes_for(ctx: PlanContext) -> tuple[tuple[str, Pass], ...]:
 def plan_graph(graph: Graph, request: PlanRequest, passes: Sequence[tuple[str, Pass]] | None = None) -> Graph:
     """``graph`` planned as ``request`` asks, through ``passes`` (default: the mode's, :func:`passes_for`), each
     pass timed by name."""
-    graph = graph.with_plan(mesh=request.mesh, purpose=request.purpose, note=request.note,
+    graph = graph.with_plan(mesh=request.mesh, purpose=request.purpose, parallel_mode=request.parallel_mode,
+                            note=request.note,
                             optimizer_slots=request.optimizer_slots)  # slots: what the memory terms read
     ctx = PlanContext.of(request, graph.plan)
     timings = {}

@@ -35,6 +35,28 @@ def test_tensor_asnumpy_numpy_dim():
     assert t.sum().item() == 15.0 and t.size == 6 and t.ndim == 2
 
 
+def test_tensor_dtype_conversions_on_values_and_in_a_compiled_construct():
+    t = Tensor(np.array([[1.7, -2.2], [3.5, 0.0]], np.float32))
+    assert t.long().dtype == jnp.int32  # int64 is int32 unless JAX's x64 mode is on, as for Tensor(1)
+    np.testing.assert_array_equal(t.int().asnumpy(), [[1, -2], [3, 0]])  # truncated, as MindSpore's
+    assert t.half().dtype == ms.float16 and t.bfloat16().dtype == ms.bfloat16 and t.float().dtype == ms.float32
+    assert t.bool().asnumpy().tolist() == [[True, True], [True, False]]
+    assert t.byte().dtype == jnp.uint8 and t.short().dtype == jnp.int16 and t.double().dtype == jnp.float32
+
+    class Net(nn.Cell):  # MindSpore's test_reshape_shard_propagation::test_standalone, in a compiled construct
+        def __init__(self):
+            super().__init__()
+            self.relu = ms.ops.ReLU()
+            self.to_scalar = ms.ops.operations._sequence_ops.TensorToScalar()
+
+        def construct(self, x):
+            return self.to_scalar(self.relu(x).long().max())
+
+    out = Net()(Tensor(np.full((4, 3), 2.6, np.float32)))  # GRAPH_MODE: the call is compiled
+    assert int(out) == 2
+    assert jax.jit(lambda x: x.long().max())(t).dtype == jnp.int32  # a tracer has them too
+
+
 def test_tensor_asnumpy_inside_a_compiled_program_says_why():
     with pytest.raises(CellError, match=r"Tensor.asnumpy\(\) inside a compiled program.*ops.Print"):
         jax.jit(lambda x: x.asnumpy())(jnp.ones(2))

@@ -734,6 +734,25 @@ def _mesh_conflict():
     return ms.parallel.strategies(Net(), ms.Tensor(np.ones((48, 48), np.float32)))
 
 
+def _ascend_group():
+    """A MatMul summing its contracted dimension over 3 neighbouring ranks of 24, for Ascend (MindSpore's HCCL rule)."""
+    import graphpar as ms
+    from graphpar import nn, ops
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.matmul = ops.MatMul().shard(((8, 3), (3, 1)))
+
+        def construct(self, x, w):
+            return self.matmul(x, w)
+
+    ms.set_context(device_target="Ascend")
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=24)
+    return ms.parallel.strategies(Net(), ms.Tensor(np.ones((48, 48), np.float32)), ms.Tensor(np.ones((48, 8),
+                                                                                                      np.float32)))
+
+
 def _batch_norm_group_size():
     """A training BatchNorm1d split 8 ways on N whose statistics are asked for in groups of 4 devices."""
     import graphpar as ms
@@ -1145,6 +1164,9 @@ ROWS: list[Row] = [
     Row("fused-attention-key-entry", "strategy", "ops.auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2), "
         "(2, 1, 2), (2, 1, 2)))", lambda t: _ops().auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2),) * 3),
         ERR + "StrategyError", ("key entry (2, 1, 2)", "one entry per key tensor", "((2, 1, 4),)")),
+    Row("ascend-communication-group", "strategy", "set_context(device_target='Ascend'), then MatMul().shard(((8, 3), "
+        "(3, 1))) on device_num=24, then compile", lambda t: _ascend_group(), ERR + "CommunicationGroupError",
+        ("op 'matmul'", "forward reduction", "ranks [0, 1, 2]", "Ascend 910", "device_target='GPU' / 'CPU'")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

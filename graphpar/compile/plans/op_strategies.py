@@ -5,8 +5,9 @@ MindSpore's unit tests read a compiled network's strategies as ``{"Default/netwo
 key)``). :func:`strategy_table` gives a planned graph's strategies in that form: the key is the op's Cell scope,
 its MindSpore kind and ``-op`` with a number counted over the graph's ops in graph order (MindSpore counts every
 node it names, so its numbers are not reproducible beyond "the first MatMul of a graph of MatMuls"; the kind is what
-a test should match); the value is one list of splits per tensor input (``[]`` for a scalar operand and for an op
-whose layout follows its input, e.g. Reshape, as MindSpore's). :func:`plan_cell` plans a Cell (a ``TrainOneStepCell``'s
+a test should match); the value is one list of splits per tensor input (``[]`` for a scalar operand; for an op whose
+layout follows its input, e.g. Reshape, the split of the layout reaching it under AUTO_PARALLEL and ``[]`` under
+SEMI_AUTO, as MindSpore's ReshapeInfo). :func:`plan_cell` plans a Cell (a ``TrainOneStepCell``'s
 train step, any other Cell's forward) for the devices the context names, without those devices: the trace and the
 pass list are the ones a real job runs (``plan_graph``), nothing is lowered, and a configured strategy file (or
 ``set_op_strategy_config(mode="SAVE")``'s) and, with ``save_graphs``, rank 0's ``step_parallel_begin`` dump are
@@ -27,6 +28,7 @@ from graphpar import _context
 from graphpar._context import ParallelMode
 from graphpar._logging import notice_once
 from graphpar.communication.devices import all_devices
+from graphpar.compile.plans import ascend_groups
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.dump.writer import PlanDescription, write_begin
@@ -71,7 +73,13 @@ def strategy_table(graph: Graph, top: str | None = None) -> dict[str, list[list[
         node = graph.nodes[nid]
         if node.strategy is None:
             continue
-        table[key] = [] if follows_input(node) else [list(row) for row in node.strategy.in_strategy()]
+        if follows_input(node):
+            # MindSpore's ReshapeInfo: AUTO_PARALLEL's cost model gives it the split of the layout that reaches
+            # it (step_auto_parallel selects it like any op's); SEMI_AUTO never sets one
+            table[key] = [list(node.strategy.in_strategy()[0])] if graph.plan.parallel_mode == \
+                ParallelMode.AUTO_PARALLEL else []
+            continue
+        table[key] = [list(row) for row in node.strategy.in_strategy()]
     return table
 
 
@@ -129,6 +137,7 @@ def plan_cell(cell: Any, inputs: Sequence[Any]) -> Graph | None:
         search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu",
                         _context.current_cost_model().objective_weights),
         graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
+    ascend_groups.check(graph, pctx.parallel_mode, pctx.global_rank)
     strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()), parameters=network.trainable_params())
     if _context.current().save_graphs:  # the begin dump, as a job's compile writes it (rank 0: the global view)
         write_begin(graph, PlanDescription(pctx, devices), _context.current().save_graphs_path, [0])

@@ -29,6 +29,7 @@ from graphpar.compile.staging.frozen_heap import frozen_heap
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
 from graphpar.compile.staging.xla_cache import use_persistent_cache
+from graphpar.compile.plans import ascend_groups
 from graphpar.dump.writer import maybe_dump_begin, maybe_dump_execute
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
@@ -41,6 +42,7 @@ def run_passes(plan: ExecutionPlan, graph: Graph, ns: NetworkState, purpose: str
     request = plan.request(graph, purpose)
     graph = plan_graph(graph, request)
     maybe_dump_begin(graph, plan)
+    ascend_groups.check(graph, plan.pctx.parallel_mode, plan.pctx.global_rank)
     strategy_file.maybe_save(graph, plan.pctx, plan.n, set(ns.param_names()), replicated=request.replicated,
                              parameters=ns.params.holders)
     return graph

@@ -83,7 +83,8 @@ def read_hint(node: Node, graph: Graph, ctx: PlanContext) -> ReadHint:
     if is_layout_strategy(hint) and not follows_input(node) and dims is not None:
         ins, outs = shapes_of(node, graph)
         try:
-            checked = check_layout_hint(node, dims, hint, node.out_hint, ins, outs, ctx.request.devices)
+            params = frozenset(k for k, vid in enumerate(node.inputs) if graph.values[vid].kind == "param")
+            checked = check_layout_hint(node, dims, hint, node.out_hint, ins, outs, ctx.request.devices, params)
         except StrategyError as error:
             return RefusedHint(text, None, error)
         return CheckedLayoutHint(text, checked.device_matrix, checked)

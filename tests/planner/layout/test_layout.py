@@ -121,8 +121,22 @@ def test_interleaved_parallel_last_in_its_entry_is_the_layout_without_it(caplog)
                           rand(16, 32), full_batch=True)
     assert graph.find("matmul")[0].strategy.input_specs == ((("m0",), ("m2",)), (("m2",), ()))
     assert "one piece per device" in caplog.text
-    with pytest.raises(StrategyError, match="strided, non-contiguous block"):
-        forward(MatMulReLU((inter(("interleaved_parallel", "dp"), "mp"), inter("mp", "None"))), rand(16, 32),
+
+
+
+def test_interleaved_parallel_before_another_alias_computes_the_contiguous_block(caplog):
+    # MindSpore's test_sharding_strategy_save_and_load4 form: ("dp", "interleaved_parallel", "mp") gives each device
+    # MindSpore's strided pieces (d, 0, m), (d, 1, m); graphpar computes the same values on the block (d, m)
+    inter = Layout((2, 2, 2, 2), ("dp", "mp", "sp", "interleaved_parallel"))
+    net = MatMulReLU((inter(("dp", "interleaved_parallel"), "mp"), inter("mp", "sp")),
+                     (inter(("dp", "interleaved_parallel", "mp"), "sp"),), n=16)
+    x = rand(16, 32)
+    out, _, graph = forward(net, x, full_batch=True)
+    assert graph.find("matmul")[0].strategy.output_specs == ((("m0", "m1"), ("m2",)),)
+    assert "strided block" in caplog.text and "the same values" in caplog.text
+    np.testing.assert_allclose(np.asarray(out), np.asarray(reference(net, x)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(StrategyError, match="store a strided, non-contiguous block of the Parameter"):
+        forward(MatMulReLU((inter("dp", "mp"), inter(("interleaved_parallel", "mp"), "None"))), rand(16, 32),
                 full_batch=True)
 
 

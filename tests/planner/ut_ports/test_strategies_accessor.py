@@ -42,6 +42,19 @@ def test_keys_values_and_old_names():
     assert strategies(net, _x, _b) == found
 
 
+def test_under_auto_parallel_a_reshape_has_the_split_of_the_layout_reaching_it():
+    # MindSpore's ReshapeInfo: the cost model selects a strategy for it like any op's, the split of its input layout
+    # (SEMI_AUTO above gives it none)
+    context.set_auto_parallel_context(parallel_mode="auto_parallel", device_num=16, global_rank=0,
+                                      search_mode="sharding_propagation")
+    net = Net()
+    _cell_graph_executor.compile(net, _x, _b, phase="train")
+    found = _cell_graph_executor._get_shard_strategy(net)
+    relu = next(v for k, v in found.items() if "ReLU-op" in k)
+    reshape = next(v for k, v in found.items() if "Reshape-op" in k)
+    assert reshape == relu  # ReLU's output reaches the Reshape in ReLU's layout
+
+
 def test_train_cell_keys_name_the_network_attribute():
     context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
     net = Net()
