@@ -41,7 +41,7 @@ class Tensor(metaclass=_TensorMeta):
                 raise TypeError("Tensor(): give input_data, or shape and dtype with init")
             return jnp.zeros(shape, dtype or np.float32)
         if isinstance(input_data, Parameter):
-            return jnp.asarray(input_data.init_data().value, dtype=dtype)  # a deferred one drawn first
+            return jnp.asarray(input_data.init_data().get_value(), dtype=dtype)  # a deferred one drawn first
         return to_array(input_data, dtype)
 
 
