@@ -53,7 +53,7 @@ def _compiled(cell: Any, graph: Graph, top: str | None, with_graph: bool = False
 
 class CellGraphCompiler:
     def compile(self, obj: Any, args: tuple) -> CompiledCell:
-        graph = plan_cell(obj, args)
+        graph = plan_cell(obj, args, one_rank=True)
         if graph is None:
             return CompiledCell()
         return _compiled(obj, graph, None if isinstance(obj, TrainOneStepCell) else type(obj).__name__, True)
