@@ -7,8 +7,8 @@ need exist (MindSpore compiles there for a simulated cluster the same way). As M
 in SEMI_AUTO / AUTO each input is that rank's part (without ``full_batch`` the ranks of a pipeline stage stack their
 rows, a ``dataset_strategy`` tuple multiplies each dimension by its split; ``compile.plans.global_batch``). A
 strategy that cannot hold raises when it is compiled, as MindSpore's (``StrategyError`` is a ``RuntimeError``
-too). ``_get_shard_strategy(net)`` returns what that compile chose, keyed as MindSpore keys it (``"Default/network-Net/MatMul-op0": [[2, 4], [4,
-1]]``; ``graphpar.compile.plans.op_strategies``), or, for a train cell ``Model.train`` ran, what its step runs;
+too). ``_get_shard_strategy(net)`` returns what that compile chose, keyed as MindSpore keys it
+(``"Default/network-Net/MatMul-op0": [[2, 4], [4, 1]]``; ``graphpar.compile.plans.op_strategies``), or, for a train cell ``Model.train`` ran, what its step runs;
 ``net.parameter_layout_dict`` each Parameter's layout in the same compile (``compile.plans.parameter_layout``).
 
 This module sits in the ``common`` layer, below the engine: the engine's side (:class:`GraphCompiler`) is
