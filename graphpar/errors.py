@@ -175,6 +175,20 @@ class UnsupportedOpError(GraphparError, NotImplementedError):
         super().__init__(f"{op}: {reason}")
 
 
+class DynamicShapeError(GraphparError, NotImplementedError):
+    """A dynamic dimension (``None`` or ``-1``) in ``Tensor(shape=...)``: MindSpore's placeholder for a
+    dynamic-shape compile (``Cell.set_inputs``). XLA compiles static shapes and graphpar plans concrete sizes (a jit
+    retraces for each new shape), so graphpar has no such compile: ``shape`` names the placeholder, the message
+    says what to give instead."""
+
+    def __init__(self, shape: object):
+        self.shape = shape
+        super().__init__(f"Tensor(shape={shape}): a dynamic dimension (None or -1) asks for a dynamic-shape compile "
+                         "(Cell.set_inputs), which graphpar does not build: XLA compiles static shapes and graphpar "
+                         "plans each concrete shape (a call with a new shape compiles again); give every dimension's "
+                         "size (Tensor(shape=..., dtype=..., init=...) or real data)")
+
+
 class RuntimeApiError(GraphparError, NotImplementedError):
     """A ``mindspore.runtime`` API with no counterpart on XLA (streams and events: XLA orders a program's work on
     its streams itself): ``api`` names it, the message says what to write instead."""

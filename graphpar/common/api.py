@@ -3,11 +3,14 @@ network without running it and to read the strategies its plan chose.
 
 ``_cell_graph_executor.compile(net, *inputs)`` plans ``net`` (a ``TrainOneStepCell``: its train step; any other
 Cell: its forward) under the context in force, for the ``device_num`` devices the context names, none of which
-need exist (MindSpore compiles there for a simulated cluster the same way). A strategy that cannot hold raises
-when it is compiled, as MindSpore's (``StrategyError`` is a ``RuntimeError`` too). ``_get_shard_strategy(net)``
-returns what that compile chose, keyed as MindSpore keys it (``"Default/network-Net/MatMul-op0": [[2, 4], [4,
-1]]``; ``graphpar.compile.plans.op_strategies``), or, for a train cell ``Model.train`` ran, what its step runs;
-``net.parameter_layout_dict`` each Parameter's layout in the same compile (``compile.plans.parameter_layout``).
+need exist (MindSpore compiles there for a simulated cluster the same way). As MindSpore's, it compiles one rank:
+in SEMI_AUTO / AUTO each input is that rank's part (without ``full_batch`` the ranks of a pipeline stage stack their
+rows, a ``dataset_strategy`` tuple multiplies each dimension by its split; ``compile.plans.global_batch``). A
+strategy that cannot hold raises when it is compiled, as MindSpore's (``StrategyError`` is a ``RuntimeError``
+too). ``_get_shard_strategy(net)`` returns what that compile chose, keyed as MindSpore keys it
+(``"Default/network-Net/MatMul-op0": [[2, 4], [4, 1]]``; ``graphpar.compile.plans.op_strategies``), or, for a
+train cell ``Model.train`` ran, what its step runs; ``net.parameter_layout_dict`` each Parameter's layout in the
+same compile (``compile.plans.parameter_layout``).
 
 This module sits in the ``common`` layer, below the engine: the engine's side (:class:`GraphCompiler`) is
 registered by the root ``graphpar/__init__.py`` (``graphpar.compile.cell_executor``), as ``nn.runner`` is.

@@ -31,7 +31,7 @@ DEFAULT_NAME = "Parameter"
 
 def _to_array(value: Any, what: str) -> jax.Array:
     if isinstance(value, Parameter):
-        return value.value
+        return value.get_value()
     if isinstance(value, (jax.Array, np.ndarray, list, tuple, int, float, bool, np.generic)):
         return to_array(value)
     raise TypeError(f"{what}: expected an array, Tensor, number or initializer result, got {type(value).__name__}")
@@ -123,6 +123,13 @@ class Parameter(nnx.Param):
     @property
     def size(self) -> int:
         return int(np.prod(self.get_value().shape))
+
+    def value(self) -> Any:
+        """MindSpore's ``Parameter.value()``: the Tensor this Parameter holds (a traced array inside construct).
+
+        A method, as in MindSpore, in place of NNX's deprecated ``Variable.value`` property (flax itself reads
+        ``get_value()``; ``param[...]`` still works)."""
+        return self.get_value()
 
     @property
     def has_init(self) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from graphpar.common._convert import to_array
 from graphpar.common.initializer import initializer
 from graphpar.common.parameter import Parameter
-from graphpar.errors import CellError
+from graphpar.errors import CellError, DynamicShapeError
 
 
 class _TensorMeta(type):
@@ -39,9 +39,11 @@ class Tensor(metaclass=_TensorMeta):
         if input_data is None:
             if shape is None:
                 raise TypeError("Tensor(): give input_data, or shape and dtype with init")
+            if any(d is None or (isinstance(d, int) and d < 0) for d in shape):
+                raise DynamicShapeError(list(shape))
             return jnp.zeros(shape, dtype or np.float32)
         if isinstance(input_data, Parameter):
-            return jnp.asarray(input_data.init_data().value, dtype=dtype)  # a deferred one drawn first
+            return jnp.asarray(input_data.init_data().get_value(), dtype=dtype)  # a deferred one drawn first
         return to_array(input_data, dtype)
 
 

@@ -42,18 +42,19 @@ def _compiled(cell: Any, graph: Graph, top: str | None, with_graph: bool = False
     network = cell.network if train else cell
     trainable = {p.name for p in network.trainable_params()}
     optimizer = OptimizerParallelConfig.from_context(pctx, network.trainable_params()) if train else None
-    layouts = parameter_layout_dict(graph, graph.plan.mesh.n_devices, pctx.parallel_mode, trainable, optimizer)
+    names = _input_names(cell, graph) if with_graph else None
+    layouts = parameter_layout_dict(graph, graph.plan.mesh.n_devices, pctx.parallel_mode, trainable, optimizer, names)
     info = None
     if with_graph:
         rank = (pctx.global_rank or 0) % graph.plan.mesh.n_devices  # MindSpore compiles the rank the context names
-        info = functools.partial(parallel_graph_info, graph, rank, _input_names(cell, graph), pctx.full_batch,
+        info = functools.partial(parallel_graph_info, graph, rank, names, pctx.full_batch,
                                  pctx.gradients_mean)
     return CompiledCell(strategy_table(graph, top), layouts, info)
 
 
 class CellGraphCompiler:
     def compile(self, obj: Any, args: tuple) -> CompiledCell:
-        graph = plan_cell(obj, args)
+        graph = plan_cell(obj, args, one_rank=True)
         if graph is None:
             return CompiledCell()
         return _compiled(obj, graph, None if isinstance(obj, TrainOneStepCell) else type(obj).__name__, True)

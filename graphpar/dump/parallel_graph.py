@@ -27,6 +27,8 @@ graphpar chose:
   devices repeating it, its inputs pass through ``_VirtualDiv`` (MindSpore's BackwardCommunication);
 * a window op (Conv2D, Conv3D, MaxPool3D, AvgPool3D) split on its spatial dimensions first receives its
   neighbours' rows through ``NeighborExchangeV2`` and keeps only its border pads (``graphpar.dump.halo``);
+* a Gather whose table is split along its gather axis is MindSpore's masked sub-graph (``graphpar.dump.gather_mask``:
+  indices shifted by this rank's first row, clamped, masked, the local Gather times the mask) before its reduction;
 * a random op split over ranks draws its block: its shape argument is the block's (its seeds stay the user's:
   graphpar draws the blocks of one stream, where MindSpore adds each block's index to the seeds);
 * the graph ends in ``Return`` of its result (a ``MakeTuple`` of several);
@@ -38,8 +40,7 @@ Collectives carry ``group`` (``<size>-<ranks>``, graphpar's spelling: MindSpore 
 (``"(0, 1, 2, 3)"``, the ranks of the group that holds this rank) and ``op`` for reductions. Ops carry their
 primitive attributes (``transpose_a``, ``seed`` ...), and an op planned by the default (batch-parallel) rule
 ``gen_strategy``, the strategy MindSpore generated for it. Where graphpar's plan differs from MindSpore's (another
-strategy, an op MindSpore replaces by a sub-graph of its own such as Gather split on its axis), the graph says what
-graphpar does, so a MindSpore check of the other plan fails.
+strategy), the graph says what graphpar does, so a MindSpore check of the other plan fails.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import jax
 import numpy as np
 
 from graphpar.common.dtype import ms_name
+from graphpar.dump.gather_mask import split_axis_gather
 from graphpar.dump.halo import WINDOW_OPS, halo_exchange
 from graphpar.ir.graph import Graph, MeshInfo, Node, Spec, Value
 from graphpar.planner.strategy import strategy_text
@@ -62,6 +64,9 @@ _RAW_KINDS = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "RealDiv", "neg":
               "eq": "Equal", "ne": "NotEqual", "gt": "Greater", "lt": "Less", "ge": "GreaterEqual",
               "le": "LessEqual", "convert_element_type": "Cast", "reshape": "Reshape", "transpose": "Transpose",
               "dot_general": "MatMul", "reduce_sum": "ReduceSum", "reduce_max": "ReduceMax"}
+
+
+_GATHERS = frozenset({"Gather", "SparseGatherV2"})  # split on the table's axis: graphpar.dump.gather_mask
 
 
 def group_ranks(mesh: MeshInfo, axes: Sequence[str], rank: int) -> tuple[int, ...]:
@@ -353,8 +358,11 @@ def parallel_graph_info(graph: Graph, rank: int, input_names: Mapping[int, str] 
         call = [x for x in _call_inputs(node, ins) if x is not _KEY]
         if strategy is not None and "seed" in attrs and "seed2" in attrs and strategy.output_specs:
             call = _random_slice(b, node, strategy.output_spec(0), call)
-        name = b.add(_kind(node), call, attrs)
-        out_ref = name
+        masked = None
+        if node.kind in _GATHERS and strategy is not None and strategy.partial_axes and strategy.input_specs:
+            masked = split_axis_gather(b.add, _kind(node), call, attrs, graph.values[node.inputs[0]].shape,
+                                       strategy.input_spec(0), b.mesh, rank)
+        out_ref = masked if masked is not None else b.add(_kind(node), call, attrs)
         if strategy is not None and strategy.partial_axes:
             out_specs = strategy.output_specs
             scattered = tuple(a for a in strategy.partial_axes if out_specs and any(a in axes for axes in out_specs[0]))

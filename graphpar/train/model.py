@@ -274,7 +274,7 @@ class Model:
         return {name: metric.eval() for name, metric in self._metrics.items()}
 
     @api_boundary
-    def infer_predict_layout(self, *predict_data: Any) -> dict[str, list[Any]]:
+    def infer_predict_layout(self, *predict_data: Any) -> dict[str, tuple[Any, ...]]:
         """The predict network's parameter layouts for ``predict_data`` (this rank's batch, as ``predict`` takes
         it), in MindSpore's ``parameter_layout_dict`` format (``train.predict_layout``); empty outside SEMI_AUTO /
         AUTO. GRAPH_MODE only, as MindSpore's."""

@@ -17,7 +17,7 @@ from graphpar.compile.plans.parameter_layout import parameter_layout_dict
 from graphpar.compile.plans.planned import Planned
 
 
-def parameter_layouts(planned: Planned) -> dict[str, list[Any]]:
+def parameter_layouts(planned: Planned) -> dict[str, tuple[Any, ...]]:
     """MindSpore's ``parameter_layout_dict`` of a planned forward graph (see the module docstring)."""
     graph = planned.graph
     if graph is None:

@@ -1,5 +1,5 @@
 """``Model.infer_predict_layout``: the predict network's parameter layouts as MindSpore's dictionary
-(``[device_arrangement, tensor_map, slice_shape, field_size, uniform_split, opt_shard_group]``)."""
+(``(device_arrangement, tensor_map, slice_shape, field_size, uniform_split, opt_shard_group)``)."""
 
 import numpy as np
 import pytest
@@ -29,8 +29,8 @@ def test_layouts_of_a_semi_auto_predict_network():
     layout = model.infer_predict_layout(x)
     assert set(layout) == {"w1", "w2"}
     # w1 is split 4-way on its columns, w2 4-way on its rows; the 2-way batch split repeats both
-    assert layout["w1"] == [[2, 4], [-1, 0], [16, 8], 0, True, ""]
-    assert layout["w2"] == [[2, 4], [0, -1], [8, 8], 0, True, ""]
+    assert layout["w1"] == ([2, 4], [-1, 0], [16, 8], 0, True, "")
+    assert layout["w2"] == ([2, 4], [0, -1], [8, 8], 0, True, "")
     out = model.predict(x)  # the same program predicts
     assert out.shape == (8, 8)
 

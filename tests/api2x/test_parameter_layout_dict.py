@@ -37,8 +37,10 @@ def test_layouts_after_a_semi_auto_compile():
     _cell_graph_executor.compile(net, _x())
     layouts = net.parameter_layout_dict
     # w1 split 4-way on its columns, w2 4-way on its rows; the 2-way batch split repeats both
-    assert layouts["w1"] == [[2, 4], [-1, 0], [16, 8], 0, True, ""]
-    assert layouts["w2"] == [[2, 4], [0, -1], [8, 8], 0, True, ""]
+    assert layouts["w1"] == ([2, 4], [-1, 0], [16, 8], 0, True, "")
+    assert layouts["w2"] == ([2, 4], [0, -1], [8, 8], 0, True, "")
+    # the data input is a graph parameter too (MindSpore's tuple holds it): whole on every rank with full_batch
+    assert layouts["x"] == ([8], [-1, -1], [8, 16], 0, True, "")
 
 
 def test_a_dimension_split_by_two_layout_axes_lists_both():

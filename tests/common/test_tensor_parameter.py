@@ -73,3 +73,24 @@ def test_set_seed_makes_initialization_reproducible():
     ms.set_seed(7)
     b = np.asarray(initializer("normal", (5,)))
     np.testing.assert_array_equal(a, b)
+
+
+def test_parameter_value_is_mindspore_method_inside_construct():
+    """MindSpore's ``param.value()`` returns the Tensor held, in eager code and inside a compiled construct (where
+    it is the traced value); NNX state keeps working (the step updates the Parameter through split/merge)."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.full((2, 3), 2.0, np.float32)), name="w")
+
+        def construct(self, x):
+            return x * self.w.value(), self.w.value()
+
+    net = Net()
+    assert np.array_equal(np.asarray(net.w.value()), np.full((2, 3), 2.0, np.float32))
+    out, table = net(Tensor(np.ones((2, 3), np.float32)))
+    assert np.array_equal(np.asarray(out), np.full((2, 3), 2.0)) and np.array_equal(np.asarray(table), np.full((2, 3), 2.0))
+    net.w.set_data(Tensor(np.zeros((2, 3), np.float32)))
+    assert float(np.asarray(net.w.value()).sum()) == 0.0

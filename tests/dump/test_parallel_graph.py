@@ -205,3 +205,29 @@ def test_an_op_without_a_strategy_records_the_generated_one_and_the_graph_return
     assert g["ReLU-1"]["attrs"]["gen_strategy"] == "((8, 1))"
     assert "gen_strategy" not in g["MatMul-0"]["attrs"]  # given by the user
     assert list(g)[-1] == "Return-0" and g["Return-0"]["inputs"] == ["ReLU-1"]
+
+
+class TableGather(nn.Cell):
+    """A 64-row table gathered on axis 0 with its rows split 8 ways, the output whole (MindSpore's ShardAxis)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gather = ops.Gather().shard(((8, 1), (1, 1)), out_strategy=((1, 1, 1),))
+        self.table = Parameter(Tensor(np.ones((64, 16), np.float32)), "table")
+
+    def construct(self, idx):
+        return self.gather(self.table, idx, 0)
+
+
+def test_a_gather_split_on_its_axis_masks_the_rows_this_rank_lacks_before_the_allreduce():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=3, full_batch=True)
+    phase, _ = _cell_graph_executor.compile(TableGather(), Tensor(np.ones((4, 5), np.int32)))
+    g = _cell_graph_executor._graph_executor.get_parallel_graph_info(phase)["@graph_0"]
+    # rank 3 holds rows 24..31: indices shifted by 24, clamped to 0..7, masked where they were out of range
+    assert g["Sub-0"]["inputs"] == ["TupleGetItem-0", 24]
+    assert g["ReLU-0"]["inputs"] == ["Sub-0"] and g["Minimum-0"]["inputs"] == ["ReLU-0", 7]
+    assert g["Equal-0"]["inputs"] == ["Sub-0", "Minimum-0"]
+    assert g["Gather-0"]["inputs"] == ["table", "Minimum-0", 0]
+    assert g["Cast-0"]["inputs"][0] == "Equal-0" and g["ExpandDims-0"]["inputs"] == ["Cast-0", -1]
+    assert g["Mul-0"]["inputs"] == ["Gather-0", "ExpandDims-0"]
+    assert g["AllReduce-0"]["inputs"] == ["Mul-0"] and g["AllReduce-0"]["attrs"]["rank_list"] == str(tuple(range(8)))

@@ -1282,6 +1282,9 @@ ROWS: list[Row] = [
         lambda t: _ms().ops.operations.GetNext([np.float32, np.int32], [[32, 64], [32]], 2, ""),
         ERR + "UnsupportedOpError", ("GetNext", "device data queue", "construct(self, data, label)",
                                      "dataset_sink_mode=True", "[[32, 64], [32]]")),
+    Row("construct-dynamic-shape", "construct", "Tensor(shape=[None, 64], dtype=ms.int32) for net.set_inputs(...)",
+        lambda t: _ms().Tensor(shape=[None, 64], dtype=np.int32), ERR + "DynamicShapeError",
+        ("Tensor(shape=[None, 64])", "dynamic-shape compile", "static shapes", "every dimension's size")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from graphpar import _context
+from graphpar._context import ParallelMode
 from graphpar._logging import notice_once
 from graphpar.communication.devices import all_devices, local_ranks
 from graphpar.errors import DatasetError
@@ -121,3 +122,24 @@ def from_process_zero(value: np.ndarray, sharding: jax.sharding.Sharding) -> jax
                     "(as MindSpore's parameter_broadcast=True). Call graphpar.set_seed(...) before building the "
                     "network for identical initialization everywhere")
     return jax.make_array_from_callback(chosen.shape, sharding, lambda index: chosen[index])
+
+
+
+def one_rank_to_global(shape: Sequence[int], index: int, device_num: int) -> tuple[int, ...]:
+    """The global shape of positional input ``index`` given as ONE RANK's part, as MindSpore's compile reads a
+    graph's arguments in SEMI_AUTO / AUTO_PARALLEL (``ToFullShape``, step_parallel_utils.cc): with ``full_batch``
+    the rank holds the whole input; with a ``dataset_strategy`` tuple each dimension is its split times the
+    rank's block; otherwise (``"data_parallel"``, the default) the ranks of one pipeline stage stack their rows on
+    dimension 0. A ``dataset_strategy`` entry that does not fit leaves the shape as given (the planner names it)."""
+    shape = tuple(shape)
+    pctx = _context.current_parallel()
+    if pctx.parallel_mode not in (ParallelMode.SEMI_AUTO_PARALLEL, ParallelMode.AUTO_PARALLEL) or not shape:
+        return shape
+    strategy = pctx.dataset_strategy
+    if isinstance(strategy, tuple):
+        if index >= len(strategy) or len(strategy[index]) != len(shape):
+            return shape
+        return tuple(n * int(s) for n, s in zip(shape, strategy[index]))
+    if pctx.full_batch:
+        return shape
+    return (shape[0] * (device_num // pctx.pipeline_stages),) + shape[1:]

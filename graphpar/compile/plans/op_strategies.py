@@ -31,6 +31,7 @@ from graphpar.communication.devices import all_devices
 from graphpar.compile.plans import ascend_groups
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.plans.global_batch import one_rank_to_global
 from graphpar.dump.writer import PlanDescription, write_begin
 from graphpar.ir.graph import Graph
 from graphpar.nn.wrap import TrainOneStepCell
@@ -118,19 +119,24 @@ def table_of_cell(cell: Any, inputs: Sequence[Any]) -> dict[str, list[list[int]]
     return strategy_table(graph, None if isinstance(cell, TrainOneStepCell) else type(cell).__name__)
 
 
-def plan_cell(cell: Any, inputs: Sequence[Any]) -> Graph | None:
-    """``cell`` traced for ``inputs`` (global shapes) and planned under the context in force, for its
-    ``device_num`` devices (virtual: none is used); None in STAND_ALONE / DATA_PARALLEL, which plan no op."""
+def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False) -> Graph | None:
+    """``cell`` traced for ``inputs`` and planned under the context in force, for its ``device_num`` devices
+    (virtual: none is used); None in STAND_ALONE / DATA_PARALLEL, which plan no op. ``inputs`` are global shapes
+    (the process's data, as graphpar's own calls take them), or with ``one_rank`` one rank's part, as MindSpore's
+    per-rank ``_cell_graph_executor.compile`` takes them (``global_batch.one_rank_to_global``)."""
     pctx = _context.current_parallel()
     train = isinstance(cell, TrainOneStepCell)
     network = cell.network if train else cell
     purpose = "train" if train else "forward"
     ns = NetworkState(network, network.trainable_params())
+    devices = _context.get_auto_parallel_context("device_num")
+    if one_rank:
+        inputs = [jax.ShapeDtypeStruct(one_rank_to_global(x.shape, i, devices), np.dtype(x.dtype)) if _is_array(x)
+                  else x for i, x in enumerate(inputs)]
     avals, call = _split_inputs(inputs)
     graph, _ = trace_network(ns, avals, purpose, call=call)
     if pctx.parallel_mode not in _PLANNED_MODES:
         return None
-    devices = _context.get_auto_parallel_context("device_num")
     optimizer = cell.optimizer if train else None
     graph = plan_graph(graph, PlanRequest(
         devices, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),

@@ -3,8 +3,8 @@
 MindSpore fills ``net.parameter_layout_dict`` when it compiles a network in SEMI_AUTO / AUTO, and its tools and
 tests read it (``Model.infer_predict_layout`` returns the predict network's, ``load_distributed_checkpoint`` loads
 into it, its unit tests' ``ParallelValidator.check_parameter_shape`` compare each Parameter's slice). Per
-Parameter name, the list ``[device_arrangement, tensor_map, slice_shape, field_size, uniform_split,
-opt_shard_group]``:
+Parameter name, the tuple ``(device_arrangement, tensor_map, slice_shape, field_size, uniform_split,
+opt_shard_group)`` (the first six of the twelve fields of MindSpore's tuple; a test slices ``[0:6]``):
 
 * ``device_arrangement`` / ``tensor_map``: MindSpore's device matrix and tensor map of the Parameter's layout on
   the plan's mesh (``planner.tensor_layout.from_mesh_spec``; tensor maps count device-matrix dimensions from the
@@ -25,11 +25,13 @@ the two never disagree. Outside SEMI_AUTO / AUTO nothing is planned and the dict
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
+from graphpar.planner.tensor_layout import from_mesh_spec
 
 
 def _flat(entry: Any) -> list[int]:
@@ -48,18 +50,31 @@ def _slice_shape(shape: list[int], dev_matrix: list[int], tensor_map: list[Any])
 
 
 def parameter_layout_dict(graph: Graph, device_num: int, parallel_mode: str, trainable: set[str],
-                          optimizer: OptimizerParallelConfig | None = None) -> dict[str, list[Any]]:
+                          optimizer: OptimizerParallelConfig | None = None,
+                          input_names: Mapping[int, str] | None = None) -> dict[str, tuple[Any, ...]]:
     """``{Parameter name: [device_arrangement, tensor_map, slice_shape, field_size, uniform_split,
     opt_shard_group]}`` of a planned graph (see the module docstring). ``optimizer``: the parallel optimizer's
-    settings when the graph is a train step (its sharding names ``opt_shard_group``)."""
+    settings when the graph is a train step (its sharding names ``opt_shard_group``). ``input_names`` (graph-input
+    value id -> the graph parameter's name, MindSpore's ``construct`` argument name): the data inputs are graph
+    parameters too in MindSpore's compiled graph, so its dictionary holds each one's dataset layout (``x``: split
+    by the ranks stacking their rows, whole with ``full_batch``)."""
     record = strategy_file.from_graph(graph, device_num, parallel_mode, trainable, only_trainable_params=False,
                                       optimizer=optimizer)
-    out: dict[str, list[Any]] = {}
+    out: dict[str, tuple[Any, ...]] = {}
     for name, item in record["parallel_layout_item"].items():
         dev_matrix = [int(d) for d in item["dev_matrix"]]
         tensor_map = item["tensor_map"]
         size, step = item["opt_weight_shard_size"], item["opt_weight_shard_step"]
         group = f"{size}-" + "_".join(str(i * step) for i in range(size)) if size else ""
-        out[name] = [dev_matrix, [e for entry in tensor_map for e in _flat(entry)],
-                     _slice_shape(item["tensor_shape"], dev_matrix, tensor_map), 0, True, group]
+        out[name] = (dev_matrix, [e for entry in tensor_map for e in _flat(entry)],
+                     _slice_shape(item["tensor_shape"], dev_matrix, tensor_map), 0, True, group)
+    mesh = graph.plan.mesh
+    for vid, name in (input_names or {}).items():
+        value = graph.values[vid]
+        if name in out or mesh is None:
+            continue
+        spec = graph.plan.input_specs.get(vid, tuple(() for _ in value.shape))
+        dev_matrix, tensor_map = from_mesh_spec([list(axes) for axes in spec], mesh.names, mesh.sizes)
+        out[name] = (dev_matrix, [e for entry in tensor_map for e in _flat(entry)],
+                     _slice_shape(list(value.shape), dev_matrix, tensor_map), 0, True, "")
     return out

@@ -18,6 +18,12 @@ from graphpar.parallel import get_algo_parameters, reset_algo_parameters, set_al
 from ..passes_helpers import QuickstartNet, traced, with_request
 
 
+def setup_function():
+    # as MindSpore's parallel test files do: the shapes given to _cell_graph_executor.compile are the whole batch
+    # (without full_batch MindSpore reads them as one rank's slice, graphpar.compile.plans.global_batch)
+    context.set_auto_parallel_context(dataset_strategy="full_batch")
+
+
 def compile_net(net, *inputs, train=True):
     if train:
         net = TrainOneStepCell(net, Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9))

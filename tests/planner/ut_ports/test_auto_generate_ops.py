@@ -12,6 +12,12 @@ from graphpar.common.api import _cell_graph_executor
 from graphpar.ops import operations as P
 
 
+def setup_function():
+    # as MindSpore's parallel test files do: the shapes given to _cell_graph_executor.compile are the whole batch
+    # (without full_batch MindSpore reads them as one rank's slice, graphpar.compile.plans.global_batch)
+    context.set_auto_parallel_context(dataset_strategy="full_batch")
+
+
 def test_ext_ops_compute():
     x, y = np.array([5.0, 1.0], np.float32), np.array([2.0, 3.0], np.float32)
     assert np.asarray(ops.auto_generate.gen_ops_def.sub_ext(x, y, 2.0)).tolist() == [1.0, -5.0]

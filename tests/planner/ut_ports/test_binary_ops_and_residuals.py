@@ -13,6 +13,12 @@ from graphpar.common.api import _cell_graph_executor
 from graphpar.ops import composite as C
 from graphpar.ops import operations as P
 
+
+def setup_function():
+    # as MindSpore's parallel test files do: the shapes given to _cell_graph_executor.compile are the whole batch
+    # (without full_batch MindSpore reads them as one rank's slice, graphpar.compile.plans.global_batch)
+    context.set_auto_parallel_context(dataset_strategy="full_batch")
+
 grad_all = C.GradOperation(get_all=True)
 
 

@@ -11,6 +11,12 @@ from graphpar.nn import Cell, Momentum, TrainOneStepCell
 from graphpar.ops import operations as P
 
 
+def setup_function():
+    # as MindSpore's parallel test files do: the shapes given to _cell_graph_executor.compile are the whole batch
+    # (without full_batch MindSpore reads them as one rank's slice, graphpar.compile.plans.global_batch)
+    context.set_auto_parallel_context(dataset_strategy="full_batch")
+
+
 def test_batch_dims_gathers_per_batch_element():
     rng = np.random.default_rng(0)
     params = rng.normal(size=(2, 3, 5, 4)).astype(np.float32)

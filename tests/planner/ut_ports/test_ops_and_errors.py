@@ -18,6 +18,12 @@ from graphpar.nn.layer.activation import get_activation
 from graphpar.ops import operations as P
 
 
+def setup_function():
+    # as MindSpore's parallel test files do: the shapes given to _cell_graph_executor.compile are the whole batch
+    # (without full_batch MindSpore reads them as one rank's slice, graphpar.compile.plans.global_batch)
+    context.set_auto_parallel_context(dataset_strategy="full_batch")
+
+
 def compile_net(net, *inputs):
     train_net = TrainOneStepCell(net, Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9))
     train_net.set_train()

@@ -16,6 +16,12 @@ from graphpar.nn import Cell, Momentum, TrainOneStepCell
 from graphpar.ops import operations as P
 
 
+def setup_function():
+    # as MindSpore's parallel test files do: the shapes given to _cell_graph_executor.compile are the whole batch
+    # (without full_batch MindSpore reads them as one rank's slice, graphpar.compile.plans.global_batch)
+    context.set_auto_parallel_context(dataset_strategy="full_batch")
+
+
 class Net(Cell):
     def __init__(self, strategy1=None, strategy2=None, strategy3=None):
         super().__init__()
@@ -34,12 +40,12 @@ _x = Tensor(np.ones([64, 32]), dtype=ms.float32)
 _b = Tensor(np.ones([64, 32]), dtype=ms.float32)
 
 
-def compile_net(net):
+def compile_net(net, x=_x, b=_b):
     optimizer = Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
     train_net = TrainOneStepCell(net, optimizer)
     train_net.set_auto_parallel()
     train_net.set_train()
-    _cell_graph_executor.compile(train_net, _x, _b)
+    _cell_graph_executor.compile(train_net, x, b)
     strategies = _cell_graph_executor._get_shard_strategy(train_net)
     context.reset_auto_parallel_context()
     return strategies
@@ -76,8 +82,10 @@ def test_out_strategy_needs_an_in_strategy():
 
 def test_propagation_without_any_shard_starts_from_the_dataset():
     context.set_auto_parallel_context(parallel_mode="auto_parallel", device_num=8, global_rank=0,
-                                      search_mode="sharding_propagation")
-    strategies = compile_net(Net())
+                                      search_mode="sharding_propagation", dataset_strategy="data_parallel")
+    # data parallel: each rank's compile is given its 8 rows of the [64, 32] batch
+    rows = Tensor(np.ones([8, 32]), dtype=ms.float32)
+    strategies = compile_net(Net(), rows, rows)
     assert strategy_of(strategies, "Mul") == [[8, 1], [8, 1]]
     assert strategy_of(strategies, "Sigmoid") == [[8, 1]]
     assert strategy_of(strategies, "ReLU") == [[8, 1]]
