@@ -17,10 +17,8 @@ experts + 1 shared, top-8 routing, expert hidden 2,048. What is approximated (sa
 
 from __future__ import annotations
 
-import numpy as np
-
 import graphpar as ms
-from bench.stage_gpt import Dense, LayerNorm, attend
+from examples.gpt_no_init import Attention, Dense, LayerNorm, causal_mask
 from graphpar import nn, ops
 from graphpar.common.initializer import Normal, initializer
 from graphpar.nn.transformer import MoE, MoEConfig, MoEParallelConfig
@@ -29,29 +27,22 @@ DEEPSEEK_V3 = dict(vocab=129280, seq=4096, hidden=7168, heads=128, layers=61, ex
 
 
 class MoEBlock(nn.Cell):
-    """Attention, then the routed experts plus the shared expert, each with a residual; returns (x, aux_loss)."""
+    """Attention (``examples/gpt_no_init.py``'s, unhinted), then the routed experts plus the shared expert, each
+    with a residual; returns (x, aux_loss)."""
 
     def __init__(self, seq, hidden, heads, experts, top_k, expert_hidden, causal, parallel=None):
         super().__init__()
-        self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
-        self.norm1, self.norm2 = LayerNorm(hidden), LayerNorm(hidden)
-        self.query, self.key, self.value = (Dense(hidden, hidden, None, "column") for _ in range(3))
-        self.output = Dense(hidden, hidden, None, "row")
-        self.shared_in = Dense(hidden, expert_hidden, None, "column")
-        self.shared_out = Dense(expert_hidden, hidden, None, "row")
+        self.norm1, self.norm2 = LayerNorm(hidden, None), LayerNorm(hidden, None)
+        self.attention = Attention(seq, hidden, heads, None, None, causal)
+        self.shared_in = Dense(hidden, expert_hidden, None, None, "column")
+        self.shared_out = Dense(expert_hidden, hidden, None, None, "row")
         self.gelu = ops.GeLU()
         self.moe = MoE(hidden, expert_hidden, 0.0, moe_config=MoEConfig(expert_num=experts, num_experts_chosen=top_k),
                        parallel_config=parallel or MoEParallelConfig(1, 1, 1))
-        self.reshape = ops.Reshape()
-        self.split_q, self.split_k, self.split_v, self.merge = (ops.Transpose() for _ in range(4))
-        self.score, self.context = ops.BatchMatMul(), ops.BatchMatMul()
-        self.scale, self.mask, self.softmax = ops.Mul(), ops.Add(), ops.Softmax()
         self.add1, self.add2, self.add3 = ops.Add(), ops.Add(), ops.Add()
-        self.causal = causal
-        self.inv_sqrt = 1.0 / float(np.sqrt(self.head_dim))
 
     def construct(self, x):
-        x = attend(self, x)
+        x = self.add1(x, self.attention(self.norm1(x)))
         h = self.norm2(x)
         routed, aux_loss = self.moe(h)
         shared = self.shared_out(self.gelu(self.shared_in(h)))
@@ -67,11 +58,11 @@ class MoEGPT(nn.Cell):
         self.embedding = ms.Parameter(initializer(Normal(0.02), [vocab, hidden], ms.float32), name="embedding")
         self.gather = ops.Gather()
         self.reshape = ops.Reshape()
-        causal = np.triu(np.full((seq, seq), -1e4, np.float32), k=1).reshape(1, 1, seq, seq)
+        causal = causal_mask(seq)
         self.blocks = nn.CellList([MoEBlock(seq, hidden, heads, experts, top_k, expert_hidden, causal, parallel)
                                    for _ in range(layers)])
         self.add_aux = ops.Add()
-        self.norm = LayerNorm(hidden)
+        self.norm = LayerNorm(hidden, None)
         self.logits = ops.MatMul(transpose_b=True)
 
     def construct(self, ids):

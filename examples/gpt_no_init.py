@@ -29,38 +29,51 @@ from graphpar.common.initializer import Normal, initializer
 from graphpar.nn.utils import no_init_parameters
 
 
+def _shard(op, strategy, hinted: bool):
+    """``op`` with ``strategy`` when ``hinted``, else as it is (the mode's planner chooses its layout)."""
+    return op.shard(strategy) if hinted else op
+
+
 class Dense(nn.Cell):
     """``x @ weight + bias``, ``x`` (tokens, d_in): column parallel (``split="column"``: the output features over
-    ``mp``) or row parallel (``"row"``: the input features over ``mp``, one AllReduce)."""
+    ``mp``) or row parallel (``"row"``: the input features over ``mp``, one AllReduce); no ``shard()`` when ``mp``
+    is None, the batch split 1 way when ``dp`` is None."""
 
-    def __init__(self, d_in: int, d_out: int, dp: int, mp: int, split: str):
+    def __init__(self, d_in: int, d_out: int, dp: int | None, mp: int | None, split: str):
         super().__init__()
         self.weight = ms.Parameter(initializer(Normal(0.02), [d_in, d_out], ms.float32), name="weight")
         self.bias = ms.Parameter(initializer("zeros", [d_out], ms.float32), name="bias")
+        dp, hinted = dp or 1, mp is not None
         if split == "column":
-            self.matmul = ops.MatMul().shard(((dp, 1), (1, mp)))
-            self.add = ops.Add().shard(((dp, mp), (mp,)))
+            self.matmul = _shard(ops.MatMul(), ((dp, 1), (1, mp)), hinted)
+            self.add = _shard(ops.Add(), ((dp, mp), (mp,)), hinted)
         else:
-            self.matmul = ops.MatMul().shard(((dp, mp), (mp, 1)))
-            self.add = ops.Add().shard(((dp, 1), (1,)))
+            self.matmul = _shard(ops.MatMul(), ((dp, mp), (mp, 1)), hinted)
+            self.add = _shard(ops.Add(), ((dp, 1), (1,)), hinted)
 
     def construct(self, x):
         return self.add(self.matmul(x, self.weight), self.bias)
 
 
 class LayerNorm(nn.Cell):
-    def __init__(self, hidden: int, dp: int):
+    """No ``shard()`` when ``dp`` is None."""
+
+    def __init__(self, hidden: int, dp: int | None):
         super().__init__()
         self.gamma = ms.Parameter(initializer("ones", [hidden], ms.float32), name="gamma")
         self.beta = ms.Parameter(initializer("zeros", [hidden], ms.float32), name="beta")
-        self.norm = ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1).shard(((dp, 1), (1,), (1,)))
+        self.norm = _shard(ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1), ((dp, 1), (1,), (1,)),
+                           dp is not None)
 
     def construct(self, x):
         return self.norm(x, self.gamma, self.beta)[0]
 
 
 class Attention(nn.Cell):
-    def __init__(self, seq: int, hidden: int, heads: int, dp: int, mp: int):
+    """Causal multi-head self-attention; ``causal``: the (1, 1, seq, seq) additive mask, one numpy array every
+    layer shares (a constant of the traced program: 16 MB at sequence 2,048, not one per layer)."""
+
+    def __init__(self, seq: int, hidden: int, heads: int, dp: int | None, mp: int | None, causal: np.ndarray):
         super().__init__()
         self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
         self.query = Dense(hidden, hidden, dp, mp, "column")
@@ -68,16 +81,17 @@ class Attention(nn.Cell):
         self.value = Dense(hidden, hidden, dp, mp, "column")
         self.output = Dense(hidden, hidden, dp, mp, "row")
         self.reshape = ops.Reshape()
-        self.split_heads = ops.Transpose().shard(((dp, 1, mp, 1),))
-        self.split_heads_k = ops.Transpose().shard(((dp, 1, mp, 1),))
-        self.split_heads_v = ops.Transpose().shard(((dp, 1, mp, 1),))
-        self.score = ops.BatchMatMul().shard(((dp, mp, 1, 1), (dp, mp, 1, 1)))
-        self.scale = ops.Mul().shard(((dp, mp, 1, 1), ()))
-        self.mask = ops.Add().shard(((dp, mp, 1, 1), (1, 1, 1, 1)))
-        self.softmax = ops.Softmax().shard(((dp, mp, 1, 1),))
-        self.context = ops.BatchMatMul().shard(((dp, mp, 1, 1), (dp, mp, 1, 1)))
-        self.merge_heads = ops.Transpose().shard(((dp, mp, 1, 1),))
-        self.causal = ms.Tensor(np.triu(np.full((seq, seq), -1e4, np.float32), k=1).reshape(1, 1, seq, seq))
+        dp, hinted = dp or 1, mp is not None
+        self.split_heads = _shard(ops.Transpose(), ((dp, 1, mp, 1),), hinted)
+        self.split_heads_k = _shard(ops.Transpose(), ((dp, 1, mp, 1),), hinted)
+        self.split_heads_v = _shard(ops.Transpose(), ((dp, 1, mp, 1),), hinted)
+        self.score = _shard(ops.BatchMatMul(), ((dp, mp, 1, 1), (dp, mp, 1, 1)), hinted)
+        self.scale = _shard(ops.Mul(), ((dp, mp, 1, 1), ()), hinted)
+        self.mask = _shard(ops.Add(), ((dp, mp, 1, 1), (1, 1, 1, 1)), hinted)
+        self.softmax = _shard(ops.Softmax(), ((dp, mp, 1, 1),), hinted)
+        self.context = _shard(ops.BatchMatMul(), ((dp, mp, 1, 1), (dp, mp, 1, 1)), hinted)
+        self.merge_heads = _shard(ops.Transpose(), ((dp, mp, 1, 1),), hinted)
+        self.causal = causal
         self.inv_sqrt = 1.0 / float(np.sqrt(self.head_dim))
 
     def construct(self, x):  # x: (batch * seq, hidden)
@@ -86,43 +100,53 @@ class Attention(nn.Cell):
         q = self.split_heads(self.reshape(self.query(x), heads), (0, 2, 1, 3))
         k = self.split_heads_k(self.reshape(self.key(x), heads), (0, 2, 3, 1))
         v = self.split_heads_v(self.reshape(self.value(x), heads), (0, 2, 1, 3))
-        probs = self.softmax(self.mask(self.scale(self.score(q, k), self.inv_sqrt), self.causal))
+        probs = self.softmax(self.mask(self.scale(self.score(q, k), self.inv_sqrt), ms.Tensor(self.causal)))
         context = self.merge_heads(self.context(probs, v), (0, 2, 1, 3))
         return self.output(self.reshape(context, (batch * self.seq, self.heads * self.head_dim)))
 
 
 class Block(nn.Cell):
-    def __init__(self, seq: int, hidden: int, heads: int, dp: int, mp: int):
+    def __init__(self, seq: int, hidden: int, heads: int, dp: int | None, mp: int | None, causal: np.ndarray):
         super().__init__()
         self.norm1 = LayerNorm(hidden, dp)
-        self.attention = Attention(seq, hidden, heads, dp, mp)
+        self.attention = Attention(seq, hidden, heads, dp, mp, causal)
         self.norm2 = LayerNorm(hidden, dp)
         self.ffn_in = Dense(hidden, 4 * hidden, dp, mp, "column")
-        self.gelu = ops.GeLU().shard(((dp, mp),))
+        self.gelu = _shard(ops.GeLU(), (((dp or 1), mp),), mp is not None)
         self.ffn_out = Dense(4 * hidden, hidden, dp, mp, "row")
-        self.residual1 = ops.Add().shard(((dp, 1), (dp, 1)))
-        self.residual2 = ops.Add().shard(((dp, 1), (dp, 1)))
+        self.residual1 = _shard(ops.Add(), ((dp, 1), (dp, 1)), dp is not None)
+        self.residual2 = _shard(ops.Add(), ((dp, 1), (dp, 1)), dp is not None)
 
     def construct(self, x):
         x = self.residual1(x, self.attention(self.norm1(x)))
         return self.residual2(x, self.ffn_out(self.gelu(self.ffn_in(self.norm2(x)))))
 
 
+def causal_mask(seq: int) -> np.ndarray:
+    """The additive causal mask of ``seq`` tokens, (1, 1, seq, seq): -1e4 above the diagonal."""
+    return np.triu(np.full((seq, seq), -1e4, np.float32), k=1).reshape(1, 1, seq, seq)
+
+
 class GPT(nn.Cell):
     """``GPT(...)(ids)``: ids (batch, seq) int32 -> logits (batch * seq, vocab); the output projection is tied to
-    the token embedding."""
+    the token embedding. ``dp`` and ``mp`` give the ``shard()`` strategies: ``mp`` None, none on the Megatron layer
+    (the matmuls, the attention, GeLU); ``dp`` None, none on the ops that only split the batch (embedding,
+    LayerNorms, residual adds, logits) and the Megatron layer's batch split 1 way."""
 
-    def __init__(self, vocab: int, seq: int, hidden: int, heads: int, layers: int, dp: int, mp: int):
+    def __init__(self, vocab: int, seq: int, hidden: int, heads: int, layers: int, dp: int | None = None,
+                 mp: int | None = None):
         super().__init__()
         self.seq, self.hidden = seq, hidden
         self.embedding = ms.Parameter(initializer(Normal(0.02), [vocab, hidden], ms.float32), name="embedding")
         self.position = ms.Parameter(initializer(Normal(0.02), [seq, hidden], ms.float32), name="position")
-        self.gather = ops.Gather().shard(((1, 1), (dp, 1)))
-        self.add_position = ops.Add().shard(((dp, 1, 1), (1, 1)))
+        hinted = dp is not None
+        self.gather = _shard(ops.Gather(), ((1, 1), (dp, 1)), hinted)
+        self.add_position = _shard(ops.Add(), ((dp, 1, 1), (1, 1)), hinted)
         self.reshape = ops.Reshape()
-        self.blocks = nn.CellList([Block(seq, hidden, heads, dp, mp) for _ in range(layers)])
+        causal = causal_mask(seq)
+        self.blocks = nn.CellList([Block(seq, hidden, heads, dp, mp, causal) for _ in range(layers)])
         self.norm = LayerNorm(hidden, dp)
-        self.logits = ops.MatMul(transpose_b=True).shard(((dp, 1), (1, 1)))
+        self.logits = _shard(ops.MatMul(transpose_b=True), ((dp, 1), (1, 1)), hinted)
 
     def construct(self, ids):
         x = self.add_position(self.gather(self.embedding, ids, 0), self.position)

@@ -27,13 +27,13 @@ import numpy as np
 from graphpar import _context
 from graphpar._logging import notice_once
 from graphpar.compile.functional.capture import CapturedStep, capture_step
-from graphpar.compile.functional.discover import bindings_hold
 from graphpar.compile.functional.per_rank import PerRankRun, per_rank_function, wants_per_rank_function
 from graphpar.compile.functional.pipelined import PipelinedStep
 from graphpar.compile.functional.program import FunctionalProgram
 from graphpar.compile.runtime.placement import global_aval
 from graphpar.errors import JitError
 from graphpar.ir.control_flow import for_trace
+from graphpar.ir.free_variables import bindings_hold
 from graphpar.nn.cell import Cell
 from graphpar.nn.pipeline_cell import wants_pipeline
 from graphpar.ops.composite import callable_name
@@ -144,14 +144,14 @@ class _Entry:
 
     @property
     def bindings(self) -> Sequence[tuple[Any, Any, Any]]:
-        """The names resolved to find the state (``discover.bindings_hold``)."""
+        """The names resolved to find the state (``free_variables.bindings_hold``)."""
         return self.captured.bindings if self.captured is not None else self.per_rank.bindings
 
 
 class JitFunction:
     """A function decorated with :func:`jit` (see the module docstring). ``programs`` holds one entry per input
     signature (and ``hash_args`` value): what was captured and the compiled step (None: the function runs as
-    written), captured again when a name it resolved is rebound (``discover.bindings_hold``)."""
+    written), captured again when a name it resolved is rebound (``free_variables.bindings_hold``)."""
 
     def __init__(self, fn: Callable[..., Any], options: JitOptions, strict: bool = True):
         self.fn = fn

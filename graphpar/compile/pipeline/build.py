@@ -28,7 +28,7 @@ from graphpar.compile.lowering.recompute import compiler_options
 from graphpar.compile.pipeline.processes import stage_processes
 from graphpar.compile.pipeline.schedule import Action, VirtualLayout
 from graphpar.compile.pipeline.schedule_cost import ScheduleCosts, schedule_timeline
-from graphpar.compile.pipeline.stage_programs import ResidualShape, stage_programs
+from graphpar.compile.pipeline.stage_programs import ResidualTree, stage_programs
 from graphpar.compile.pipeline.stage_split import StageGraph, StageSplit
 from graphpar.compile.pipeline.transfer import Links
 from graphpar.compile.plans.layout import Layout
@@ -78,7 +78,7 @@ class Stage:
     value_sh: dict[int, NamedSharding]  # received or sent value id -> its sharding on this stage's mesh
     planned: Planned  # the stage's graph and layout
     jitted: dict[str, Any]  # kind -> the jitted program (``PROGRAM_KINDS``)
-    residuals: ResidualShape  # how the forward's returned residuals and the parameters make its VJP
+    residuals: ResidualTree  # how the forward's returned residuals and the parameters make its VJP
     owned: bool = True  # whether this process runs the stage (owns some or all of its devices)
     compiled: dict[str, Compiled] = field(default_factory=dict)  # kind -> its compiled stage, once called
 

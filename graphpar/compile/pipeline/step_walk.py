@@ -92,7 +92,7 @@ class StepWalk:
                     self.data[chunk][a.micro], recv)
             sent, loss, new_rest, kept = self.call(st, "forward", *args)
             self.rv.update({(chunk, j): value for j, value in zip(sg.rest_out, new_rest)})
-            self.residual[(chunk, a.micro)] = st.residuals.join(kept, args)  # the parameters' own arrays in it
+            self.residual[(chunk, a.micro)] = st.residuals.join(kept, args[0])  # the parameters' own arrays in it
             if loss is not None:
                 self.losses.append(loss)
             self._measure(a.stage)

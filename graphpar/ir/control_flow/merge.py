@@ -4,11 +4,11 @@ A branch is a function of the names the ``if`` binds (``control_flow.rewrite``);
 the Variables of the Cells it reaches (Parameters an optimizer updates, a loss scaler's ``scale_value`` and
 ``counter``, BatchNorm statistics) and state kept outside Variables by an object that says how to read and write it
 (:class:`BranchState`: an optimizer's optax state). What a branch reaches is found as ``graphpar.jit`` finds a step's
-state: through the branch's free variables (closure cells, the globals its code names, a bound method's object),
-into functions, ``functools.partial``, lists, tuples and dicts; a Cell's whole tree is collected (``nnx.iter_graph``),
-a plain object is not entered. The state is read before the ``if``; the ``then`` branch runs; what it wrote is read
-and the state put back; the ``else`` branch runs and is read in turn; then every value either branch wrote, and
-every name, is ``jnp.where(cond, then_value, else_value)``.
+state (``ir.free_variables.reach``): through the branch's free variables (closure cells, the globals its code names,
+default arguments, a bound method's object), into functions, ``functools.partial``, lists, tuples and dicts; a Cell's
+whole tree is collected (``nnx.iter_graph``), a plain object is not entered. The state is read before the ``if``;
+the ``then`` branch runs; what it wrote is read and the state put back; the ``else`` branch runs and is read in
+turn; then every value either branch wrote, and every name, is ``jnp.where(cond, then_value, else_value)``.
 
 Why ``jnp.where`` (if-conversion) and not ``lax.cond``: the branches write Python-side state (a Parameter's value,
 an optimizer's state) by side effect, which ``lax.cond`` cannot carry out of its branch functions without this same
@@ -27,8 +27,6 @@ the ``if`` and read after it.
 
 from __future__ import annotations
 
-import functools
-import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -40,8 +38,7 @@ from flax import nnx
 
 from graphpar.common.parameter import Parameter
 from graphpar.errors import TracedControlFlowError
-
-_MAX_DEPTH = 12  # functions calling functions: as graphpar.jit's walk for a step's state
+from graphpar.ir.free_variables import reach
 
 
 @runtime_checkable
@@ -88,56 +85,17 @@ def _module_slots(module: nnx.Module) -> Iterator[tuple[int, _Slot]]:
             yield id(node), _Slot(label, node.branch_state, node.set_branch_state, node.initial_branch_state)
 
 
-def _code_names(code: types.CodeType) -> Iterator[str]:
-    yield from code.co_names
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_names(const)
-
-
-def _references(obj: Any) -> Iterator[Any]:
-    if isinstance(obj, types.MethodType):
-        yield obj.__func__
-        yield obj.__self__
-    elif isinstance(obj, types.FunctionType):
-        for cell in obj.__closure__ or ():
-            try:
-                yield cell.cell_contents
-            except ValueError:  # an empty closure cell
-                continue
-        scope = obj.__globals__
-        yield from (scope[n] for n in _code_names(obj.__code__) if n in scope)
-        yield from obj.__defaults__ or ()
-    elif isinstance(obj, functools.partial):
-        yield obj.func
-        yield from obj.args
-        yield from obj.keywords.values()
-    elif isinstance(obj, (list, tuple)):
-        yield from obj
-    elif isinstance(obj, dict):
-        yield from obj.values()
-
-
 def reachable_slots(roots: Sequence[Any]) -> list[_Slot]:
-    """The state reachable from ``roots`` (see the module docstring), each piece once, in the order reached."""
+    """The state reachable from ``roots`` (see the module docstring), each piece once, in the order reached: a
+    Cell's whole tree, a Variable outside one; a bound method leads to its object (``free_variables.reach``)."""
     slots: dict[int, _Slot] = {}
-    seen: set[int] = set()
-
-    def walk(obj: Any, depth: int) -> None:
-        if id(obj) in seen or depth > _MAX_DEPTH or isinstance(obj, (types.ModuleType, type)):
-            return
-        seen.add(id(obj))
+    reached = reach(roots, lambda obj: isinstance(obj, (nnx.Module, nnx.Variable)), method_attributes=False)
+    for obj in reached.objects:
         if isinstance(obj, nnx.Module):
             for key, slot in _module_slots(obj):
                 slots.setdefault(key, slot)
-        elif isinstance(obj, nnx.Variable):
-            slots.setdefault(id(obj), _variable_slot(obj, type(obj).__name__))
         else:
-            for ref in _references(obj):
-                walk(ref, depth + 1)
-
-    for root in roots:
-        walk(root, 0)
+            slots.setdefault(id(obj), _variable_slot(obj, type(obj).__name__))
     return list(slots.values())
 
 
