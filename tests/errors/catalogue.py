@@ -1145,6 +1145,11 @@ ROWS: list[Row] = [
     Row("fused-attention-key-entry", "strategy", "ops.auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2), "
         "(2, 1, 2), (2, 1, 2)))", lambda t: _ops().auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2),) * 3),
         ERR + "StrategyError", ("key entry (2, 1, 2)", "one entry per key tensor", "((2, 1, 4),)")),
+    Row("moe-expert-group-size", "strategy", "an MoE with MoEConfig(expert_group_size=2) and data_parallel=2 "
+        "called on 6 tokens", lambda t: _transformer().MoE(8, 16, 0.0, moe_config=_transformer().MoEConfig(
+            expert_num=3, expert_group_size=2), parallel_config=_transformer().MoEParallelConfig(2))(
+            np.ones((6, 8), np.float32)), ERR + "ConfigError",
+        ("MoE()", "6 tokens", "expert_group_size=2", "data_parallel=2", "dividing 3")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",
