@@ -12,6 +12,7 @@ layer the search uses). Prints figures, asserts nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import sys
 import time
@@ -26,7 +27,7 @@ from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.stage_profile import MICROS, edge_costs, find_layers, layer_costs, search_pipeline
 from graphpar.nn.transformer import MoEParallelConfig
 from graphpar.nn.utils import no_init_parameters
-from graphpar.planner.stages import best_fixed
+from graphpar.planner.stages import Shape, assign, best_fixed
 from graphpar.planner.stages.report import differences
 
 GIB80 = 80 * 2 ** 30
@@ -71,8 +72,17 @@ def main(argv: list[str]) -> int:
         hand = best_fixed(costs, args.layers, head, tail, report.cluster, args.batch, ADAM, HAND["mp"],
                           (HAND["pp"],), shard, ep=HAND["ep"], micro_batches=HAND["micro_batches"])
         name = f"dp 16 x mp 4 x pp 16 x ep 8, 32 micro-batches{' + optimizer sharding' if shard else ''}"
-        print(f"{name}: {hand.describe() if hand else 'does not fit the budget'}")
-        if hand is not None and best is not None:
+        if hand is None:  # its least memory (recompute everywhere) without a budget: by how much it misses
+            micro = args.batch // HAND["dp"] // HAND["micro_batches"]
+            shape = Shape(HAND["pp"], HAND["mp"], HAND["dp"], HAND["micro_batches"], micro, "1f1b", shard, HAND["ep"])
+            least = assign(shape, args.layers, costs[(HAND["mp"], micro)], head, tail,
+                           dataclasses.replace(report.cluster, memory=None), ADAM, fixed_recompute=True, even=True)
+            peak = max(least.stage_memory)
+            print(f"{name}: does not fit 80 GiB: {least.describe()}, {(peak - GIB80) / 2 ** 30:.1f} GiB over")
+            hand = least
+        else:
+            print(f"{name}: {hand.describe()}")
+        if best is not None:
             print(f"  searched / hand step time: {best.step_time / hand.step_time:.3f}; hand vs searched: "
                   f"{differences(hand, best)}")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20:.2f} GiB")

@@ -25,13 +25,14 @@ from graphpar import nn, ops
 from graphpar.common.initializer import Normal, initializer
 from graphpar.nn.transformer import MoE, MoEConfig, MoEParallelConfig
 
-DEEPSEEK_V3 = dict(vocab=129280, seq=4096, hidden=7168, heads=128, layers=61, experts=256, top_k=8, expert_hidden=2048)
+DEEPSEEK_V3 = dict(vocab=129280, seq=4096, hidden=7168, heads=128, layers=61, experts=256, top_k=8, expert_hidden=2048,
+                   expert_group=1024)
 
 
 class MoEBlock(nn.Cell):
     """Attention, then the routed experts plus the shared expert, each with a residual; returns (x, aux_loss)."""
 
-    def __init__(self, seq, hidden, heads, experts, top_k, expert_hidden, causal, parallel=None):
+    def __init__(self, seq, hidden, heads, experts, top_k, expert_hidden, causal, parallel=None, expert_group=None):
         super().__init__()
         self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
         self.norm1, self.norm2 = LayerNorm(hidden), LayerNorm(hidden)
@@ -40,7 +41,8 @@ class MoEBlock(nn.Cell):
         self.shared_in = Dense(hidden, expert_hidden, None, "column")
         self.shared_out = Dense(expert_hidden, hidden, None, "row")
         self.gelu = ops.GeLU()
-        self.moe = MoE(hidden, expert_hidden, 0.0, moe_config=MoEConfig(expert_num=experts, num_experts_chosen=top_k),
+        self.moe = MoE(hidden, expert_hidden, 0.0, moe_config=MoEConfig(expert_num=experts, num_experts_chosen=top_k,
+                                                                      expert_group_size=expert_group),
                        parallel_config=parallel or MoEParallelConfig(1, 1, 1))
         self.reshape = ops.Reshape()
         self.split_q, self.split_k, self.split_v, self.merge = (ops.Transpose() for _ in range(4))
@@ -61,15 +63,16 @@ class MoEBlock(nn.Cell):
 class MoEGPT(nn.Cell):
     """ids (batch, seq) int32 -> (logits (batch * seq, vocab), the summed load-balancing loss)."""
 
-    def __init__(self, vocab, seq, hidden, heads, layers, experts, top_k, expert_hidden, parallel=None):
+    def __init__(self, vocab, seq, hidden, heads, layers, experts, top_k, expert_hidden, parallel=None,
+                 expert_group=None):
         super().__init__()
         self.seq, self.hidden = seq, hidden
         self.embedding = ms.Parameter(initializer(Normal(0.02), [vocab, hidden], ms.float32), name="embedding")
         self.gather = ops.Gather()
         self.reshape = ops.Reshape()
         causal = np.triu(np.full((seq, seq), -1e4, np.float32), k=1).reshape(1, 1, seq, seq)
-        self.blocks = nn.CellList([MoEBlock(seq, hidden, heads, experts, top_k, expert_hidden, causal, parallel)
-                                   for _ in range(layers)])
+        self.blocks = nn.CellList([MoEBlock(seq, hidden, heads, experts, top_k, expert_hidden, causal, parallel,
+                                            expert_group) for _ in range(layers)])
         self.add_aux = ops.Add()
         self.norm = LayerNorm(hidden)
         self.logits = ops.MatMul(transpose_b=True)
@@ -97,5 +100,5 @@ class MoELoss(nn.Cell):
         return self.add(self._loss_fn(logits, label), aux)
 
 
-def loss_network(vocab, seq, hidden, heads, layers, experts, top_k, expert_hidden, parallel=None):
-    return MoELoss(MoEGPT(vocab, seq, hidden, heads, layers, experts, top_k, expert_hidden, parallel))
+def loss_network(vocab, seq, hidden, heads, layers, experts, top_k, expert_hidden, parallel=None, expert_group=None):
+    return MoELoss(MoEGPT(vocab, seq, hidden, heads, layers, experts, top_k, expert_hidden, parallel, expert_group))
