@@ -6,7 +6,9 @@
 pipeline stages x tensor x data x expert parallel x micro-batches x schedule x recompute x optimizer sharding, and
 priced as set by hand: dp 16 x mp 4 x pp 16 x ep 8 with 32 micro-batches (layers split as evenly as 61 allows, the
 same recompute on every stage, with and without optimizer sharding; its layer on 4 devices is the same profiled
-layer the search uses). Prints figures, asserts nothing.
+layer the search uses, the experts' inner dimension split 4 ways as the search splits them on a tensor group of 4).
+When it fits no budget, its least memory (recompute everywhere) is printed with by how much it misses 80 GiB, and
+the ratio is taken against its price there. Prints figures, asserts nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ GIB80 = 80 * 2 ** 30
 ADAM = 2.0
 HAND = dict(dp=16, mp=4, pp=16, ep=8, micro_batches=32)
 APPROXIMATED = ("standard attention for MLA; every layer MoE (V3's first 3 are dense); GeLU two-matrix experts, "
-                "GShard dense dispatch (capacity 1.1), softmax top-k; float32; LayerNorm")
+                "GShard dense dispatch (capacity 1.1) in router groups of 1,024 tokens, softmax top-k; float32; "
+                "LayerNorm")
 
 
 def traced(cfg: dict, batch: int, parallel: MoEParallelConfig | None = None):

@@ -11,6 +11,13 @@ experts + 1 shared, top-8 routing, expert hidden 2,048. What is approximated (sa
   (DeepSeek's are SwiGLU, three), GShard-style dense dispatch / combine with capacity factor 1.1 and softmax top-k
   routing (DeepSeek's is sigmoid with bias-based balancing, no token dropping); the shared expert is a dense
   feed-forward of the same hidden size beside it;
+* the router's groups are of 1,024 tokens (``MoEConfig(expert_group_size=1024)``, a quarter of a sequence;
+  ``expert_group``): GShard's dense masks are ``(tokens, experts, capacity)`` per group with the capacity
+  proportional to the group, so a whole-sequence group (4,096 tokens, capacity 141) keeps 36,096 floats per token
+  per mask; groups of 1,024 (capacity ``ceil(8 * 1024 * 1.1 / 256) = 36``) keep 9,216 (1.3 x the hidden size),
+  while each expert still expects ``8 * 1024 / 256 = 32`` tokens per group, enough that capacity 1.1 drops few
+  (smaller groups, e.g. 256 with 8 expected and capacity 9, drop more to imbalance). DeepSeek itself dispatches
+  sparsely (no masks); the group size is the dense formulation's knob;
 * float32 parameters and activations (DeepSeek trains in FP8 / BF16), the model's own LayerNorm (not RMSNorm);
 * the load-balancing loss is summed over the layers and added to the loss, as MindSpore's MoE transformer does.
 """

@@ -309,8 +309,8 @@ class StageReport:
         if best.shape.ep > 1 or mp > 1:  # construction arguments of the MoE, not context settings: said, not set
             notice_once("stages:expert_parallel", f"the stage plan chose expert_parallel={best.shape.ep} and the "
                         f"experts split model_parallel={mp} ways: build the MoE layers with MoEParallelConfig("
-                        f"data_parallel={best.shape.dp}, model_parallel={mp}, expert_parallel={best.shape.ep}) (apply() sets the pipeline only; "
-                        "the MoE's strategies are fixed when it is built)")
+                        f"data_parallel={best.shape.dp}, model_parallel={mp}, expert_parallel={best.shape.ep}) "
+                        "(apply() sets the pipeline only; the MoE's strategies are fixed when it is built)")
         return {"pipeline_stages": best.shape.stages,
                 "pipeline_config": {"pipeline_scheduler": best.shape.schedule, "pipeline_interleave": False}}
 

@@ -18,8 +18,9 @@ def stage_residuals(planned: Graph, probe: str, fold: str) -> tuple[float, float
     Parameter named ``probe``) among them, ops scoped ``fold`` left out; that input in its layout and the layer's
     state arrays (a causal mask held as a Tensor attribute) in theirs: what a recomputed layer keeps (its
     checkpoint's inputs, saved with each micro-batch's residuals; measured on a compiled MoE stage); and the part
-    of the first on the gradient path, whose cotangents the backward makes. An MoE's routing masks (the one-hot slots of each round, the dispatch mask cast to the tokens' type) are
-    kept in float32 (measured: a compiled MoE stage saves them), but no gradient flows into them."""
+    of the first on the gradient path, whose cotangents the backward makes. An MoE's routing masks (the one-hot
+    slots of each round, the dispatch mask cast to the tokens' type) are kept in float32 (measured: a compiled
+    MoE stage saves them), but no gradient flows into them."""
     grads = grad_values(planned)
     mesh, values = planned.plan.mesh, planned.values
     held: dict[tuple[int, Any], float] = {}
