@@ -111,7 +111,7 @@ def test_plan_for_devices_with_auto_pipeline_reports_the_stage_table_and_runners
     summary = plan_for_devices(net, ids, labels, devices=DEVICES)
     text = summary.text()
     assert "pipeline search: 8 copies of 0-Block, global batch 64, 64 devices" in text
-    assert "  stage  layers  recompute  ms/micro-batch  memory" in text
+    assert "  stage  layers  recompute  ms/micro-batch  (dp reduce)  memory" in text
     assert "runner-up 1:" in text and "vs chosen:" in text
     data = json.loads(summary.to_json())["pipeline"]
     chosen = data["chosen"]

@@ -14,21 +14,26 @@ choice of the candidates using the most devices; ``enable_algo_approxi`` then ke
 own cost (``planner.algo_filters``).
 
 A node with a strategy already (a ``shard()`` hint, a strategy file) has exactly that candidate: hints are
-constraints. A node without a sharding rule has the replicated fallback only.
+constraints. A node without a sharding rule has the replicated fallback only. Under ``recursive_programming`` an op
+whose SAPP strategy does not depend on its neighbours (a ``Gather``, :mod:`.sapp`) has exactly that candidate.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 
+from graphpar._logging import notice_once
+from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.algo_filters import allowed, approximated
 from graphpar.planner.cost import op_cost
-from graphpar.planner.dims import shapes_of
+from graphpar.planner.dims import DimSpec, shapes_of
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.defaults import fallback_strategy
-from graphpar.planner.strategy import MeshInfo, NodeStrategy, enumerate_strategies, replicated_strategy
+from graphpar.planner.search.sapp import sapp_fixed_strategy
+from graphpar.planner.strategy import MeshInfo, NodeStrategy, enumerate_strategies, from_hint, replicated_strategy
 
 MAX_SEARCH_AXES = 5
 _SMALL_RIGHT = 3  # axes kept single on the right of a large mesh
@@ -65,6 +70,23 @@ def _key(s: NodeStrategy, n_in: int, n_out: int) -> tuple:
             s.partial_axes)
 
 
+def _sapp_candidate(node: Node, dims: DimSpec, ins: list, outs: list, mesh: MeshInfo) -> Candidates | None:
+    """SAPP's own strategy for ``node`` as its only candidate (:mod:`.sapp`), or None: no such rule, or the mesh
+    cannot hold it (said once; the op is then searched)."""
+    sapp = sapp_fixed_strategy(node, ins, outs, mesh.n_devices)
+    if sapp is None:
+        return None
+    try:
+        strategy = from_hint(node, dims, sapp, ins, outs, mesh)
+    except StrategyError as error:
+        notice_once(f"sapp-place:{node.instance_name}:{node.scope}",
+                    f"op '{node.instance_name}': SAPP's {node.kind} strategy {sapp} does not fit this mesh "
+                    f"({error.reason}); graphpar searches its strategy", logging.INFO)
+        return None
+    return Candidates((strategy,), True, Provenance("searched", detail=f"recursive_programming: SAPP's "
+                                                                       f"{node.kind} rule"))
+
+
 def node_candidates(node: Node, graph: Graph, ctx: PlanContext) -> Candidates:
     if node.strategy is not None:
         return Candidates((node.strategy,), True)
@@ -75,11 +97,15 @@ def node_candidates(node: Node, graph: Graph, ctx: PlanContext) -> Candidates:
     mesh = ctx.mesh
     if not dims.splittable:
         return Candidates((replicated_strategy(dims, mesh),), False)
+    ins, outs = shapes_of(node, graph)
+    if ctx.search_mode == "recursive_programming":
+        fixed = _sapp_candidate(node, dims, ins, outs, mesh)
+        if fixed is not None:
+            return fixed
     runs = search_groups(mesh)
     names = tuple(f"g{i}" for i in range(len(runs)))
     coarse = MeshInfo(names, tuple(mesh.size(r) for r in runs))
     groups = dict(zip(names, runs))
-    ins, outs = shapes_of(node, graph)
     seen, out = set(), []
     for cand in enumerate_strategies(dims, ins, outs, coarse):
         real = _on_real_mesh(cand, groups, mesh) if coarse.names != mesh.names else NodeStrategy(

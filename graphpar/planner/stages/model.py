@@ -10,10 +10,13 @@ with the pipeline's stage count, micro-batch count, schedule, recompute and opti
   messages + beta x wire bytes, inside a node) + full recompute's second forward (a third of the FLOPs, half of the
   collectives) + the embedding / head on the first / last stage + the activation sent to and the gradient received
   from the next stage (inter-node beta);
+* + the stage's data-parallel gradient reduction, **per micro-batch**: the pipeline runtime's backward program is
+  SPMD over the stage's dp-sharded micro-batch, so XLA sums each micro-batch's partial gradients over dp inside it
+  (``compile.pipeline.stage_programs``; an AllReduce of the stage's weight blocks over dp, inter-node when the
+  stage spans nodes, with optimizer sharding too: :func:`reduce_wire`);
 * step time = (m + p - 1) x the slowest stage's time per micro-batch (1F1B and GPipe alike: the bubble is
-  (p - 1) / (m + p - 1) of the step) + the slowest stage's data-parallel gradient reduction (an AllReduce of its
-  weight blocks over dp, inter-node when the stage spans nodes; with optimizer sharding a ReduceScatter and an
-  AllGather, the same wire bytes);
+  (p - 1) / (m + p - 1) of the step) + with optimizer sharding the slowest stage's AllGather of its updated
+  weights (once per step);
 * memory of stage i = weights + gradients + optimizer state (sharded over dp with optimizer sharding, the gathered
   weights then live through the step) + the activations of the micro-batches in flight: min(p - i, m) under 1F1B,
   m under GPipe; per micro-batch each layer keeps what the memory model says it keeps, or under full recompute
@@ -249,11 +252,40 @@ def stage_memory(shape: Shape, stage: int, layers: int, layer: LayerCost, head: 
     return resident + max(f + layers * per for f, per in backward_pieces(shape, stage, layer, head, tail, recompute))
 
 
+def dp_beta(shape: Shape, cluster: Cluster) -> float:
+    """Seconds per wire byte of the data-parallel collectives: inter-node when a stage's devices span nodes."""
+    return cluster.inter_beta if shape.tp * shape.dp > cluster.node_size else cluster.hw.beta
+
+
+def reductions_per_step(shape: Shape) -> int:
+    """How often each stage reduces its gradients over the data-parallel replicas in one step: once per
+    micro-batch (the runtime's backward program reduces each micro-batch's gradients before they are
+    accumulated); none without data parallel."""
+    return shape.micro_batches if shape.dp > 1 else 0
+
+
+def reduce_wire(weight_bytes: float, shape: Shape, replicas: int | None = None) -> float:
+    """Wire bytes per device of one micro-batch's gradient reduction of ``weight_bytes`` over the ``replicas``
+    holding them (default dp; the experts' gradients: dp / ep): an AllReduce, with optimizer sharding too (the
+    SPMD backward reduces whole gradients and the sharded update slices them, as XLA:CPU compiles an all-reduce
+    and a local slice; a GPU's reduce-scatter creator may fuse them, which is not assumed)."""
+    return wire_bytes("AllReduce", weight_bytes, shape.dp if replicas is None else replicas)
+
+
+def reduce_time(dense: float, experts: float, shape: Shape, cluster: Cluster) -> tuple[float, float]:
+    """One micro-batch's data-parallel gradient reduction of ``dense`` bytes (over dp) and ``experts`` bytes
+    (over dp / ep) on one device, as ``(latency, transfer)`` seconds: apart, so the stage assignment prices the
+    transfer per layer and the latency once per stage."""
+    latency = cluster.hw.alpha * ((shape.dp > 1) + (experts > 0 and shape.dp // shape.ep > 1))
+    beta = dp_beta(shape, cluster)
+    return latency, beta * (reduce_wire(dense, shape) + reduce_wire(experts, shape, shape.dp // shape.ep))
+
+
 def sync_time(weight_bytes: float, shape: Shape, cluster: Cluster, replicas: int | None = None) -> float:
-    """The data-parallel gradient reduction of one stage's weights (once per step) over the ``replicas`` holding
-    them (default dp; the experts' gradients: dp / ep)."""
+    """What the data-parallel replicas exchange once per step besides the per-micro-batch reductions: with
+    optimizer sharding the AllGather of the updated ``weight_bytes`` over the ``replicas`` sharing them (default
+    dp; the experts': dp / ep); nothing without it."""
     replicas = shape.dp if replicas is None else replicas
-    if replicas <= 1:
+    if replicas <= 1 or not shape.optimizer_shard:
         return 0.0
-    beta = cluster.inter_beta if shape.tp * shape.dp > cluster.node_size else cluster.hw.beta
-    return cluster.hw.alpha + beta * wire_bytes("AllReduce", weight_bytes, replicas)
+    return cluster.hw.alpha + dp_beta(shape, cluster) * wire_bytes("AllGather", weight_bytes, replicas)

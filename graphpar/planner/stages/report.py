@@ -28,6 +28,8 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
         why.append(f"slowest stage {max(plan.stage_time) * 1e3:.4g} ms per micro-batch")
     if plan.bubble > best.bubble:
         why.append(f"bubble {plan.bubble:.1%}")
+    if max(plan.reduce_time, default=0.0) > max(best.reduce_time, default=0.0) * (1 + 1e-9):
+        why.append(f"dp gradient reduction {max(plan.reduce_time) * 1e3:.4g} ms per micro-batch")
     if plan.sync_time > best.sync_time:
         why.append(f"gradient sync {plan.sync_time * 1e3:.4g} ms")
     if max(plan.stage_memory) > max(best.stage_memory):
@@ -49,12 +51,14 @@ def stage_text(report: Any) -> str:
         return "\n".join(lines)
     lines.append("chosen: " + best.describe())
     lines.append(f"  predicted step {best.step_time:.4g} s = {best.shape.micro_batches + best.shape.stages - 1} x "
-                 f"{max(best.stage_time) * 1e3:.4g} ms (slowest stage per micro-batch) + {best.sync_time * 1e3:.4g} ms "
-                 f"gradient sync; bubble (p-1)/(m+p-1) = {best.bubble:.1%}")
-    lines.append("  stage  layers  recompute  ms/micro-batch  memory")
+                 f"{max(best.stage_time) * 1e3:.4g} ms (slowest stage per micro-batch, its dp gradient reduction "
+                 f"included) + {best.sync_time * 1e3:.4g} ms gradient sync; bubble (p-1)/(m+p-1) = {best.bubble:.1%}")
+    lines.append("  stage  layers  recompute  ms/micro-batch  (dp reduce)  memory")
     first = 0
     for i, (n, rc, t, m) in enumerate(zip(best.layers, best.recompute, best.stage_time, best.stage_memory)):
-        lines.append(f"  {i:<5}  {first}-{first + n - 1:<{5}}  {'full' if rc else 'none':<9}  {t * 1e3:<14.4g}  {_gib(m)}")
+        red = best.reduce_time[i] if best.reduce_time else 0.0
+        lines.append(f"  {i:<5}  {first}-{first + n - 1:<{5}}  {'full' if rc else 'none':<9}  {t * 1e3:<14.4g}  "
+                     f"{red * 1e3:<11.4g}  {_gib(m)}")
         first += n
     if best.layer_plan:
         lines.append(f"  layer plan on tp {best.shape.tp}: {best.layer_plan}")
@@ -71,7 +75,7 @@ def plan_data(plan: StagePlan) -> dict[str, Any]:
             "optimizer_shard": s.optimizer_shard, "layers_per_stage": list(plan.layers),
             "recompute": ["full" if r else "none" for r in plan.recompute],
             "stage_time_s": list(plan.stage_time), "stage_memory_bytes": list(plan.stage_memory),
-            "sync_time_s": plan.sync_time, "bubble": plan.bubble, "step_time_s": plan.step_time,
+            "sync_time_s": plan.sync_time, "reduce_time_s": list(plan.reduce_time), "bubble": plan.bubble, "step_time_s": plan.step_time,
             "layer_plan": plan.layer_plan}
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from graphpar.planner.stages.model import (SCHEDULES, Cluster, EdgeCost, LayerCost, Shape, backward_pieces,
                                            expert_time, fixed_memory, fixed_time, layer_memory, layer_time,
-                                           layer_weights, stage_memory, sync_time)
+                                           layer_weights, reduce_time, stage_memory, sync_time)
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,14 @@ class StagePlan:
     recompute: tuple[bool, ...]
     stage_time: tuple[float, ...]  # s per micro-batch
     stage_memory: tuple[float, ...]  # bytes per device
-    sync_time: float  # s: the slowest stage's data-parallel gradient reduction
+    sync_time: float  # s: the slowest stage's once-per-step data-parallel exchange (optimizer sharding's gather)
     step_time: float  # s
     layer_plan: str = ""
+    # s per micro-batch, part of stage_time: each stage's data-parallel gradient reduction (model.reduce_time)
+    reduce_time: tuple[float, ...] = ()
+    # bytes per device each stage reduces over dp per micro-batch, model.reductions_per_step(shape) times a step
+    # (the routed experts' gradients, reduced over dp / ep, not included)
+    reduced_bytes: tuple[float, ...] = ()
 
     @property
     def bubble(self) -> float:
@@ -79,8 +84,15 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
         return None
     budget = math.inf if cluster.memory is None else cluster.memory
     options = (False, True) if fixed_recompute is None else (fixed_recompute,)
-    times = {r: layer_time(layer, hw, r) + expert_time(layer, shape, cluster, r) for r in options}
-    fixed_t = np.array([fixed_time(shape, i, layer, head, tail, cluster) for i in range(p)])
+    dense, experts = layer_weights(layer, shape)
+    edges = [((head.weight_bytes if i == 0 else 0.0) + (tail.weight_bytes if i == p - 1 else 0.0)) / shape.tp
+             for i in range(p)]
+    # each micro-batch's gradients are reduced over dp in the stage's backward: per layer, and the edges' once
+    per_layer_reduce = reduce_time(dense, experts, shape, cluster)[1]
+    fixed_reduce = [sum(reduce_time(e, 0.0, shape, cluster)) + (cluster.hw.alpha if experts and shape.dp // shape.ep > 1
+                                                                else 0.0) for e in edges]
+    times = {r: layer_time(layer, hw, r) + expert_time(layer, shape, cluster, r) + per_layer_reduce for r in options}
+    fixed_t = np.array([fixed_time(shape, i, layer, head, tail, cluster) + fixed_reduce[i] for i in range(p)])
     caps_mem = {}
     for r in options:
         cap = np.full(p, float(n_layers))
@@ -103,15 +115,15 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
             return None
         recompute.append(min(fits, key=lambda r: times[r]))
     stage_time = tuple(float(fixed_t[i] + counts[i] * times[r]) for i, r in enumerate(recompute))
+    reduce = tuple(sum(reduce_time(counts[i] * dense + edges[i], counts[i] * experts, shape, cluster))
+                   for i in range(p))
     memory = tuple(stage_memory(shape, i, counts[i], layer, head, tail, slots, r) for i, r in enumerate(recompute))
-    dense, experts = layer_weights(layer, shape)
-    weights = [counts[i] * dense + ((head.weight_bytes if i == 0 else 0.0)
-                                    + (tail.weight_bytes if i == p - 1 else 0.0)) / shape.tp
-               for i in range(p)]
-    sync = max(sync_time(w, shape, cluster) + (sync_time(counts[i] * experts, shape, cluster, shape.dp // shape.ep)
-                                               if experts else 0.0) for i, w in enumerate(weights))
+    sync = max(sync_time(counts[i] * dense + edges[i], shape, cluster)
+               + (sync_time(counts[i] * experts, shape, cluster, shape.dp // shape.ep) if experts else 0.0)
+               for i in range(p))
     step = (shape.micro_batches + p - 1) * max(stage_time) + sync
-    return StagePlan(shape, tuple(counts), tuple(recompute), stage_time, memory, sync, step, layer.plan)
+    return StagePlan(shape, tuple(counts), tuple(recompute), stage_time, memory, sync, step, layer.plan,
+                     reduce, tuple(counts[i] * dense + edges[i] for i in range(p)))
 
 
 def _bottleneck_counts(p: int, n_layers: int, times: Mapping[bool, float], fixed_t: np.ndarray,
@@ -144,7 +156,8 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
            schedules: Iterable[str] = SCHEDULES, stage_counts: Iterable[int] | None = None,
            experts: int = 0) -> Iterable[Shape]:
     """Every parallel shape: stage counts dividing the devices (at most one stage per layer), tensor groups inside a
-    node, replicas dividing the batch, micro-batches whose size has a layer cost, both schedules, optimizer
+    node, replicas dividing the batch, at least as many micro-batches as stages whose size has a layer cost,
+    both schedules, optimizer
     sharding on and off, and with ``experts`` routed experts (an MoE layer) every expert parallel ep dividing both
     the replicas and the experts (MindSpore's ``expert_parallel``: it divides ``data_parallel``)."""
     micros, tps = set(micros), sorted(set(tps))
@@ -163,7 +176,7 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
                 continue
             for m in divisors(global_batch // dp):
                 micro = global_batch // dp // m
-                if micro not in micros:
+                if micro not in micros or m < p:  # MindSpore (and the runtime) need micro_size >= stages
                     continue
                 eps = [e for e in divisors(dp) if experts % e == 0] if experts > 1 else [1]
                 for schedule in schedules:
