@@ -6,12 +6,15 @@
 pipeline stages x tensor x data x expert parallel x micro-batches x schedule x recompute x optimizer sharding, and
 priced as set by hand: dp 16 x mp 4 x pp 16 x ep 8 with 32 micro-batches (layers split as evenly as 61 allows, the
 same recompute on every stage, with and without optimizer sharding; its layer on 4 devices is the same profiled
-layer the search uses). Prints figures, asserts nothing.
+layer the search uses, the experts' inner dimension split 4 ways as the search splits them on a tensor group of 4).
+When it fits no budget, its least memory (recompute everywhere) is printed with by how much it misses 80 GiB, and
+the ratio is taken against its price there. Prints figures, asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import sys
 import time
@@ -26,14 +29,15 @@ from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.stage_profile import MICROS, edge_costs, find_layers, layer_costs, search_pipeline
 from graphpar.nn.transformer import MoEParallelConfig
 from graphpar.nn.utils import no_init_parameters
-from graphpar.planner.stages import best_fixed
+from graphpar.planner.stages import Shape, assign, best_fixed
 from graphpar.planner.stages.report import differences
 
 GIB80 = 80 * 2 ** 30
 ADAM = 2.0
 HAND = dict(dp=16, mp=4, pp=16, ep=8, micro_batches=32)
 APPROXIMATED = ("standard attention for MLA; every layer MoE (V3's first 3 are dense); GeLU two-matrix experts, "
-                "GShard dense dispatch (capacity 1.1), softmax top-k; float32; LayerNorm")
+                "GShard dense dispatch (capacity 1.1) in router groups of 1,024 tokens, softmax top-k; float32; "
+                "LayerNorm")
 
 
 def traced(cfg: dict, batch: int, parallel: MoEParallelConfig | None = None):
@@ -71,8 +75,17 @@ def main(argv: list[str]) -> int:
         hand = best_fixed(costs, args.layers, head, tail, report.cluster, args.batch, ADAM, HAND["mp"],
                           (HAND["pp"],), shard, ep=HAND["ep"], micro_batches=HAND["micro_batches"])
         name = f"dp 16 x mp 4 x pp 16 x ep 8, 32 micro-batches{' + optimizer sharding' if shard else ''}"
-        print(f"{name}: {hand.describe() if hand else 'does not fit the budget'}")
-        if hand is not None and best is not None:
+        if hand is None:  # its least memory (recompute everywhere) without a budget: by how much it misses
+            micro = args.batch // HAND["dp"] // HAND["micro_batches"]
+            shape = Shape(HAND["pp"], HAND["mp"], HAND["dp"], HAND["micro_batches"], micro, "1f1b", shard, HAND["ep"])
+            least = assign(shape, args.layers, costs[(HAND["mp"], micro)], head, tail,
+                           dataclasses.replace(report.cluster, memory=None), ADAM, fixed_recompute=True, even=True)
+            peak = max(least.stage_memory)
+            print(f"{name}: does not fit 80 GiB: {least.describe()}, {(peak - GIB80) / 2 ** 30:.1f} GiB over")
+            hand = least
+        else:
+            print(f"{name}: {hand.describe()}")
+        if best is not None:
             print(f"  searched / hand step time: {best.step_time / hand.step_time:.3f}; hand vs searched: "
                   f"{differences(hand, best)}")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20:.2f} GiB")

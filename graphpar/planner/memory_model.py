@@ -54,6 +54,10 @@ _LINEAR = frozenset({
     "dynamic_update_slice", "reduce_window_sum", "cumsum", "gather", "iota", "stop_gradient", "argmax", "argmin",
     "split", "add_any",
 })
+# comparisons: no gradient flows through them, so their backward reads nothing (an MoE router's NotEqual on its
+# combine weights makes the dispatch mask; measured on a compiled MoE stage: its input is not kept for it)
+_COMPARISONS = frozenset({"NotEqual", "Equal", "Less", "LessEqual", "Greater", "GreaterEqual", "IsNan", "IsInf",
+                          "IsFinite", "ne", "eq", "lt", "le", "gt", "ge", "is_finite"})
 # products: input i is kept when another input is differentiated (MatMul's x for dW, W for dx)
 _PRODUCTS = frozenset({"MatMul", "BatchMatMul", "Conv2D", "Mul", "Einsum", "dot_general", "mul",
                        "conv_general_dilated"})
@@ -98,7 +102,7 @@ def keeps_input(node: Any, k: int, graph: Any, grads: frozenset[int]) -> bool:
     if not value.is_array or not value.shape or not any(v in grads for v in node.inputs):
         return False
     kind = node.kind
-    if kind in _LINEAR or kind in _OUTPUT or kind in _NOT_INPUTS:
+    if kind in _LINEAR or kind in _COMPARISONS or kind in _OUTPUT or kind in _NOT_INPUTS:
         return False
     if kind in _PRODUCTS:
         return any(j != k and v in grads for j, v in enumerate(node.inputs))
@@ -137,7 +141,7 @@ def checkpoint_keeps_input(node: Any, k: int, graph: Any, grads: frozenset[int])
     value = graph.values[node.inputs[k]]
     if not value.is_array or not value.shape or not _is_float(value) or not any(v in grads for v in node.inputs):
         return False
-    if node.kind in _LINEAR:
+    if node.kind in _LINEAR or node.kind in _COMPARISONS:
         return False
     if node.kind in _PRODUCTS:
         return any(j != k and v in grads for j, v in enumerate(node.inputs))

@@ -1167,6 +1167,11 @@ ROWS: list[Row] = [
     Row("ascend-communication-group", "strategy", "set_context(device_target='Ascend'), then MatMul().shard(((8, 3), "
         "(3, 1))) on device_num=24, then compile", lambda t: _ascend_group(), ERR + "CommunicationGroupError",
         ("op 'matmul'", "forward reduction", "ranks [0, 1, 2]", "Ascend 910", "device_target='GPU' / 'CPU'")),
+    Row("moe-expert-group-size", "strategy", "an MoE with MoEConfig(expert_group_size=2) and data_parallel=2 "
+        "called on 6 tokens", lambda t: _transformer().MoE(8, 16, 0.0, moe_config=_transformer().MoEConfig(
+            expert_num=3, expert_group_size=2), parallel_config=_transformer().MoEParallelConfig(2))(
+            np.ones((6, 8), np.float32)), ERR + "ConfigError",
+        ("MoE()", "6 tokens", "expert_group_size=2", "data_parallel=2", "dividing 3")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

@@ -99,6 +99,31 @@ def test_groups_route_independently():
     assert [tuple(np.argwhere(dispatch[t]).ravel()) for t in range(6)] == [(0, 0), (), (), (1, 0), (2, 0), (0, 0)]
 
 
+def test_expert_group_size_sets_the_router_groups():
+    """MoEConfig(expert_group_size=3): the 6 tokens are routed in groups of 3 whatever data_parallel is (here 1),
+    each group with its own capacity ceil(3 / 3) = 1: the same slots as two data-parallel groups above."""
+    config = MoEConfig(expert_num=3, capacity_factor=1.0, expert_group_size=3)
+    router = TopkRouter(3, config, parallel_config=MoEParallelConfig(1))
+    dispatch, _, _ = router(ms.Tensor(LOGITS_TOP1[None]))
+    assert np.asarray(dispatch).shape == (2, 3, 3, 1)  # (groups, group, experts, capacity)
+    dispatch = np.asarray(dispatch).reshape(6, 3, 1)
+    assert [tuple(np.argwhere(dispatch[t]).ravel()) for t in range(6)] == [(0, 0), (), (), (1, 0), (2, 0), (0, 0)]
+    # the MoE layer's output: token 5 now gets expert 0 (its own group's slot), tokens 1 and 2 are dropped (zero)
+    moe = MoE(3, 3, 0.0, hidden_act="relu", moe_config=config, parallel_config=MoEParallelConfig(1))
+    moe.router.dense.weight.set_data(ms.Tensor(np.eye(3, dtype=np.float32)))  # the logits are the tokens
+    for linear in (moe.ffn.mapping, moe.ffn.projection):
+        linear.weight.set_data(ms.Tensor(np.stack([np.eye(3, dtype=np.float32)] * 3)))
+    out, _ = moe(ms.Tensor(LOGITS_TOP1))
+    kept = np.abs(np.asarray(out)).sum(-1) > 0
+    assert kept.tolist() == [True, False, False, True, True, True]
+
+
+def test_expert_group_size_must_split_the_tokens_over_data_parallel():
+    moe = MoE(3, 3, 0.0, moe_config=MoEConfig(expert_num=3, expert_group_size=2), parallel_config=MoEParallelConfig(2))
+    with pytest.raises(ConfigError, match=r"6 tokens .* do not split into router groups of expert_group_size=2"):
+        moe(ms.Tensor(LOGITS_TOP1))  # 3 groups of 2: not a whole number per data_parallel rank
+
+
 def test_tokens_must_split_into_the_groups():
     moe = MoE(3, 3, 0.0, moe_config=MoEConfig(expert_num=3), parallel_config=MoEParallelConfig(4))
     with pytest.raises(ConfigError, match=r"6 tokens .* do not split into data_parallel=4 groups"):

@@ -17,7 +17,6 @@ group (vocabulary-parallel embedding and head, as Megatron splits them; their sp
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -31,10 +30,10 @@ from graphpar.common.parameter import Parameter
 from graphpar.errors import GraphparError
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.plans.stage_experts import Experts, expert_bytes, expert_split, experts_split, layer_experts
 from graphpar.compile.plans.stage_residuals import largest_parameter, stage_residuals
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
-from graphpar.nn.transformer import MoE
 from graphpar import ops
 from graphpar.planner.cost import block_bytes, plan_cost, replicated_spec, sum_costs
 from graphpar.planner.memory_model import DEFAULT_OPTIMIZER_SLOTS
@@ -186,58 +185,26 @@ def _scaled(aval: jax.ShapeDtypeStruct, micro: int, global_batch: int) -> jax.Sh
 
 def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micros: Iterable[int],
                 cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL) -> dict[tuple[int, int], LayerCost]:
-    """Per (tensor-group size, sequences per micro-batch), the repeated layer's cost planned on that group."""
+    """Per (tensor-group size, sequences per micro-batch), the repeated layer's cost planned on that group (its
+    routed experts split over the group where they can be: ``stage_experts``)."""
     out: dict[tuple[int, int], LayerCost] = {}
     held = layers.cell._scope_attr
-    experts = _experts(layers.cell)
+    experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
     try:
         ns = NetworkState(probe, probe.trainable_params())
         for micro in micros:
             avals = [_scaled(a, micro, global_batch) for a in layers.inputs]
-            graph, _ = trace_network(ns, avals, "train")
+            traces: dict[int, Graph] = {}
             for tp in tps:
-                out[(tp, micro)] = _price_layer(graph, tp, micro, cluster, slots, mode, experts)
+                mp = expert_split(experts, tp)
+                if mp not in traces:
+                    with experts_split(experts, mp):
+                        traces[mp], _ = trace_network(ns, avals, "train")
+                out[(tp, micro)] = _price_layer(traces[mp], tp, micro, cluster, slots, mode, experts)
     finally:
         layers.cell._scope_attr = held
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class _Experts:
-    """The routed experts inside the layer (its ``MoE`` Cells): how many (the count every expert parallel must
-    divide), their weights' names, and the names of the weights their first matmul reads (its other input is the
-    dispatched tokens: what expert parallel's AlltoAll moves)."""
-
-    count: int = 0
-    weights: frozenset[str] = frozenset()
-    first: frozenset[str] = frozenset()
-
-
-def _experts(layer: Cell) -> _Experts:
-    moes = [c for _, c in layer.cells_and_names() if isinstance(c, MoE) and c.expert_dim > 1]
-    if not moes:
-        return _Experts()
-    return _Experts(math.gcd(*(m.expert_dim for m in moes)),
-                    frozenset(p.name for m in moes for p in m.ffn.trainable_params()),
-                    frozenset(m.ffn.mapping.weight.name for m in moes))
-
-
-def _expert_bytes(planned: Graph, experts: _Experts) -> tuple[float, float]:
-    """Per device on the planned layer: the routed experts' weight bytes, and the dispatched tokens' block (the
-    input of each MoE's first expert matmul in the layout that matmul reads)."""
-    if not experts.count:
-        return 0.0, 0.0
-    mesh, specs = planned.plan.mesh, planned.plan.value_specs
-    weights = sum(block_bytes(v, specs.get(vid, replicated_spec(len(v.shape))), mesh)
-                  for vid, v in planned.values.items() if v.name in experts.weights and v.is_array)
-    dispatched = 0.0
-    for node in planned.node_list():
-        names = [planned.values[v].name for v in node.inputs]
-        if any(n in experts.first for n in names):
-            i = next(k for k, n in enumerate(names) if n not in experts.first)
-            dispatched += block_bytes(planned.values[node.inputs[i]], node.strategy.input_spec(i), mesh)
-    return weights, dispatched
 
 
 def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str) -> Graph:
@@ -253,17 +220,19 @@ def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, c
     """The repeated layer traced alone for ``micro`` sequences and planned on ``tp`` devices, as
     :func:`layer_costs` priced it (the same trace and solve: the plan is deterministic)."""
     held = layers.cell._scope_attr
+    experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
     try:
         ns = NetworkState(probe, probe.trainable_params())
-        graph, _ = trace_network(ns, [_scaled(a, micro, global_batch) for a in layers.inputs], "train")
+        with experts_split(experts, expert_split(experts, tp)):
+            graph, _ = trace_network(ns, [_scaled(a, micro, global_batch) for a in layers.inputs], "train")
         return _plan_layer(graph, tp, cluster, mode)
     finally:
         layers.cell._scope_attr = held
 
 
 def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: float, mode: str,
-                 experts: _Experts = _Experts()) -> LayerCost:
+                 experts: Experts = Experts()) -> LayerCost:
     planned = _plan_layer(graph, tp, cluster, mode)
     per_node = plan_cost(planned, planned.plan.mesh, training=True)
     nodes = [n for n in planned.node_list() if not any(planned.values[v].name == PROBE for v in n.inputs)
@@ -273,12 +242,12 @@ def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: flo
     boundary = _input_bytes(planned)
     text = ", ".join(f"{n.instance_name} {n.strategy.in_strategy_text()}" for n in nodes
                      if n.kind in ("MatMul", "BatchMatMul"))
-    expert_weights, dispatched = _expert_bytes(planned, experts)
-    stage_kept, stage_input = stage_residuals(planned, PROBE, FOLD)
+    expert_weights, dispatched = expert_bytes(planned, experts)
+    stage_kept, stage_input, stage_cotangents = stage_residuals(planned, PROBE, FOLD)
     largest = largest_parameter(planned, PROBE)
     return LayerCost(tp, micro, total.flops, total.comm_bytes, total.messages, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS),
                      total.activation_bytes, boundary, total.transient_bytes, text, experts.count, expert_weights,
-                     dispatched, stage_kept, stage_input, largest)
+                     dispatched, stage_kept, stage_input, largest, stage_cotangents)
 
 
 def _input_bytes(graph: Graph) -> float:
@@ -336,10 +305,12 @@ class StageReport:
             stage_of.update({scope: stage for scope in self.cell_scopes[k:k + n]})
             k += n
         put_stages(network, stage_of, {i for i, r in enumerate(best.recompute) if r}, "StageReport.apply")
-        if best.shape.ep > 1:  # a construction argument of the MoE, not a context setting: said, not set
-            notice_once("stages:expert_parallel", f"the stage plan chose expert_parallel={best.shape.ep}: build the "
-                        f"MoE layers with MoEParallelConfig(expert_parallel={best.shape.ep}) (apply() sets the "
-                        "pipeline only; the MoE's strategies are fixed when it is built)")
+        mp = expert_split(layer_experts(self.layers.cell), best.shape.tp)
+        if best.shape.ep > 1 or mp > 1:  # construction arguments of the MoE, not context settings: said, not set
+            notice_once("stages:expert_parallel", f"the stage plan chose expert_parallel={best.shape.ep} and the "
+                        f"experts split model_parallel={mp} ways: build the MoE layers with MoEParallelConfig("
+                        f"data_parallel={best.shape.dp}, model_parallel={mp}, expert_parallel={best.shape.ep}) "
+                        "(apply() sets the pipeline only; the MoE's strategies are fixed when it is built)")
         return {"pipeline_stages": best.shape.stages,
                 "pipeline_config": {"pipeline_scheduler": best.shape.schedule, "pipeline_interleave": False}}
 

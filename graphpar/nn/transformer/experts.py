@@ -33,12 +33,12 @@ def activation_op(hidden_act: str, api: str):
 class ExpertLinear(Cell):
     """One linear layer of every expert: ``x (outer, E, tokens, d_in) @ weight (E, d_in, d_out) + bias``."""
 
-    def __init__(self, d_in: int, d_out: int, experts: int, dtype, matmul_strategy, bias_strategy):
+    def __init__(self, d_in: int, d_out: int, experts: int, dtype):
         super().__init__()
         self.weight = Parameter(initializer("normal", (experts, d_in, d_out), dtype), name="weight")
         self.bias = Parameter(initializer("zeros", (1, experts, 1, d_out), dtype), name="bias")
-        self.matmul = ops.BatchMatMul().shard(matmul_strategy)
-        self.bias_add = ops.Add().shard(bias_strategy)
+        self.matmul = ops.BatchMatMul()  # strategies: ExpertFeedForward.split
+        self.bias_add = ops.Add()
 
     def construct(self, x):
         return self.bias_add(self.matmul(x, self.weight), self.bias)
@@ -58,12 +58,24 @@ class ExpertFeedForward(Cell):
         if not 0 <= dropout_rate < 1:
             raise ConfigError("MoE", "dropout_rate", dropout_rate,
                               reason=f"dropout_rate={dropout_rate} must be in [0, 1)")
-        self.mapping = ExpertLinear(hidden_size, ffn_hidden_size, expert_num, param_init_type,
-                                    ((outer, ep, 1, 1), (ep, 1, mp)), ((outer, ep, 1, mp), (1, ep, 1, mp)))
-        self.activation = activation_op(hidden_act, "MoE").shard(((outer, ep, 1, mp),))
-        self.projection = ExpertLinear(ffn_hidden_size, hidden_size, expert_num, param_init_type,
-                                       ((outer, ep, 1, mp), (ep, mp, 1)), ((outer, ep, 1, 1), (1, ep, 1, 1)))
+        self.mapping = ExpertLinear(hidden_size, ffn_hidden_size, expert_num, param_init_type)
+        self.activation = activation_op(hidden_act, "MoE")
+        self.projection = ExpertLinear(ffn_hidden_size, hidden_size, expert_num, param_init_type)
         self.dropout = Dropout(p=dropout_rate)
+        self.sizes = (hidden_size, ffn_hidden_size)
+        self.split(outer, mp, ep)
+
+    def split(self, outer: int, mp: int, ep: int) -> None:
+        """Sets the experts' strategies: tokens ``outer`` (= dp / ep) ways, experts ``ep`` ways, the inner
+        feed-forward dimension ``mp`` ways (MindSpore's FeedForward strategies for that parallel config). The
+        stage search's layer profile calls it to price the experts split over a tensor group
+        (``compile.plans.stage_profile``) and puts the layer's own split back after."""
+        self.mapping.matmul.shard(((outer, ep, 1, 1), (ep, 1, mp)))
+        self.mapping.bias_add.shard(((outer, ep, 1, mp), (1, ep, 1, mp)))
+        self.activation.shard(((outer, ep, 1, mp),))
+        self.projection.matmul.shard(((outer, ep, 1, mp), (ep, mp, 1)))
+        self.projection.bias_add.shard(((outer, ep, 1, 1), (1, ep, 1, 1)))
+        self.expert_split = (outer, mp, ep)
 
     def construct(self, x):
         return self.dropout(self.projection(self.activation(self.mapping(x))))

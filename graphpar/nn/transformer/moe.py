@@ -22,14 +22,13 @@ expert its router chose (the same as MindSpore when ``data_parallel == expert_pa
 from __future__ import annotations
 
 from graphpar import ops
-from graphpar._logging import notice_once
 from graphpar.common import dtype as mstype
 from graphpar.errors import ConfigError
 from graphpar.nn.cell import Cell
 from graphpar.nn.transformer.experts import ExpertFeedForward
 from graphpar.nn.transformer.op_parallel_config import (MoEParallelConfig, check_positive_int,
                                                         default_moeparallel_config)
-from graphpar.nn.transformer.router import Router, calculate_expert_capacity
+from graphpar.nn.transformer.router import Router, calculate_expert_capacity, router_groups
 
 
 def _positive_float(name: str, value) -> float:
@@ -41,9 +40,10 @@ def _positive_float(name: str, value) -> float:
 class MoEConfig:
     """``MoEConfig(expert_num=1, capacity_factor=1.1, aux_loss_factor=0.05, num_experts_chosen=1,
     expert_group_size=None, group_wise_a2a=False, comp_comm_parallel=False, comp_comm_parallel_degree=2)``, checked
-    as MindSpore checks it. ``expert_group_size`` is read only by MindSpore's AUTO_PARALLEL strategy search (said
-    once); ``group_wise_a2a`` and ``comp_comm_parallel`` (MindSpore's Ascend communication schedules) are not built
-    and refused by name."""
+    as MindSpore checks it. ``expert_group_size`` is MindSpore's "number of tokens in each data parallel group": the
+    router's group size (``None``: the tokens cut into ``data_parallel`` groups, MindSpore's default); ``MoE`` checks
+    that it divides the tokens into a multiple of ``data_parallel`` groups. ``group_wise_a2a`` and
+    ``comp_comm_parallel`` (MindSpore's Ascend communication schedules) are not built and refused by name."""
 
     def __init__(self, expert_num: int = 1, capacity_factor: float = 1.1, aux_loss_factor: float = 0.05,
                  num_experts_chosen: int = 1, expert_group_size: int | None = None, group_wise_a2a: bool = False,
@@ -56,9 +56,6 @@ class MoEConfig:
                                                             comp_comm_parallel_degree)
         if expert_group_size is not None:
             check_positive_int("MoEConfig", "expert_group_size", expert_group_size)
-            notice_once("moe:expert_group_size", "MoEConfig(expert_group_size=...) is read by MindSpore's "
-                        "AUTO_PARALLEL strategy search only; graphpar plans the MoE from its strategies and does "
-                        "not use it")
         if capacity_factor < 1.0:
             raise ConfigError("MoEConfig", "capacity_factor", capacity_factor,
                               reason=f"capacity_factor must be >= 1.0, got {capacity_factor}")
@@ -118,6 +115,7 @@ class MoE(Cell):
         self.hidden_size, self.expert_dim, self.dp_group, self.ep = hidden_size, moe_config.expert_num, dp, ep
         self.capacity_factor, self.aux_loss_factor = moe_config.capacity_factor, moe_config.aux_loss_factor
         self.num_experts_chosen = moe_config.num_experts_chosen
+        self.expert_group_size = moe_config.expert_group_size
         outer = dp // ep
         self.ffn = ExpertFeedForward(hidden_size, ffn_hidden_size, dropout_rate, hidden_act, self.expert_dim,
                                      param_init_type, dp, mp, ep)
@@ -138,12 +136,9 @@ class MoE(Cell):
 
     def construct(self, input_tensor):
         input_shape, hidden = input_tensor.shape, self.hidden_size
-        experts, groups = self.expert_dim, self.dp_group
+        experts = self.expert_dim
         tokens = input_tensor.size // hidden
-        if tokens % groups:
-            raise ConfigError("MoE", "data_parallel", groups, reason=(
-                f"{tokens} tokens (input {tuple(input_shape)}) do not split into data_parallel={groups} groups "
-                f"(the router's groups); valid: a token count that is a multiple of {groups}"))
+        groups = router_groups(tokens, self.dp_group, self.expert_group_size, "MoE", tuple(input_shape))
         tokens_per_group = tokens // groups
         input_tensor = self.reshape(input_tensor, (groups, tokens_per_group, hidden))
         capacity = calculate_expert_capacity(self.num_experts_chosen, tokens_per_group, self.capacity_factor,
@@ -158,7 +153,7 @@ class MoE(Cell):
         expert_input = self.transpose_2dim(expert_input, (1, 0))
         expert_input = self.reshape(expert_input, (experts, capacity, groups, hidden))
         expert_input = self.transpose_4dim_dp(expert_input, (0, 2, 1, 3))  # (experts, groups, capacity, hidden)
-        expert_output = self._experts(expert_input, capacity)  # (experts, groups, capacity, hidden)
+        expert_output = self._experts(expert_input, groups, capacity)  # (experts, groups, capacity, hidden)
         expert_output = self.transpose_4dim(expert_output, (1, 3, 0, 2))  # (groups, hidden, experts, capacity)
         expert_output = self.reshape(expert_output, (groups, hidden, experts * capacity))
         combine_tensor = self.reshape(combine_tensor, (groups, tokens_per_group, experts * capacity))
@@ -169,16 +164,18 @@ class MoE(Cell):
         combined_output = self.reshape(combined_output, input_shape)
         return combined_output, self.mul(self.aux_loss_factor, aux_loss)
 
-    def _experts(self, expert_input, capacity):
+    def _experts(self, expert_input, groups, capacity):
         """(experts, groups, capacity, hidden) -> the experts' feed-forward -> the same shape. The dispatch
         AlltoAll is the redistribution into the experts' first BatchMatMul, the combine AlltoAll the one into
-        ``from_experts``."""
-        experts, groups, ep, hidden = self.expert_dim, self.dp_group, self.ep, self.hidden_size
-        outer = groups // ep
-        x = self.reshape(expert_input, (experts, outer, ep, capacity, hidden))
+        ``from_experts``. A device's ``groups / data_parallel`` router groups (``expert_group_size``) are one
+        run of ``capacity`` slots each: merged into the slot dimension."""
+        experts, ep, hidden = self.expert_dim, self.ep, self.hidden_size
+        outer = self.dp_group // ep
+        slots = capacity * (groups // self.dp_group)
+        x = self.reshape(expert_input, (experts, outer, ep, slots, hidden))
         x = self.to_experts(x, (1, 0, 2, 3, 4))  # (outer, experts, ep, capacity, hidden)
-        x = self.reshape(x, (outer, experts, ep * capacity, hidden))
+        x = self.reshape(x, (outer, experts, ep * slots, hidden))
         x = self.ffn(x)
-        x = self.reshape(x, (outer, experts, ep, capacity, hidden))
+        x = self.reshape(x, (outer, experts, ep, slots, hidden))
         x = self.from_experts(x, (1, 0, 2, 3, 4))  # (experts, outer, ep, capacity, hidden)
         return self.reshape(x, (experts, groups, capacity, hidden))

@@ -2,8 +2,8 @@
 ``TopkRouter``): which expert each token goes to, where in that expert's capacity it lands, the weights its
 experts' outputs are combined with, and the load-balancing loss.
 
-Tokens are routed within groups (``data_parallel`` of them, each ``tokens_per_group`` long; each device holds whole
-groups). For each of the ``num_experts_chosen`` rounds, in that order:
+Tokens are routed within groups (``data_parallel`` of them, or of ``MoEConfig(expert_group_size=...)`` tokens each;
+each device holds whole groups). For each of the ``num_experts_chosen`` rounds, in that order:
 
 1. the router's softmax probabilities, with the experts a token already got in earlier rounds set to zero;
 2. the expert of the largest remaining probability (the first on ties) and that probability (the gate);
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from graphpar import ops
 from graphpar.common import dtype as mstype
+from graphpar.errors import ConfigError
 from graphpar.nn.cell import Cell
 from graphpar.nn.layer.basic import Dense
 
@@ -34,17 +35,41 @@ def calculate_expert_capacity(k: int, tokens_per_group: int, capacity_factor: fl
     return res_int if res < 0 or res == res_int else res_int + 1
 
 
+def router_groups(tokens: int, data_parallel: int, expert_group_size: int | None, api: str = "MoE",
+                  shape: tuple[int, ...] | None = None) -> int:
+    """How many groups the router cuts ``tokens`` into: ``data_parallel`` (MindSpore's default), or groups of
+    ``expert_group_size`` tokens (``MoEConfig``), whose count must be a multiple of ``data_parallel`` (each device
+    routes whole groups). Smaller groups keep the dense dispatch / combine masks, ``(groups, group, experts,
+    capacity)`` with the capacity proportional to the group, linear in the tokens rather than quadratic."""
+    what = f"{tokens} tokens" + ("" if shape is None else f" (input {shape})")
+    if expert_group_size is None:
+        if tokens % data_parallel:
+            raise ConfigError(api, "data_parallel", data_parallel, reason=(
+                f"{what} do not split into data_parallel={data_parallel} groups (the router's groups); "
+                f"valid: a token count that is a multiple of {data_parallel}"))
+        return data_parallel
+    if tokens % (expert_group_size * data_parallel):
+        valid = (f"an expert_group_size dividing {tokens // data_parallel} (the tokens per rank)"
+                 if tokens % data_parallel == 0 else f"a token count that is a multiple of {data_parallel}")
+        raise ConfigError(api, "expert_group_size", expert_group_size, reason=(
+            f"{what} do not split into router groups of expert_group_size={expert_group_size}, a whole number on "
+            f"each of data_parallel={data_parallel} ranks; valid: {valid}"))
+    return tokens // expert_group_size
+
+
 class TopkRouter(Cell):
     """``TopkRouter(d_model, moe_config, training=True, parallel_config=None)``: router logits ``(data_parallel,
     tokens_per_group, expert_num)`` → ``(dispatch, combine, loss)``; dispatch (bool) and combine (float) are
     ``(data_parallel, tokens_per_group, expert_num, expert_capacity)``, loss a scalar (not yet scaled by
-    ``aux_loss_factor``). Every op is split ``data_parallel`` ways over the groups, as MindSpore shards them."""
+    ``aux_loss_factor``). Every op is split ``data_parallel`` ways over the groups, as MindSpore shards them; the
+    groups are ``data_parallel`` or of ``moe_config.expert_group_size`` tokens (:func:`router_groups`)."""
 
     def __init__(self, d_model: int, moe_config, training: bool = True, parallel_config=None):
         super().__init__()
         dp = parallel_config.data_parallel
         self.d_model, self.training, self.dp_group = d_model, training, dp
         self.expert_dim = moe_config.expert_num
+        self.expert_group_size = moe_config.expert_group_size
         self.capacity_factor = moe_config.capacity_factor
         self.num_experts_chosen = moe_config.num_experts_chosen
         g3, g4 = (dp, 1, 1), (dp, 1, 1, 1)
@@ -87,10 +112,11 @@ class TopkRouter(Cell):
     def construct(self, router_logits):
         experts = self.expert_dim
         router_logits = self.reshape(router_logits, (-1, experts))
-        tokens_per_group = router_logits.shape[0] // self.dp_group
+        groups = router_groups(router_logits.shape[0], self.dp_group, self.expert_group_size, "TopkRouter")
+        tokens_per_group = router_logits.shape[0] // groups
         capacity = calculate_expert_capacity(self.num_experts_chosen, tokens_per_group, self.capacity_factor,
                                              experts)
-        router_logits = self.reshape(router_logits, (self.dp_group, tokens_per_group, experts))
+        router_logits = self.reshape(router_logits, (groups, tokens_per_group, experts))
         router_prob = self.softmax(router_logits)
         loss = None
         accum_expert_mask = mask_count = accum_combine = None

@@ -58,6 +58,9 @@ class LayerCost:
     stage_activation_bytes: float | None = None
     stage_input_bytes: float | None = None
     largest_weight_bytes: float | None = None  # the largest parameter block on one device (None: weight_bytes)
+    # the part of stage_activation_bytes on the gradient path (None: all of it): the backward makes a cotangent for
+    # each; an MoE's routing masks are kept but get none
+    stage_cotangent_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,15 @@ def kept(layer: LayerCost, shape: Shape, recompute: bool) -> float:
     return layer.boundary_bytes if recompute else layer.activation_bytes
 
 
+def cotangents(layer: LayerCost, shape: Shape) -> float:
+    """What one layer's backward makes a cotangent for per micro-batch: its kept activations on the gradient path
+    (a recomputing stage holds those again while it recomputes; the routing masks it recomputes are fused into
+    the backward's own loops, measured on a compiled MoE stage)."""
+    if shape.stages > 1 and layer.stage_cotangent_bytes is not None:
+        return layer.stage_cotangent_bytes
+    return kept(layer, shape, False)
+
+
 def layer_memory(layer: LayerCost, shape: Shape, stage: int, recompute: bool, slots: float) -> float:
     """Per layer on stage ``stage``: its resident weight bytes and the activations of the micro-batches in flight
     (full recompute: the layer's input only)."""
@@ -227,7 +239,7 @@ def backward_pieces(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, 
     if shape.micro_batches > 1 and shape.dp == 1:
         act_fixed += block
     grad_per = reduced_gradients(dense, experts, shape)
-    act_per = kept(layer, shape, False) * (2.0 if recompute else 1.0)
+    act_per = cotangents(layer, shape) * (2.0 if recompute else 1.0)
     return ((act_fixed + grad_fixed, act_per + grad_per), (2.0 * grad_fixed, 2.0 * grad_per))
 
 
