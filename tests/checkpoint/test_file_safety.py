@@ -184,7 +184,8 @@ def test_a_directory_made_read_only_mid_run_is_one_line(tmp_path, mode):
                                  str(directory), mode], env=env, capture_output=True, text=True, timeout=180)
     finally:
         os.chmod(directory, 0o700)
-    lines = (result.stdout + result.stderr).strip().splitlines()
+    lines = [line for line in (result.stdout + result.stderr).strip().splitlines()
+             if "compiling " not in line or " took " not in line]  # graphpar's slow-compile notice, on a loaded machine
     assert result.returncode == 1, lines[-5:]
     assert lines[0] == "Traceback (most recent call last):", lines[:3]  # no orbax log before it
     assert lines[-1].startswith(f"graphpar.checkpoint.errors.CheckpointError: checkpoint {directory}: cannot write "
