@@ -38,11 +38,12 @@ from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost, reduce_scatter_saving
 from graphpar.planner.dims import shapes_of
-from graphpar.planner.follow import follow_strategy, follows_input, input_for_output, value_layout
+from graphpar.planner.follow import (data_inputs, follow_strategy, follows_input, input_for_output, linked,
+                                    value_layout)
 from graphpar.planner.layout_hint import aligned_strategies
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.elementwise_follow import follow_consumers
-from graphpar.planner.strategy import NodeStrategy
+from graphpar.planner.strategy import NodeStrategy, replicated_strategy
 
 _EPS = 1e-6
 
@@ -74,8 +75,11 @@ def _local(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
            grads: frozenset[int], lookahead: bool = True) -> _Local:
     values = graph.values
     ins, in_keys = [], []
+    reads = data_inputs(node)
     for i, vid in enumerate(node.inputs):
         value = values[vid]
+        if i not in reads:  # a Depend's ordering-only input: taken as it arrives, no edge
+            continue
         src = value_layout(graph, vid, strategies, ctx.input_specs)
         if src is None and value.kind == "param":
             src = _param_layout(graph, vid, node, strategies)
@@ -94,13 +98,15 @@ def _local(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
         decided, ahead = [], []
         if value.is_array:
             for consumer, k in graph.consumers(vid):
+                if k not in data_inputs(consumer):
+                    continue
                 s = strategies.get(consumer.id)
                 if s is not None:
                     decided.append((s.input_spec(k), consumer.id == source.id))
                 elif lookahead and not follows_input(consumer):
                     dims = ctx.dims(consumer, graph)
                     if dims is not None:
-                        ahead.append((dims.inputs[k], dims.search_fixed))
+                        ahead.append((dims.inputs[k], dims.fixed))
         outs.append((j, value, vid in grads, tuple(decided), tuple(ahead)))
         out_keys.append((_value_key(value), vid in grads, tuple(decided), tuple(ahead)))
     reduced = _grad_reduced(graph, node, strategies)
@@ -168,7 +174,8 @@ def _grad_reduced(graph: Graph, node: Node, strategies: dict[int, NodeStrategy])
 
 def _lookahead(local: _Local, cand: NodeStrategy, mesh) -> Cost:
     """Forward gathers an undecided consumer cannot avoid: the dims of ``cand``'s outputs it can never split (a
-    LayerNorm's normalised axis, a Softmax axis). Without it a split that is free here (slicing) is chosen and paid
+    LayerNorm's normalised axis, a Softmax axis; not the hint-only ones, H and W of a convolution or a pooling,
+    which propagation carries in from a neighbour as MindSpore's does). Without it a split that is free here (slicing) is chosen and paid
     for one op later (the residual Add split on the hidden dimension ahead of a LayerNorm)."""
     cost = ZERO
     for j, value, _, _, ahead in local.outs:
@@ -288,18 +295,12 @@ _DATASET = _Dataset()
 def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
     configured = [n for n in graph.node_list() if n.strategy is not None and n.provenance is not None
                   and n.provenance.kind == "user"]
-    readers: list[Node] = []
-    if not configured:
-        # MindSpore makes the _VirtualDataset a configured op (its dataset strategy: the batch split, or whole under
-        # full_batch), so a network without any shard() propagates from the dataset layouts.
-        readers = [n for n in graph.node_list() if n.strategy is None and any(
-            vid in ctx.input_specs and graph.values[vid].is_array for vid in n.inputs)]
-        if not readers:
-            raise StrategyError(
-                "(network)", None, "AUTO_PARALLEL with search_mode='sharding_propagation' has nothing to propagate "
-                "from: no op has a shard() strategy and no op reads a network input", None,
-                "Call .shard(...) on at least one op (e.g. the first MatMul), or use "
-                "search_mode='recursive_programming' or parallel_mode=ParallelMode.DATA_PARALLEL")
+    if not configured and not _dataset_readers(graph, ctx, {}):
+        raise StrategyError(
+            "(network)", None, "AUTO_PARALLEL with search_mode='sharding_propagation' has nothing to propagate "
+            "from: no op has a shard() strategy and no op reads a network input", None,
+            "Call .shard(...) on at least one op (e.g. the first MatMul), or use "
+            "search_mode='recursive_programming' or parallel_mode=ParallelMode.DATA_PARALLEL")
     grads = grad_values(graph)
     tail = loss_tail(graph)
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
@@ -312,7 +313,7 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
             dims = ctx.dims(neighbour, graph)
             src = value_layout(graph, neighbour.inputs[0], strategies, ctx.input_specs)
             if src is None and dims is not None and isinstance(current, Node):
-                uses = [k for k, vid in enumerate(current.inputs) if vid == neighbour.outputs[0]]
+                uses = [k for k in data_inputs(current) if current.inputs[k] == neighbour.outputs[0]]
                 if uses:  # reached from its consumer: the input layout that carries to what the consumer wants
                     src = input_for_output(neighbour, graph, ctx.mesh, strategies[current.id].input_spec(uses[0]))
             if dims is None or src is None:
@@ -336,17 +337,50 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
                                               breakdown(edges, own))
         queue.append(neighbour)
 
-    for reader in readers:
+    def spread() -> None:
+        while queue:
+            current = queue.popleft()
+            for neighbour in graph.neighbors(current):
+                if neighbour.id not in strategies and linked(graph, current, neighbour):
+                    decide(neighbour, current)
+
+    spread()
+    # MindSpore's _VirtualDataset is a configured op too (its dataset strategy: the batch split, or whole under
+    # full_batch): the ops reading a network input that no user strategy reached are chosen from the dataset
+    # layouts, and propagation goes on from them. (MindSpore walks from the dataset first, as the op earliest in
+    # topological order; graphpar walks from the user's strategies first, so a user's choice reaches as far as it
+    # can: docs/porting_from_mindspore.md.)
+    for reader in _dataset_readers(graph, ctx, strategies):
         if reader.id not in strategies:
             decide(reader, _DATASET)
-    while queue:
-        current = queue.popleft()
-        for neighbour in graph.neighbors(current):
-            if neighbour.id not in strategies:
-                decide(neighbour, current)
+    spread()
+    _unreached(graph, ctx, strategies, provenance)
     follow_consumers(graph, ctx, strategies, provenance)
     updates = {nid: {"strategy": strategies[nid], "provenance": prov} for nid, prov in provenance.items()}
     return graph.with_annotations(updates)
+
+
+def _dataset_readers(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy]) -> list[Node]:
+    """The undecided ops that read a network input through a data input (propagation's dataset sources)."""
+    return [n for n in graph.node_list() if n.id not in strategies and n.strategy is None and any(
+        n.inputs[k] in ctx.input_specs and graph.values[n.inputs[k]].is_array for k in data_inputs(n))]
+
+
+def _unreached(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy],
+               provenance: dict[int, Provenance]) -> None:
+    """The ops no propagation reached (cut off by a Reshape-Reshape edge or a Depend's ordering-only input) get the
+    first strategy MindSpore generates for them, every split 1 (``CostGraph::StrategyPropagate``: "Set default
+    strategy for op", ``GetStrategyCost()[0]``), not the data-parallel default of SEMI_AUTO. Layout-following ops
+    (Reshape, Depend) and ops without a rule are left to ``default_strategies``."""
+    for node in graph.node_list():
+        if node.id in strategies or follows_input(node):
+            continue
+        dims = ctx.dims(node, graph)
+        if dims is None:
+            continue
+        strategies[node.id] = replicated_strategy(dims, ctx.mesh)
+        provenance[node.id] = Provenance("default", detail="not reached by propagation: every split 1 (MindSpore's "
+                                         "first strategy)")
 
 
 def _source_id(current: Node | _Dataset) -> int | None:
