@@ -10,8 +10,10 @@ on every edge to a decided neighbour or a graph input, and the op's own collecti
 (:func:`~graphpar.planner.cost.op_cost`). The choice follows MindSpore's ``Edge::GetNextOpStrategyByPrevOpStrategy
 WithMiniComm``: candidates with zero edge cost first (forward redistribution, a slice being free, as MindSpore
 counts it, plus the gathers an undecided consumer could not avoid), then the least communication (edges forward and
-backward + the op's own collectives, less the AllReduce turned ReduceScatter when a partial sum is sliced), then the
-least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
+backward + the op's own collectives, less the AllReduce turned ReduceScatter when a partial sum is sliced; the op's
+Parameters' gradient reductions left out, as MindSpore's ``CompareSwcCost`` compares the op's
+``communication_without_parameter_``: a Conv2D reached from a data-parallel neighbour stays data parallel rather
+than splitting its weight), then the least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
 alone, but its edge cost counts a slice as free both ways; here the backward gather of a sliced cotangent is priced,
 and the least computation decides among candidates equal in communication: ``ReLU`` after ``MatMul ((2, 4), (4,
 1))`` is ``(2, 4)`` as MindSpore documents, a residual ``Add`` is not split beyond what its neighbours use.) In the
@@ -21,11 +23,17 @@ replicated input trades a few elementwise FLOPs for more collectives (a sliced A
 AllGather cost, so the cotangent's AllGather is one more message, and the loss's mean becomes a scalar AllReduce):
 the MSE loss after a row-parallel MatMul keeps that MatMul's replicated layout, as XLA does for a JAX user's
 program. Remaining ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
-``graphpar.planner.follow``) carry that layout as soon as their input is decided. Configured nodes are never
-changed: a conflict becomes a redistribution, priced and reported. Nodes no configured node reaches are left to
-``default_strategies``. A network without any ``shard()`` propagates from the dataset, as MindSpore's does (its
-``_VirtualDataset`` is a configured op there, holding the dataset strategy): the ops reading a network input are
-chosen first, priced against the inputs' dataset layouts (the batch split, or whole under ``full_batch``).
+Depend, ``graphpar.planner.follow``) carry that layout as soon as their input is decided. The edges walked are
+MindSpore's cost-graph edges (``follow.linked``): not a Depend's second input, not one Reshape to another.
+Configured nodes are never changed: a conflict becomes a redistribution, priced and reported. After the configured
+nodes, propagation goes on from the dataset (MindSpore's ``_VirtualDataset`` is a configured op under sharding
+propagation, holding the dataset strategy): the ops reading a network input that nothing reached yet are priced
+against the inputs' dataset layouts (the batch split, or whole under ``full_batch``), and propagation continues
+from them; a network without any ``shard()`` propagates from the dataset alone. (MindSpore walks from the dataset
+first, the op earliest in topological order; graphpar from the user's strategies first, which reproduces
+MindSpore's published quickstart plan: docs/porting_from_mindspore.md.) The ops nothing reaches get every split 1,
+MindSpore's first generated strategy (``CostGraph::StrategyPropagate``); Reshape, Depend and ops without a rule
+are left to ``default_strategies``.
 """
 
 from __future__ import annotations
@@ -249,12 +257,16 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
             return None
         return cand, edges, op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
     cands = cands + _aligned(node, graph, dims, local, cands, mesh)
+    params = frozenset(v for v in node.inputs if graph.values[v].kind == "param")
+    no_params = grads - params
     best_key, best = None, None
     for index, cand in enumerate(cands):
         edges, forward, changes = _edges(local, cand, mesh)
         ahead = _lookahead(local, cand, mesh)
         own = op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
-        comm = round(edges.comm_bytes + ahead.comm_bytes + own.comm_bytes, 3)
+        # compared without the Parameters' gradient reductions (MindSpore's communication_without_parameter_)
+        own_np = op_cost(graph, node, cand, mesh, needs_grad=no_params, grad_reduced=local.reduced) if params else own
+        comm = round(edges.comm_bytes + ahead.comm_bytes + own_np.comm_bytes, 3)
         # in the loss tail, fewer collectives first (the module docstring); elsewhere MindSpore's order
         messages = edges.messages + ahead.messages + own.messages if in_tail else 0
         tier = 0 if forward.comm_bytes + ahead.comm_bytes < _EPS else 1
@@ -345,11 +357,7 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
                     decide(neighbour, current)
 
     spread()
-    # MindSpore's _VirtualDataset is a configured op too (its dataset strategy: the batch split, or whole under
-    # full_batch): the ops reading a network input that no user strategy reached are chosen from the dataset
-    # layouts, and propagation goes on from them. (MindSpore walks from the dataset first, as the op earliest in
-    # topological order; graphpar walks from the user's strategies first, so a user's choice reaches as far as it
-    # can: docs/porting_from_mindspore.md.)
+    # the dataset, a configured op to MindSpore (module docstring): what no user strategy reached
     for reader in _dataset_readers(graph, ctx, strategies):
         if reader.id not in strategies:
             decide(reader, _DATASET)
