@@ -187,8 +187,11 @@ def _is_float(value: Any) -> bool:
 
 def grad_values(graph: Any) -> frozenset[int]:
     """Ids of the floating-point values a training step differentiates: parameters and everything computed from
-    them (one pass in topological order)."""
-    out = {vid for vid in graph.inputs if graph.values[vid].kind == "param" and _is_float(graph.values[vid])}
+    them (one pass in topological order). In a graph that takes a gradient inside its construct
+    (``Graph.inner_gradient``: ``GradOperation(get_all=True)``, ``ops.grad``), the network inputs too: a gradient
+    with respect to them is what such a construct returns, so a split of an input is paid again on its cotangent."""
+    kinds = ("param", "input") if graph.inner_gradient else ("param",)
+    out = {vid for vid in graph.inputs if graph.values[vid].kind in kinds and _is_float(graph.values[vid])}
     for node in graph.node_list():
         if any(v in out for v in node.inputs):
             out.update(v for v in node.outputs if _is_float(graph.values[v]))

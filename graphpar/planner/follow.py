@@ -5,6 +5,17 @@ reaches it (``FindPrevLayout``) and carries it through the reshape; a strategy s
 ignored, with a warning), and sharding propagation skips it when pricing edges. graphpar does the same for
 ``Reshape`` and for the raw ``jnp.reshape`` / ``squeeze`` / ``expand_dims`` primitives (pure views, which no
 MindSpore op can hint). The carry rule is :func:`graphpar.planner.dims.carry_reshape`.
+
+``Depend(value, expr)`` follows too, and is no op at all to MindSpore's planner (it builds no ``OperatorInfo`` for
+it: ``ConstructCNodeCostGraphEdges`` walks from a Depend to its first input, and ``_get_shard_strategy`` lists no
+Depend): its output is ``value`` in the layout ``value`` arrives in, and ``expr`` only orders the program. So
+``expr`` is no edge of propagation (:func:`linked`) and is taken in whatever layout it arrives in, never
+redistributed (``default_strategies``).
+
+Two ``Reshape`` ops back to back (directly or through Depends) are no edge of propagation either: MindSpore's
+``Edge::GetReshapeSWCIndexByPrevOpStrategy`` / ``GetNextOpStrategyByReshapeSWCIndex`` refuse an edge whose two ends
+are Reshapes ("please set the strategy for at least one"), so a layout reaching one Reshape stops there
+(:func:`linked`); the second Reshape takes the layout that reaches it at the end (``default_strategies``).
 """
 
 from __future__ import annotations
@@ -15,11 +26,22 @@ from graphpar.planner.cost import replicated_spec
 from graphpar.planner.dims import DimSpec, carry_reshape
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec
 
-FOLLOWS_INPUT = frozenset({"Reshape", "reshape", "squeeze", "expand_dims"})
+FOLLOWS_INPUT = frozenset({"Reshape", "reshape", "squeeze", "expand_dims", "Depend"})
+PASS_THROUGH = frozenset({"Depend"})  # no op to MindSpore's planner: output = input 0, the rest orders only
 
 
 def follows_input(node: Node) -> bool:
     return node.kind in FOLLOWS_INPUT
+
+
+def is_pass_through(node: Node) -> bool:
+    """``Depend``: no op of its own in MindSpore's plan (no strategy listed, its extra inputs are no edge)."""
+    return node.kind in PASS_THROUGH
+
+
+def data_inputs(node: Node) -> tuple[int, ...]:
+    """The inputs whose values ``node`` computes with: all, except a pass-through op's ordering-only ones."""
+    return (0,) if is_pass_through(node) else tuple(range(len(node.inputs)))
 
 
 def ignore_hint(node: Node, hint_text: str) -> None:
@@ -31,16 +53,52 @@ def ignore_hint(node: Node, hint_text: str) -> None:
                 f"Reshape)")
 
 
-def follow_strategy(node: Node, dims: DimSpec, graph: Graph, mesh: MeshInfo, src: Spec | None) -> NodeStrategy:
+def _ends(graph: Graph, node: Node, upward: bool) -> list[Node]:
+    """The ops at the far side of the Depends around ``node`` (itself when it is no Depend): upward, the producer
+    of its data input; downward, the consumers of its output."""
+    if not is_pass_through(node):
+        return [node]
+    if upward:
+        producer = graph.producer(node.inputs[0])
+        return [] if producer is None else _ends(graph, producer, True)
+    found: list[Node] = []
+    for vid in node.outputs[:1]:  # none where the trace hands on ``value`` itself
+        for consumer, k in graph.consumers(vid):
+            if k in data_inputs(consumer):
+                found.extend(_ends(graph, consumer, False))
+    return found
+
+
+def linked(graph: Graph, current: Node, neighbour: Node) -> bool:
+    """Whether propagation goes from the decided ``current`` to its neighbour ``neighbour`` (module docstring): not
+    over a Depend's ordering-only input, and not between two ``Reshape`` ops (looking through Depends on both
+    sides: ``Reshape -> Depend -> Reshape`` is one such edge to MindSpore)."""
+    downstream = any(k in data_inputs(neighbour) for vid in current.outputs
+                     for c, k in graph.consumers(vid) if c.id == neighbour.id)
+    upstream = any(graph.values[current.inputs[k]].producer == neighbour.id for k in data_inputs(current))
+    if not (downstream or upstream):
+        return False
+    near = _ends(graph, current, upward=downstream)
+    far = _ends(graph, neighbour, upward=not downstream)
+    return not (near and far and all(n.kind == "Reshape" for n in near + far))
+
+
+def follow_strategy(node: Node, dims: DimSpec, graph: Graph, mesh: MeshInfo, src: Spec | None,
+                    extra: dict[int, Spec] | None = None) -> NodeStrategy:
     """The strategy of a layout-following ``node`` whose first input arrives in layout ``src`` (``None``: unknown,
-    taken as replicated). Extra inputs (a shape tensor) are replicated."""
+    taken as replicated). Extra inputs (a shape tensor) are replicated, unless ``extra`` gives the layout one
+    arrives in (a Depend's ordering-only input: ``default_strategies``)."""
     ins = [graph.values[v] for v in node.inputs]
     outs = [graph.values[v] for v in node.outputs]
-    x, y = ins[0], outs[0]
+    x = ins[0]
     src = replicated_spec(len(x.shape)) if src is None or not x.is_array else src
-    kept, out = carry_reshape(tuple(x.shape), tuple(y.shape), dict(zip(mesh.names, mesh.sizes)), src)
-    in_specs = (kept,) + tuple(replicated_spec(len(v.shape)) for v in ins[1:])
-    out_specs = (out,) + tuple(replicated_spec(len(v.shape)) for v in outs[1:])
+    extra = extra or {}
+    if outs:
+        kept, out = carry_reshape(tuple(x.shape), tuple(outs[0].shape), dict(zip(mesh.names, mesh.sizes)), src)
+        out_specs = (out,) + tuple(replicated_spec(len(v.shape)) for v in outs[1:])
+    else:  # a Depend whose trace hands on ``value`` itself: the node only orders, its input stays as it arrives
+        kept, out_specs = src, ()
+    in_specs = (kept,) + tuple(extra.get(k, replicated_spec(len(v.shape))) for k, v in enumerate(ins[1:], 1))
     return NodeStrategy(dims, (), tuple(mesh.names), mesh, out_override=out_specs, in_override=in_specs)
 
 

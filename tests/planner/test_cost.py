@@ -57,7 +57,7 @@ def test_op_cost_matmul_partial_and_gradients():
     from graphpar.planner.cost import op_cost
 
     class G:  # a one-node graph: x (16, 32) @ w (32, 16)
-        pass
+        inner_gradient = False  # a train step's graph: the input x is not differentiated
 
     from graphpar.ir.graph import GraphPlan, Node, Value
 

@@ -36,7 +36,7 @@ from graphpar.dump.writer import PlanDescription, write_begin
 from graphpar.ir.graph import Graph
 from graphpar.nn.wrap import TrainOneStepCell
 from graphpar.planner import strategy_file
-from graphpar.planner.follow import follows_input
+from graphpar.planner.follow import follows_input, is_pass_through
 from graphpar.planner.memory_model import graph_optimizer_slots
 from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.planning import plan_graph
@@ -72,8 +72,8 @@ def strategy_table(graph: Graph, top: str | None = None) -> dict[str, list[list[
     table = {}
     for nid, key in strategy_keys(graph, top).items():
         node = graph.nodes[nid]
-        if node.strategy is None:
-            continue
+        if node.strategy is None or is_pass_through(node):
+            continue  # a Depend is no op of MindSpore's plan: its strategies list none
         if follows_input(node):
             # MindSpore's ReshapeInfo: AUTO_PARALLEL's cost model gives it the split of the layout that reaches
             # it (step_auto_parallel selects it like any op's); SEMI_AUTO never sets one

@@ -12,6 +12,7 @@ from graphpar._context import AlgoParameters
 from graphpar.ir.graph import Graph, GraphPlan, Node
 from graphpar.planner import algo_filters
 from graphpar.planner.dims import DimSpec, shapes_of
+from graphpar.planner.follow import is_pass_through
 from graphpar.planner.rules import rule_for
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, enumerate_strategies
 
@@ -104,7 +105,7 @@ class PlanContext:
             ins, outs = shapes_of(node, graph)
             # an op whose outputs a differentiated construct never reads (JAX's partial evaluation dropped them,
             # e.g. a Reshape feeding only an Add) has nothing to lay out
-            if rule is not None and outs:
+            if rule is not None and (outs or is_pass_through(node)):  # a Depend may hand on its input itself
                 spec = rule(node, graph)
                 if spec is not None:
                     spec = _with_residuals(node, spec, outs)

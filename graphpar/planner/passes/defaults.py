@@ -4,11 +4,14 @@
   many devices as divide it; everything else whole (provenance: default).
 * An op whose layout follows its input (``Reshape``; ``graphpar.planner.follow``) carries the layout of the value
   reaching it (provenance: follows input), as MindSpore's ReshapeInfo.
+* ``Depend``'s ordering-only inputs (``graphpar.planner.follow``) are taken in the layout they arrive in, settled
+  here once every node is decided (whichever pass decided the Depend): nothing is redistributed for a value the op
+  does not read, as MindSpore plans no Depend.
 * A kind without a sharding rule runs replicated on every device; the fallback is reported once per (kind, scope)
   in a warning and in the begin dump (provenance: fallback).
 
 Reads: node strategies, rules, shapes. Adds: ``strategy``/``provenance`` on undecided nodes. Never overrides a
-decided node.
+decided node's choice (a Depend's ordering-only input layouts are no choice).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from graphpar._logging import notice_once
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.dims import SILENT_REPLICATED, DimSpec, replicated, shapes_of
-from graphpar.planner.follow import follow_strategy, follows_input, value_layout
+from graphpar.planner.follow import data_inputs, follow_strategy, follows_input, is_pass_through, value_layout
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, enumerate_strategies, replicated_strategy
 
@@ -82,7 +85,28 @@ def default_strategies(graph: Graph, ctx: PlanContext) -> Graph:
             prov = Provenance("default", detail="data parallel")
         decided[node.id] = strategy
         updates[node.id] = {"strategy": strategy, "provenance": prov}
-    return graph.with_annotations(updates)
+    for nid, fields in _settle_control_inputs(graph, ctx, decided).items():
+        updates.setdefault(nid, {}).update(fields)
+    return graph.with_annotations(updates) if updates else graph
+
+
+def _settle_control_inputs(graph: Graph, ctx: PlanContext, decided: dict) -> dict[int, dict]:
+    """Each pass-through node (Depend) whose ordering-only inputs are wanted in another layout than they arrive
+    in: its strategy with those inputs as they arrive (its data input and output unchanged)."""
+    updates: dict[int, dict] = {}
+    for node in graph.node_list():
+        strategy = decided.get(node.id)
+        if strategy is None or not is_pass_through(node) or strategy.in_override is None:
+            continue
+        reads = data_inputs(node)
+        arrive = {k: value_layout(graph, vid, decided, ctx.input_specs) for k, vid in enumerate(node.inputs)
+                  if k not in reads}
+        arrive = {k: spec for k, spec in arrive.items() if spec is not None}
+        if all(strategy.input_spec(k) == spec for k, spec in arrive.items()):
+            continue
+        settled = follow_strategy(node, strategy.dims, graph, ctx.mesh, strategy.input_spec(0), arrive)
+        updates[node.id] = {"strategy": settled}
+    return updates
 
 
 DATA_PARALLEL_GEN_MODE = "data_parallel"  # the strategy_gen_mode Cell.set_data_parallel() sets on its primitives

@@ -10,8 +10,10 @@ on every edge to a decided neighbour or a graph input, and the op's own collecti
 (:func:`~graphpar.planner.cost.op_cost`). The choice follows MindSpore's ``Edge::GetNextOpStrategyByPrevOpStrategy
 WithMiniComm``: candidates with zero edge cost first (forward redistribution, a slice being free, as MindSpore
 counts it, plus the gathers an undecided consumer could not avoid), then the least communication (edges forward and
-backward + the op's own collectives, less the AllReduce turned ReduceScatter when a partial sum is sliced), then the
-least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
+backward + the op's own collectives, less the AllReduce turned ReduceScatter when a partial sum is sliced; the op's
+Parameters' gradient reductions left out, as MindSpore's ``CompareSwcCost`` compares the op's
+``communication_without_parameter_``: a Conv2D reached from a data-parallel neighbour stays data parallel rather
+than splitting its weight), then the least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
 alone, but its edge cost counts a slice as free both ways; here the backward gather of a sliced cotangent is priced,
 and the least computation decides among candidates equal in communication: ``ReLU`` after ``MatMul ((2, 4), (4,
 1))`` is ``(2, 4)`` as MindSpore documents, a residual ``Add`` is not split beyond what its neighbours use.) In the
@@ -21,11 +23,17 @@ replicated input trades a few elementwise FLOPs for more collectives (a sliced A
 AllGather cost, so the cotangent's AllGather is one more message, and the loss's mean becomes a scalar AllReduce):
 the MSE loss after a row-parallel MatMul keeps that MatMul's replicated layout, as XLA does for a JAX user's
 program. Remaining ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
-``graphpar.planner.follow``) carry that layout as soon as their input is decided. Configured nodes are never
-changed: a conflict becomes a redistribution, priced and reported. Nodes no configured node reaches are left to
-``default_strategies``. A network without any ``shard()`` propagates from the dataset, as MindSpore's does (its
-``_VirtualDataset`` is a configured op there, holding the dataset strategy): the ops reading a network input are
-chosen first, priced against the inputs' dataset layouts (the batch split, or whole under ``full_batch``).
+Depend, ``graphpar.planner.follow``) carry that layout as soon as their input is decided. The edges walked are
+MindSpore's cost-graph edges (``follow.linked``): not a Depend's second input, not one Reshape to another.
+Configured nodes are never changed: a conflict becomes a redistribution, priced and reported. After the configured
+nodes, propagation goes on from the dataset (MindSpore's ``_VirtualDataset`` is a configured op under sharding
+propagation, holding the dataset strategy): the ops reading a network input that nothing reached yet are priced
+against the inputs' dataset layouts (the batch split, or whole under ``full_batch``), and propagation continues
+from them; a network without any ``shard()`` propagates from the dataset alone. (MindSpore walks from the dataset
+first, the op earliest in topological order; graphpar from the user's strategies first, which reproduces
+MindSpore's published quickstart plan: docs/porting_from_mindspore.md.) The ops nothing reaches get every split 1,
+MindSpore's first generated strategy (``CostGraph::StrategyPropagate``); Reshape, Depend and ops without a rule
+are left to ``default_strategies``.
 """
 
 from __future__ import annotations
@@ -38,11 +46,12 @@ from graphpar.errors import StrategyError
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.planner.cost import ZERO, Cost, grad_values, op_cost, redistribution_cost, reduce_scatter_saving
 from graphpar.planner.dims import shapes_of
-from graphpar.planner.follow import follow_strategy, follows_input, input_for_output, value_layout
+from graphpar.planner.follow import (data_inputs, follow_strategy, follows_input, input_for_output, linked,
+                                    value_layout)
 from graphpar.planner.layout_hint import aligned_strategies
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.elementwise_follow import follow_consumers
-from graphpar.planner.strategy import NodeStrategy
+from graphpar.planner.strategy import NodeStrategy, replicated_strategy
 
 _EPS = 1e-6
 
@@ -74,8 +83,11 @@ def _local(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
            grads: frozenset[int], lookahead: bool = True) -> _Local:
     values = graph.values
     ins, in_keys = [], []
+    reads = data_inputs(node)
     for i, vid in enumerate(node.inputs):
         value = values[vid]
+        if i not in reads:  # a Depend's ordering-only input: taken as it arrives, no edge
+            continue
         src = value_layout(graph, vid, strategies, ctx.input_specs)
         if src is None and value.kind == "param":
             src = _param_layout(graph, vid, node, strategies)
@@ -94,13 +106,15 @@ def _local(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
         decided, ahead = [], []
         if value.is_array:
             for consumer, k in graph.consumers(vid):
+                if k not in data_inputs(consumer):
+                    continue
                 s = strategies.get(consumer.id)
                 if s is not None:
                     decided.append((s.input_spec(k), consumer.id == source.id))
                 elif lookahead and not follows_input(consumer):
                     dims = ctx.dims(consumer, graph)
                     if dims is not None:
-                        ahead.append((dims.inputs[k], dims.search_fixed))
+                        ahead.append((dims.inputs[k], dims.fixed))
         outs.append((j, value, vid in grads, tuple(decided), tuple(ahead)))
         out_keys.append((_value_key(value), vid in grads, tuple(decided), tuple(ahead)))
     reduced = _grad_reduced(graph, node, strategies)
@@ -168,7 +182,8 @@ def _grad_reduced(graph: Graph, node: Node, strategies: dict[int, NodeStrategy])
 
 def _lookahead(local: _Local, cand: NodeStrategy, mesh) -> Cost:
     """Forward gathers an undecided consumer cannot avoid: the dims of ``cand``'s outputs it can never split (a
-    LayerNorm's normalised axis, a Softmax axis). Without it a split that is free here (slicing) is chosen and paid
+    LayerNorm's normalised axis, a Softmax axis; not the hint-only ones, H and W of a convolution or a pooling,
+    which propagation carries in from a neighbour as MindSpore's does). Without it a split that is free here (slicing) is chosen and paid
     for one op later (the residual Add split on the hidden dimension ahead of a LayerNorm)."""
     cost = ZERO
     for j, value, _, _, ahead in local.outs:
@@ -242,12 +257,16 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
             return None
         return cand, edges, op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
     cands = cands + _aligned(node, graph, dims, local, cands, mesh)
+    params = frozenset(v for v in node.inputs if graph.values[v].kind == "param")
+    no_params = grads - params
     best_key, best = None, None
     for index, cand in enumerate(cands):
         edges, forward, changes = _edges(local, cand, mesh)
         ahead = _lookahead(local, cand, mesh)
         own = op_cost(graph, node, cand, mesh, needs_grad=grads, grad_reduced=local.reduced)
-        comm = round(edges.comm_bytes + ahead.comm_bytes + own.comm_bytes, 3)
+        # compared without the Parameters' gradient reductions (MindSpore's communication_without_parameter_)
+        own_np = op_cost(graph, node, cand, mesh, needs_grad=no_params, grad_reduced=local.reduced) if params else own
+        comm = round(edges.comm_bytes + ahead.comm_bytes + own_np.comm_bytes, 3)
         # in the loss tail, fewer collectives first (the module docstring); elsewhere MindSpore's order
         messages = edges.messages + ahead.messages + own.messages if in_tail else 0
         tier = 0 if forward.comm_bytes + ahead.comm_bytes < _EPS else 1
@@ -288,18 +307,12 @@ _DATASET = _Dataset()
 def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
     configured = [n for n in graph.node_list() if n.strategy is not None and n.provenance is not None
                   and n.provenance.kind == "user"]
-    readers: list[Node] = []
-    if not configured:
-        # MindSpore makes the _VirtualDataset a configured op (its dataset strategy: the batch split, or whole under
-        # full_batch), so a network without any shard() propagates from the dataset layouts.
-        readers = [n for n in graph.node_list() if n.strategy is None and any(
-            vid in ctx.input_specs and graph.values[vid].is_array for vid in n.inputs)]
-        if not readers:
-            raise StrategyError(
-                "(network)", None, "AUTO_PARALLEL with search_mode='sharding_propagation' has nothing to propagate "
-                "from: no op has a shard() strategy and no op reads a network input", None,
-                "Call .shard(...) on at least one op (e.g. the first MatMul), or use "
-                "search_mode='recursive_programming' or parallel_mode=ParallelMode.DATA_PARALLEL")
+    if not configured and not _dataset_readers(graph, ctx, {}):
+        raise StrategyError(
+            "(network)", None, "AUTO_PARALLEL with search_mode='sharding_propagation' has nothing to propagate "
+            "from: no op has a shard() strategy and no op reads a network input", None,
+            "Call .shard(...) on at least one op (e.g. the first MatMul), or use "
+            "search_mode='recursive_programming' or parallel_mode=ParallelMode.DATA_PARALLEL")
     grads = grad_values(graph)
     tail = loss_tail(graph)
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
@@ -312,7 +325,7 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
             dims = ctx.dims(neighbour, graph)
             src = value_layout(graph, neighbour.inputs[0], strategies, ctx.input_specs)
             if src is None and dims is not None and isinstance(current, Node):
-                uses = [k for k, vid in enumerate(current.inputs) if vid == neighbour.outputs[0]]
+                uses = [k for k in data_inputs(current) if current.inputs[k] == neighbour.outputs[0]]
                 if uses:  # reached from its consumer: the input layout that carries to what the consumer wants
                     src = input_for_output(neighbour, graph, ctx.mesh, strategies[current.id].input_spec(uses[0]))
             if dims is None or src is None:
@@ -336,17 +349,46 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
                                               breakdown(edges, own))
         queue.append(neighbour)
 
-    for reader in readers:
+    def spread() -> None:
+        while queue:
+            current = queue.popleft()
+            for neighbour in graph.neighbors(current):
+                if neighbour.id not in strategies and linked(graph, current, neighbour):
+                    decide(neighbour, current)
+
+    spread()
+    # the dataset, a configured op to MindSpore (module docstring): what no user strategy reached
+    for reader in _dataset_readers(graph, ctx, strategies):
         if reader.id not in strategies:
             decide(reader, _DATASET)
-    while queue:
-        current = queue.popleft()
-        for neighbour in graph.neighbors(current):
-            if neighbour.id not in strategies:
-                decide(neighbour, current)
+    spread()
+    _unreached(graph, ctx, strategies, provenance)
     follow_consumers(graph, ctx, strategies, provenance)
     updates = {nid: {"strategy": strategies[nid], "provenance": prov} for nid, prov in provenance.items()}
     return graph.with_annotations(updates)
+
+
+def _dataset_readers(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy]) -> list[Node]:
+    """The undecided ops that read a network input through a data input (propagation's dataset sources)."""
+    return [n for n in graph.node_list() if n.id not in strategies and n.strategy is None and any(
+        n.inputs[k] in ctx.input_specs and graph.values[n.inputs[k]].is_array for k in data_inputs(n))]
+
+
+def _unreached(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy],
+               provenance: dict[int, Provenance]) -> None:
+    """The ops no propagation reached (cut off by a Reshape-Reshape edge or a Depend's ordering-only input) get the
+    first strategy MindSpore generates for them, every split 1 (``CostGraph::StrategyPropagate``: "Set default
+    strategy for op", ``GetStrategyCost()[0]``), not the data-parallel default of SEMI_AUTO. Layout-following ops
+    (Reshape, Depend) and ops without a rule are left to ``default_strategies``."""
+    for node in graph.node_list():
+        if node.id in strategies or follows_input(node):
+            continue
+        dims = ctx.dims(node, graph)
+        if dims is None:
+            continue
+        strategies[node.id] = replicated_strategy(dims, ctx.mesh)
+        provenance[node.id] = Provenance("default", detail="not reached by propagation: every split 1 (MindSpore's "
+                                         "first strategy)")
 
 
 def _source_id(current: Node | _Dataset) -> int | None:

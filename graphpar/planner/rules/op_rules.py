@@ -14,7 +14,7 @@ _UNARY = ("ReLU", "ReLU6", "GeLU", "FastGeLU", "SiLU", "Exp", "Log", "Sqrt", "Rs
           "Identity", "StopGradient", "LogicalNot", "Cast")
 _BINARY = ("Add", "Sub", "Mul", "RealDiv", "Div", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Pow",
            "SquaredDifference", "Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd",
-           "LogicalOr", "Select", "AddN", "Depend", "Mod", "TruncateDiv", "TruncateMod", "Xlogy", "Xdivy", "MulNoNan",
+           "LogicalOr", "Select", "AddN", "Mod", "TruncateDiv", "TruncateMod", "Xlogy", "Xdivy", "MulNoNan",
            "DivNoNan", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Atan2", "MaskedFill", "AddExt", "SubExt",
            "AddcmulExt")
 
@@ -26,6 +26,18 @@ ELEMENTWISE = frozenset(_UNARY + _BINARY)  # what set_algo_parameters(elementwis
 def _elementwise(node, graph):
     ins, outs = shapes_of(node, graph)
     return elementwise(ins, outs)
+
+
+@register("Depend")
+def _depend(node, graph):
+    """``Depend(value, expr)``: ``value`` handed on; ``expr`` only orders the program, no dim of it is read (its
+    layout is the one it arrives in: ``graphpar.planner.follow``). The trace may hand ``value`` on itself, leaving
+    the node without outputs."""
+    ins, outs = shapes_of(node, graph)
+    row = tuple(f"d{i}" for i in range(len(ins[0])))
+    rest = tuple(tuple(None for _ in s) for s in ins[1:])
+    out_rows = tuple(row if tuple(o) == tuple(ins[0]) else tuple(None for _ in o) for o in outs)
+    return DimSpec((row,) + rest, out_rows, row)
 
 
 @register("Dropout")
