@@ -54,15 +54,18 @@ def _main(argv: list[str], busy: bool) -> int:
         if not only:
             return 0
     if not only or "step" in only:
-        from bench.step_time import bench_data_parallel, bench_dispatch, bench_megatron
+        from bench.step_time import bench_call_path, bench_data_parallel, bench_dispatch, bench_megatron
 
         rows = [bench_data_parallel([32, 16, 16], 16, calls=50, rounds=90),
                 bench_data_parallel([32, 16, 16], 16, calls=50, rounds=90, control=True),
                 bench_data_parallel([1024] * 5, 256, calls=5), bench_megatron(), bench_dispatch()]
         print("Train step time (issues 2, 3 and 11; goal ratio <= 1.02; the Megatron baseline gives XLA only the "
               "parameter and batch shardings)")
-        print(_table(rows, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s"]), "\n",
-              flush=True)
+        print(_table(rows, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s"]), flush=True)
+        print("The tiny MLP's ratio split (issue 28): graphpar's executable called directly vs hand-written, and "
+              "graphpar's call vs that direct call")
+        print(_table([bench_call_path([32, 16, 16], 16)], ["model", "batch", "program_vs_hand", "call_vs_program"]),
+              "\n", flush=True)
     if not only or "planning" in only:
         from bench.planning import bench_planning, bench_planning_gpt
 

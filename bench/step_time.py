@@ -93,6 +93,42 @@ def bench_data_parallel(sizes: list[int], batch: int, calls: int = 30, rounds: i
             "handwritten_ms": theirs * 1e3, "ratio": ratio, "compile_s": train.program.compile_seconds}
 
 
+def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int = 30) -> dict:
+    """Where the tiny DATA_PARALLEL step's ratio comes from (issue 28): the executable graphpar compiled, called
+    directly on a copy of the state kept in a dict (as the hand-written side keeps its own), against the
+    hand-written step (``program_vs_hand``: the program XLA compiled), and graphpar's training-loop call against
+    that direct call (``call_vs_program``: what the call path around the executable adds)."""
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, sizes[0])).astype(np.float32)
+    y = rng.normal(size=(batch, sizes[-1])).astype(np.float32)
+    net = DenseStack([rng.normal(0, a ** -0.5, (b, a)).astype(np.float32) for a, b in zip(sizes, sizes[1:])])
+    train = mlp_train_cell(net)
+    placed = train.program.place_inputs([x, y])
+    train(*placed)
+    params = [(np.asarray(d.weight.asnumpy()), np.asarray(d.bias.asnumpy())) for d in net.layers]
+    hand = _handwritten_dp(params, x, y, 0.01, 0.9, train.program.plan.mesh)
+    run = train.program.stages(placed).compiled.run
+    ns = train.program.state
+
+    def copy(tree):  # the step donates its state: the direct side keeps its own
+        return jax.tree.map(lambda a: jax.device_put(a.copy(), a.sharding), tree)
+
+    state = {"p": copy(list(ns.params.values())), "r": copy(list(ns.rest.values())),
+             "o": copy(train.optimizer.opt_state)}
+
+    def direct():
+        state["p"], state["r"], state["o"], loss = run(state["p"], state["r"], state["o"], placed)
+        return loss
+
+    _, _, program = compare(direct, hand, calls=calls, rounds=rounds)
+    _, _, call = compare(lambda: train(*placed), direct, calls=calls, rounds=rounds)
+    return {"model": f"MLP {'-'.join(map(str, sizes))}", "batch": batch, "program_vs_hand": program,
+            "call_vs_program": call}
+
+
 def _megatron_weights(d: int, h: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return ((rng.normal(size=(d, h)) * 0.02).astype(np.float32), (rng.normal(size=(h, d)) * 0.02).astype(np.float32))
