@@ -71,12 +71,13 @@ def _output_first_order(graph: Graph) -> list[Node]:
 
 def strategy_keys(graph: Graph, top: str | None = None) -> dict[int, str]:
     """Node id -> ``"{scope}/{Kind}-op{n}"`` for every op node, as MindSpore names a CNode
-    (``CNode::fullname_with_scope``): ``n`` counts the earlier-named nodes of the same scope and kind
-    (``id_generator::get_id`` keeps one counter per ``"{scope}/{Kind}"``), in the order its parallel pass first names
-    them, the output first (:func:`_output_first_order`): in ``x -> Add -> MatMul -> Add`` the last Add is
-    ``Add-op0``. ``top``: the class of the Cell a forward graph was traced from (its scope is MindSpore's root,
-    ``Default``). A graph whose construct takes a gradient holds a backward JAX derived, not MindSpore's, so the
-    numbers of its ops can differ from MindSpore's where that backward reaches them in another order."""
+    (``CNode::fullname_with_scope``): ``n`` counts the nodes of the same scope and kind named before it
+    (``id_generator::get_id`` keeps one counter per ``"{scope}/{Kind}"``), in the order of MindSpore's parallel
+    pass's walk (:func:`_output_first_order`), the order its tests' numbers follow: in ``x -> Add -> MatMul -> Add``
+    the last Add is ``Add-op0``, the first ``Add-op1``. ``top``: the class of the Cell a forward graph was traced
+    from (its scope is MindSpore's root, ``Default``). In a train step, or a construct that takes a gradient,
+    MindSpore's walk passes through its own backward graph, which graphpar does not build (JAX derives the
+    backward): there the numbers can differ from MindSpore's."""
     counts: dict[str, int] = {}
     keys = {}
     for node in _output_first_order(graph):
