@@ -3,16 +3,17 @@
 MindSpore's unit tests read a compiled network's strategies as ``{"Default/network-Net/MatMul-op0": [[2, 4], [4,
 1]], ...}`` (``_cell_graph_executor._get_shard_strategy(net)``) and look ops up by kind (``re.search("MatMul-op",
 key)``). :func:`strategy_table` gives a planned graph's strategies in that form: the key is the op's Cell scope,
-its MindSpore kind and ``-op`` with a number counted over the graph's ops in graph order (MindSpore counts every
-node it names, so its numbers are not reproducible beyond "the first MatMul of a graph of MatMuls"; the kind is what
-a test should match); the value is one list of splits per tensor input (``[]`` for a scalar operand; for an op whose
-layout follows its input, e.g. Reshape, the split of the layout reaching it under AUTO_PARALLEL and ``[]`` under
-SEMI_AUTO, as MindSpore's ReshapeInfo). :func:`plan_cell` plans a Cell (a ``TrainOneStepCell``'s
-train step, any other Cell's forward) for the devices the context names, without those devices: the trace and the
-pass list are the ones a real job runs (``plan_graph``), nothing is lowered, and a configured strategy file (or
-``set_op_strategy_config(mode="SAVE")``'s) and, with ``save_graphs``, rank 0's ``step_parallel_begin`` dump are
-written as a compile writes them. ``device_num`` may exceed the devices this process has (said once): MindSpore's
-unit tests compile for 16 or 24 devices this way; running such a network still needs them (``DeviceError``).
+its MindSpore kind and ``-op`` with a number counted over the graph's ops in graph order (the kind is what a test
+should match; MindSpore counts per scope and kind in its parallel pass's walk from the output, which
+docs/porting_from_mindspore.md measures against this numbering); the value is one list of splits per tensor input
+(``[]`` for a scalar operand; for an op whose layout follows its input, e.g. Reshape, the split of the layout
+reaching it under AUTO_PARALLEL and ``[]`` under SEMI_AUTO, as MindSpore's ReshapeInfo). :func:`plan_cell` plans a
+Cell (a ``TrainOneStepCell``'s train step, any other Cell's forward) for the devices the context names, without
+those devices: the trace and the pass list are the ones a real job runs (``plan_graph``), nothing is lowered, and a
+configured strategy file (or ``set_op_strategy_config(mode="SAVE")``'s) and, with ``save_graphs``, rank 0's
+``step_parallel_begin`` dump are written as a compile writes them. ``device_num`` may exceed the devices this
+process has (said once): MindSpore's unit tests compile for 16 or 24 devices this way; running such a network still
+needs them (``DeviceError``).
 """
 
 from __future__ import annotations
