@@ -65,12 +65,9 @@ def _handwritten_dp(params: list[tuple[np.ndarray, np.ndarray]], x, y, lr, momen
     return run
 
 
-def bench_data_parallel(sizes: list[int], batch: int, calls: int = 30, rounds: int = 15,
-                        control: bool = False) -> dict:
-    """graphpar's step against the hand-written one, ``rounds`` interleaved rounds of ``calls`` steps each (a tiny
-    step wants many short rounds: the other processes' load changes within a second). ``control``: the
-    hand-written step against a second, identical hand-written step instead, timed the same way: the ratio the
-    machine's noise alone gives."""
+def _data_parallel_pair(sizes: list[int], batch: int):
+    """The tiny DATA_PARALLEL MLP both benchmarks below time: graphpar's train cell (compiled by one step on its
+    placed batch) and a builder of the hand-written step from the same initial weights (each call a fresh one)."""
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)
     ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
@@ -82,9 +79,19 @@ def bench_data_parallel(sizes: list[int], batch: int, calls: int = 30, rounds: i
     placed = train.program.place_inputs([x, y])
     train(*placed)
     params = [(np.asarray(d.weight.asnumpy()), np.asarray(d.bias.asnumpy())) for d in net.layers]
-    hand = _handwritten_dp(params, x, y, 0.01, 0.9, train.program.plan.mesh)
+    return train, placed, lambda: _handwritten_dp(params, x, y, 0.01, 0.9, train.program.plan.mesh)
+
+
+def bench_data_parallel(sizes: list[int], batch: int, calls: int = 30, rounds: int = 15,
+                        control: bool = False) -> dict:
+    """graphpar's step against the hand-written one, ``rounds`` interleaved rounds of ``calls`` steps each (a tiny
+    step wants many short rounds: the other processes' load changes within a second). ``control``: the
+    hand-written step against a second, identical hand-written step instead, timed the same way: the ratio the
+    machine's noise alone gives."""
+    train, placed, handwritten = _data_parallel_pair(sizes, batch)
+    hand = handwritten()
     if control:
-        twin = _handwritten_dp(params, x, y, 0.01, 0.9, train.program.plan.mesh)
+        twin = handwritten()
         ours, theirs, ratio = compare(twin, hand, calls=calls, rounds=rounds)
         return {"model": f"control: hand-written vs itself, MLP {'-'.join(map(str, sizes))}", "batch": batch,
                 "graphpar_ms": ours * 1e3, "handwritten_ms": theirs * 1e3, "ratio": ratio}
@@ -98,18 +105,8 @@ def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int =
     directly on a copy of the state kept in a dict (as the hand-written side keeps its own), against the
     hand-written step (``program_vs_hand``: the program XLA compiled), and graphpar's training-loop call against
     that direct call (``call_vs_program``: what the call path around the executable adds)."""
-    ms.reset_auto_parallel_context()
-    ms.set_context(mode=ms.GRAPH_MODE, save_graphs=False)
-    ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(batch, sizes[0])).astype(np.float32)
-    y = rng.normal(size=(batch, sizes[-1])).astype(np.float32)
-    net = DenseStack([rng.normal(0, a ** -0.5, (b, a)).astype(np.float32) for a, b in zip(sizes, sizes[1:])])
-    train = mlp_train_cell(net)
-    placed = train.program.place_inputs([x, y])
-    train(*placed)
-    params = [(np.asarray(d.weight.asnumpy()), np.asarray(d.bias.asnumpy())) for d in net.layers]
-    hand = _handwritten_dp(params, x, y, 0.01, 0.9, train.program.plan.mesh)
+    train, placed, handwritten = _data_parallel_pair(sizes, batch)
+    hand = handwritten()
     run = train.program.stages(placed).compiled.run
     ns = train.program.state
 
