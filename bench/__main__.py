@@ -62,9 +62,12 @@ def _main(argv: list[str], busy: bool) -> int:
         print("Train step time (issues 2, 3 and 11; goal ratio <= 1.02; the Megatron baseline gives XLA only the "
               "parameter and batch shardings)")
         print(_table(rows, ["model", "batch", "graphpar_ms", "handwritten_ms", "ratio", "compile_s"]), flush=True)
-        print("The tiny MLP's ratio split (issue 28): graphpar's executable called directly vs hand-written, and "
-              "graphpar's call vs that direct call")
-        print(_table([bench_call_path([32, 16, 16], 16)], ["model", "batch", "program_vs_hand", "call_vs_program"]),
+        print("The tiny MLP's ratio split (issue 28): graphpar's executable called directly vs hand-written, "
+              "graphpar's call vs that direct call, and that call's parts, each against the one below: BoundStep.run "
+              "(executable + write-back + in-flight limit) vs the direct call, BoundStep.repeat (the loop's checks) vs "
+              "run, the Cell call vs repeat")
+        print(_table([bench_call_path([32, 16, 16], 16)], ["model", "batch", "program_vs_hand", "call_vs_program",
+                                                            "run_vs_program", "repeat_vs_run", "call_vs_repeat"]),
               "\n", flush=True)
     if not only or "planning" in only:
         from bench.planning import bench_planning, bench_planning_gpt

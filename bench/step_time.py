@@ -104,11 +104,22 @@ def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int =
     """Where the tiny DATA_PARALLEL step's ratio comes from (issue 28): the executable graphpar compiled, called
     directly on a copy of the state kept in a dict (as the hand-written side keeps its own), against the
     hand-written step (``program_vs_hand``: the program XLA compiled), and graphpar's training-loop call against
-    that direct call (``call_vs_program``: what the call path around the executable adds)."""
+    that direct call (``call_vs_program``: what the call path around the executable adds), split in three, each
+    part against the one below it:
+
+    - ``run_vs_program``: ``BoundStep.run`` on the Variables' values (the executable call, the write of its results
+      into the Parameters and the optimizer, the in-flight limit, and reading the values for the call);
+    - ``repeat_vs_run``: ``BoundStep.repeat`` (the training loop's checks: revisions, the batch's and the
+      Variables' identity, no deleted array) over ``run``;
+    - ``call_vs_repeat``: ``train(*placed)`` (the Cell call, the program lookup, the pending op-check test) over
+      ``repeat``.
+
+    Python work on the calling thread costs far more here than in a hot loop (the devices' threads share the
+    cores and evict its caches between steps), so each part moves the ratio although each is a few µs."""
     train, placed, handwritten = _data_parallel_pair(sizes, batch)
     hand = handwritten()
     run = train.program.stages(placed).compiled.run
-    ns = train.program.state
+    ns, step = train.program.state, train.program.bound
 
     def copy(tree):  # the step donates its state: the direct side keeps its own
         return jax.tree.map(lambda a: jax.device_put(a.copy(), a.sharding), tree)
@@ -120,10 +131,19 @@ def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int =
         state["p"], state["r"], state["o"], loss = run(state["p"], state["r"], state["o"], placed)
         return loss
 
+    def bound_run():
+        return step.run(ns.params.values(), ns.rest.values(), placed)
+
+    def repeat():
+        return step.repeat(placed, False)
+
     _, _, program = compare(direct, hand, calls=calls, rounds=rounds)
     _, _, call = compare(lambda: train(*placed), direct, calls=calls, rounds=rounds)
+    _, _, ran = compare(bound_run, direct, calls=calls, rounds=rounds)
+    _, _, checks = compare(repeat, bound_run, calls=calls, rounds=rounds)
+    _, _, cell = compare(lambda: train(*placed), repeat, calls=calls, rounds=rounds)
     return {"model": f"MLP {'-'.join(map(str, sizes))}", "batch": batch, "program_vs_hand": program,
-            "call_vs_program": call}
+            "call_vs_program": call, "run_vs_program": ran, "repeat_vs_run": checks, "call_vs_repeat": cell}
 
 
 def _megatron_weights(d: int, h: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

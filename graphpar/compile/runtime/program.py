@@ -370,6 +370,8 @@ class TrainProgram(Program[TrainSettings]):
         signature, arg_avals = self._signature(ns, planned.layout, avals, self._opt_state(ns, planned.layout), None)
         return lower(self._step(planned, ns), signature, arg_avals, planned)
 
+    bound = property(lambda self: self._bound, doc="The last call's program bound to the state (None before a step)")
+
     def input_avals(self) -> list[jax.ShapeDtypeStruct] | None:
         """Global shapes and dtypes of one step's inputs as last run (None before the first step): what
         ``graphpar.parallel.plan(model)`` asks the compile cache for to show the plan ``Model.train`` runs."""
