@@ -5,7 +5,10 @@ waits for when a script starts), split into XLA's compile of the step and graphp
 runs it in subprocesses with XLA's persistent cache off (twice; the lower share of the two is kept, a loaded machine
 only ever adds time); ``bench_cached_first_step`` twice with one fresh cache directory (the second run reads the
 step back: ``cached_vs_first``; ``second_xla_read_s`` is JAX's backend-compile event of the step in the second run,
-which on a cache hit times reading the executable back and loading it).
+which on a cache hit times reading the executable back and loading it; ``second_cpu_s`` splits the second run's
+first step in CPU seconds (``second_trace_cpu_s`` ...: :data:`CPU_SPLIT`): tracing the network, planning, the
+step's autodiff trace and lowering, XLA's cache read, the rest up to dispatch, and the whole first step with its
+run).
 
 What the split counts: ``first_step_s`` is the wall time of ``float(train(*batch))``; ``dispatched_s`` its part up
 to the call's return, when the step is on its way to the devices (``first_run_s`` is the rest: the devices running
@@ -31,12 +34,15 @@ import time
 from pathlib import Path
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+# a first step's CPU seconds, part by part (_first_step), then whole (with the devices running it)
+CPU_SPLIT = ("trace_cpu_s", "plan_cpu_s", "lower_cpu_s", "xla_step_cpu_s", "rest_cpu_s", "first_step_cpu_s")
 
 
 def _model(name: str):
-    """(train cell, batch): the GPT-style model (SEMI_AUTO, Megatron strategies on every op; its sparse labels are
-    checked by a host callback, so XLA's persistent cache never stores its step), the same with one-hot labels
-    (``gpt_onehot``: no check, no callback) or the 2-block Megatron MLP of ``bench step`` (MSE loss)."""
+    """(train cell, batch): the GPT-style model (SEMI_AUTO, Megatron strategies on every op; its sparse labels come
+    from the batch, so they are checked beside the step, not by a host callback in it, and XLA's persistent cache
+    stores its step: ``ops.runtime_checks``), the same with one-hot labels (``gpt_onehot``: no check) or the 2-block
+    Megatron MLP of ``bench step`` (MSE loss)."""
     import numpy as np
 
     import graphpar as ms
@@ -86,13 +92,21 @@ def _first_step(model: str) -> dict:
     share = dispatched - step
     stages = train.program.stages(batch)
     step_cpu = stages.compiled.cpu_seconds.get("XLA compile", float("nan"))
+    # where the first step's CPU time went: tracing the network, planning it, tracing the step for autodiff and
+    # lowering it, XLA's compile (or cache read), and the rest (the optimizer state, placing parameters and the
+    # batch, binding and dispatching the step)
+    split = {f"{key}_cpu_s": seconds for key, seconds in (
+        ("trace", stages.planned.cpu_seconds.get("tracing", float("nan"))),
+        ("plan", stages.planned.cpu_seconds.get("planning", float("nan"))),
+        ("lower", stages.compiled.cpu_seconds.get("lowering", float("nan"))))}
+    split["rest_cpu_s"] = dispatched_cpu - step_cpu - sum(split.values())
     return {"first_step_s": first, "first_step_cpu_s": first_cpu, "dispatched_s": dispatched,
             "dispatched_cpu_s": dispatched_cpu, "xla_step_s": step, "xla_other_s": sum(other.values()),
             "other_programs": other, "first_run_s": first - dispatched, "run_s": sorted(runs)[1],
             "graphpar_s": share, "share_of_compile": share / step if step else float("nan"),
             "xla_step_cpu_s": step_cpu, "graphpar_cpu_s": dispatched_cpu - step_cpu,
             "share_cpu": (dispatched_cpu - step_cpu) / step_cpu,
-            "trace_plan_s": stages.planned.seconds, "lower_s": stages.lowered.seconds}
+            "trace_plan_s": stages.planned.seconds, "lower_s": stages.lowered.seconds, **split}
 
 
 def _in_subprocess(model: str, cache: str | None) -> dict:
@@ -122,7 +136,9 @@ def bench_cached_first_step(model: str) -> dict:
               "cached_vs_first": second["first_step_s"] / first["first_step_s"],
               "cached_vs_first_cpu": second["first_step_cpu_s"] / first["first_step_cpu_s"],
               "second_xla_read_s": second["xla_step_s"], "second_trace_plan_s": second["trace_plan_s"],
-              "second_lower_s": second["lower_s"]}
+              "second_lower_s": second["lower_s"],
+              # the second run's first step in CPU seconds, part by part (see _first_step)
+              **{f"second_{key}": second[key] for key in CPU_SPLIT}}
 
 
 if __name__ == "__main__":

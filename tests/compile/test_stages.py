@@ -102,9 +102,13 @@ def test_compile_runs_with_the_loss_of_stand_alone_and_the_plans_collectives():
     assert collectives(compiled.as_text()) == {"all-to-all": 1, "all-gather": 2, "all-reduce": 4}
 
 
-def test_compiled_keeps_each_stage_wall_and_cpu_seconds():
+def test_each_stage_keeps_its_wall_and_cpu_seconds():
     """A built program says how long its lowering and XLA's compile took, in wall clock and in the process's CPU
     time (what benchmarks compare stages by on a loaded machine): both positive for each stage."""
-    compiled = _train().program.stages([X, Y]).compiled
+    stages = _train().program.stages([X, Y])
+    compiled = stages.compiled
     for times in (compiled.seconds, compiled.cpu_seconds):
         assert set(times) == {"lowering", "XLA compile"} and all(t > 0 for t in times.values()), times
+    # and its planned stage, tracing's and planning's CPU time apart (the cached run's split, bench first_step)
+    assert set(stages.planned.cpu_seconds) == {"tracing", "planning"}, stages.planned.cpu_seconds
+    assert all(t > 0 for t in stages.planned.cpu_seconds.values()) and stages.planned.seconds > 0

@@ -7,7 +7,7 @@ that follow (``Lowered → Compiled``), which the orchestrator makes from a ``Pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphpar.compile.plans.layout import Layout
@@ -37,6 +37,8 @@ class Planned:
     out_treedef: Any = None
     seconds: float = 0.0  # tracing + planning
     traced: Traced | None = None
+    # the process's CPU time of "tracing" and "planning", as built (steadier than wall on a loaded machine)
+    cpu_seconds: dict[str, float] = field(default_factory=dict, compare=False)
 
     def as_text(self) -> str:
         if self.graph is None:

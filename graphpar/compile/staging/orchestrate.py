@@ -85,14 +85,17 @@ class Orchestrator:
     def _trace_and_plan(self, purpose: str, progress: CompileProgress, trace: Callable[[], Traced],
                         passes: Callable[[Graph], Graph], layout: Callable[[Graph], Layout]) -> Planned:
         """Trace, then plan: each stage timed (``progress``) with the heap frozen, and counted."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         with progress.stage("tracing"), frozen_heap():
             traced = trace()
         self.cache.count("traces")
+        traced_cpu = time.process_time()
         with progress.stage("planning"), frozen_heap():
             graph = passes(traced.graph)
         self.cache.count("plans")
-        return Planned(graph, layout(graph), purpose, traced.out_treedef, time.perf_counter() - started, traced)
+        cpu_seconds = {"tracing": traced_cpu - cpu, "planning": time.process_time() - traced_cpu}
+        return Planned(graph, layout(graph), purpose, traced.out_treedef, time.perf_counter() - started, traced,
+                       cpu_seconds)
 
     def compiled(self, plan: ExecutionPlan, planned: Planned, key: ProgramKey, variant: str,
                  fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any],
