@@ -134,9 +134,9 @@ def test_costmodel_communi_bias_changes_what_dynamic_programming_chooses():
     default = strategies(_TwoMatMul(), x)
     cost_model_context.set_cost_model_context(costmodel_communi_bias=1e9)
     biased = strategies(_TwoMatMul(), x)
-    assert biased == {"Default/MatMul-op0": [[8, 1], [1, 1]], "Default/ReLU-op1": [[8, 1]],
-                      "Default/MatMul-op2": [[8, 1], [1, 1]]}
-    assert default != biased and default["Default/MatMul-op0"][1] != [1, 1]  # the default splits a weight
+    assert biased == {"Default/MatMul-op1": [[8, 1], [1, 1]], "Default/ReLU-op0": [[8, 1]],
+                      "Default/MatMul-op0": [[8, 1], [1, 1]]}  # numbered per kind, the output's MatMul first
+    assert default != biased and default["Default/MatMul-op1"][1] != [1, 1]  # the default splits a weight
 
 
 def test_a_cost_model_setting_that_weighs_plans_is_part_of_the_compile_key():
