@@ -86,7 +86,8 @@ def test_private_setters_and_what_graphpar_does_instead_said_once(caplog):
     assert _get_rp_matmul_mem_coef() == 32.0 and _get_algo_single_loop() is True
     said = [r.getMessage() for r in caplog.records]
     assert sum("rp_matmul_mem_coef" in m for m in said) == 1  # once per key, not per call
-    assert any("recursive_programming has no MatMul memory term" in m for m in said)
+    # it weighs SAPP's MatMul partition, which recursive_programming makes only under MS_INTERFERED_SAPP=1
+    assert any("rp_matmul_mem_coef=16" in m and "only under MS_INTERFERED_SAPP=1" in m for m in said)
     assert any("dp_algo_single_loop=True" in m and "unrolls a Python loop" in m for m in said)
     assert any("multi_subgraphs=True" in m for m in said)
     cost_model_context.reset_cost_model_context()
