@@ -3,6 +3,8 @@ partitions the MatMuls around them (``planner.search.sapp_partition``: one 2-par
 each MatMul's cut priced by SAPP's cost and a 16x-size penalty on every edge whose cut differs from its
 neighbour's). Without the variable the MatMuls are searched. Also SAPP's RmsNorm rule (``planner.search.sapp``)."""
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,30 @@ def test_the_compiled_step_runs_sapps_k_cut(monkeypatch):
     # graphpar's search instead moves the column-split input to rows (an AlltoAll of its 1/8 slice)
     assert _forward_collectives(monkeypatch, True) == [("AllReduce", 1024 * 64 * 4)]
     assert _forward_collectives(monkeypatch, False) == [("AlltoAll", 1024 * 64 * 4 // 8)]
+
+
+class SixWay(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.matmul1 = P.MatMul().shard(((1, 1), (1, 6)))
+        self.matmul2 = P.MatMul()
+        self.y = Parameter(Tensor(np.full([48, 96], 0.01), ms.float32), "y")
+        self.z = Parameter(Tensor(np.full([96, 48], 0.01), ms.float32), "z")
+
+    def construct(self, x):
+        return self.matmul2(self.matmul1(x, self.y), self.z)
+
+
+def test_interfered_sapp_needs_a_power_of_two_and_says_so(monkeypatch, caplog):
+    # SAPP's cuts halve the devices; on 6 the MatMuls are searched as without the variable, said once
+    monkeypatch.setenv("MS_INTERFERED_SAPP", "1")
+    context.set_auto_parallel_context(dataset_strategy="full_batch", device_num=6, parallel_mode="auto_parallel",
+                                      search_mode="recursive_programming")
+    net = SixWay()
+    net.set_train()
+    with caplog.at_level(logging.WARNING, logger="graphpar"):
+        _cell_graph_executor.compile(net, Tensor(np.ones([1536, 48]), ms.float32), phase="train")
+    assert any("MS_INTERFERED_SAPP" in r.getMessage() and "power of two" in r.getMessage() for r in caplog.records)
+    found = _cell_graph_executor._get_shard_strategy(net)
+    assert found["Default/MatMul-op1"] == [[1, 1], [1, 6]]
+    assert found["Default/MatMul-op0"] == [[6, 1], [1, 1]]  # the search's plan, not SAPP's K cut
