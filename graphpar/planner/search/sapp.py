@@ -105,8 +105,9 @@ def gather_strategy(node: Node, ins: Sequence[Sequence[int]], outs: Sequence[Seq
 
 
 def rms_norm_strategy(ins: Sequence[Sequence[int]], n_devices: int) -> tuple[tuple[int, ...], ...]:
-    """SAPP's strategy for an ``RmsNorm`` of ``x`` shaped ``ins[0]`` with ``gamma`` shaped ``ins[1]`` (``PrepareRmsNorm``):
-    ``x``'s dimension 0 split as far as the devices go, ``gamma`` following ``x``'s trailing dimensions."""
+    """SAPP's strategy for an ``RmsNorm`` of ``x`` shaped ``ins[0]`` with ``gamma`` shaped ``ins[1]``
+    (``PrepareRmsNorm``): ``x``'s dimension 0 split as far as the devices go, ``gamma`` as ``x``'s trailing
+    dimensions."""
     x, gamma = list(ins[0]), list(ins[1])
     split = [1] * len(x)
     if x:

@@ -175,7 +175,8 @@ class _Fixed:
         return Neighbour(_at(self.first_input, loop), _at(self.output, loop))
 
 
-def _fixed(node: Node, graph: Graph) -> _Fixed | None:
+def _fixed(node: Node) -> _Fixed | None:
+    """``node``'s strategy as SAPP's interfered node (None where SAPP cannot hold it: more than 4 dimensions)."""
     strategy = node.strategy
     in_strategy = strategy.in_strategy()
     if not in_strategy or not node.outputs or any(len(s) > 4 for s in in_strategy):
@@ -216,7 +217,7 @@ def partition_matmuls(graph: Graph, n_devices: int, mem_coef: float) -> dict[int
                     logging.WARNING)
         return {}
     sapp = _SappGraph(graph)
-    fixed = {n.id: f for n in graph.node_list() if n.strategy is not None and (f := _fixed(n, graph)) is not None}
+    fixed = {n.id: f for n in graph.node_list() if n.strategy is not None and (f := _fixed(n)) is not None}
     shapes = {n.id: _input_shapes(n, graph) for n in matmuls}
     splits = {n.id: [1, 1, 1] for n in matmuls}  # i, k, j
     producers = {n.id: [sapp.producers(v) for v in n.inputs[:2]] for n in matmuls}
