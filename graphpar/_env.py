@@ -300,3 +300,10 @@ def user_cache_home() -> str:
     absolute path (the specification ignores a relative one), else ``~/.cache``."""
     home = os.environ.get("XDG_CACHE_HOME") or ""
     return home if os.path.isabs(home) else os.path.join(os.path.expanduser("~"), ".cache")
+
+
+def interfered_sapp() -> bool:
+    """``MS_INTERFERED_SAPP``: ``1`` switches MindSpore's "interfered SAPP" on (``recursive_programming`` keeps the
+    ``shard()`` strategies and partitions the MatMuls around them, ``planner.search.sapp_partition``); any other
+    value, or none, leaves it off, as MindSpore reads it (``rec_parse_graph.cc``). Read when a plan is made."""
+    return os.environ.get("MS_INTERFERED_SAPP") == "1"

@@ -79,8 +79,9 @@ INSTEAD = {
     "multi_subgraphs": "graphpar traces the whole step into one graph and plans it whole",
     "dp_algo_single_loop": "graphpar unrolls a Python loop when it traces and plans each iteration's ops as ops of "
                            "their own",
-    "rp_matmul_mem_coef": "graphpar's recursive_programming has no MatMul memory term (memory is bounded by "
-                          "set_context(max_device_memory=...))",
+    "rp_matmul_mem_coef": "graphpar's recursive_programming searches its MatMuls exactly, bounding memory by "
+                          "set_context(max_device_memory=...); only under MS_INTERFERED_SAPP=1, where the MatMuls take "
+                          "SAPP's partition, does it weigh their cost of cutting rows, as MindSpore's",
     **{f.name: _FUSION for f in fields(CostModelSettings) if "allreduce_fusion" in f.name},
 }
 _POSITIVE = ("device_memory_capacity", "costmodel_alpha", "costmodel_beta")
@@ -112,6 +113,9 @@ def _store(api: str, key: str, value: Any) -> None:
     if key in WEIGHED:
         notice_once(f"cost_model:{key}", f"{api}({key}={value!r}) weighs AUTO_PARALLEL's dynamic_programming "
                     f"objective (recursive_programming and sharding_propagation do not read it)", logging.INFO)
+    elif value != getattr(CostModelSettings(), key) and key == "rp_matmul_mem_coef":
+        notice_once(f"cost_model:{key}", f"{api}({key}={value!r}) is kept for get_cost_model_context; "
+                    f"{INSTEAD[key]}", logging.INFO)
     elif value != getattr(CostModelSettings(), key):
         notice_once(f"cost_model:{key}", f"{api}({key}={value!r}) is kept for get_cost_model_context but weighs no "
                     f"plan: {INSTEAD[key]}", logging.INFO)

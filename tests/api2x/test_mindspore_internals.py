@@ -86,7 +86,8 @@ def test_private_setters_and_what_graphpar_does_instead_said_once(caplog):
     assert _get_rp_matmul_mem_coef() == 32.0 and _get_algo_single_loop() is True
     said = [r.getMessage() for r in caplog.records]
     assert sum("rp_matmul_mem_coef" in m for m in said) == 1  # once per key, not per call
-    assert any("recursive_programming has no MatMul memory term" in m for m in said)
+    # it weighs SAPP's MatMul partition, which recursive_programming makes only under MS_INTERFERED_SAPP=1
+    assert any("rp_matmul_mem_coef=16" in m and "only under MS_INTERFERED_SAPP=1" in m for m in said)
     assert any("dp_algo_single_loop=True" in m and "unrolls a Python loop" in m for m in said)
     assert any("multi_subgraphs=True" in m for m in said)
     cost_model_context.reset_cost_model_context()
@@ -134,9 +135,9 @@ def test_costmodel_communi_bias_changes_what_dynamic_programming_chooses():
     default = strategies(_TwoMatMul(), x)
     cost_model_context.set_cost_model_context(costmodel_communi_bias=1e9)
     biased = strategies(_TwoMatMul(), x)
-    assert biased == {"Default/MatMul-op0": [[8, 1], [1, 1]], "Default/ReLU-op1": [[8, 1]],
-                      "Default/MatMul-op2": [[8, 1], [1, 1]]}
-    assert default != biased and default["Default/MatMul-op0"][1] != [1, 1]  # the default splits a weight
+    assert biased == {"Default/MatMul-op1": [[8, 1], [1, 1]], "Default/ReLU-op0": [[8, 1]],
+                      "Default/MatMul-op0": [[8, 1], [1, 1]]}  # numbered per kind, the output's MatMul first
+    assert default != biased and default["Default/MatMul-op1"][1] != [1, 1]  # the default splits a weight
 
 
 def test_a_cost_model_setting_that_weighs_plans_is_part_of_the_compile_key():

@@ -87,7 +87,8 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
     graph = plan_graph(graph, PlanRequest(
         devices, mode, search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
         search_settings(mode, search_mode, None if pipelined else budget, platform,
-                        _context.current_cost_model().objective_weights),
+                        _context.current_cost_model().objective_weights,
+                        _context.current_cost_model().rp_matmul_mem_coef),
         slots, algo=_context.current_algo()))
     if stages is not None:  # the searched pipeline goes to strategy_ckpt_config's save_file, if one is set
         params = {v.name for v in graph.values.values() if v.kind == "param" and v.producer is None}

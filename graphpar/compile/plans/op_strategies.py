@@ -1,19 +1,17 @@
 """Each op's strategy, named as MindSpore names it, and plans made for that without devices.
 
 MindSpore's unit tests read a compiled network's strategies as ``{"Default/network-Net/MatMul-op0": [[2, 4], [4,
-1]], ...}`` (``_cell_graph_executor._get_shard_strategy(net)``) and look ops up by kind (``re.search("MatMul-op",
-key)``). :func:`strategy_table` gives a planned graph's strategies in that form: the key is the op's Cell scope,
-its MindSpore kind and ``-op`` with a number counted over the graph's ops in graph order (the kind is what a test
-should match; MindSpore counts per scope and kind in its parallel pass's walk from the output, which
-docs/porting_from_mindspore.md measures against this numbering); the value is one list of splits per tensor input
-(``[]`` for a scalar operand; for an op whose layout follows its input, e.g. Reshape, the split of the layout
-reaching it under AUTO_PARALLEL and ``[]`` under SEMI_AUTO, as MindSpore's ReshapeInfo). :func:`plan_cell` plans a
-Cell (a ``TrainOneStepCell``'s train step, any other Cell's forward) for the devices the context names, without
-those devices: the trace and the pass list are the ones a real job runs (``plan_graph``), nothing is lowered, and a
-configured strategy file (or ``set_op_strategy_config(mode="SAVE")``'s) and, with ``save_graphs``, rank 0's
-``step_parallel_begin`` dump are written as a compile writes them. ``device_num`` may exceed the devices this
-process has (said once): MindSpore's unit tests compile for 16 or 24 devices this way; running such a network still
-needs them (``DeviceError``).
+1]], ...}`` (``_cell_graph_executor._get_shard_strategy(net)``) and look ops up by kind and number
+(``re.search("MatMul-op0", key)``). :func:`strategy_table` gives a planned graph's strategies in that form: the key
+is the op's Cell scope, its MindSpore kind and ``-op{n}`` numbered as MindSpore numbers it (:func:`strategy_keys`);
+the value is one list of splits per tensor input (``[]`` for a scalar operand; for an op whose layout follows its
+input, e.g. Reshape, the split of the layout reaching it under AUTO_PARALLEL and ``[]`` under SEMI_AUTO, as
+MindSpore's ReshapeInfo). :func:`plan_cell` plans a Cell (a ``TrainOneStepCell``'s train step, any other Cell's
+forward) for the devices the context names, without those devices: the trace and the pass list are the ones a real
+job runs (``plan_graph``), nothing is lowered, and a configured strategy file (or
+``set_op_strategy_config(mode="SAVE")``'s) and, with ``save_graphs``, rank 0's ``step_parallel_begin`` dump are
+written as a compile writes them. ``device_num`` may exceed the devices this process has (said once): MindSpore's
+unit tests compile for 16 or 24 devices this way; running such a network still needs them (``DeviceError``).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.global_batch import one_rank_to_global
 from graphpar.dump.writer import PlanDescription, write_begin
-from graphpar.ir.graph import Graph
+from graphpar.ir.graph import Graph, Node
 from graphpar.nn.wrap import TrainOneStepCell
 from graphpar.planner import strategy_file
 from graphpar.planner.follow import follows_input, is_pass_through
@@ -57,14 +55,42 @@ def _mindspore_scope(scope: str, top: str | None) -> str:
     return scope
 
 
+def _output_first_order(graph: Graph) -> list[Node]:
+    """The graph's nodes in the order MindSpore's parallel pass walks a graph (``DeepScopedGraphSearch`` from the
+    return node): depth first, a node before its inputs, the last input (the last output at the root) first. Nodes
+    no output depends on follow in graph order (MindSpore's compile drops them; a graph here may keep them)."""
+    stack = [graph.producer(v) for v in graph.outputs]
+    seen: set[int] = set()
+    order: list[Node] = []
+    while stack:
+        node = stack.pop()
+        if node is None or node.id in seen:
+            continue
+        seen.add(node.id)
+        order.append(node)
+        stack.extend(graph.producer(v) for v in node.inputs)  # popped last-first: the last input is walked first
+    return order + [n for n in graph.node_list() if n.id not in seen]
+
+
 def strategy_keys(graph: Graph, top: str | None = None) -> dict[int, str]:
-    """Node id -> ``"{scope}/{Kind}-op{n}"`` for every op node, ``n`` counted over the ops in graph order.
-    ``top``: the class of the Cell a forward graph was traced from (its scope is MindSpore's root, ``Default``)."""
+    """Node id -> ``"{scope}/{Kind}-op{n}"`` for every op node, as MindSpore names a CNode
+    (``CNode::fullname_with_scope``): ``n`` counts the nodes of the same scope and kind named before it
+    (``id_generator::get_id`` keeps one counter per ``"{scope}/{Kind}"``), in the order of MindSpore's parallel
+    pass's walk (:func:`_output_first_order`), the order its tests' numbers follow: in ``x -> Add -> MatMul -> Add``
+    the last Add is ``Add-op0``, the first ``Add-op1``. ``top``: the class of the Cell a forward graph was traced
+    from (its scope is MindSpore's root, ``Default``). In a train step, or a construct that takes a gradient,
+    MindSpore's walk passes through its own backward graph, which graphpar does not build (JAX derives the
+    backward): there the numbers can differ from MindSpore's."""
+    counts: dict[str, int] = {}
     keys = {}
-    for n, node in enumerate(x for x in graph.node_list() if x.is_op):
+    for node in _output_first_order(graph):
+        if not node.is_op:
+            continue
         scope = _mindspore_scope(node.scope, top)
-        keys[node.id] = f"{scope}/{node.kind}-op{n}" if scope else f"{node.kind}-op{n}"
-    return keys
+        name = f"{scope}/{node.kind}" if scope else node.kind
+        keys[node.id] = f"{name}-op{counts.get(name, 0)}"
+        counts[name] = counts.get(name, 0) + 1
+    return {node.id: keys[node.id] for node in graph.node_list() if node.id in keys}
 
 
 def strategy_table(graph: Graph, top: str | None = None) -> dict[str, list[list[int]]]:
@@ -142,7 +168,8 @@ def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False) -> Graph
     graph = plan_graph(graph, PlanRequest(
         devices, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
         search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu",
-                        _context.current_cost_model().objective_weights),
+                        _context.current_cost_model().objective_weights,
+                        _context.current_cost_model().rp_matmul_mem_coef),
         graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
     ascend_groups.check(graph, pctx.parallel_mode, pctx.global_rank)
     strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()), parameters=network.trainable_params())

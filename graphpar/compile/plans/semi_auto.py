@@ -64,7 +64,8 @@ class SemiAutoPlan(ExecutionPlan):
         return PlanRequest(self.n, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy,
                            strategy_file.for_plan(pctx),
                            search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory,
-                                           self.devices[0].platform, _context.current_cost_model().objective_weights),
+                                           self.devices[0].platform, _context.current_cost_model().objective_weights,
+                                           _context.current_cost_model().rp_matmul_mem_coef),
                            graph_optimizer_slots(graph, self.optimizer), mesh=self.info,
                            algo=_context.current_algo())
 

@@ -21,6 +21,11 @@ The rule (``PrepareGather``, ``GetGatherMode``), for ``n`` devices:
 
 MindSpore refuses a Gather with another axis (or ``batch_dims > 1``) under SAPP; graphpar searches such a Gather as
 ``dynamic_programming`` would, and says so once.
+
+``RmsNorm`` is the same kind of rule (``PrepareRmsNorm`` also discards the strategy it is handed): ``x``'s
+dimension 0 split ``min(x.shape[0], n)`` ways, every other dimension whole, ``gamma`` as the trailing dimensions of
+``x`` it matches. A split that does not fit the mesh (a dimension 0 that does not divide ``n``) is said once and
+the op searched.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from graphpar._logging import notice_once
 from graphpar.ir.graph import Node
 
 GATHER_KINDS = ("Gather",)
+RMS_NORM_KINDS = ("RmsNorm",)
 
 
 def _halve(sizes: list[int], order: Sequence[int], splits: list[int], used: int, n: int) -> int:
@@ -98,9 +104,22 @@ def gather_strategy(node: Node, ins: Sequence[Sequence[int]], outs: Sequence[Seq
     return ((out[0], 1), tuple(out[1:1 + len(indices)]))
 
 
+def rms_norm_strategy(ins: Sequence[Sequence[int]], n_devices: int) -> tuple[tuple[int, ...], ...]:
+    """SAPP's strategy for an ``RmsNorm`` of ``x`` shaped ``ins[0]`` with ``gamma`` shaped ``ins[1]``
+    (``PrepareRmsNorm``): ``x``'s dimension 0 split as far as the devices go, ``gamma`` as ``x``'s trailing
+    dimensions."""
+    x, gamma = list(ins[0]), list(ins[1])
+    split = [1] * len(x)
+    if x:
+        split[0] = min(x[0], n_devices)
+    return tuple(split), tuple(split[len(x) - len(gamma):]) if gamma else ()
+
+
 def sapp_fixed_strategy(node: Node, ins: Sequence[Sequence[int]], outs: Sequence[Sequence[int]],
                         n_devices: int) -> tuple[tuple[int, ...], ...] | None:
-    """The strategy SAPP gives ``node`` whatever its neighbours (a Gather's, above), or None."""
+    """The strategy SAPP gives ``node`` whatever its neighbours (a Gather's or an RmsNorm's, above), or None."""
     if node.kind in GATHER_KINDS and len(ins) >= 2 and outs:
         return gather_strategy(node, ins, outs, n_devices)
+    if node.kind in RMS_NORM_KINDS and len(ins) == 2 and len(ins[1]) <= len(ins[0]):
+        return rms_norm_strategy(ins, n_devices)
     return None

@@ -16,18 +16,24 @@ budget, naming the smallest need found.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 
+from graphpar._logging import notice_once
+from graphpar.errors import StrategyError
+
 from graphpar.ir.graph import Graph, Node, Provenance
+from graphpar.planner.dims import shapes_of
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.elementwise_follow import follow_consumers
 from graphpar.planner.search.costs import Cost
 from graphpar.planner.search.ilp import Infeasible, Solution, solve_ilp
 from graphpar.planner.search.record import SearchRecord
+from graphpar.planner.search.sapp_partition import partition_matmuls
 from graphpar.planner.search.problem import Pricer, Problem, build_problem, describe
 from graphpar.planner.search.settings import MemoryBudgetError, SearchSettings
-from graphpar.planner.strategy import NodeStrategy
+from graphpar.planner.strategy import NodeStrategy, from_hint
 
 
 @dataclass(frozen=True)
@@ -122,9 +128,30 @@ def _records(problem: Problem, solution: Solution, ctx: PlanContext, pricer: Pri
     return out
 
 
+def _interfered_sapp(graph: Graph, ctx: PlanContext, settings: SearchSettings) -> Graph:
+    """Under ``MS_INTERFERED_SAPP=1``: every 2-D MatMul without a strategy takes SAPP's partition around the ops
+    that have one (:mod:`.sapp_partition`), a constraint of the search as a ``shard()`` hint is."""
+    updates = {}
+    detail = "recursive_programming: SAPP's MatMul partition (MS_INTERFERED_SAPP=1)"
+    for nid, hint in partition_matmuls(graph, ctx.mesh.n_devices, settings.rp_matmul_mem_coef).items():
+        node = graph.nodes[nid]
+        ins, outs = shapes_of(node, graph)
+        try:
+            strategy = from_hint(node, ctx.dims(node, graph), hint, ins, outs, ctx.mesh)
+        except StrategyError as error:
+            notice_once(f"sapp-matmul:{node.instance_name}:{node.scope}",
+                        f"op '{node.instance_name}': SAPP's MatMul partition {hint} does not fit this mesh "
+                        f"({error.reason}); graphpar searches its strategy", logging.INFO)
+            continue
+        updates[nid] = {"strategy": strategy, "provenance": Provenance("searched", detail=detail)}
+    return graph.with_annotations(updates) if updates else graph
+
+
 def search(graph: Graph, ctx: PlanContext) -> Graph:
     settings: SearchSettings = ctx.search if ctx.search is not None else SearchSettings()
     started = time.perf_counter()
+    if settings.interfered_sapp:
+        graph = _interfered_sapp(graph, ctx, settings)
     pricer = Pricer(graph, ctx)
     problem = build_problem(graph, ctx, settings.hardware, pricer)
     built = time.perf_counter()

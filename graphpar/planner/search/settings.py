@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from graphpar._context import parse_memory  # the format is the setting's (see _context.values)
+from graphpar._env import interfered_sapp
 from graphpar._logging import notice_once
 from graphpar.errors import GraphparError
 from graphpar.planner.calibration import platform_hardware
@@ -43,12 +44,19 @@ class SearchSettings:
     memory_budget: float | None = None  # bytes per device
     hardware: Hardware = DEFAULT_HW
     time_limit: float = 120.0  # seconds for the ILP
+    # MS_INTERFERED_SAPP=1 under recursive_programming: the MatMuls take SAPP's partition around the user's
+    # strategies (planner.search.sapp_partition), weighed by the cost-model context's rp_matmul_mem_coef
+    interfered_sapp: bool = False
+    rp_matmul_mem_coef: float = 0.1
 
 
 def search_settings(parallel_mode: str, search_mode: str, max_device_memory: str | None,
-                    platform: str, weights: tuple[float, float, float] | None = None) -> SearchSettings:
+                    platform: str, weights: tuple[float, float, float] | None = None,
+                    rp_matmul_mem_coef: float = 0.1) -> SearchSettings:
     """The settings of one plan (called by the compile stage, which reads the context; ``weights``: the
-    cost-model context's ``CostModelSettings.objective_weights``)."""
+    cost-model context's ``CostModelSettings.objective_weights``; ``rp_matmul_mem_coef``: its SAPP MatMul
+    coefficient). ``MS_INTERFERED_SAPP`` is read here, when the plan is made, as MindSpore reads it when it
+    compiles."""
     budget = parse_memory(max_device_memory) if max_device_memory else None
     searching = parallel_mode == "auto_parallel" and search_mode in SEARCH_MODES
     if budget is not None and not searching:
@@ -58,7 +66,9 @@ def search_settings(parallel_mode: str, search_mode: str, max_device_memory: str
     # the platform's measured constants when `python -m bench calibrate` wrote them (said once, as the stage
     # search says it), else the built-in ones
     hw = platform_hardware(platform) if searching else HARDWARE.get(platform, DEFAULT_HW)
-    return SearchSettings(budget, objective_hardware(search_mode, hw, weights))
+    interfered = searching and search_mode == "recursive_programming" and interfered_sapp()
+    return SearchSettings(budget, objective_hardware(search_mode, hw, weights), interfered_sapp=interfered,
+                          rp_matmul_mem_coef=rp_matmul_mem_coef)
 
 
 TIE_BREAK = 1e-3

@@ -36,8 +36,8 @@ def test_keys_values_and_old_names():
     _reset_op_id()
     _cell_graph_executor.compile(net, _x, _b, phase="train")
     found = _cell_graph_executor._get_shard_strategy(net)
-    assert found == {"Default/MatMul-op0": [[2, 4], [4, 1]], "Default/ReLU-op1": [[16, 1]],
-                     "Default/Reshape-op2": []}  # an op whose layout follows its input has no strategy of its own
+    assert found == {"Default/MatMul-op0": [[2, 4], [4, 1]], "Default/ReLU-op0": [[16, 1]],
+                     "Default/Reshape-op0": []}  # an op whose layout follows its input has no strategy of its own
     assert _executor is _cell_graph_executor and _cell_graph_executor._get_strategy(net) == found
     assert strategies(net, _x, _b) == found
 
@@ -165,3 +165,80 @@ def test_a_staged_op_under_grad_wrap_keeps_its_strategy_and_numbers():
     assert [v for k, v in found.items() if "/Gather-op" in k] == [[[2, 4], [1, 1]]]
     for got, want in zip(net(x, y), expected):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+class ChainNet(nn.Cell):
+    """MindSpore's ``test_sharding_strategy_save_and_load``: Add -> MatMul -> Add -> MatMul -> Add."""
+
+    def __init__(self):
+        super().__init__()
+        self.matmul1 = P.MatMul(transpose_b=True).shard(((4, 2), (1, 2)))
+        self.matmul2 = P.MatMul(transpose_b=True).shard(((2, 4), (1, 4)))
+        self.add1, self.add2, self.add3 = P.Add(), P.Add(), P.Add()
+        self.w1 = Parameter(Tensor(np.ones([8, 32]), dtype=ms.float32), "w1")
+        self.w2 = Parameter(Tensor(np.ones([16, 8]), dtype=ms.float32), "w2")
+
+    def construct(self, x, b1, b2, b3):
+        out = self.matmul1(self.add1(x, b1), self.w1)
+        return self.add3(self.matmul2(self.add2(out, b2), self.w2), b3)
+
+
+def test_op_numbers_count_each_kind_from_the_output_back():
+    """MindSpore numbers a CNode ``-op{n}`` with one counter per scope and kind, in the order its parallel pass
+    walks the graph from the output (the last input first): the last Add is ``Add-op0``, the first ``Add-op2``."""
+    context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
+    x, b1, b2, b3 = (Tensor(np.ones(s), dtype=ms.float32) for s in ([64, 32], [64, 32], [64, 8], [64, 16]))
+    found = strategies(ChainNet(), x, b1, b2, b3)
+    assert list(found) == ["Default/Add-op2", "Default/MatMul-op1", "Default/Add-op1", "Default/MatMul-op0",
+                           "Default/Add-op0"]  # graph order; the numbers count from the output
+    assert found["Default/MatMul-op1"] == [[4, 2], [1, 2]] and found["Default/MatMul-op0"] == [[2, 4], [1, 4]]
+
+
+class TwoBranches(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.left, self.right = P.MatMul().shard(((8, 1), (1, 1))), P.MatMul().shard(((1, 1), (1, 8)))
+        self.add = P.Add()
+        self.w1 = Parameter(Tensor(np.ones([32, 16]), dtype=ms.float32), "w1")
+        self.w2 = Parameter(Tensor(np.ones([32, 16]), dtype=ms.float32), "w2")
+
+    def construct(self, x, y):
+        left = self.left(x, self.w1)
+        right = self.right(y, self.w2)
+        return self.add(right, left)
+
+
+def test_op_numbers_walk_the_last_input_first():
+    """``add(right, left)`` with ``left`` computed first: MindSpore's walk (``DeepScopedGraphSearch``) enters an
+    op's inputs last first, so ``left`` is named first, ``MatMul-op0``; the graph's order reversed would name
+    ``right`` first."""
+    context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
+    found = strategies(TwoBranches(), _x, _x)
+    assert found["Default/MatMul-op0"] == [[8, 1], [1, 1]]  # left
+    assert found["Default/MatMul-op1"] == [[1, 1], [1, 8]]  # right
+
+
+class Block(nn.Cell):
+    def __init__(self, name):
+        super().__init__()
+        self.matmul = P.MatMul()
+        self.w = Parameter(Tensor(np.ones([32, 32]), dtype=ms.float32), name)
+
+    def construct(self, x):
+        return self.matmul(x, self.w)
+
+
+class TwoBlocks(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.block1, self.block2 = Block("w1"), Block("w2")
+
+    def construct(self, x):
+        return self.block2(self.block1(x))
+
+
+def test_op_numbers_count_each_scope_apart():
+    """The counter is per ``"{scope}/{Kind}"``: the MatMul of each Cell is its scope's ``MatMul-op0``."""
+    context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
+    found = strategies(TwoBlocks(), Tensor(np.ones([64, 32]), dtype=ms.float32))
+    assert list(found) == ["Default/block1-Block/MatMul-op0", "Default/block2-Block/MatMul-op0"]

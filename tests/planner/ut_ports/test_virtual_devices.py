@@ -39,7 +39,7 @@ def test_compile_for_24_devices_without_them(dumps, notices):
     net = Net(((3, 8), (3, 8)), ((3, 8),))
     _cell_graph_executor.compile(net, _x)
     assert _cell_graph_executor._get_shard_strategy(net) == {"Default/Mul-op0": [[3, 8], [3, 8]],
-                                                             "Default/ReLU-op1": [[3, 8]]}
+                                                             "Default/ReLU-op0": [[3, 8]]}
     # w (48, 24) split 3 x 8 over the 24 ranks: each holds a (16, 3) slice
     assert net.parameter_layout_dict["w"][:3] == ([3, 8], [1, 0], [16, 3])  # a tuple, as MindSpore's
     begin = list(dumps.glob("rank_0/step_parallel_begin_*.ir"))
