@@ -1,0 +1,75 @@
+"""Which dynamic dimensions an op's strategy may split: MindSpore's ``CheckStrategyForDynamicShape``, per op.
+
+A network compiled for a signature with dynamic dimensions (``Cell.set_inputs``, ``Tensor(shape=[None, 64])``) is
+planned once for every size those dimensions take. MindSpore's rule, op by op (``OperatorInfo`` and its
+overrides in ``frontend/parallel/ops_info``): an op may split a dynamic dimension like a static one (the base
+rule; the split must then divide the size each call brings, checked when that call compiles), except where its
+implementation needs the size at compile time:
+
+* ``Gather`` / ``SparseGatherV2`` (``GatherInfo``): the table's gathered axis, when dynamic, cannot be split (each
+  device's share of the rows, and the offset its lookups subtract, are sizes);
+* ``CropAndResize``: the images' batch dimension 0, when dynamic, cannot be split;
+* ``BroadcastTo``: no dynamic dimension at all (``BroadcastToInfo`` refuses dynamic shapes);
+* ``LinSpace``: its output cannot be split when dynamic.
+
+:func:`check_dynamic_strategies` applies these to a planned graph; a refusal is a
+:class:`~graphpar.errors.DynamicStrategyError` (a ``StrategyError``, so the ``RuntimeError`` MindSpore raises).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from graphpar.errors import DynamicStrategyError
+from graphpar.ir.graph import Graph, Node
+
+# node id -> per input, the positions of its dynamic dimensions
+DynamicInputs = Mapping[int, tuple[tuple[int, ...], ...]]
+# (node, its input strategy, its inputs' dynamic dimensions) -> why the strategy cannot hold, or None
+_Rule = Callable[[Node, Graph, tuple, tuple], str | None]
+
+
+def _gather(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None:
+    rank = len(graph.values[node.inputs[0]].shape)
+    axis = node.static_args.get(2, 0) % rank
+    if axis in dynamic[0] and rows[0][axis] != 1:
+        return (f"the table's dimension {axis} (the gathered axis) is dynamic and split {rows[0][axis]} ways: a "
+                "dynamic gathered axis cannot be split")
+    return None
+
+
+def _crop_and_resize(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None:
+    if 0 in dynamic[0] and rows[0][0] != 1:
+        return f"the images' dimension 0 is dynamic and split {rows[0][0]} ways: it cannot be split when dynamic"
+    return None
+
+
+def _no_dynamic(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None:
+    if any(dynamic):
+        return f"{node.kind} takes no dynamic dimension (dynamic: {[list(d) for d in dynamic]})"
+    return None
+
+
+def _lin_space(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None:
+    if any(dynamic) and any(s != 1 for row in rows for s in row):
+        return "LinSpace's output cannot be split when its shape is dynamic"
+    return None
+
+
+_RULES: dict[str, _Rule] = {"Gather": _gather, "SparseGatherV2": _gather, "CropAndResize": _crop_and_resize,
+                            "BroadcastTo": _no_dynamic, "LinSpace": _lin_space}
+
+
+def check_dynamic_strategies(graph: Graph, dynamic_inputs: DynamicInputs) -> None:
+    """Raise :class:`DynamicStrategyError` for the first op (graph order) whose strategy splits a dynamic dimension
+    its MindSpore rule forbids (module docstring); every other split of a dynamic dimension holds."""
+    for node in graph.node_list():
+        dynamic = dynamic_inputs.get(node.id)
+        rule = _RULES.get(node.kind)
+        if rule is None or node.strategy is None or not dynamic or not any(dynamic):
+            continue
+        rows = node.strategy.in_strategy()
+        reason = rule(node, graph, rows, dynamic)
+        if reason is not None:
+            raise DynamicStrategyError(node.instance_name, [list(r) for r in rows], reason, scope=node.scope,
+                                       hint="Keep that dimension whole (split 1), or give it a size in set_inputs")
