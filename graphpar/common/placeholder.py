@@ -75,18 +75,20 @@ def has_placeholder(args: Sequence[Any]) -> bool:
     return any(isinstance(a, DynamicTensor) for a in jax.tree.leaves(tuple(args)))
 
 
-def symbolic_avals(args: Sequence[Any]) -> list[Any]:
+def symbolic_avals(args: Sequence[Any], shared: bool = False) -> list[Any]:
     """``args`` with each placeholder as a ``jax.ShapeDtypeStruct`` whose dynamic dimensions are symbols of one
-    symbolic scope (``a{i}_{d}``: input ``i``, dimension ``d``; each independent, as MindSpore's ``-1`` are);
-    other leaves unchanged."""
+    symbolic scope; other leaves unchanged. Each dynamic dimension its own symbol (``a{i}_{d}``: input ``i``,
+    dimension ``d``), as MindSpore's ``-1`` are independent; with ``shared``, one symbol per dimension position
+    (``d{d}``: the batch of the data and of the label the same size), for a network that combines them (a loss
+    subtracting the label from the output needs them equal, which MindSpore checks only when it runs)."""
     leaves, treedef = jax.tree.flatten(tuple(args))
-    names = [f"a{i}_{d}" for i, leaf in enumerate(leaves) if isinstance(leaf, DynamicTensor)
-             for d in leaf.dynamic_dims]
-    symbols = iter(jax.export.symbolic_shape(", ".join(names)) if names else ())
+    names = {f"d{d}" if shared else f"a{i}_{d}": None for i, leaf in enumerate(leaves)
+             if isinstance(leaf, DynamicTensor) for d in leaf.dynamic_dims}
+    symbols = dict(zip(names, jax.export.symbolic_shape(", ".join(names)))) if names else {}
     out = []
-    for leaf in leaves:
+    for i, leaf in enumerate(leaves):
         if isinstance(leaf, DynamicTensor):
-            shape = tuple(next(symbols) if d < 0 else d for d in leaf.shape)
+            shape = tuple(symbols[f"d{d}" if shared else f"a{i}_{d}"] if n < 0 else n for d, n in enumerate(leaf.shape))
             leaf = jax.ShapeDtypeStruct(shape, leaf.dtype)
         out.append(leaf)
     return list(jax.tree.unflatten(treedef, out))

@@ -10,7 +10,10 @@ implementation needs the size at compile time:
   device's share of the rows, and the offset its lookups subtract, are sizes);
 * ``CropAndResize``: the images' batch dimension 0, when dynamic, cannot be split;
 * ``BroadcastTo``: no dynamic dimension at all (``BroadcastToInfo`` refuses dynamic shapes);
-* ``LinSpace``: its output cannot be split when dynamic.
+* ``LinSpace``: its output cannot be split when dynamic;
+* the window ops ``Conv2D``, ``Conv3D``, ``AvgPool3D``, ``MaxPool3D``: with any dynamic input dimension, no spatial
+  split that needs the neighbours' rows (a halo exchange: a window larger than its stride, ``pad_mode`` other than
+  ``valid``), whose sizes MindSpore computes when compiling.
 
 :func:`check_dynamic_strategies` applies these to a planned graph; a refusal is a
 :class:`~graphpar.errors.DynamicStrategyError` (a ``StrategyError``, so the ``RuntimeError`` MindSpore raises).
@@ -56,7 +59,30 @@ def _lin_space(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | N
     return None
 
 
-_RULES: dict[str, _Rule] = {"Gather": _gather, "SparseGatherV2": _gather, "CropAndResize": _crop_and_resize,
+def _spatial(value: object, n: int) -> tuple[int, ...]:
+    if isinstance(value, int):
+        return (value,) * n
+    values = tuple(int(v) for v in value)  # type: ignore[union-attr]
+    return values[-n:] if len(values) >= n else values * n
+
+
+def _window(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None:
+    if not any(dynamic) or str(node.attrs.get("pad_mode", "valid")).lower() == "valid":
+        return None
+    n = len(graph.values[node.inputs[0]].shape) - 2
+    kernel = _spatial(node.attrs.get("kernel_size", 1), n)
+    dilation = _spatial(node.attrs.get("dilation", 1), n)
+    stride = _spatial(node.attrs.get("strides", node.attrs.get("stride", 1)), n)
+    for j in range(n):
+        if rows[0][2 + j] > 1 and (kernel[j] - 1) * dilation[j] + 1 > stride[j]:
+            return (f"its input's spatial dimension {2 + j} is split {rows[0][2 + j]} ways with a window larger than "
+                    "its stride, which needs the neighbours' rows (a halo exchange): not with a dynamic shape "
+                    f"(dynamic: {[list(d) for d in dynamic]})")
+    return None
+
+
+_RULES: dict[str, _Rule] = {"Conv2D": _window, "Conv3D": _window, "AvgPool3D": _window, "MaxPool3D": _window,
+                            "Gather": _gather, "SparseGatherV2": _gather, "CropAndResize": _crop_and_resize,
                             "BroadcastTo": _no_dynamic, "LinSpace": _lin_space}
 
 

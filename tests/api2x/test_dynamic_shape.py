@@ -127,3 +127,34 @@ def test_a_construct_that_needs_the_dynamic_size_as_a_number_is_named():
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
     with pytest.raises(DynamicShapeError, match="BranchesOnSize.construct cannot be traced for every size"):
         _cell_graph_executor.compile(BranchesOnSize(), Tensor(shape=[None, 16], dtype=ms.float32))
+
+
+def test_a_train_step_whose_loss_needs_two_dynamic_batches_equal_is_planned():
+    # the data's and the label's batches are independent placeholders (-1 each, as in MindSpore); the loss subtracts
+    # one from the other, so the trace takes them as one size
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    net = nn.Dense(16, 4)
+    net.matmul.shard(((8, 1), (1, 1)))
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    _cell_graph_executor.compile(train, Tensor(shape=[None, 16], dtype=ms.float32),
+                                 Tensor(shape=[None, 4], dtype=ms.float32))
+    table = _cell_graph_executor._get_shard_strategy(train)
+    assert table["Default/network-WithLossCell/_loss_fn-MSELoss/Sub-op0"] == [[8, 1], [8, 1]]
+
+
+class Conv(nn.Cell):
+    def __init__(self, strategy):
+        super().__init__()
+        self.w = ms.Parameter(Tensor(np.ones((8, 4, 3, 3), np.float32)), name="w")
+        self.conv = ops.Conv2D(out_channel=8, kernel_size=3, pad_mode="same").shard(strategy)
+
+    def construct(self, x):
+        return self.conv(x, self.w)
+
+
+def test_a_convolution_on_a_dynamic_batch_may_not_split_rows_that_need_a_halo():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    x = Tensor(shape=[None, 4, 16, 16], dtype=ms.float32)
+    _cell_graph_executor.compile(Conv(((8, 1, 1, 1), (1, 1, 1, 1))), x)  # the dynamic batch itself: allowed
+    with pytest.raises(DynamicStrategyError, match="halo exchange"):
+        _cell_graph_executor.compile(Conv(((2, 1, 4, 1), (1, 1, 1, 1))), x)  # rows: a 3x3 window needs neighbours'

@@ -27,6 +27,7 @@ from graphpar.common.placeholder import DynamicTensor, standin_avals, symbolic_a
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.errors import DynamicShapeError, GraphparError
+from graphpar.ir.construct_errors import OpShapeError
 from graphpar.ir.graph import Graph
 from graphpar.planner.dynamic_rules import DynamicInputs
 from graphpar.planner.strategy_file import RecordedStrategy, StrategyFile, node_keys
@@ -42,21 +43,32 @@ def _dynamic_positions(shape: Sequence[Any]) -> tuple[int, ...]:
     return tuple(i for i, d in enumerate(shape) if not isinstance(d, (int, np.integer)))
 
 
+def _symbolic_trace(ns: NetworkState, inputs: Sequence[Any], purpose: str,
+                    split: Callable[[Sequence[Any]], tuple[list, Any]], shapes: list) -> Graph:
+    """The trace with every dynamic dimension its own symbol (MindSpore's independent ``-1``), or, where the network
+    needs two of them equal (a loss subtracting the label of the batch from the output), one symbol per dimension
+    position (``placeholder.symbolic_avals``)."""
+    first = None
+    for shared in (False, True):
+        avals, call = split(symbolic_avals(inputs, shared))
+        try:
+            return trace_network(ns, avals, purpose, call=call)[0]
+        except Exception as e:  # JAX's shape polymorphism refusing an op (a dynamic size used as an int, ...)
+            first = first or e
+    if isinstance(first, GraphparError) and not isinstance(first, OpShapeError):
+        raise first  # graphpar's own named errors (a bad strategy, a bad Cell) as they are
+    raise DynamicShapeError(shapes, f"{type(ns.network).__name__}.construct cannot be traced for every size of its "
+                            f"dynamic dimensions ({type(first).__name__}: {str(first).splitlines()[0]}); give those "
+                            "dimensions their sizes in set_inputs, or use the size only in ops (no Python int of "
+                            "it)") from first
+
+
 def trace_signature(ns: NetworkState, inputs: Sequence[Any], purpose: str, device_num: int,
                     split: Callable[[Sequence[Any]], tuple[list, Any]]) -> tuple[Graph, DynamicInputs]:
     """The stand-in graph of ``inputs`` (placeholders among them) and, per op node of it, its inputs' dynamic
     dimensions. ``split(inputs)`` gives the avals and the network call (``op_strategies._split_inputs``)."""
     shapes = [list(x.shape) for x in inputs if isinstance(x, DynamicTensor)]
-    avals, call = split(symbolic_avals(inputs))
-    try:
-        symbolic, _ = trace_network(ns, avals, purpose, call=call)
-    except GraphparError:
-        raise  # graphpar's own named errors (a bad strategy, a bad Cell) as they are
-    except Exception as e:  # JAX's shape polymorphism refusing an op (a dynamic size used as an int, ...)
-        raise DynamicShapeError(shapes, f"{type(ns.network).__name__}.construct cannot be traced for every size of "
-                                f"its dynamic dimensions ({type(e).__name__}: {str(e).splitlines()[0]}); give "
-                                "those dimensions their sizes in set_inputs, or use the size only in ops "
-                                "(no Python int of it)") from e
+    symbolic = _symbolic_trace(ns, inputs, purpose, split, shapes)
     avals, call = split(standin_avals(inputs, standin_size(device_num)))
     graph, _ = trace_network(ns, avals, purpose, call=call)
     ops = [n for n in symbolic.node_list() if n.is_op]
