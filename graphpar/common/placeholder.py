@@ -71,8 +71,16 @@ class DynamicTensor:
         return f"Tensor(shape={list(self.shape)}, dtype={self.dtype.name}, value=None)"
 
 
-def has_placeholder(args: Sequence[Any]) -> bool:
-    return any(isinstance(a, DynamicTensor) for a in jax.tree.leaves(tuple(args)))
+def has_dynamic(args: Sequence[Any]) -> bool:
+    """Whether a placeholder among ``args`` has a dynamic dimension (a signature of static placeholders, as
+    ``set_inputs`` keeps concrete tensors, is planned as those shapes)."""
+    return any(isinstance(a, DynamicTensor) and a.dynamic_dims for a in jax.tree.leaves(tuple(args)))
+
+
+def as_avals(args: Sequence[Any]) -> list[Any]:
+    """``args`` with each placeholder without a dynamic dimension as a ``jax.ShapeDtypeStruct``."""
+    return [jax.ShapeDtypeStruct(a.shape, a.dtype) if isinstance(a, DynamicTensor) and not a.dynamic_dims else a
+            for a in args]
 
 
 def symbolic_avals(args: Sequence[Any], shared: bool = False) -> list[Any]:

@@ -158,3 +158,14 @@ def test_a_convolution_on_a_dynamic_batch_may_not_split_rows_that_need_a_halo():
     _cell_graph_executor.compile(Conv(((8, 1, 1, 1), (1, 1, 1, 1))), x)  # the dynamic batch itself: allowed
     with pytest.raises(DynamicStrategyError, match="halo exchange"):
         _cell_graph_executor.compile(Conv(((2, 1, 4, 1), (1, 1, 1, 1))), x)  # rows: a 3x3 window needs neighbours'
+
+
+def test_a_signature_of_concrete_tensors_plans_their_shapes():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    net = nn.Dense(16, 4)
+    net.set_inputs(Tensor(np.ones((8, 16), np.float32)))  # no dynamic dimension: the signature keeps shape and dtype
+    assert net.get_inputs()[0].shape == (8, 16)
+    _cell_graph_executor.compile(net, _batch(8))
+    assert _cell_graph_executor._get_shard_strategy(net)["Default/MatMul-op0"] == [[8, 1], [1, 1]]
+    with pytest.raises(InputSignatureError, match=r"\[16, 16\]"):
+        _cell_graph_executor.compile(net, _batch(16))

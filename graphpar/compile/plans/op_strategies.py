@@ -31,7 +31,7 @@ from graphpar.compile.plans import ascend_groups
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.dynamic import trace_signature
-from graphpar.common.placeholder import DynamicTensor, has_placeholder
+from graphpar.common.placeholder import DynamicTensor, as_avals, has_dynamic
 from graphpar.compile.plans.global_batch import one_rank_to_global
 from graphpar.dump.writer import PlanDescription, write_begin
 from graphpar.ir.graph import Graph, Node
@@ -168,8 +168,8 @@ def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False, devices:
         inputs = [DynamicTensor.of(one_rank_to_global(x.shape, i, devices), x.dtype) if isinstance(x, DynamicTensor)
                   else jax.ShapeDtypeStruct(one_rank_to_global(x.shape, i, devices), np.dtype(x.dtype))
                   if _is_array(x) else x for i, x in enumerate(inputs)]
-    dynamic = None
-    if has_placeholder(inputs):  # a dynamic-shape signature: planned once for every size (compile.plans.dynamic)
+    dynamic, inputs = None, as_avals(inputs)
+    if has_dynamic(inputs):  # a dynamic-shape signature: planned once for every size (compile.plans.dynamic)
         graph, dynamic = trace_signature(ns, inputs, purpose, devices, _split_inputs)
     else:
         avals, call = _split_inputs(inputs)

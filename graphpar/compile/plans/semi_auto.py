@@ -22,7 +22,7 @@ from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
 from graphpar.compile.plans.layout import GraphLayout, Layout, UniformLayout
 from graphpar.communication.devices import local_ranks
-from graphpar.common.placeholder import has_placeholder
+from graphpar.common.placeholder import has_dynamic
 from graphpar.compile.plans.dynamic import signature_label, signature_record
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.plans.op_strategies import plan_cell
@@ -77,7 +77,7 @@ class SemiAutoPlan(ExecutionPlan):
         on every concrete shape (``compile.plans.dynamic``); a train step plans its concrete shapes (the signature
         is still checked on each call)."""
         signature = self.network.get_inputs() if isinstance(self.network, Cell) else None
-        if purpose != "forward" or signature is None or not has_placeholder(signature):
+        if purpose != "forward" or signature is None or not has_dynamic(signature):
             return None
         planned = plan_cell(self.network, signature, devices=self.n, record=False)
         return signature_record(planned, signature_label(self.network, signature), self.n)
