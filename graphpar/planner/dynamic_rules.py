@@ -8,12 +8,17 @@ implementation needs the size at compile time:
 
 * ``Gather`` / ``SparseGatherV2`` (``GatherInfo``): the table's gathered axis, when dynamic, cannot be split (each
   device's share of the rows, and the offset its lookups subtract, are sizes);
+* ``GatherD`` (``GatherDInfo``): ``x``'s ``dim`` axis, when dynamic, cannot be split;
 * ``CropAndResize``: the images' batch dimension 0, when dynamic, cannot be split;
 * ``BroadcastTo``: no dynamic dimension at all (``BroadcastToInfo`` refuses dynamic shapes);
 * ``LinSpace``: its output cannot be split when dynamic;
 * the window ops ``Conv2D``, ``Conv3D``, ``AvgPool3D``, ``MaxPool3D``: with any dynamic input dimension, no spatial
   split that needs the neighbours' rows (a halo exchange: a window larger than its stride, ``pad_mode`` other than
-  ``valid``), whose sizes MindSpore computes when compiling.
+  ``valid``), whose sizes MindSpore computes when compiling;
+* ``FlashAttentionScore``, ``ResizeBilinearV2``, ``UniformReal``, ``SparseSoftmaxCrossEntropyWithLogits``,
+  ``CheckValid``: MindSpore has a rule of its own for them (``FlashAttentionScoreInfo``, ``ResizeBilinearV2Info``,
+  ``RandomDistributeInfo``, ``BatchParallelInfo``) that graphpar does not reproduce: a split while an input is
+  dynamic is refused by name rather than accepted on a guess.
 
 :func:`check_dynamic_strategies` applies these to a planned graph; a refusal is a
 :class:`~graphpar.errors.DynamicStrategyError` (a ``StrategyError``, so the ``RuntimeError`` MindSpore raises).
@@ -38,6 +43,21 @@ def _gather(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None
     if axis in dynamic[0] and rows[0][axis] != 1:
         return (f"the table's dimension {axis} (the gathered axis) is dynamic and split {rows[0][axis]} ways: a "
                 "dynamic gathered axis cannot be split")
+    return None
+
+
+def _gather_d(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None:
+    dim = int(node.static_args.get(1, 0)) % len(graph.values[node.inputs[0]].shape)
+    if dim in dynamic[0] and rows[0][dim] != 1:
+        return (f"x's dimension {dim} (the gathered dim) is dynamic and split {rows[0][dim]} ways: a dynamic "
+                "gathered dim cannot be split")
+    return None
+
+
+def _not_reproduced(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None:
+    if any(dynamic) and any(s != 1 for row in rows for s in row):
+        return (f"MindSpore checks {node.kind}'s strategy against dynamic shapes with a rule of its own, which "
+                f"graphpar does not reproduce (dynamic: {[list(d) for d in dynamic]})")
     return None
 
 
@@ -81,7 +101,10 @@ def _window(node: Node, graph: Graph, rows: tuple, dynamic: tuple) -> str | None
     return None
 
 
-_RULES: dict[str, _Rule] = {"Conv2D": _window, "Conv3D": _window, "AvgPool3D": _window, "MaxPool3D": _window,
+_RULES: dict[str, _Rule] = {"GatherD": _gather_d, "FlashAttentionScore": _not_reproduced,
+                            "ResizeBilinearV2": _not_reproduced, "UniformReal": _not_reproduced,
+                            "SparseSoftmaxCrossEntropyWithLogits": _not_reproduced, "CheckValid": _not_reproduced,
+                            "Conv2D": _window, "Conv3D": _window, "AvgPool3D": _window, "MaxPool3D": _window,
                             "Gather": _gather, "SparseGatherV2": _gather, "CropAndResize": _crop_and_resize,
                             "BroadcastTo": _no_dynamic, "LinSpace": _lin_space}
 
@@ -98,4 +121,5 @@ def check_dynamic_strategies(graph: Graph, dynamic_inputs: DynamicInputs) -> Non
         reason = rule(node, graph, rows, dynamic)
         if reason is not None:
             raise DynamicStrategyError(node.instance_name, [list(r) for r in rows], reason, scope=node.scope,
-                                       hint="Keep that dimension whole (split 1), or give it a size in set_inputs")
+                                       hint="Keep that dimension whole (split 1), or give the dynamic dimensions "
+                                            "their sizes in set_inputs")

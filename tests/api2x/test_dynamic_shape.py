@@ -169,3 +169,20 @@ def test_a_signature_of_concrete_tensors_plans_their_shapes():
     assert _cell_graph_executor._get_shard_strategy(net)["Default/MatMul-op0"] == [[8, 1], [1, 1]]
     with pytest.raises(InputSignatureError, match=r"\[16, 16\]"):
         _cell_graph_executor.compile(net, _batch(16))
+
+
+class GatherD(nn.Cell):
+    def __init__(self, strategy):
+        super().__init__()
+        self.gatherd = ops.GatherD().shard(strategy)
+
+    def construct(self, x, index):
+        return self.gatherd(x, 0, index)
+
+
+def test_gatherd_may_not_split_a_dynamic_gathered_dim():
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    x, index = Tensor(shape=[None, 32], dtype=ms.float32), Tensor(np.zeros((16, 32), np.int32))
+    _cell_graph_executor.compile(GatherD(((1, 8), (1, 8))), x, index)  # the static dimension: allowed
+    with pytest.raises(DynamicStrategyError, match="gathered dim cannot be split"):
+        _cell_graph_executor.compile(GatherD(((2, 4), (1, 4))), x, index)
