@@ -53,10 +53,12 @@ def _symbolic_trace(ns: NetworkState, inputs: Sequence[Any], purpose: str,
         avals, call = split(symbolic_avals(inputs, shared))
         try:
             return trace_network(ns, avals, purpose, call=call)[0]
+        except GraphparError as e:
+            if not isinstance(e, OpShapeError):
+                raise  # graphpar's own named errors (a bad strategy, a bad Cell) as they are
+            first = first or e  # shapes that do not fit: two dynamic sizes the network needs equal, or a user's
         except Exception as e:  # JAX's shape polymorphism refusing an op (a dynamic size used as an int, ...)
             first = first or e
-    if isinstance(first, GraphparError) and not isinstance(first, OpShapeError):
-        raise first  # graphpar's own named errors (a bad strategy, a bad Cell) as they are
     raise DynamicShapeError(shapes, f"{type(ns.network).__name__}.construct cannot be traced for every size of its "
                             f"dynamic dimensions ({type(first).__name__}: {str(first).splitlines()[0]}); give those "
                             "dimensions their sizes in set_inputs, or use the size only in ops (no Python int of "
