@@ -354,7 +354,7 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
         if self._amp_cast is not None and not _mixed_precision.entered(self):  # to_float / amp_level
             return _mixed_precision.call(self, args, kwargs)
         self._ensure_fields()
-        if self._input_signature is not None:
+        if self._input_signature is not None and not kwargs:  # set_inputs is positional, as MindSpore's
             check_call(type(self).__name__, self._input_signature, args)
         if type(self).construct is Cell.construct:
             raise CellError(f"Cell '{type(self).__name__}' has no construct() method: define "
