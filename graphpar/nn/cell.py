@@ -354,13 +354,13 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
         if self._amp_cast is not None and not _mixed_precision.entered(self):  # to_float / amp_level
             return _mixed_precision.call(self, args, kwargs)
         self._ensure_fields()
-        if self._input_signature is not None and not kwargs:  # set_inputs is positional, as MindSpore's
-            check_call(type(self).__name__, self._input_signature, args)
         if type(self).construct is Cell.construct:
             raise CellError(f"Cell '{type(self).__name__}' has no construct() method: define "
                             f"`def construct(self, *inputs)` computing its output")
         recorder = _recorder.active()
-        if recorder is None:
+        if recorder is None:  # a top-level call is checked against set_inputs (positional, as MindSpore's)
+            if self._input_signature is not None and not kwargs:
+                check_call(type(self).__name__, self._input_signature, args)
             runner = top_level_call(self, args, kwargs)
             if runner is not None:
                 return runner(self, args, kwargs)
