@@ -176,17 +176,30 @@ class UnsupportedOpError(GraphparError, NotImplementedError):
 
 
 class DynamicShapeError(GraphparError, NotImplementedError):
-    """A dynamic dimension (``None`` or ``-1``) in ``Tensor(shape=...)``: MindSpore's placeholder for a
-    dynamic-shape compile (``Cell.set_inputs``). XLA compiles static shapes and graphpar plans concrete sizes (a jit
-    retraces for each new shape), so graphpar has no such compile: ``shape`` names the placeholder, the message
-    says what to give instead."""
+    """A dynamic dimension (``None`` or ``-1``, MindSpore's placeholder for a dynamic-shape compile) where graphpar
+    needs a size: an initializer (``Tensor(shape=[None, 64], init=...)`` draws values), a placeholder asked for its
+    data, or a ``construct`` that uses a dynamic size as a Python int (JAX's shape polymorphism cannot trace it).
+    ``shape`` names the shape, the message says what to give instead."""
 
-    def __init__(self, shape: object):
-        self.shape = shape
-        super().__init__(f"Tensor(shape={shape}): a dynamic dimension (None or -1) asks for a dynamic-shape compile "
-                         "(Cell.set_inputs), which graphpar does not build: XLA compiles static shapes and graphpar "
-                         "plans each concrete shape (a call with a new shape compiles again); give every dimension's "
-                         "size (Tensor(shape=..., dtype=..., init=...) or real data)")
+    def __init__(self, shape: object, reason: str):
+        self.shape, self.reason = shape, reason
+        super().__init__(f"shape {shape}: {reason}")
+
+
+class InputSignatureError(GraphparError, ValueError):
+    """A call or compile whose inputs do not match the signature ``Cell.set_inputs`` gave (a static dimension of
+    another size, another rank or dtype, another number of inputs; MindSpore raises ``ValueError``). ``cell``
+    names the network."""
+
+    def __init__(self, cell: str, reason: str):
+        self.cell = cell
+        super().__init__(f"{cell}: {reason}")
+
+
+class DynamicStrategyError(StrategyError):
+    """A strategy that splits a dynamic dimension an op cannot split (MindSpore's ``CheckStrategyForDynamicShape``,
+    per op: Gather's table on its gathered axis, ...): a :class:`StrategyError`, so also the ``RuntimeError``
+    MindSpore's compile raises."""
 
 
 class RuntimeApiError(GraphparError, NotImplementedError):

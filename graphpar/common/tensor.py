@@ -17,30 +17,38 @@ import numpy as np
 from graphpar.common._convert import to_array
 from graphpar.common.initializer import initializer
 from graphpar.common.parameter import Parameter
+from graphpar.common.placeholder import DynamicTensor, is_dynamic_shape
 from graphpar.errors import CellError, DynamicShapeError
 
 
 class _TensorMeta(type):
     def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, (jax.Array, Parameter))
+        return isinstance(obj, (jax.Array, Parameter, DynamicTensor))
 
 
 class Tensor(metaclass=_TensorMeta):
     """``Tensor(input_data, dtype=None)``: a ``jax.Array`` from a numpy array, list, tuple, scalar or array.
 
-    As in MindSpore: a Python ``float`` becomes float32, a Python ``int`` int64 (int32 unless JAX's x64 mode is
+    ``Tensor(shape=[None, 64], dtype=...)`` (a ``None`` or ``-1`` dimension, no data) is MindSpore's dynamic-shape
+    placeholder, a :class:`~graphpar.common.placeholder.DynamicTensor` (``shape`` reports ``-1`` there), for
+    ``Cell.set_inputs`` and compiles. As in MindSpore: a Python ``float`` becomes float32, a Python ``int`` int64 (int32 unless JAX's x64 mode is
     on), a ``bool`` bool; numpy arrays keep their dtype (float64 becomes float32 unless x64 is on) unless ``dtype``
     says otherwise.
     """
 
-    def __new__(cls, input_data: Any = None, dtype: Any = None, shape: Any = None, init: Any = None) -> jax.Array:
+    def __new__(cls, input_data: Any = None, dtype: Any = None, shape: Any = None, init: Any = None) -> Any:
+        dynamic = input_data is None and shape is not None and is_dynamic_shape(shape)
         if init is not None:
+            if dynamic:
+                raise DynamicShapeError(list(shape), "an initializer draws values, which needs every dimension's "
+                                        "size; leave init out for a dynamic-shape placeholder (Tensor(shape=[None, "
+                                        "64], dtype=...)) or give the sizes")
             return initializer(init, shape, dtype or np.float32)
         if input_data is None:
             if shape is None:
                 raise TypeError("Tensor(): give input_data, or shape and dtype with init")
-            if any(d is None or (isinstance(d, int) and d < 0) for d in shape):
-                raise DynamicShapeError(list(shape))
+            if dynamic:  # MindSpore's dynamic-shape placeholder (Cell.set_inputs), no data
+                return DynamicTensor.of(shape, dtype)
             return jnp.zeros(shape, dtype or np.float32)
         if isinstance(input_data, Parameter):
             return jnp.asarray(input_data.init_data().get_value(), dtype=dtype)  # a deferred one drawn first

@@ -15,6 +15,7 @@ from typing import Any
 
 from graphpar import _context
 from graphpar.common.api import CompiledCell
+from graphpar.common.placeholder import check_call
 from graphpar.compile.plans.op_strategies import plan_cell, strategy_table
 from graphpar.compile.plans.parameter_layout import parameter_layout_dict
 from graphpar.compile.runtime.program import TrainProgram
@@ -54,6 +55,10 @@ def _compiled(cell: Any, graph: Graph, top: str | None, with_graph: bool = False
 
 class CellGraphCompiler:
     def compile(self, obj: Any, args: tuple) -> CompiledCell:
+        signature = obj.get_inputs()
+        if signature is not None:  # Cell.set_inputs: the signature is compiled (the arguments must match it)
+            check_call(type(obj).__name__, signature, args)
+            args = tuple(signature)
         graph = plan_cell(obj, args, one_rank=True)
         if graph is None:
             return CompiledCell()

@@ -27,6 +27,7 @@ from graphpar.common.api import _cell_graph_executor
 from graphpar._logging import notice_once
 from graphpar.common.deferred import born
 from graphpar.common.parameter import DEFAULT_NAME, Parameter
+from graphpar.common.placeholder import check_call, signature_of
 from graphpar.errors import CellError, api_boundary
 from graphpar.ir import recorder as _recorder
 from graphpar.ir.control_flow import for_trace
@@ -85,6 +86,7 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
     _amp_cast: Any = None  # a nn._mixed_precision.CellCast once to_float (or amp) set one
     _shard_spec: Any = None  # a nn.shard.ShardSpec once shard() set one
     _recompute: RecomputeConfig | None = None  # set by recompute(); read through recompute_config
+    _input_signature: tuple | None = None  # set by set_inputs(): placeholders (shape, dtype) per input
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Cells are NNX graph nodes, not JAX pytrees: attributes may hold lists of Parameters, arrays and ops
@@ -313,6 +315,14 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
     def set_grad(self, requires_grad: bool = True) -> "Cell":
         return self
 
+    def set_inputs(self, *inputs: Any) -> None:
+        """MindSpore's ``Cell.set_inputs``: the inputs a compile plans and every call must match (``Tensor(shape=[None,
+        64], dtype=...)``: any size in a ``None`` dimension; ``graphpar.common.placeholder``)."""
+        object.__setattr__(self, "_input_signature", signature_of(type(self).__name__, inputs))
+
+    def get_inputs(self) -> list | None:
+        return None if self._input_signature is None else list(self._input_signature)
+
     def set_auto_parallel(self) -> "Cell":
         """MindSpore's ``Cell.set_auto_parallel()`` (deprecated there): it marked a Cell for the parallel planner,
         which graphpar runs on every Cell compiled under SEMI_AUTO / AUTO_PARALLEL, so there is nothing to mark."""
@@ -348,7 +358,9 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
             raise CellError(f"Cell '{type(self).__name__}' has no construct() method: define "
                             f"`def construct(self, *inputs)` computing its output")
         recorder = _recorder.active()
-        if recorder is None:
+        if recorder is None:  # a top-level call is checked against set_inputs (positional, as MindSpore's)
+            if self._input_signature is not None and not kwargs:
+                check_call(type(self).__name__, self._input_signature, args)
             runner = top_level_call(self, args, kwargs)
             if runner is not None:
                 return runner(self, args, kwargs)

@@ -80,10 +80,17 @@ class RecordedStrategy:
 
 @dataclass(frozen=True)
 class StrategyFile:
+    """Op strategies (and parameter layouts) to force on a plan: a loaded strategy file, or the plan of a
+    dynamic-shape signature forced on each concrete shape (``compile.plans.dynamic``); ``source`` and ``fit_hint``
+    say which in the errors of a strategy that does not fit."""
+
     path: str
     device_num: int | None
     strategies: dict[str, RecordedStrategy] = field(default_factory=dict)
     layouts: dict[str, ParameterLayout] = field(default_factory=dict)
+    source: str = "strategy file"
+    fit_hint: str = ("Plan with the network and device count the file was written for, or drop "
+                     "strategy_ckpt_config['load_file']")
 
 
 def node_keys(graph: Graph) -> dict[int, str]:

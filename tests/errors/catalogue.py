@@ -85,6 +85,42 @@ def _full_batch_data_parallel():
     return ms.nn.Dense(4, 2)(ms.Tensor(np.ones((8, 4), np.float32)))
 
 
+def _set_inputs_mismatch():
+    ms = _ms()
+    net = ms.nn.Dense(16, 2)
+    net.set_inputs(ms.Tensor(shape=[None, 16], dtype=ms.float32))
+    return net(ms.Tensor(np.ones((4, 8), np.float32)))
+
+
+def _dynamic_gather_axis():
+    ms = _ms()
+    from graphpar.common.api import _cell_graph_executor
+
+    class Lookup(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.gather = ms.ops.Gather().shard(((8, 1), (1, 1)))
+
+        def construct(self, table, indices):
+            return self.gather(table, indices, 0)
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    return _cell_graph_executor.compile(Lookup(), ms.Tensor(shape=[None, 8], dtype=ms.float32),
+                                        ms.Tensor(np.ones((4, 2), np.int32)))
+
+
+def _dynamic_size_branch():
+    ms = _ms()
+    from graphpar.common.api import _cell_graph_executor
+
+    class Branches(ms.nn.Cell):
+        def construct(self, x):
+            return x * 2 if x.shape[0] > 8 else x
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    return _cell_graph_executor.compile(Branches(), ms.Tensor(shape=[None, 16], dtype=ms.float32))
+
+
 def _assemble_blocks():
     from graphpar.compile.plans.global_batch import assemble_blocks
 
@@ -1287,9 +1323,18 @@ ROWS: list[Row] = [
         lambda t: _ms().ops.operations.GetNext([np.float32, np.int32], [[32, 64], [32]], 2, ""),
         ERR + "UnsupportedOpError", ("GetNext", "device data queue", "construct(self, data, label)",
                                      "dataset_sink_mode=True", "[[32, 64], [32]]")),
-    Row("construct-dynamic-shape", "construct", "Tensor(shape=[None, 64], dtype=ms.int32) for net.set_inputs(...)",
-        lambda t: _ms().Tensor(shape=[None, 64], dtype=np.int32), ERR + "DynamicShapeError",
-        ("Tensor(shape=[None, 64])", "dynamic-shape compile", "static shapes", "every dimension's size")),
+    Row("construct-dynamic-shape", "construct", "Tensor(shape=[None, 64], dtype=ms.float32, init='normal')",
+        lambda t: _ms().Tensor(shape=[None, 64], dtype=np.float32, init="normal"), ERR + "DynamicShapeError",
+        ("[None, 64]", "initializer", "leave init out", "give the sizes")),
+    Row("construct-set-inputs-mismatch", "construct", "net.set_inputs(Tensor(shape=[None, 16])); net(x of shape [4, "
+        "8])", lambda t: _set_inputs_mismatch(), ERR + "InputSignatureError",
+        ("Dense", "input 0", "[4, 8]", "[-1, 16]", "-1: any size")),
+    Row("construct-dynamic-gather-axis", "construct", "Gather().shard(((8, 1), (1, 1))) on a table of shape [None, "
+        "8], compiled", lambda t: _dynamic_gather_axis(), ERR + "DynamicStrategyError",
+        ("'gather'", "[[8, 1], [1, 1]]", "gathered axis", "dynamic", "Keep that dimension whole")),
+    Row("construct-dynamic-size-as-int", "construct", "if x.shape[0] > 8: in construct, x of shape [None, 16]",
+        lambda t: _dynamic_size_branch(), ERR + "DynamicShapeError",
+        ("Branches.construct", "every size", "'a0_0' > '8'", "no Python int")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -30,11 +30,14 @@ from graphpar.communication.devices import all_devices
 from graphpar.compile.plans import ascend_groups
 from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.network_state import NetworkState
+from graphpar.compile.plans.dynamic import trace_signature
+from graphpar.common.placeholder import DynamicTensor, as_avals, has_dynamic
 from graphpar.compile.plans.global_batch import one_rank_to_global
 from graphpar.dump.writer import PlanDescription, write_begin
 from graphpar.ir.graph import Graph, Node
 from graphpar.nn.wrap import TrainOneStepCell
 from graphpar.planner import strategy_file
+from graphpar.planner.dynamic_rules import check_dynamic_strategies
 from graphpar.planner.follow import follows_input, is_pass_through
 from graphpar.planner.memory_model import graph_optimizer_slots
 from graphpar.planner.passes.context import PlanRequest
@@ -146,22 +149,31 @@ def table_of_cell(cell: Any, inputs: Sequence[Any]) -> dict[str, list[list[int]]
     return strategy_table(graph, None if isinstance(cell, TrainOneStepCell) else type(cell).__name__)
 
 
-def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False) -> Graph | None:
+def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False, devices: int | None = None,
+              record: bool = True) -> Graph | None:
     """``cell`` traced for ``inputs`` and planned under the context in force, for its ``device_num`` devices
     (virtual: none is used); None in STAND_ALONE / DATA_PARALLEL, which plan no op. ``inputs`` are global shapes
     (the process's data, as graphpar's own calls take them), or with ``one_rank`` one rank's part, as MindSpore's
-    per-rank ``_cell_graph_executor.compile`` takes them (``global_batch.one_rank_to_global``)."""
+    per-rank ``_cell_graph_executor.compile`` takes them (``global_batch.one_rank_to_global``). Placeholders with
+    dynamic dimensions among ``inputs`` plan that signature (``compile.plans.dynamic``). ``devices``: plan for
+    that many (default the context's ``device_num``); ``record=False``: a plan for a plan (a signature's, forced on
+    a call's), which writes no strategy file or dump of its own."""
     pctx = _context.current_parallel()
     train = isinstance(cell, TrainOneStepCell)
     network = cell.network if train else cell
     purpose = "train" if train else "forward"
     ns = NetworkState(network, network.trainable_params())
-    devices = _context.get_auto_parallel_context("device_num")
-    if one_rank:
-        inputs = [jax.ShapeDtypeStruct(one_rank_to_global(x.shape, i, devices), np.dtype(x.dtype)) if _is_array(x)
-                  else x for i, x in enumerate(inputs)]
-    avals, call = _split_inputs(inputs)
-    graph, _ = trace_network(ns, avals, purpose, call=call)
+    devices = devices or _context.get_auto_parallel_context("device_num")
+    if one_rank:  # a dynamic dimension stays dynamic (-1 times the ranks is still negative)
+        inputs = [DynamicTensor.of(one_rank_to_global(x.shape, i, devices), x.dtype) if isinstance(x, DynamicTensor)
+                  else jax.ShapeDtypeStruct(one_rank_to_global(x.shape, i, devices), np.dtype(x.dtype))
+                  if _is_array(x) else x for i, x in enumerate(inputs)]
+    dynamic, inputs = None, as_avals(inputs)
+    if has_dynamic(inputs):  # a dynamic-shape signature: planned once for every size (compile.plans.dynamic)
+        graph, dynamic = trace_signature(ns, inputs, purpose, devices, _split_inputs)
+    else:
+        avals, call = _split_inputs(inputs)
+        graph, _ = trace_network(ns, avals, purpose, call=call)
     if pctx.parallel_mode not in _PLANNED_MODES:
         return None
     optimizer = cell.optimizer if train else None
@@ -171,7 +183,11 @@ def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False) -> Graph
                         _context.current_cost_model().objective_weights,
                         _context.current_cost_model().rp_matmul_mem_coef),
         graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
+    if dynamic is not None:
+        check_dynamic_strategies(graph, dynamic)
     ascend_groups.check(graph, pctx.parallel_mode, pctx.global_rank)
+    if not record:
+        return graph
     strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()), parameters=network.trainable_params())
     if _context.current().save_graphs:  # the begin dump, as a job's compile writes it (rank 0: the global view)
         write_begin(graph, PlanDescription(pctx, devices), _context.current().save_graphs_path, [0])

@@ -22,8 +22,12 @@ from graphpar._context import AutoParallelContext, ParallelMode
 from graphpar._logging import notice_once
 from graphpar.compile.plans.layout import GraphLayout, Layout, UniformLayout
 from graphpar.communication.devices import local_ranks
+from graphpar.common.placeholder import has_dynamic
+from graphpar.compile.plans.dynamic import signature_label, signature_record
 from graphpar.compile.plans.execution import ExecutionPlan
+from graphpar.compile.plans.op_strategies import plan_cell
 from graphpar.ir.graph import Graph
+from graphpar.nn.cell import Cell
 from graphpar.planner import strategy_file
 from graphpar.planner.memory_model import graph_optimizer_slots
 from graphpar.planner.mesh import make_mesh
@@ -62,12 +66,22 @@ class SemiAutoPlan(ExecutionPlan):
     def request(self, graph: Graph, purpose: str) -> PlanRequest:
         pctx = self.pctx
         return PlanRequest(self.n, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy,
-                           strategy_file.for_plan(pctx),
+                           strategy_file.for_plan(pctx) or self._signature_plan(purpose),
                            search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory,
                                            self.devices[0].platform, _context.current_cost_model().objective_weights,
                                            _context.current_cost_model().rp_matmul_mem_coef),
                            graph_optimizer_slots(graph, self.optimizer), mesh=self.info,
                            algo=_context.current_algo())
+
+    def _signature_plan(self, purpose: str) -> strategy_file.StrategyFile | None:
+        """A forward of a network whose ``set_inputs`` signature has dynamic dimensions runs the signature's plan
+        on every concrete shape (``compile.plans.dynamic``); a train step plans its concrete shapes (the signature
+        is still checked on each call)."""
+        signature = self.network.get_inputs() if isinstance(self.network, Cell) else None
+        if purpose != "forward" or signature is None or not has_dynamic(signature):
+            return None
+        planned = plan_cell(self.network, signature, devices=self.n, record=False)
+        return signature_record(planned, signature_label(self.network, signature), self.n)
 
     def layout(self, graph: Graph | None) -> Layout:
         if graph is None or self.pynative:

@@ -86,16 +86,15 @@ def apply_strategy_file(graph: Graph, ctx: PlanContext) -> Graph:
         try:
             strategy = _placed(probe, dims, ins, outs, ctx)
         except StrategyError as exc:
-            raise StrategyError(node.instance_name, recorded.in_strategy, f"recorded in strategy file "
+            raise StrategyError(node.instance_name, recorded.in_strategy, f"recorded in {record.source} "
                                 f"{record.path}, but it does not fit this job: {exc.reason}", node.scope,
-                                "Plan with the network and device count the file was written for, or drop "
-                                "strategy_ckpt_config['load_file']") from exc
+                                record.fit_hint) from exc
         if node.hint is not None and _normal(node.hint) != _normal(given):
             notice_once(f"strategy-file:{keys[node.id]}", f"op '{node.instance_name}' (scope {node.scope}): "
                         f"shard({strategy_text(node.hint)}) is overridden by the strategy file {record.path}, which "
                         f"records {strategy_text(given)}")
         updates[node.id] = {"strategy": strategy, "provenance": Provenance("user",
-                                                                           detail=f"strategy file {record.path}")}
+                                                                           detail=f"{record.source} {record.path}")}
     return graph.with_annotations(updates)
 
 
