@@ -74,7 +74,10 @@ def test_propagation_from_qkv_and_ffn1_hints_is_as_cheap_as_the_full_hints(hinte
     predicted, measured = predicted_and_measured(train, [ids, labels])
     print(f"GPT AUTO (QKV + FFN1 hints): {measured:.0f} B/step measured, {predicted:.0f} predicted; fully hinted "
           f"{hinted[2]:.0f} ({measured / hinted[2]:.3f}x)")
-    assert measured <= 1.05 * hinted[2]
+    # MindSpore's propagation order (one walk per hint, by operator name; the dataset last) sends 617,668 B, 1.26 x
+    # the fully hinted plan; graphpar's former order (all hints at once, then the dataset) sent 467,716 B, 0.95 x
+    # (docs/porting_from_mindspore.md, the sharding-propagation row)
+    assert measured <= 1.3 * hinted[2]
     assert abs(predicted - measured) <= 0.1 * measured, (predicted, measured)
     graph = train.program.plan_graph([ids, labels])
     # the embedding table's vocabulary rows are not split (that would add a forward AllReduce of the lookup)
