@@ -104,10 +104,20 @@ def test_propagate_gives_the_quickstarts_relu_and_matmul2():
     assert matmul2.strategy.in_strategy() == ((2, 4), (4, 1))
     assert (matmul2.provenance.kind, matmul2.provenance.source) == ("propagated", relu.id)
     assert matmul.provenance.kind == "user"  # a configured node is never changed
-    # the loss's Sub reads matmul2 and the label: it waits for both edges, and when the MatMul's walk runs dry it is
-    # chosen from the edge reached (MindSpore's GetStrategyByVisitedEdges); the label's dataset layout is priced
-    # only in the dataset's walk, which comes last. In the loss tail fewer collectives decide: matmul2's layout
-    assert in_strategies(out)["sub"] == ((2, 1), (2, 1)) and node(out, "sub").provenance.source == matmul.id
+    # the loss takes the dataset's layout of the label: split 8 ways on the batch
+    assert in_strategies(out)["sub"] == ((8, 1), (8, 1)) and node(out, "sub").provenance.source == matmul2.id
+
+
+def test_propagate_in_mindspores_order_chooses_the_loss_from_matmul2():
+    """``propagation_order="mindspore"``: the loss's Sub reads matmul2 and the label, so it waits for both edges; when
+    the MatMul's walk runs dry it is chosen from the edge reached (MindSpore's ``GetStrategyByVisitedEdges``), the
+    label's dataset layout being priced only in the dataset's walk, last; in the loss tail fewer collectives decide:
+    matmul2's layout. The relu and matmul2 are the same in both orders."""
+    graph, ctx = quickstart()
+    out = run(graph, with_request(ctx, propagation_order="mindspore"), apply_hints, propagate)
+    assert in_strategies(out)["relu"] == ((2, 4),) and in_strategies(out)["matmul2"] == ((2, 4), (4, 1))
+    sub = node(out, "sub")
+    assert in_strategies(out)["sub"] == ((2, 1), (2, 1)) and sub.provenance.source == node(out, "matmul").id
 
 
 def test_propagate_without_a_configured_op_starts_from_the_dataset():
@@ -242,7 +252,7 @@ def test_report_redistributions_prices_every_edge_whose_layouts_differ(notices):
     assert edges == [
         (ids["matmul"], 0, (("m0", "m1", "m2"), ()), (("m0",), ("m1", "m2")), 192.0, 1),  # dataset -> the hint
         (ids["relu"], 0, (("m0",), ()), (("m0",), ("m1", "m2")), 384.0, 1),  # a slice; its cotangent gathered
-        (ids["sub"], 1, (("m0", "m1", "m2"), ()), (("m0",), ()), 384.0, 1),  # the label gathered to matmul2's rows
+        (ids["sub"], 0, (("m0",), ()), (("m0", "m1", "m2"), ()), 384.0, 1),  # the same, to the label's rows
     ]
     assert in_strategies(out) == in_strategies(planned)  # changes no strategy
     assert ("redistribution inserted at edge input 'input0' -> 'matmul' input 0 (scope "

@@ -328,9 +328,7 @@ def test_reused_choices_equal_pricing_every_node_afresh(model):
     assert reused == fresh
     if model != "branches":
         assert sum(p is not None and "propagated" in p for _, p in fresh.values()) > 10
-        # the repeated layers reused (GPT: 1,098 of 1,424 pricings; each configured op walks on its own, MindSpore's
-        # order, so a layer reached from its own hint and one reached from the next layer's see different neighbours)
-        assert priced_reused < 0.8 * priced_fresh, (priced_reused, priced_fresh)
+        assert priced_reused < 0.75 * priced_fresh, (priced_reused, priced_fresh)  # the repeated layers reused
     else:  # equal ops, different choices: what the reuse must tell apart
         graph = train.program.plan_graph(inputs)
         relus = {n.instance_name: n.strategy.input_specs for n in graph.node_list() if n.kind == "ReLU"}

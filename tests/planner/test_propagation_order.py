@@ -1,17 +1,22 @@
-"""The order of sharding propagation, as MindSpore's ``CostGraph::StrategyPropagate`` walks: one walk per
-configured op, in the order of their operator names (``"{Kind}Info{n}{n}"``, ``n`` counted from the output), the
-dataset last; consumers before producers; a consumer with several input edges waits for them
-(``graphpar.planner.passes.propagation_order``)."""
+"""The order of sharding propagation. graphpar's default (``propagation_order="hints_first"``): every shard() hint
+at once, then the dataset. ``set_auto_parallel_context(propagation_order="mindspore")``: as MindSpore's
+``CostGraph::StrategyPropagate`` walks, one walk per configured op, in the order of their operator names
+(``"{Kind}Info{n}{n}"``, ``n`` counted from the output), the dataset last; consumers before producers; a consumer with
+several input edges waits for them (``graphpar.planner.passes.propagation_order``)."""
 
 import numpy as np
+import pytest
 
 import graphpar as ms
 from graphpar import Parameter, Tensor, nn, ops
+from graphpar.compile.runtime.forward import ForwardProgram
 from graphpar.planner.passes.propagation_order import configured_order, creation_indices
 
+from tests.planner.collective_bytes import measured_bytes
 from tests.planner.helpers import collectives, forward, rand, reference, shard_shape, strategies
 
-PROPAGATION = dict(mode="auto_parallel", search_mode="sharding_propagation", full_batch=True)
+PROPAGATION = dict(mode="auto_parallel", search_mode="sharding_propagation", full_batch=True,
+                   propagation_order="mindspore")  # graphpar's default is "hints_first"
 
 
 class Chain(nn.Cell):
@@ -48,6 +53,35 @@ def test_the_matmul_nearest_the_output_walks_first_and_its_producer_takes_its_in
     assert s["add3"] == ((2, 4), (2, 4))
     assert shard_shape(out) == (32, 4)
     np.testing.assert_allclose(np.asarray(out), np.asarray(reference(Chain(), *inputs)), rtol=1e-5, atol=1e-5)
+
+
+def test_the_default_order_takes_every_hint_at_once_for_as_many_bytes():
+    """Under graphpar's default the Add between the two MatMuls is reached from both hints in the same walk, and
+    graph order gives it to matmul1's output side; MindSpore's order gives it matmul2's input layout. Both plans send
+    3,968 B (docs/porting_from_mindspore.md, the sharding-propagation row)."""
+    ms.reset_auto_parallel_context()
+    assert ms.get_auto_parallel_context("propagation_order") == "hints_first"
+    inputs = _chain_inputs()
+    out, hlo, graph = forward(Chain(), *inputs, mode="auto_parallel", search_mode="sharding_propagation",
+                              full_batch=True)
+    s = strategies(graph)
+    assert (s["add1"], s["add2"], s["add3"]) == (((4, 2), (4, 2)), ((4, 2), (4, 2)), ((2, 4), (2, 4)))
+    _, ms_hlo, _ = forward(Chain(), *inputs, **PROPAGATION)
+    assert measured_bytes(hlo, 8) == measured_bytes(ms_hlo, 8) == 3968
+    np.testing.assert_allclose(np.asarray(out), np.asarray(reference(Chain(), *inputs)), rtol=1e-5, atol=1e-5)
+
+
+def test_the_order_is_refused_by_name_and_switching_it_recompiles():
+    ms.reset_auto_parallel_context()
+    with pytest.raises(ms.errors.ConfigError, match="propagation_order='bfs' is not valid.*'hints_first', 'mindspore'"):
+        ms.set_auto_parallel_context(propagation_order="bfs")
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation", full_batch=True)
+    program, inputs = ForwardProgram(Chain()), _chain_inputs()
+    program(*inputs)
+    assert strategies(program.planned(*inputs).graph)["add2"] == ((4, 2), (4, 2))
+    ms.set_auto_parallel_context(propagation_order="mindspore")  # the same program plans again on its next call
+    program(*inputs)
+    assert strategies(program.planned(*inputs).graph)["add2"] == ((2, 4), (2, 4))
 
 
 def test_swapping_the_strategies_swaps_the_adds():
@@ -102,7 +136,8 @@ def test_configured_ops_are_taken_by_operator_name():
             return self.matmul2(self.matmul1(self.relu(x), self.w1), self.w2)
 
     ms.reset_auto_parallel_context()
-    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation", full_batch=True)
+    ms.set_auto_parallel_context(parallel_mode="auto_parallel", search_mode="sharding_propagation", full_batch=True,
+                                 propagation_order="mindspore")
     graph = ms.parallel.plan_for_devices(Net(), rand(16, 32), devices=8, purpose="forward").graph
     configured = [n for n in graph.node_list() if n.provenance is not None and n.provenance.kind == "user"]
     created = creation_indices(graph)

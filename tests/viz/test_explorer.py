@@ -353,9 +353,5 @@ def test_the_quickstart_relu_measures_what_it_is_predicted():
     measured = measured_wire(execute)
     relu = next(n for n in execute.nodes if n.instance_name == "relu")
     assert measured[relu.id] == relu.predicted_bytes == 384
-    by_name = {n.instance_name: measured.get(n.id, 0.0) for n in execute.nodes}
-    missing = {n.instance_name: n.predicted_bytes - by_name[n.instance_name] for n in execute.nodes
-               if n.predicted_bytes != by_name[n.instance_name]}
-    # the loss's Sub keeps matmul2's 2-way row split (sharding propagation's order: it is chosen in the hint's walk),
-    # so its mean ends in a scalar AllReduce over those 2 devices, which XLA leaves without an op name
-    assert missing == {"reduce_mean": 4.0} and measured.get(None) == 4.0, (missing, measured)
+    assert {n.instance_name: measured.get(n.id, 0.0) for n in execute.nodes} == \
+        {n.instance_name: n.predicted_bytes for n in execute.nodes}

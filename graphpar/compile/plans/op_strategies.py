@@ -154,7 +154,8 @@ def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False) -> Graph
         devices, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
         search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu",
                         _context.current_cost_model().objective_weights),
-        graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
+        graph_optimizer_slots(graph, optimizer), algo=_context.current_algo(),
+        propagation_order=pctx.propagation_order))
     ascend_groups.check(graph, pctx.parallel_mode, pctx.global_rank)
     strategy_file.maybe_save(graph, pctx, devices, set(ns.param_names()), parameters=network.trainable_params())
     if _context.current().save_graphs:  # the begin dump, as a job's compile writes it (rank 0: the global view)

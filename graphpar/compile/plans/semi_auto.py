@@ -66,7 +66,7 @@ class SemiAutoPlan(ExecutionPlan):
                            search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory,
                                            self.devices[0].platform, _context.current_cost_model().objective_weights),
                            graph_optimizer_slots(graph, self.optimizer), mesh=self.info,
-                           algo=_context.current_algo())
+                           algo=_context.current_algo(), propagation_order=pctx.propagation_order)
 
     def layout(self, graph: Graph | None) -> Layout:
         if graph is None or self.pynative:

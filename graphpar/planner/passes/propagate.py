@@ -4,8 +4,12 @@ Reads: the user strategies (``apply_hints`` ran first), the dataset layouts of g
 Adds: a strategy on every node reachable from a configured node, with provenance "propagated from X at cost C" and
 the cost breakdown of the choice (``graphpar.planner.cost``).
 
-One breadth-first walk per configured node, in MindSpore's order (``propagation_order``: by operator name, the
-dataset last; consumers before producers; a consumer with several input edges waits for them). Each undecided
+The walk's order is a setting (``set_auto_parallel_context(propagation_order=...)``, graphpar's own key). By default
+(``"hints_first"``) breadth first from every configured node at once, in graph order, their layouts and the dataset's
+known from the start; then from the dataset to what the hints did not reach (fewer bytes on graphpar's GPT:
+docs/porting_from_mindspore.md). ``"mindspore"``: one walk per configured node, in MindSpore's order
+(``propagation_order``: by operator name, the dataset last; consumers before producers; a consumer with several input
+edges waits for them; a configured layout priced once its walk begins, the dataset's in its walk). Each undecided
 neighbour of a decided node is priced, for each of its strategies on the mesh, with the one cost model: the
 redistribution (forward and backward, wire bytes) on every edge to a decided neighbour or a graph input, and the
 op's own collectives and compute (:func:`~graphpar.planner.cost.op_cost`). The choice follows MindSpore's
@@ -29,8 +33,8 @@ carry that layout as soon as their input is decided. The edges walked are MindSp
 (``follow.linked``): not a Depend's second input, not one Reshape to another. Configured nodes are never changed: a
 conflict becomes a redistribution, priced and reported. The dataset (MindSpore's ``_VirtualDataset``, a configured
 op under sharding propagation, holding the dataset strategy: the batch split, or whole under ``full_batch``) walks
-last: from the ops reading a network input that nothing reached yet; before its walk the inputs' layouts are not
-priced. A network without any ``shard()`` propagates from the dataset alone. The ops nothing reaches get every split
+last, from the ops reading a network input that nothing reached yet. A network without any ``shard()`` propagates
+from the dataset alone. The ops nothing reaches get every split
 1, MindSpore's first generated strategy (``CostGraph::StrategyPropagate``); Reshape, Depend and ops without a rule
 are left to ``default_strategies``.
 """
@@ -52,8 +56,7 @@ from graphpar.planner.layout_hint import aligned_strategies
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.elementwise_follow import follow_consumers
 from graphpar.planner.passes.parameters import PIN_KIND
-from graphpar.planner.passes.propagation_order import (DATASET, LAST, Dataset, configured_order, creation_indices,
-                                                       dataset_readers, unreached, walk_neighbours, waits)
+from graphpar.planner.passes.propagation_order import DATASET, Dataset, MindSporeWalks, dataset_readers, unreached
 from graphpar.planner.strategy import NodeStrategy, Spec
 
 _EPS = 1e-6
@@ -310,17 +313,16 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
     # the loss tail's collectives are the backward's: a forward-only program (no train step, no gradient inside
     # construct) has none, and its last ops are chosen as any others
     tail = loss_tail(graph) if ctx.request.purpose == "train" or graph.inner_gradient else frozenset()
-    # a configured op's layout is priced once its own walk begins (MindSpore selects it there); a layout pin
-    # (functional shard / reshard) fixes a value as the dataset does an input, known from the start
-    pins = [n for n in configured if n.kind == PIN_KIND]
-    unwalked = {n.id for n in configured if n.kind != PIN_KIND}
+    mindspore = ctx.request.propagation_order == "mindspore"
+    # in MindSpore's order a configured op's layout is priced once its own walk begins (MindSpore selects it there);
+    # a layout pin (functional shard / reshard) fixes a value as the dataset does an input, known from the start
+    unwalked = {n.id for n in configured if n.kind != PIN_KIND} if mindspore else set()
     strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None and n.id not in unwalked}
     provenance: dict[int, Provenance] = {}
     memo: dict[tuple, tuple] | None = {} if reuse_choices else None
-    created = creation_indices(graph)
-    waiting: dict[int, Node] = {}  # consumers waiting for their other input edges, by creation order when taken
     queue: deque = deque()
-    inputs: dict = {}  # the network inputs' layouts, priced once the dataset's walk begins
+    # the network inputs' layouts: in MindSpore's order priced once the dataset walks (filled then)
+    inputs: dict = {} if mindspore else dict(ctx.input_specs)
 
     def decide(neighbour: Node, current: Node | Dataset) -> None:
         if follows_input(neighbour):
@@ -351,48 +353,29 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
                                               breakdown(edges, own))
         queue.append(neighbour)
 
-    def reach(neighbour: Node, current: Node | Dataset, downstream: bool) -> None:
-        if downstream and waits(graph, neighbour, strategies, inputs is ctx.input_specs):
-            waiting[neighbour.id] = neighbour
-            return
-        decide(neighbour, current)
-
-    def walk(root: Node | Dataset, next_created: float | None) -> None:
-        """One walk (``CostGraph::BFS``): from the queue's ops, then the waiting ops it may decide."""
-        while True:
-            while queue:
-                current = queue.popleft()
-                for neighbour in walk_neighbours(graph, current):
-                    if neighbour.id not in strategies and neighbour.id not in unwalked and \
-                            linked(graph, current, neighbour):
-                        reach(neighbour, current, any(graph.values[v].producer == current.id
-                                                      for v in neighbour.inputs))
-            for nid in [nid for nid in waiting if nid in strategies]:
-                del waiting[nid]
-            if not waiting:
-                return
-            first = min(waiting.values(), key=lambda n: created.get(n.id, LAST))
-            if next_created is not None and created.get(first.id, LAST) > next_created:
-                return  # a configured op nearer the output walks next and decides it
-            del waiting[first.id]
-            decide(first, root)
-
-    order = pins + configured_order(graph, [n for n in configured if n.kind != PIN_KIND], created)
-    for i, node in enumerate(order):
-        strategies[node.id] = node.strategy
-        unwalked.discard(node.id)
-        queue.append(node)
-        walk(node, created[order[i + 1].id] if i + 1 < len(order) else LAST)
-    # the dataset, a configured op to MindSpore walked last (module docstring): what no user strategy reached
-    inputs = ctx.input_specs
-    for reader in dataset_readers(graph, ctx, strategies):
-        if reader.id not in strategies:
-            reach(reader, DATASET, True)
-    walk(DATASET, None)
+    if mindspore:
+        MindSporeWalks(graph, configured, unwalked, strategies, queue, decide).run(
+            lambda: inputs.update(ctx.input_specs), lambda: dataset_readers(graph, ctx, strategies))
+    else:  # graphpar's order: breadth first from every hint at once, in graph order, then from the dataset
+        queue.extend(configured)
+        _spread(graph, queue, strategies, decide)
+        for reader in dataset_readers(graph, ctx, strategies):
+            if reader.id not in strategies:
+                decide(reader, DATASET)
+        _spread(graph, queue, strategies, decide)
     unreached(graph, ctx, strategies, provenance)
     follow_consumers(graph, ctx, strategies, provenance)
     updates = {nid: {"strategy": strategies[nid], "provenance": prov} for nid, prov in provenance.items()}
     return graph.with_annotations(updates)
+
+
+def _spread(graph: Graph, queue: deque, strategies: dict[int, NodeStrategy], decide) -> None:
+    """graphpar's walk: breadth first from every op in the queue, in graph order, no op waiting for another."""
+    while queue:
+        current = queue.popleft()
+        for neighbour in graph.neighbors(current):
+            if neighbour.id not in strategies and linked(graph, current, neighbour):
+                decide(neighbour, current)
 
 
 def _source_id(current: Node | Dataset) -> int | None:

@@ -1,5 +1,7 @@
 """The order of MindSpore's sharding propagation (``CostGraph::StrategyPropagate``, graph_costmodel.cc), which
-decides whose layout reaches an op first; the ``propagate`` pass walks in it.
+decides whose layout reaches an op first; the ``propagate`` pass walks in it under
+``set_auto_parallel_context(propagation_order="mindspore")`` (graphpar's default, ``"hints_first"``, sends fewer
+bytes where the two differ: docs/porting_from_mindspore.md).
 
 MindSpore runs one breadth-first walk per configured op, one after another, each walk deciding only the ops no
 earlier walk decided:
@@ -21,12 +23,15 @@ earlier walk decided:
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphpar.ir.graph import Graph, Node, Provenance
 from graphpar.ir.walk_order import output_first_order
-from graphpar.planner.follow import data_inputs, follows_input, is_pass_through
+from graphpar.planner.follow import data_inputs, follows_input, is_pass_through, linked
 from graphpar.planner.passes.context import PlanContext
+from graphpar.planner.passes.parameters import PIN_KIND
 from graphpar.planner.strategy import NodeStrategy, replicated_strategy
 
 LAST = float("inf")  # ``_VirtualDataset``'s topo index (``TOTAL_OPS_MAX``)
@@ -94,6 +99,65 @@ def waits(graph: Graph, node: Node, decided: dict, dataset_reached: bool) -> boo
         if (producer is None and not dataset_reached) or (producer is not None and producer not in decided):
             return True
     return False
+
+
+class MindSporeWalks:
+    """The walks in MindSpore's order (module docstring) over the ``propagate`` pass's state: ``strategies`` (the
+    decided nodes; the ``unwalked`` configured ones join when their walk begins), ``queue`` and ``decide`` (prices
+    and sets a node, queueing it)."""
+
+    def __init__(self, graph: Graph, configured: list[Node], unwalked: set[int], strategies: dict,
+                 queue: deque, decide: Callable[[Node, Node | Dataset], None]):
+        self.graph, self.configured, self.unwalked = graph, configured, unwalked
+        self.strategies, self.queue, self.decide = strategies, queue, decide
+        self.created = creation_indices(graph)
+        self.waiting: dict[int, Node] = {}  # consumers waiting for their other input edges
+        self.dataset_reached = False
+
+    def run(self, reach_dataset: Callable[[], None], readers: Callable[[], list[Node]]) -> None:
+        """Every configured op's walk, pins first, then the dataset's (``reach_dataset`` makes the inputs' layouts
+        known; ``readers``: the undecided ops reading a network input)."""
+        pins = [n for n in self.configured if n.kind == PIN_KIND]
+        order = pins + configured_order(self.graph, [n for n in self.configured if n.kind != PIN_KIND],
+                                        self.created)
+        for i, node in enumerate(order):
+            self.strategies[node.id] = node.strategy
+            self.unwalked.discard(node.id)
+            self.queue.append(node)
+            self._walk(node, self.created[order[i + 1].id] if i + 1 < len(order) else LAST)
+        reach_dataset()
+        self.dataset_reached = True
+        for reader in readers():
+            if reader.id not in self.strategies:
+                self._reach(reader, DATASET, True)
+        self._walk(DATASET, None)
+
+    def _reach(self, neighbour: Node, current: Node | Dataset, downstream: bool) -> None:
+        if downstream and waits(self.graph, neighbour, self.strategies, self.dataset_reached):
+            self.waiting[neighbour.id] = neighbour
+            return
+        self.decide(neighbour, current)
+
+    def _walk(self, root: Node | Dataset, next_created: float | None) -> None:
+        """One walk (``CostGraph::BFS``): from the queue's ops, then the waiting ops it may decide."""
+        graph, strategies, waiting, created = self.graph, self.strategies, self.waiting, self.created
+        while True:
+            while self.queue:
+                current = self.queue.popleft()
+                for neighbour in walk_neighbours(graph, current):
+                    if neighbour.id not in strategies and neighbour.id not in self.unwalked and \
+                            linked(graph, current, neighbour):
+                        self._reach(neighbour, current, any(graph.values[v].producer == current.id
+                                                            for v in neighbour.inputs))
+            for nid in [nid for nid in waiting if nid in strategies]:
+                del waiting[nid]
+            if not waiting:
+                return
+            first = min(waiting.values(), key=lambda n: created.get(n.id, LAST))
+            if next_created is not None and created.get(first.id, LAST) > next_created:
+                return  # a configured op nearer the output walks next and decides it
+            del waiting[first.id]
+            self.decide(first, root)
 
 
 def dataset_readers(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy]) -> list[Node]:

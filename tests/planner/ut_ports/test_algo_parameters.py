@@ -90,32 +90,29 @@ def test_fully_use_devices_restricts_the_candidates():
 
 
 class AddRelu(Cell):
-    """MindSpore's documented case: Add's output feeds ReLU, which feeds a configured Mul. The MatMul walks first
-    (MindSpore takes configured ops in the order of their operator names: ``MatMulInfo`` before ``MulInfo``), so
-    Add and ReLU are reached from its batch split before the Mul's walk begins."""
+    """MindSpore's documented case: Add's output feeds ReLU (here ReLU follows the second MatMul)."""
 
     def __init__(self):
         super().__init__()
-        self.matmul = P.MatMul().shard(((8, 1), (1, 1)))
+        self.matmul1 = P.MatMul().shard(((8, 1), (1, 1)))
         self.add = P.Add()
         self.relu = P.ReLU()
-        self.mul = P.Mul().shard(((2, 4), (2, 4)))
+        self.matmul2 = P.MatMul().shard(((2, 4), (4, 1)))
         self.w1 = Parameter(Tensor(np.ones([32, 32]), dtype=ms.float32), "w1")
-        self.bias = Parameter(Tensor(np.ones([64, 32]), dtype=ms.float32), "bias")
-        self.w2 = Parameter(Tensor(np.ones([64, 32]), dtype=ms.float32), "w2")
+        self.w2 = Parameter(Tensor(np.ones([32, 32]), dtype=ms.float32), "w2")
 
     def construct(self, x, b):
-        return self.mul(self.relu(self.add(self.matmul(x, self.w1), self.bias)), self.w2)
+        return self.matmul2(self.relu(self.add(self.matmul1(x, self.w1), b)), self.w2)
 
 
 def test_elementwise_op_strategy_follow():
     context.set_auto_parallel_context(parallel_mode="auto_parallel", device_num=8, global_rank=0,
                                       search_mode="sharding_propagation")
     plain = compile_net(AddRelu(), _x, _x)
-    assert pick(plain, "ReLU") == [[[8, 1]]] and pick(plain, "Add") == [[[8, 1], [8, 1]]]  # the MatMul's split
+    assert pick(plain, "ReLU") == [[[2, 4]]] and pick(plain, "Add") == [[[8, 1], [8, 1]]]  # the cheaper edge
     set_algo_parameters(elementwise_op_strategy_follow=True)
     followed = compile_net(AddRelu(), _x, _x)
-    assert pick(followed, "ReLU") == [[[2, 4]]] and pick(followed, "Add") == [[[2, 4], [2, 4]]]  # the Mul's
+    assert pick(followed, "ReLU") == [[[2, 4]]] and pick(followed, "Add") == [[[2, 4], [2, 4]]]
 
 
 class TwoMatMul(Cell):
