@@ -26,9 +26,9 @@ from graphpar._context.typecheck import SET_CONTEXT_TYPES, args_type_check
 from graphpar._context.cost_model import current_cost_model
 from graphpar._context.values import (
     DEVICE_TARGETS, GRAPH_MODE, IGNORED_CONTEXT_KEYS, IGNORED_PARALLEL_KEYS, IGNORED_WHY, PARALLEL_OPTIMIZER_DEFAULTS,
-    PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_auto_pipeline, check_bool, check_dataset_strategy, check_format_transform,
-    check_parallel_optimizer_config, check_pipeline_config, check_writable_dir, parse_memory, check_comm_fusion,
-    comm_fusion_default)
+    PROPAGATION_ORDERS, PYNATIVE_MODE, SEARCH_MODES, ParallelMode, check_auto_pipeline, check_bool, check_choice,
+    check_dataset_strategy, check_format_transform, check_int_at_least, check_parallel_optimizer_config,
+    check_pipeline_config, check_writable_dir, parse_memory, check_comm_fusion, comm_fusion_default)
 from graphpar import _env
 from graphpar._logging import notice_once
 from graphpar.errors import ConfigError, GraphparError, UnknownSettingError
@@ -97,6 +97,7 @@ class Context(_Revised):
 class AutoParallelContext(_Revised):
     parallel_mode: str = ParallelMode.STAND_ALONE
     search_mode: str = "recursive_programming"
+    propagation_order: str = "hints_first"  # graphpar's own key (values.PROPAGATION_ORDERS)
     gradients_mean: bool = False
     parameter_broadcast: bool = False
     device_num: int | None = None  # None: every device the job has
@@ -229,13 +230,11 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
         if key not in valid:
             raise UnknownSettingError(api, key, valid | IGNORED_PARALLEL_KEYS | {"sharding_propagation"})
         if key == "parallel_mode":
-            if value not in ParallelMode.MODE_LIST:
-                raise ConfigError(api, key, value, valid=ParallelMode.MODE_LIST)
-            _auto_parallel.parallel_mode = value
+            _auto_parallel.parallel_mode = check_choice(api, key, value, ParallelMode.MODE_LIST)
         elif key in ("search_mode", "auto_parallel_search_mode"):
-            if value not in SEARCH_MODES:
-                raise ConfigError(api, key, value, valid=SEARCH_MODES)
-            _auto_parallel.search_mode = value
+            _auto_parallel.search_mode = check_choice(api, key, value, SEARCH_MODES)
+        elif key == "propagation_order":
+            _auto_parallel.propagation_order = check_choice(api, key, value, PROPAGATION_ORDERS)
         elif key in ("gradients_mean", "parameter_broadcast", "enable_parallel_optimizer"):
             setattr(_auto_parallel, key, check_bool(api, key, value))
         elif key in ("parallel_optimizer_config", "optimizer_weight_shard_size"):  # the second: MindSpore 1.x's
@@ -244,18 +243,11 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
         elif key == "comm_fusion":
             _auto_parallel.comm_fusion = check_comm_fusion(value, _auto_parallel.comm_fusion)
         elif key == "grad_accumulation_step":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(api, key, value, reason=f"grad_accumulation_step must be an int >= 1, got "
-                                                          f"{value!r}")
-            _auto_parallel.grad_accumulation_step = value
+            _auto_parallel.grad_accumulation_step = check_int_at_least(api, key, value, 1)
         elif key == "device_num":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(api, key, value, reason=f"device_num must be an int >= 1, got {value!r}")
-            _auto_parallel.device_num = value
+            _auto_parallel.device_num = check_int_at_least(api, key, value, 1)
         elif key == "global_rank":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(api, key, value, reason=f"global_rank must be an int >= 0, got {value!r}")
-            _auto_parallel.global_rank = value
+            _auto_parallel.global_rank = check_int_at_least(api, key, value, 0)
             notice_once("parallel:global_rank", "set_auto_parallel_context(global_rank=...) is kept for "
                         "get_auto_parallel_context but picks nothing: a process's ranks are its devices' places in "
                         "the job (get_rank())", logging.INFO)
@@ -264,9 +256,7 @@ def set_auto_parallel_context(**kwargs: Any) -> None:
         elif key == "full_batch":
             _auto_parallel.dataset_strategy = "full_batch" if check_bool(api, key, value) else "data_parallel"
         elif key == "pipeline_stages":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(api, key, value, reason=f"pipeline_stages must be an int >= 1, got {value!r}")
-            _auto_parallel.pipeline_stages = value
+            _auto_parallel.pipeline_stages = check_int_at_least(api, key, value, 1)
         elif key == "pipeline_config":
             _auto_parallel.pipeline_config = check_pipeline_config(value)
         elif key == "auto_pipeline":
@@ -292,8 +282,8 @@ def register_rank_source(source: Callable[[], int]) -> None:
     _rank_source = source
 
 
-_PARALLEL_GETTERS = {"parallel_mode", "search_mode", "gradients_mean", "parameter_broadcast", "device_num",
-                     "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
+_PARALLEL_GETTERS = {"parallel_mode", "search_mode", "propagation_order", "gradients_mean", "parameter_broadcast",
+                     "device_num", "global_rank", "dataset_strategy", "full_batch", "strategy_ckpt_config",
                      "enable_parallel_optimizer", "pipeline_stages", "parallel_optimizer_config",
                      "grad_accumulation_step", "pipeline_config", "auto_pipeline", "comm_fusion"}
 

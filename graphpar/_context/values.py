@@ -29,6 +29,10 @@ class ParallelMode:
 
 
 SEARCH_MODES = ("sharding_propagation", "dynamic_programming", "recursive_programming")
+# graphpar's own set_auto_parallel_context key: the order sharding propagation walks in (planner.passes.propagate).
+# "hints_first" (graphpar's default): every shard() hint at once, then the dataset; "mindspore": MindSpore's
+# CostGraph::StrategyPropagate order, one walk per configured op by operator name, the dataset last
+PROPAGATION_ORDERS = ("hints_first", "mindspore")
 DEVICE_TARGETS = ("CPU", "GPU", "TPU")
 
 # MindSpore settings that have no meaning on XLA. They are accepted so that ported scripts run, and each is named
@@ -87,6 +91,18 @@ def parse_memory(text: str, api: str = "set_context", key: str = "max_device_mem
 def check_bool(api: str, key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(api, key, value, valid=[True, False], reason=f"{key} must be a bool, got {value!r}")
+    return value
+
+
+def check_int_at_least(api: str, key: str, value: Any, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(api, key, value, reason=f"{key} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def check_choice(api: str, key: str, value: Any, choices) -> Any:
+    if value not in choices:
+        raise ConfigError(api, key, value, valid=choices)
     return value
 
 

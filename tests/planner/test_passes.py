@@ -108,6 +108,18 @@ def test_propagate_gives_the_quickstarts_relu_and_matmul2():
     assert in_strategies(out)["sub"] == ((8, 1), (8, 1)) and node(out, "sub").provenance.source == matmul2.id
 
 
+def test_propagate_in_mindspores_order_chooses_the_loss_from_matmul2():
+    """``propagation_order="mindspore"``: the loss's Sub reads matmul2 and the label, so it waits for both edges; when
+    the MatMul's walk runs dry it is chosen from the edge reached (MindSpore's ``GetStrategyByVisitedEdges``), the
+    label's dataset layout being priced only in the dataset's walk, last; in the loss tail fewer collectives decide:
+    matmul2's layout. The relu and matmul2 are the same in both orders."""
+    graph, ctx = quickstart()
+    out = run(graph, with_request(ctx, propagation_order="mindspore"), apply_hints, propagate)
+    assert in_strategies(out)["relu"] == ((2, 4),) and in_strategies(out)["matmul2"] == ((2, 4), (4, 1))
+    sub = node(out, "sub")
+    assert in_strategies(out)["sub"] == ((2, 1), (2, 1)) and sub.provenance.source == node(out, "matmul").id
+
+
 def test_propagate_without_a_configured_op_starts_from_the_dataset():
     # MindSpore's _VirtualDataset is a configured op under sharding propagation: with no shard() anywhere, the ops
     # reading the batch are chosen against its data-parallel layout and the rest follow

@@ -174,7 +174,8 @@ class PipelineProgram(Program[PipelineSettings]):
             # each stage's devices plan the graph (one mesh of per_stage devices)
             return plan_graph(graph, PlanRequest(self.per_stage, pctx.parallel_mode, pctx.search_mode, "train",
                                                  pctx.dataset_strategy, strategy_file.for_plan(pctx),
-                                                 algo=_context.current_algo()))
+                                                 algo=_context.current_algo(),
+                                                 propagation_order=pctx.propagation_order))
 
         def layout(graph: Graph) -> Layout:
             # where the plan puts the arrays on one stage's devices (stage 0's; each stage's own: its StageLayout)

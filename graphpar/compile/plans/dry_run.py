@@ -89,7 +89,7 @@ def plan_graph_for_devices(graph: Graph, devices: int, purpose: str = "train", p
         search_settings(mode, search_mode, None if pipelined else budget, platform,
                         _context.current_cost_model().objective_weights,
                         _context.current_cost_model().rp_matmul_mem_coef),
-        slots, algo=_context.current_algo()))
+        slots, algo=_context.current_algo(), propagation_order=pctx.propagation_order))
     if stages is not None:  # the searched pipeline goes to strategy_ckpt_config's save_file, if one is set
         params = {v.name for v in graph.values.values() if v.kind == "param" and v.producer is None}
         save_pipeline(network, graph, stages, pctx, set(slots) if slots else params, slots)

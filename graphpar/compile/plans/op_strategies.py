@@ -35,6 +35,7 @@ from graphpar.common.placeholder import DynamicTensor, as_avals, has_dynamic
 from graphpar.compile.plans.global_batch import one_rank_to_global
 from graphpar.dump.writer import PlanDescription, write_begin
 from graphpar.ir.graph import Graph, Node
+from graphpar.ir.walk_order import output_first_order
 from graphpar.nn.wrap import TrainOneStepCell
 from graphpar.planner import strategy_file
 from graphpar.planner.dynamic_rules import check_dynamic_strategies
@@ -58,47 +59,31 @@ def _mindspore_scope(scope: str, top: str | None) -> str:
     return scope
 
 
-def _output_first_order(graph: Graph) -> list[Node]:
-    """The graph's nodes in the order MindSpore's parallel pass walks a graph (``DeepScopedGraphSearch`` from the
-    return node): depth first, a node before its inputs, the last input (the last output at the root) first. Nodes
-    no output depends on follow in graph order (MindSpore's compile drops them; a graph here may keep them)."""
-    stack = [graph.producer(v) for v in graph.outputs]
-    seen: set[int] = set()
-    order: list[Node] = []
-    while stack:
-        node = stack.pop()
-        if node is None or node.id in seen:
-            continue
-        seen.add(node.id)
-        order.append(node)
-        stack.extend(graph.producer(v) for v in node.inputs)  # popped last-first: the last input is walked first
-    return order + [n for n in graph.node_list() if n.id not in seen]
-
-
 def strategy_keys(graph: Graph, top: str | None = None) -> dict[int, str]:
     """Node id -> ``"{scope}/{Kind}-op{n}"`` for every op node, as MindSpore names a CNode
     (``CNode::fullname_with_scope``): ``n`` counts the nodes of the same scope and kind named before it
     (``id_generator::get_id`` keeps one counter per ``"{scope}/{Kind}"``), in the order of MindSpore's parallel
-    pass's walk (:func:`_output_first_order`), the order its tests' numbers follow: in ``x -> Add -> MatMul -> Add``
-    the last Add is ``Add-op0``, the first ``Add-op1``. ``top``: the class of the Cell a forward graph was traced
-    from (its scope is MindSpore's root, ``Default``). In a train step, or a construct that takes a gradient,
-    MindSpore's walk passes through its own backward graph, which graphpar does not build (JAX derives the
-    backward): there the numbers can differ from MindSpore's."""
+    pass's walk (:func:`~graphpar.ir.walk_order.output_first_order`; the dict is in that order), the order its
+    tests' numbers follow: in ``x -> Add -> MatMul -> Add`` the last Add is ``Add-op0``, the first ``Add-op1``.
+    ``top``: the class of the Cell a forward graph was traced from (its scope is MindSpore's root, ``Default``). In
+    a train step, or a construct that takes a gradient, MindSpore's walk passes through its own backward graph,
+    which graphpar does not build (JAX derives the backward): there the numbers can differ from MindSpore's."""
     counts: dict[str, int] = {}
     keys = {}
-    for node in _output_first_order(graph):
+    for node in output_first_order(graph):
         if not node.is_op:
             continue
         scope = _mindspore_scope(node.scope, top)
         name = f"{scope}/{node.kind}" if scope else node.kind
         keys[node.id] = f"{name}-op{counts.get(name, 0)}"
         counts[name] = counts.get(name, 0) + 1
-    return {node.id: keys[node.id] for node in graph.node_list() if node.id in keys}
+    return keys
 
 
 def strategy_table(graph: Graph, top: str | None = None) -> dict[str, list[list[int]]]:
-    """Each op's strategy keyed as MindSpore's tests and strategy files key it (see the module docstring);
-    ``top`` as :func:`strategy_keys`."""
+    """Each op's strategy keyed as MindSpore's tests and strategy files key it (see the module docstring), in the
+    order MindSpore's ``GetCNodeStrategy`` lists them (its walk from the output: a test that stops at the first
+    ``Reshape-op`` key reads the last Reshape); ``top`` as :func:`strategy_keys`."""
     table = {}
     for nid, key in strategy_keys(graph, top).items():
         node = graph.nodes[nid]
@@ -182,7 +167,8 @@ def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False, devices:
         search_settings(pctx.parallel_mode, pctx.search_mode, _context.current().max_device_memory, "gpu",
                         _context.current_cost_model().objective_weights,
                         _context.current_cost_model().rp_matmul_mem_coef),
-        graph_optimizer_slots(graph, optimizer), algo=_context.current_algo()))
+        graph_optimizer_slots(graph, optimizer), algo=_context.current_algo(),
+        propagation_order=pctx.propagation_order))
     if dynamic is not None:
         check_dynamic_strategies(graph, dynamic)
     ascend_groups.check(graph, pctx.parallel_mode, pctx.global_rank)

@@ -71,7 +71,7 @@ class SemiAutoPlan(ExecutionPlan):
                                            self.devices[0].platform, _context.current_cost_model().objective_weights,
                                            _context.current_cost_model().rp_matmul_mem_coef),
                            graph_optimizer_slots(graph, self.optimizer), mesh=self.info,
-                           algo=_context.current_algo())
+                           algo=_context.current_algo(), propagation_order=pctx.propagation_order)
 
     def _signature_plan(self, purpose: str) -> strategy_file.StrategyFile | None:
         """A forward of a network whose ``set_inputs`` signature has dynamic dimensions runs the signature's plan

@@ -40,6 +40,7 @@ class PlanRequest:
     note: str = ""  # the begin dump's note line
     replicated: bool = False
     algo: AlgoParameters = AlgoParameters()  # set_algo_parameters (graphpar._context.algo)
+    propagation_order: str = "hints_first"  # set_auto_parallel_context(propagation_order=...): planner.passes.propagate
 
 
 def _with_residuals(node: Node, spec: DimSpec, outs: list) -> DimSpec:

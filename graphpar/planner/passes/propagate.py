@@ -4,35 +4,38 @@ Reads: the user strategies (``apply_hints`` ran first), the dataset layouts of g
 Adds: a strategy on every node reachable from a configured node, with provenance "propagated from X at cost C" and
 the cost breakdown of the choice (``graphpar.planner.cost``).
 
-Breadth first from the configured nodes, in graph order. Each undecided neighbour of a decided node is priced, for
-each of its strategies on the mesh, with the one cost model: the redistribution (forward and backward, wire bytes)
-on every edge to a decided neighbour or a graph input, and the op's own collectives and compute
-(:func:`~graphpar.planner.cost.op_cost`). The choice follows MindSpore's ``Edge::GetNextOpStrategyByPrevOpStrategy
-WithMiniComm``: candidates with zero edge cost first (forward redistribution, a slice being free, as MindSpore
-counts it, plus the gathers an undecided consumer could not avoid), then the least communication (edges forward and
-backward + the op's own collectives, less the AllReduce turned ReduceScatter when a partial sum is sliced; the op's
-Parameters' gradient reductions left out, as MindSpore's ``CompareSwcCost`` compares the op's
-``communication_without_parameter_``: a Conv2D reached from a data-parallel neighbour stays data parallel rather
-than splitting its weight), then the least computation; when no candidate has a free edge, the same order. (MindSpore sorts its zero tier by computation
-alone, but its edge cost counts a slice as free both ways; here the backward gather of a sliced cotangent is priced,
-and the least computation decides among candidates equal in communication: ``ReLU`` after ``MatMul ((2, 4), (4,
-1))`` is ``(2, 4)`` as MindSpore documents, a residual ``Add`` is not split beyond what its neighbours use.) In the
-loss tail (:func:`loss_tail`: ops with no Parameter read at or after them, the loss layer), the number of
-collectives decides before computation: a split there carries to no op whose work it would share, so splitting a
-replicated input trades a few elementwise FLOPs for more collectives (a sliced AllReduce costs what ReduceScatter +
-AllGather cost, so the cotangent's AllGather is one more message, and the loss's mean becomes a scalar AllReduce):
-the MSE loss after a row-parallel MatMul keeps that MatMul's replicated layout, as XLA does for a JAX user's
-program. Remaining ties keep the splits the neighbour already has, then graph order. Ops whose layout follows their input (Reshape,
-Depend, ``graphpar.planner.follow``) carry that layout as soon as their input is decided. The edges walked are
-MindSpore's cost-graph edges (``follow.linked``): not a Depend's second input, not one Reshape to another.
-Configured nodes are never changed: a conflict becomes a redistribution, priced and reported. After the configured
-nodes, propagation goes on from the dataset (MindSpore's ``_VirtualDataset`` is a configured op under sharding
-propagation, holding the dataset strategy): the ops reading a network input that nothing reached yet are priced
-against the inputs' dataset layouts (the batch split, or whole under ``full_batch``), and propagation continues
-from them; a network without any ``shard()`` propagates from the dataset alone. (MindSpore walks from the dataset
-first, the op earliest in topological order; graphpar from the user's strategies first, which reproduces
-MindSpore's published quickstart plan: docs/porting_from_mindspore.md.) The ops nothing reaches get every split 1,
-MindSpore's first generated strategy (``CostGraph::StrategyPropagate``); Reshape, Depend and ops without a rule
+The walk's order is a setting (``set_auto_parallel_context(propagation_order=...)``, graphpar's own key). By default
+(``"hints_first"``) breadth first from every configured node at once, in graph order, their layouts and the dataset's
+known from the start; then from the dataset to what the hints did not reach (fewer bytes on graphpar's GPT:
+docs/porting_from_mindspore.md). ``"mindspore"``: one walk per configured node, in MindSpore's order
+(``propagation_order``: by operator name, the dataset last; consumers before producers; a consumer with several input
+edges waits for them; a configured layout priced once its walk begins, the dataset's in its walk). Each undecided
+neighbour of a decided node is priced, for each of its strategies on the mesh, with the one cost model: the
+redistribution (forward and backward, wire bytes) on every edge to a decided neighbour or a graph input, and the
+op's own collectives and compute (:func:`~graphpar.planner.cost.op_cost`). The choice follows MindSpore's
+``Edge::GetNextOpStrategyByPrevOpStrategy WithMiniComm``: candidates with zero edge cost first (forward
+redistribution, a slice being free, as MindSpore counts it, plus the gathers an undecided consumer could not avoid),
+then the least communication (edges forward and backward + the op's own collectives, less the AllReduce turned
+ReduceScatter when a partial sum is sliced; the op's Parameters' gradient reductions left out, as MindSpore's
+``CompareSwcCost`` compares the op's ``communication_without_parameter_``: a Conv2D reached from a data-parallel
+neighbour stays data parallel rather than splitting its weight), then the least computation; when no candidate has a
+free edge, the same order. (MindSpore sorts its zero tier by computation alone, but its edge cost counts a slice as
+free both ways; here the backward gather of a sliced cotangent is priced, and the least computation decides among
+candidates equal in communication: ``ReLU`` after ``MatMul ((2, 4), (4, 1))`` is ``(2, 4)`` as MindSpore documents,
+a residual ``Add`` is not split beyond what its neighbours use.) In the loss tail (:func:`loss_tail`: ops with no
+Parameter read at or after them, the loss layer), the number of collectives decides before computation: a split
+there carries to no op whose work it would share, so splitting a replicated input trades a few elementwise FLOPs for
+more collectives (a sliced AllReduce costs what ReduceScatter + AllGather cost, so the cotangent's AllGather is one
+more message, and the loss's mean becomes a scalar AllReduce): the MSE loss after a row-parallel MatMul keeps that
+MatMul's replicated layout, as XLA does for a JAX user's program. Remaining ties keep the splits the neighbour
+already has, then graph order. Ops whose layout follows their input (Reshape, Depend, ``graphpar.planner.follow``)
+carry that layout as soon as their input is decided. The edges walked are MindSpore's cost-graph edges
+(``follow.linked``): not a Depend's second input, not one Reshape to another. Configured nodes are never changed: a
+conflict becomes a redistribution, priced and reported. The dataset (MindSpore's ``_VirtualDataset``, a configured
+op under sharding propagation, holding the dataset strategy: the batch split, or whole under ``full_batch``) walks
+last, from the ops reading a network input that nothing reached yet. A network without any ``shard()`` propagates
+from the dataset alone. The ops nothing reaches get every split
+1, MindSpore's first generated strategy (``CostGraph::StrategyPropagate``); Reshape, Depend and ops without a rule
 are left to ``default_strategies``.
 """
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import gc
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from graphpar.errors import StrategyError
@@ -51,7 +55,9 @@ from graphpar.planner.follow import (data_inputs, follow_strategy, follows_input
 from graphpar.planner.layout_hint import aligned_strategies
 from graphpar.planner.passes.context import PlanContext
 from graphpar.planner.passes.elementwise_follow import follow_consumers
-from graphpar.planner.strategy import NodeStrategy, replicated_strategy
+from graphpar.planner.passes.parameters import PIN_KIND
+from graphpar.planner.passes.propagation_order import DATASET, Dataset, MindSporeWalks, dataset_readers, unreached
+from graphpar.planner.strategy import NodeStrategy, Spec
 
 _EPS = 1e-6
 
@@ -80,15 +86,16 @@ def _value_key(value) -> tuple:
 
 
 def _local(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
-           grads: frozenset[int], lookahead: bool = True) -> _Local:
+           grads: frozenset[int], lookahead: bool = True, inputs: Mapping[int, Spec] | None = None) -> _Local:
     values = graph.values
+    inputs = ctx.input_specs if inputs is None else inputs
     ins, in_keys = [], []
     reads = data_inputs(node)
     for i, vid in enumerate(node.inputs):
         value = values[vid]
         if i not in reads:  # a Depend's ordering-only input: taken as it arrives, no edge
             continue
-        src = value_layout(graph, vid, strategies, ctx.input_specs)
+        src = value_layout(graph, vid, strategies, inputs)
         if src is None and value.kind == "param":
             src = _param_layout(graph, vid, node, strategies)
         grad = vid in grads
@@ -237,7 +244,7 @@ def _aligned(node: Node, graph: Graph, dims, local: _Local, cands: tuple, mesh) 
 
 def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy], source: Node,
            grads: frozenset[int], memo: dict[tuple, tuple] | None = None,
-           tail: frozenset[int] = frozenset()) -> Choice | None:
+           tail: frozenset[int] = frozenset(), inputs: Mapping[int, Spec] | None = None) -> Choice | None:
     """The candidate MindSpore's edge selection picks for ``node`` (see the module docstring), with its edge and
     own costs. ``memo``: choices (candidate and edge costs) already made for nodes of the same kind, rule, shapes and
     neighbourhood (:class:`_Local`), reused; the op's own cost is priced for each node."""
@@ -245,7 +252,7 @@ def choose(node: Node, graph: Graph, ctx: PlanContext, strategies: dict[int, Nod
     dims = ctx.dims(node, graph)
     if dims is None:
         return None
-    local = _local(node, graph, ctx, strategies, source, grads)
+    local = _local(node, graph, ctx, strategies, source, grads, inputs=inputs)
     in_tail = node.id in tail
     key = (node.kind, dims, local.key, in_tail)
     mesh = ctx.mesh
@@ -293,37 +300,34 @@ def propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool = True) -> Gra
             gc.enable()
 
 
-@dataclass(frozen=True)
-class _Dataset:
-    """The dataset as the source of propagation (MindSpore's ``_VirtualDataset``, a configured op under sharding
-    propagation); ``id`` matches no node."""
-
-    id: int = -1
-
-
-_DATASET = _Dataset()
-
-
 def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
     configured = [n for n in graph.node_list() if n.strategy is not None and n.provenance is not None
                   and n.provenance.kind == "user"]
-    if not configured and not _dataset_readers(graph, ctx, {}):
+    if not configured and not dataset_readers(graph, ctx, {}):
         raise StrategyError(
             "(network)", None, "AUTO_PARALLEL with search_mode='sharding_propagation' has nothing to propagate "
             "from: no op has a shard() strategy and no op reads a network input", None,
             "Call .shard(...) on at least one op (e.g. the first MatMul), or use "
             "search_mode='recursive_programming' or parallel_mode=ParallelMode.DATA_PARALLEL")
     grads = grad_values(graph)
-    tail = loss_tail(graph)
-    strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None}
+    # the loss tail's collectives are the backward's: a forward-only program (no train step, no gradient inside
+    # construct) has none, and its last ops are chosen as any others
+    tail = loss_tail(graph) if ctx.request.purpose == "train" or graph.inner_gradient else frozenset()
+    mindspore = ctx.request.propagation_order == "mindspore"
+    # in MindSpore's order a configured op's layout is priced once its own walk begins (MindSpore selects it there);
+    # a layout pin (functional shard / reshard) fixes a value as the dataset does an input, known from the start
+    unwalked = {n.id for n in configured if n.kind != PIN_KIND} if mindspore else set()
+    strategies = {n.id: n.strategy for n in graph.node_list() if n.strategy is not None and n.id not in unwalked}
     provenance: dict[int, Provenance] = {}
     memo: dict[tuple, tuple] | None = {} if reuse_choices else None
-    queue = deque(configured)
+    queue: deque = deque()
+    # the network inputs' layouts: in MindSpore's order priced once the dataset walks (filled then)
+    inputs: dict = {} if mindspore else dict(ctx.input_specs)
 
-    def decide(neighbour: Node, current: Node | _Dataset) -> None:
+    def decide(neighbour: Node, current: Node | Dataset) -> None:
         if follows_input(neighbour):
             dims = ctx.dims(neighbour, graph)
-            src = value_layout(graph, neighbour.inputs[0], strategies, ctx.input_specs)
+            src = value_layout(graph, neighbour.inputs[0], strategies, inputs)
             if src is None and dims is not None and isinstance(current, Node):
                 uses = [k for k in data_inputs(current) if current.inputs[k] == neighbour.outputs[0]]
                 if uses:  # reached from its consumer: the input layout that carries to what the consumer wants
@@ -331,65 +335,48 @@ def _propagate(graph: Graph, ctx: PlanContext, reuse_choices: bool) -> Graph:
             if dims is None or src is None:
                 return  # decided once its input is (or by the defaults)
             strategy = follow_strategy(neighbour, dims, graph, ctx.mesh, src)
-            edges = _edges(_local(neighbour, graph, ctx, strategies, current, grads, lookahead=False), strategy,
-                           ctx.mesh)[0]
+            edges = _edges(_local(neighbour, graph, ctx, strategies, current, grads, lookahead=False, inputs=inputs),
+                           strategy, ctx.mesh)[0]
             own = op_cost(graph, neighbour, strategy, ctx.mesh, needs_grad=grads)
             strategies[neighbour.id] = strategy
             provenance[neighbour.id] = Provenance("propagated", _source_id(current), edges.comm_bytes,
                                                   "follows input layout", breakdown(edges, own))
             queue.append(neighbour)
             return
-        picked = choose(neighbour, graph, ctx, strategies, current, grads, memo, tail)
+        picked = choose(neighbour, graph, ctx, strategies, current, grads, memo, tail, inputs)
         if picked is None:
             return  # no rule: left to the fallback in default_strategies
         best, edges, own = picked
-        detail = "from the dataset layout" if isinstance(current, _Dataset) else ""
+        detail = "from the dataset layout" if isinstance(current, Dataset) else ""
         strategies[neighbour.id] = best
         provenance[neighbour.id] = Provenance("propagated", _source_id(current), edges.comm_bytes, detail,
                                               breakdown(edges, own))
         queue.append(neighbour)
 
-    def spread() -> None:
-        while queue:
-            current = queue.popleft()
-            for neighbour in graph.neighbors(current):
-                if neighbour.id not in strategies and linked(graph, current, neighbour):
-                    decide(neighbour, current)
-
-    spread()
-    # the dataset, a configured op to MindSpore (module docstring): what no user strategy reached
-    for reader in _dataset_readers(graph, ctx, strategies):
-        if reader.id not in strategies:
-            decide(reader, _DATASET)
-    spread()
-    _unreached(graph, ctx, strategies, provenance)
+    if mindspore:
+        MindSporeWalks(graph, configured, unwalked, strategies, queue, decide).run(
+            lambda: inputs.update(ctx.input_specs), lambda: dataset_readers(graph, ctx, strategies))
+    else:  # graphpar's order: breadth first from every hint at once, in graph order, then from the dataset
+        queue.extend(configured)
+        _spread(graph, queue, strategies, decide)
+        for reader in dataset_readers(graph, ctx, strategies):
+            if reader.id not in strategies:
+                decide(reader, DATASET)
+        _spread(graph, queue, strategies, decide)
+    unreached(graph, ctx, strategies, provenance)
     follow_consumers(graph, ctx, strategies, provenance)
     updates = {nid: {"strategy": strategies[nid], "provenance": prov} for nid, prov in provenance.items()}
     return graph.with_annotations(updates)
 
 
-def _dataset_readers(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy]) -> list[Node]:
-    """The undecided ops that read a network input through a data input (propagation's dataset sources)."""
-    return [n for n in graph.node_list() if n.id not in strategies and n.strategy is None and any(
-        n.inputs[k] in ctx.input_specs and graph.values[n.inputs[k]].is_array for k in data_inputs(n))]
+def _spread(graph: Graph, queue: deque, strategies: dict[int, NodeStrategy], decide) -> None:
+    """graphpar's walk: breadth first from every op in the queue, in graph order, no op waiting for another."""
+    while queue:
+        current = queue.popleft()
+        for neighbour in graph.neighbors(current):
+            if neighbour.id not in strategies and linked(graph, current, neighbour):
+                decide(neighbour, current)
 
 
-def _unreached(graph: Graph, ctx: PlanContext, strategies: dict[int, NodeStrategy],
-               provenance: dict[int, Provenance]) -> None:
-    """The ops no propagation reached (cut off by a Reshape-Reshape edge or a Depend's ordering-only input) get the
-    first strategy MindSpore generates for them, every split 1 (``CostGraph::StrategyPropagate``: "Set default
-    strategy for op", ``GetStrategyCost()[0]``), not the data-parallel default of SEMI_AUTO. Layout-following ops
-    (Reshape, Depend) and ops without a rule are left to ``default_strategies``."""
-    for node in graph.node_list():
-        if node.id in strategies or follows_input(node):
-            continue
-        dims = ctx.dims(node, graph)
-        if dims is None:
-            continue
-        strategies[node.id] = replicated_strategy(dims, ctx.mesh)
-        provenance[node.id] = Provenance("default", detail="not reached by propagation: every split 1 (MindSpore's "
-                                         "first strategy)")
-
-
-def _source_id(current: Node | _Dataset) -> int | None:
+def _source_id(current: Node | Dataset) -> int | None:
     return current.id if isinstance(current, Node) else None
