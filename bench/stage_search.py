@@ -4,7 +4,9 @@
 12,288, 96 heads, sequence 2,048, vocabulary 51,200, global batch 1,536) built under ``no_init_parameters()``
 (nothing drawn), traced from abstract shapes, searched for 1,536 GPUs of 80 GB (Adam), and priced as Megatron sets
 it by hand: tensor 8 inside a node (the layer traced with Megatron's ``shard()`` hints, SEMI_AUTO), pipeline p for
-p in 4, 8, 12, 16, 24, 32, 48, data 1,536 / 8p, the micro-batch count and recompute that fit. Then the search's
+p in 4, 8, 12, 16, 24, 32, 48, data 1,536 / 8p, the micro-batch count and recompute that fit, with plain 1F1B and
+with Megatron's interleaved 1F1B (v chunks per stage for each v the search tries, where the layers divide into
+p x v chunks). Then the search's
 time as the depth (12 -> 96 layers) and the device count (8 -> 4,096) grow. Prints figures, asserts nothing.
 """
 
@@ -26,6 +28,7 @@ from graphpar.compile.plans.stage_profile import MICROS, edge_costs, find_layers
 from graphpar.nn.utils import no_init_parameters
 from graphpar.planner.stages import Cluster, best_fixed
 from graphpar.planner.stages.report import differences
+from graphpar.planner.stages.schedules import CHUNKS
 
 MEGATRON_STAGES = (4, 8, 12, 16, 24, 32, 48)
 GIB80 = 80 * 2 ** 30
@@ -47,8 +50,13 @@ def megatron(cfg: dict, batch: int, cluster: Cluster, n_layers: int):
     layers = find_layers(net, graph)
     costs = layer_costs(layers, batch, [8], MICROS, cluster, ADAM, mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
     head, tail = edge_costs(graph, layers, batch)
-    return [best_fixed(costs, n_layers, head, tail, cluster, batch, ADAM, 8, MEGATRON_STAGES, shard)
-            for shard in (False, True)]
+    out = []
+    for shard in (False, True):
+        plain = best_fixed(costs, n_layers, head, tail, cluster, batch, ADAM, 8, MEGATRON_STAGES, shard)
+        interleaved = [q for v in CHUNKS if (q := best_fixed(costs, n_layers, head, tail, cluster, batch, ADAM, 8,
+                                                              MEGATRON_STAGES, shard, chunks=v)) is not None]
+        out += [plain, min(interleaved, key=lambda q: q.step_time, default=None)]
+    return out
 
 
 def searched(cfg: dict, batch: int, devices: int):
@@ -69,9 +77,11 @@ def main(argv: list[str]) -> int:
     report, cpu = searched(cfg, args.batch, args.devices)
     print(report.text())
     best = report.search.best
-    mega, mega_sharded = megatron(cfg, args.batch, report.cluster, args.layers)
+    mega, mega_v, mega_sharded, mega_sharded_v = megatron(cfg, args.batch, report.cluster, args.layers)
     print(f"\nsearched: {best.describe()} (trace + profile + search {cpu:.2f} s CPU)")
-    for name, plan in (("Megatron", mega), ("Megatron + distributed optimizer", mega_sharded)):
+    for name, plan in (("Megatron", mega), ("Megatron interleaved", mega_v),
+                       ("Megatron + distributed optimizer", mega_sharded),
+                       ("Megatron interleaved + distributed optimizer", mega_sharded_v)):
         print(f"{name}: {plan.describe() if plan else 'no configuration fits'}")
         if plan is not None:
             print(f"  searched / {name} step time: {best.step_time / plan.step_time:.3f}; {name} vs searched: "

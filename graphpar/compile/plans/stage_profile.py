@@ -44,6 +44,7 @@ from graphpar.planner.search.layers import repeated_layers
 from graphpar.planner.search.settings import SearchSettings, objective_hardware
 from graphpar.planner.stages.model import Cluster, EdgeCost, LayerCost
 from graphpar.planner.stages.report import stage_data, stage_text
+from graphpar.planner.stages.schedules import chunk_layers
 from graphpar.planner.stages.search import StageSearch, search_stages
 
 PROBE = "stage_probe"
@@ -95,12 +96,12 @@ class ModelLayers:
     inputs: tuple[jax.ShapeDtypeStruct, ...]
     copies: tuple[tuple[int, ...], ...] = ()  # node ids of each copy, in model order
 
-    def stage_of(self, graph: Graph, layers_per_stage: tuple[int, ...]) -> dict[int, int]:
-        """Per op node, its pipeline stage: the head's on the first, each copy's by the layer count per stage, the
-        tail's on the last."""
+    def stage_of(self, graph: Graph, layers_per_stage: tuple[int, ...], chunks: int = 1) -> dict[int, int]:
+        """Per op node, its pipeline stage: the head's on the first, each copy's by its chunk's stage (the layer
+        counts per stage split into ``chunks`` chunks: ``schedules.chunk_layers``), the tail's on the last."""
         out = {nid: 0 for nid in graph.order}
         k = 0
-        for stage, n in enumerate(layers_per_stage):
+        for stage, _, n in chunk_layers(layers_per_stage, chunks):
             for copy in self.copies[k:k + n]:
                 out.update({nid: stage for nid in copy})
             k += n
@@ -300,11 +301,8 @@ class StageReport:
             raise StagePlanError("StageReport.apply: the stage search found no plan within the memory budget "
                                  f"({self.search.fitted} of {self.search.priced} shapes fit): raise "
                                  "max_device_memory or plan for more devices")
-        stage_of, k = {}, 0
-        for stage, n in enumerate(best.layers):
-            stage_of.update({scope: stage for scope in self.cell_scopes[k:k + n]})
-            k += n
-        put_stages(network, stage_of, {i for i, r in enumerate(best.recompute) if r}, "StageReport.apply")
+        put_stages(network, cell_chunks(self.cell_scopes, best.layers, best.shape.chunks),
+                   {i for i, r in enumerate(best.recompute) if r}, "StageReport.apply")
         mp = expert_split(layer_experts(self.layers.cell), best.shape.tp)
         if best.shape.ep > 1 or mp > 1:  # construction arguments of the MoE, not context settings: said, not set
             notice_once("stages:expert_parallel", f"the stage plan chose expert_parallel={best.shape.ep} and the "
@@ -312,23 +310,38 @@ class StageReport:
                         f"data_parallel={best.shape.dp}, model_parallel={mp}, expert_parallel={best.shape.ep}) "
                         "(apply() sets the pipeline only; the MoE's strategies are fixed when it is built)")
         return {"pipeline_stages": best.shape.stages,
-                "pipeline_config": {"pipeline_scheduler": best.shape.schedule, "pipeline_interleave": False}}
+                "pipeline_config": {"pipeline_scheduler": best.shape.schedule,
+                                    "pipeline_interleave": best.shape.chunks > 1}}
 
     def data(self) -> dict[str, Any]:
         return stage_data(self)
 
 
-def put_stages(network: Cell, stage_of: dict[str, int], recompute: set[int], who: str) -> None:
-    """Each layer Cell (by scope) of ``network`` on its stage, recomputed where its stage is in ``recompute``; a
-    scope that names no Cell of ``network`` is refused (the plan was made for another network)."""
+def cell_chunks(scopes: Iterable[str], layers: tuple[int, ...], chunks: int) -> dict[str, tuple[int, int]]:
+    """Each layer Cell's ``(pipeline_stage, pipeline_segment)``: the layer copies in model order handed to the
+    chunks of ``schedules.chunk_layers`` (one chunk per stage without interleaving: segment 0)."""
+    scopes, out, k = list(scopes), {}, 0
+    for stage, segment, n in chunk_layers(layers, chunks):
+        out.update({scope: (stage, segment) for scope in scopes[k:k + n]})
+        k += n
+    return out
+
+
+def put_stages(network: Cell, stage_of: dict[str, tuple[int, int]], recompute: set[int], who: str) -> None:
+    """Each layer Cell (by scope) of ``network`` on its ``(stage, segment)`` (a segment is set only where a
+    stage holds several: interleaved 1F1B), recomputed where its stage is in ``recompute``; a scope that names no
+    Cell of ``network`` is refused (the plan was made for another network)."""
     cells = {scope: _cell_at(network, scope) for scope in stage_of}
     missing = [scope for scope, cell in cells.items() if cell is None]
     if missing:
         raise StagePlanError(f"{who}({type(network).__name__}): no Cell at {missing[0]}; apply the plan to "
                              "the network it was made for (the loss network plan_for_devices traced)")
+    interleaved = any(segment for _, segment in stage_of.values())
     for scope, cell in cells.items():
-        cell.pipeline_stage = stage_of[scope]
-        if stage_of[scope] in recompute:
+        cell.pipeline_stage, segment = stage_of[scope]
+        if interleaved:
+            cell.pipeline_segment = segment
+        if cell.pipeline_stage in recompute:
             cell.recompute()
 
 
