@@ -14,6 +14,7 @@ from graphpar.compile.pipeline.schedule import VirtualLayout, peak_in_flight
 from graphpar.compile.pipeline.schedule_cost import ScheduleCosts, schedule_timeline
 from graphpar.compile.pipeline.schedule_virtual import schedule_orders
 from graphpar.planner.stages import Cluster, EdgeCost, LayerCost, Shape, assign
+from graphpar.planner.stages.report import differences, plan_data
 from graphpar.planner.stages.schedules import (boundary_crossings, bubble, chunk_in_flight, chunk_layers,
                                                edge_in_flight, pipeline_length, schedule_options)
 from graphpar.planner.stages.search import shapes
@@ -100,3 +101,17 @@ def test_the_price_of_interleaving_shorter_fill_and_drain_more_sends_and_activat
     assert inter.stage_memory[0] - plain.stage_memory[0] == pytest.approx(extra - LAYER.activation_bytes, rel=1e-6)
     # a stage of one layer cannot hold two chunks
     assert assign(Shape(8, 1, 1, 16, 1, chunks=2), 8, LAYER, EdgeCost(), EdgeCost(), cluster, 2.0) is None
+
+
+def test_the_report_and_json_name_the_schedule_its_chunks_and_what_interleaving_buys():
+    cluster = Cluster(8)
+    plain = assign(Shape(4, 1, 2, 8, 1), 8, LAYER, EdgeCost(), EdgeCost(), cluster, 2.0)
+    inter = assign(Shape(4, 1, 2, 8, 1, chunks=2), 8, LAYER, EdgeCost(), EdgeCost(), cluster, 2.0)
+    data = plan_data(inter)
+    assert (data["schedule"], data["pipeline_interleave"], data["chunks_per_stage"]) == ("1f1b", True, 2)
+    # chunk c is segment c // 4 of stage c % 4: stage 0 holds layers 0 and 4
+    assert data["chunk_layers"] == [[s, g, 1] for g in range(2) for s in range(4)]
+    assert data["bubble"] == pytest.approx(3 / 19)
+    assert "interleaved 1f1b (2 chunks)" in inter.describe()
+    assert differences(plain, inter).startswith("chunks per stage 1 (not 2)")
+    assert "pipeline 11 x slowest stage" in differences(plain, inter)
