@@ -6,7 +6,8 @@ the micro-batch graph's intra-op plan on one stage's ``tp x dp`` devices (``devi
 forced on every layer copy (``stage_strategies``), MindSpore's per-op ``"stage"``, and in the ``graphpar``
 section ``pipeline_stages``, ``micro_size`` and a ``pipeline`` object with what the stage search chose besides:
 micro-batches, schedule, layers per stage and each layer Cell's stage, recompute per stage, optimizer sharding,
-the tensor group and the predicted time and memory per stage.
+sequence parallel (the recorded strategies of the layer copies carry its token split: ``stage_sequence``), the tensor
+group and the predicted time and memory per stage.
 
 A training run reads it with ``load_pipeline_plan(path).apply(loss_net)``: each layer Cell's ``pipeline_stage`` and
 ``recompute()`` are set, and the returned ``set_auto_parallel_context`` settings pipeline the run as searched and
@@ -79,6 +80,8 @@ class SearchedPipeline:
     optimizer_shard: bool
     expert_parallel: int
     stage_memory: tuple[float, ...]  # the search's prediction per stage (bytes per device)
+    # Megatron's sequence parallel over the tensor group: the recorded layer strategies split the token regions
+    sequence_parallel: bool = False
 
     def apply(self, network: Cell) -> dict[str, Any]:
         """Put the plan on ``network`` (the loss network it was searched for): each layer Cell's ``pipeline_stage``
@@ -114,4 +117,5 @@ def load_pipeline_plan(path: str) -> SearchedPipeline:
                             str(section["schedule"]), {k: int(v) for k, v in section["cell_stages"].items()},
                             tuple(r == "full" for r in section["recompute"]), bool(section["optimizer_shard"]),
                             int(section.get("expert_parallel", 1)), tuple(float(m) for m in
-                                                                          section["stage_memory_bytes"]))
+                                                                          section["stage_memory_bytes"]),
+                            bool(section.get("sequence_parallel", False)))

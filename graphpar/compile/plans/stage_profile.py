@@ -32,6 +32,7 @@ from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.stage_experts import Experts, expert_bytes, expert_split, experts_split, layer_experts
 from graphpar.compile.plans.stage_residuals import largest_parameter, stage_residuals
+from graphpar.compile.plans.stage_sequence import is_split, variants as sequence_variants
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
 from graphpar import ops
@@ -42,7 +43,7 @@ from graphpar.planner.planning import plan_graph
 from graphpar.planner.predict import data_parallel_costs
 from graphpar.planner.search.layers import repeated_layers
 from graphpar.planner.search.settings import SearchSettings, objective_hardware
-from graphpar.planner.stages.model import Cluster, EdgeCost, LayerCost
+from graphpar.planner.stages.model import Cluster, EdgeCost, LayerCost, layer_time
 from graphpar.planner.stages.report import stage_data, stage_text
 from graphpar.planner.stages.search import StageSearch, search_stages
 
@@ -187,7 +188,17 @@ def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micr
                 cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL) -> dict[tuple[int, int], LayerCost]:
     """Per (tensor-group size, sequences per micro-batch), the repeated layer's cost planned on that group (its
     routed experts split over the group where they can be: ``stage_experts``)."""
+    return layer_variants(layers, global_batch, tps, micros, cluster, slots, mode, sequence=False)[0]
+
+
+def layer_variants(layers: ModelLayers, global_batch: int, tps: Iterable[int], micros: Iterable[int],
+                   cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL, sequence: bool = True
+                   ) -> tuple[dict[tuple[int, int], LayerCost], dict[tuple[int, int], LayerCost]]:
+    """With ``sequence``, per (tensor group > 1, micro-batch) the layer's plain tensor-parallel variant and its
+    sequence-parallel one (``stage_sequence``: the searched plan and its flips, the fastest of each kind), each
+    as the first mapping's when the other kind has none; without, :func:`layer_costs`."""
     out: dict[tuple[int, int], LayerCost] = {}
+    other: dict[tuple[int, int], LayerCost] = {}
     held = layers.cell._scope_attr
     experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
@@ -201,24 +212,57 @@ def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micr
                 if mp not in traces:
                     with experts_split(experts, mp):
                         traces[mp], _ = trace_network(ns, avals, "train")
-                out[(tp, micro)] = _price_layer(traces[mp], tp, micro, cluster, slots, mode, experts)
+                if not sequence or tp == 1:
+                    out[(tp, micro)] = _price_layer(traces[mp], tp, micro, cluster, slots, mode, experts)
+                    continue
+                kinds = {k: cost for k, (_, cost) in _variants(traces[mp], tp, micro, cluster, mode, experts).items()}
+                out[(tp, micro)] = kinds.pop(False, None) or kinds.pop(True)
+                other.update({(tp, micro): cost for cost in kinds.values()})
     finally:
         layers.cell._scope_attr = held
-    return out
+    return out, other
 
 
-def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str) -> Graph:
-    """The layer's trace planned on a tensor group of ``tp`` devices (the plan its cost and the strategy file's
-    per-stage strategies are read from)."""
+def _search_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, record: Any = None) -> Graph:
     settings = SearchSettings(None, objective_hardware("dynamic_programming", cluster.hw))
-    return plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel",
-                                         search=settings, optimizer_slots=None))
+    return plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel", record, settings))
+
+
+def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, seq_parallel: bool | None = None) -> Graph:
+    """The layer's trace planned on a tensor group of ``tp`` devices (the plan its cost and the strategy file's
+    per-stage strategies are read from); ``seq_parallel`` given: that sequence-parallel variant, as
+    :func:`layer_variants` chose and priced it."""
+    if seq_parallel is None or tp == 1:
+        return _search_layer(graph, tp, cluster, mode)
+    kinds = _variants(graph, tp, 1, cluster, mode, Experts())
+    if seq_parallel not in kinds:
+        raise StagePlanError(f"the stage plan asks for sequence parallel {seq_parallel} on tp {tp}, which the "
+                             "layer's plan cannot take (no token region the group divides)")
+    return kinds[seq_parallel][0]
+
+
+def _variants(graph: Graph, tp: int, micro: int, cluster: Cluster, mode: str,
+              experts: Experts) -> dict[bool, tuple[Graph, LayerCost]]:
+    """The layer's sequence-parallel variants on ``tp`` devices, planned and priced (``stage_sequence.variants``:
+    the fastest per kind by the stage model's layer time)."""
+    priced: dict[int, LayerCost] = {}
+
+    def price(g: Graph) -> LayerCost:
+        if id(g) not in priced:
+            priced[id(g)] = _price_layer(graph, tp, micro, cluster, 0.0, mode, experts, g)
+        return priced[id(g)]
+
+    kinds = sequence_variants(_search_layer(graph, tp, cluster, mode), tp,
+                              lambda record: _search_layer(graph, tp, cluster, mode, record),
+                              lambda g: layer_time(price(g), cluster.hw, False))
+    return {kind: (g, price(g)) for kind, g in kinds.items()}
 
 
 def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, cluster: Cluster,
-                  mode: str = ParallelMode.AUTO_PARALLEL) -> Graph:
+                  mode: str = ParallelMode.AUTO_PARALLEL, seq_parallel: bool | None = None) -> Graph:
     """The repeated layer traced alone for ``micro`` sequences and planned on ``tp`` devices, as
-    :func:`layer_costs` priced it (the same trace and solve: the plan is deterministic)."""
+    :func:`layer_costs` priced it (the same trace and solve: the plan is deterministic); ``seq_parallel``: the
+    sequence-parallel variant priced (None: the search's own)."""
     held = layers.cell._scope_attr
     experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
@@ -226,14 +270,14 @@ def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, c
         ns = NetworkState(probe, probe.trainable_params())
         with experts_split(experts, expert_split(experts, tp)):
             graph, _ = trace_network(ns, [_scaled(a, micro, global_batch) for a in layers.inputs], "train")
-        return _plan_layer(graph, tp, cluster, mode)
+        return _plan_layer(graph, tp, cluster, mode, seq_parallel)
     finally:
         layers.cell._scope_attr = held
 
 
 def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: float, mode: str,
-                 experts: Experts = Experts()) -> LayerCost:
-    planned = _plan_layer(graph, tp, cluster, mode)
+                 experts: Experts = Experts(), planned: Graph | None = None) -> LayerCost:
+    planned = _plan_layer(graph, tp, cluster, mode) if planned is None else planned
     per_node = plan_cost(planned, planned.plan.mesh, training=True)
     nodes = [n for n in planned.node_list() if not any(planned.values[v].name == PROBE for v in n.inputs)
              and FOLD not in n.scope.rsplit("/", 1)[-1]]
@@ -247,7 +291,7 @@ def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: flo
     largest = largest_parameter(planned, PROBE)
     return LayerCost(tp, micro, total.flops, total.comm_bytes, total.messages, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS),
                      total.activation_bytes, boundary, total.transient_bytes, text, experts.count, expert_weights,
-                     dispatched, stage_kept, stage_input, largest, stage_cotangents)
+                     dispatched, stage_kept, stage_input, largest, stage_cotangents, is_split(planned, tp))
 
 
 def _input_bytes(graph: Graph) -> float:
@@ -347,10 +391,10 @@ def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, bu
     cluster = Cluster.for_platform(devices, platform, budget)
     tps = [t for t in TENSOR_GROUPS if t <= cluster.node_size and devices % t == 0]
     micros = [m for m in micros if m <= global_batch]
-    costs = layer_costs(layers, global_batch, tps, micros, cluster, slots)
+    costs, sequence = layer_variants(layers, global_batch, tps, micros, cluster, slots)
     head, tail = edge_costs(graph, layers, global_batch)
     profiled = time.process_time()
     found = search_stages(costs, layers.count, head, tail, cluster, global_batch, slots,
-                          stage_counts=None if stages is None else (stages,))
+                          stage_counts=None if stages is None else (stages,), sequence=sequence)
     return StageReport(found, layers, tuple(layers.cell_scopes(graph)), layers.scope, layers.count, global_batch, cluster, profiled - started,
                        time.process_time() - profiled)

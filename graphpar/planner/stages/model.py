@@ -61,6 +61,9 @@ class LayerCost:
     # the part of stage_activation_bytes on the gradient path (None: all of it): the backward makes a cotangent for
     # each; an MoE's routing masks are kept but get none
     stage_cotangent_bytes: float | None = None
+    # the layer plan splits its token regions (LayerNorm, residual) over the tensor group: Megatron's sequence
+    # parallel (``compile.plans.stage_sequence``; measured on the plan, never set for tp 1)
+    seq_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class Shape:
     schedule: str = "1f1b"
     optimizer_shard: bool = False
     ep: int = 1  # expert parallel: the routed experts split over ep of the dp replicas (ep divides dp)
+    seq_parallel: bool = False  # sequence parallel over the tensor group (tp > 1): the layer's priced variant
 
 
 def in_flight(shape: Shape, stage: int) -> int:

@@ -17,7 +17,8 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     a, b = plan.shape, best.shape
     parts = [f"{name} {getattr(a, attr)} (not {getattr(b, attr)})" for name, attr in (
         ("pp", "stages"), ("tp", "tp"), ("dp", "dp"), ("ep", "ep"), ("micro-batches", "micro_batches"), ("micro", "micro"),
-        ("schedule", "schedule"), ("optimizer sharding", "optimizer_shard")) if getattr(a, attr) != getattr(b, attr)]
+        ("schedule", "schedule"), ("optimizer sharding", "optimizer_shard"),
+        ("sequence parallel", "seq_parallel")) if getattr(a, attr) != getattr(b, attr)]
     if sum(plan.recompute) != sum(best.recompute):
         parts.append(f"recompute on {sum(plan.recompute)} stages (not {sum(best.recompute)})")
     why = []
@@ -72,7 +73,7 @@ def plan_data(plan: StagePlan) -> dict[str, Any]:
     s = plan.shape
     return {"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp, "expert_parallel": s.ep,
             "micro_batches": s.micro_batches, "micro_batch_sequences": s.micro, "schedule": s.schedule,
-            "optimizer_shard": s.optimizer_shard, "layers_per_stage": list(plan.layers),
+            "optimizer_shard": s.optimizer_shard, "sequence_parallel": s.seq_parallel, "layers_per_stage": list(plan.layers),
             "recompute": ["full" if r else "none" for r in plan.recompute],
             "stage_time_s": list(plan.stage_time), "stage_memory_bytes": list(plan.stage_memory),
             "sync_time_s": plan.sync_time, "reduce_time_s": list(plan.reduce_time), "bubble": plan.bubble, "step_time_s": plan.step_time,
@@ -95,7 +96,8 @@ FILE = "pipeline_search.json"  # what `graphpar plan --dump DIR` writes beside t
 
 def _shape_text(p: dict[str, Any]) -> str:
     ep = f" (ep {p['expert_parallel']})" if p.get("expert_parallel", 1) > 1 else ""
-    return (f"pp {p['pipeline_stages']} x tp {p['tensor_parallel']} x dp {p['data_parallel']}{ep}, "
+    sp = " sp" if p.get("sequence_parallel") else ""
+    return (f"pp {p['pipeline_stages']} x tp {p['tensor_parallel']}{sp} x dp {p['data_parallel']}{ep}, "
             f"{p['micro_batches']} x {p['micro_batch_sequences']}, {p['schedule']}"
             f"{', opt-sharded' if p['optimizer_shard'] else ''}")
 
