@@ -36,7 +36,7 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     if max(plan.stage_memory) > max(best.stage_memory):
         why.append(f"peak {_gib(max(plan.stage_memory))}")
     loss = plan.step_time / best.step_time - 1 if best.step_time else 0.0
-    return f"{', '.join(parts) or 'same shape'}: +{loss:.2%} step time ({'; '.join(why) or 'the same time'})"
+    return f"{', '.join(parts) or 'same shape'}: {loss:+.2%} step time ({'; '.join(why) or 'the same time'})"
 
 
 def stage_text(report: Any) -> str:
