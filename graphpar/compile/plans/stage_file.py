@@ -6,8 +6,9 @@ the micro-batch graph's intra-op plan on one stage's ``tp x dp`` devices (``devi
 forced on every layer copy (``stage_strategies``), MindSpore's per-op ``"stage"``, and in the ``graphpar``
 section ``pipeline_stages``, ``micro_size`` and a ``pipeline`` object with what the stage search chose besides:
 micro-batches, schedule and chunks per stage (interleaved 1F1B: ``pipeline_interleave``), layers per stage and
-each layer Cell's stage and segment, recompute per stage, optimizer sharding,
-the tensor group and the predicted time and memory per stage.
+each layer Cell's stage and segment, recompute per stage, optimizer sharding, sequence parallel (the recorded
+strategies of the layer copies carry its token split: ``stage_sequence``), the tensor group and the predicted
+time and memory per stage.
 
 A training run reads it with ``load_pipeline_plan(path).apply(loss_net)``: each layer Cell's ``pipeline_stage``
 (with interleaving its ``pipeline_segment``) and ``recompute()`` are set, and the returned ``set_auto_parallel_context`` settings pipeline the run as searched and
@@ -23,7 +24,7 @@ from typing import Any
 
 from graphpar._context import ParallelMode
 from graphpar._logging import notice_once
-from graphpar.compile.plans.stage_profile import StagePlanError, cell_chunks, put_stages
+from graphpar.compile.plans.stage_cells import StagePlanError, cell_chunks, put_stages
 from graphpar.compile.plans.stage_strategies import stage_plan
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
@@ -81,6 +82,8 @@ class SearchedPipeline:
     stage_memory: tuple[float, ...]  # the search's prediction per stage (bytes per device)
     cell_segments: dict[str, int] | None = None  # interleaved 1F1B: each layer Cell's pipeline_segment
     chunks: int = 1  # segments (virtual stages) per stage: > 1 runs interleaved 1F1B
+    # Megatron's sequence parallel over the tensor group: the recorded layer strategies split the token regions
+    sequence_parallel: bool = False
 
     @property
     def interleave(self) -> bool:
@@ -124,4 +127,5 @@ def load_pipeline_plan(path: str) -> SearchedPipeline:
                             int(section.get("expert_parallel", 1)), tuple(float(m) for m in
                                                                           section["stage_memory_bytes"]),
                             {k: int(v) for k, v in (section.get("cell_segments") or {}).items()},
-                            int(section.get("chunks_per_stage", 1)))
+                            int(section.get("chunks_per_stage", 1)),
+                            bool(section.get("sequence_parallel", False)))

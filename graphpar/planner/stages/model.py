@@ -64,6 +64,9 @@ class LayerCost:
     # the part of stage_activation_bytes on the gradient path (None: all of it): the backward makes a cotangent for
     # each; an MoE's routing masks are kept but get none
     stage_cotangent_bytes: float | None = None
+    # the layer plan splits its token regions (LayerNorm, residual) over the tensor group: Megatron's sequence
+    # parallel (``compile.plans.stage_sequence``; measured on the plan, never set for tp 1)
+    seq_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class Shape:
     optimizer_shard: bool = False
     ep: int = 1  # expert parallel: the routed experts split over ep of the dp replicas (ep divides dp)
     chunks: int = 1  # virtual stages per device group (interleaved 1F1B: ``planner.stages.schedules``)
+    seq_parallel: bool = False  # sequence parallel over the tensor group (tp > 1): the layer's priced variant
 
     @property
     def length(self) -> float:

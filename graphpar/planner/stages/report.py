@@ -18,8 +18,8 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     a, b = plan.shape, best.shape
     parts = [f"{name} {getattr(a, attr)} (not {getattr(b, attr)})" for name, attr in (
         ("pp", "stages"), ("tp", "tp"), ("dp", "dp"), ("ep", "ep"), ("micro-batches", "micro_batches"), ("micro", "micro"),
-        ("schedule", "schedule"), ("chunks per stage", "chunks"), ("optimizer sharding", "optimizer_shard"))
-        if getattr(a, attr) != getattr(b, attr)]
+        ("schedule", "schedule"), ("chunks per stage", "chunks"), ("optimizer sharding", "optimizer_shard"),
+        ("sequence parallel", "seq_parallel")) if getattr(a, attr) != getattr(b, attr)]
     if sum(plan.recompute) != sum(best.recompute):
         parts.append(f"recompute on {sum(plan.recompute)} stages (not {sum(best.recompute)})")
     why = []
@@ -37,7 +37,7 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     if max(plan.stage_memory) > max(best.stage_memory):
         why.append(f"peak {_gib(max(plan.stage_memory))}")
     loss = plan.step_time / best.step_time - 1 if best.step_time else 0.0
-    return f"{', '.join(parts) or 'same shape'}: +{loss:.2%} step time ({'; '.join(why) or 'the same time'})"
+    return f"{', '.join(parts) or 'same shape'}: {loss:+.2%} step time ({'; '.join(why) or 'the same time'})"
 
 
 def stage_text(report: Any) -> str:
@@ -87,7 +87,7 @@ def plan_data(plan: StagePlan) -> dict[str, Any]:
     return {"pipeline_interleave": s.chunks > 1, "chunks_per_stage": s.chunks,
             "chunk_layers": [list(c) for c in chunk_layers(plan.layers, s.chunks)],"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp, "expert_parallel": s.ep,
             "micro_batches": s.micro_batches, "micro_batch_sequences": s.micro, "schedule": s.schedule,
-            "optimizer_shard": s.optimizer_shard, "layers_per_stage": list(plan.layers),
+            "optimizer_shard": s.optimizer_shard, "sequence_parallel": s.seq_parallel, "layers_per_stage": list(plan.layers),
             "recompute": ["full" if r else "none" for r in plan.recompute],
             "stage_time_s": list(plan.stage_time), "stage_memory_bytes": list(plan.stage_memory),
             "sync_time_s": plan.sync_time, "reduce_time_s": list(plan.reduce_time), "bubble": plan.bubble, "step_time_s": plan.step_time,
@@ -110,7 +110,8 @@ FILE = "pipeline_search.json"  # what `graphpar plan --dump DIR` writes beside t
 
 def _shape_text(p: dict[str, Any]) -> str:
     ep = f" (ep {p['expert_parallel']})" if p.get("expert_parallel", 1) > 1 else ""
-    return (f"pp {p['pipeline_stages']} x tp {p['tensor_parallel']} x dp {p['data_parallel']}{ep}, "
+    sp = " sp" if p.get("sequence_parallel") else ""
+    return (f"pp {p['pipeline_stages']} x tp {p['tensor_parallel']}{sp} x dp {p['data_parallel']}{ep}, "
             f"{p['micro_batches']} x {p['micro_batch_sequences']}, {p['schedule']}"
             f"{' x %d chunks' % p['chunks_per_stage'] if p.get('chunks_per_stage', 1) > 1 else ''}"
             f"{', opt-sharded' if p['optimizer_shard'] else ''}")

@@ -24,6 +24,7 @@ from graphpar.planner.stages.model import (SCHEDULES, Cluster, EdgeCost, LayerCo
                                            expert_time, fixed_memory, fixed_time, layer_memory, layer_time,
                                            layer_weights, reduce_time, stage_memory, sync_time)
 from graphpar.planner.stages.schedules import schedule_options
+from graphpar.planner.stages.sequence import variants
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class StagePlan:
         s = self.shape
         rc = sum(self.recompute)
         ep = f" (ep {s.ep})" if s.ep > 1 else ""
-        return (f"pp {s.stages} x tp {s.tp} x dp {s.dp}{ep}, {s.micro_batches} micro-batches of {s.micro}, {schedule_text(s)}"
+        sp = " (sequence parallel)" if s.seq_parallel else ""
+        return (f"pp {s.stages} x tp {s.tp}{sp} x dp {s.dp}{ep}, {s.micro_batches} micro-batches of {s.micro}, {schedule_text(s)}"
                 f"{', optimizer sharded' if s.optimizer_shard else ''}, recompute on {rc}/{s.stages} stages: "
                 f"{self.step_time:.4g} s/step, bubble {self.bubble:.1%}, peak {max(self.stage_memory) / 2 ** 30:.3g} GiB")
 
@@ -198,29 +200,29 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
 
 def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
                   cluster: Cluster, global_batch: int, slots: float, top: int = 5,
-                  stage_counts: Iterable[int] | None = None) -> StageSearch:
+                  stage_counts: Iterable[int] | None = None,
+                  sequence: Mapping[tuple[int, int], LayerCost] | None = None) -> StageSearch:
     """The best pipeline plan over every :func:`shapes` that has a layer cost (``layers[(tp, micro)]``), and the
-    ``top`` best runners-up of other stage counts or tensor sizes. ``stage_counts``: the stage counts
-    allowed (None: every one; the user's ``pipeline_stages`` when set)."""
+    ``top`` best runners-up of other stage counts, tensor sizes or sequence parallel. ``stage_counts``: the stage
+    counts allowed (None: every one; the user's ``pipeline_stages`` when set). ``sequence``: the layer's other
+    sequence-parallel variant per (tp, micro) (:mod:`.sequence`), each priced as a shape of its own."""
     tps = sorted({tp for tp, _ in layers})
     micros = sorted({m for _, m in layers})
     experts = max(layer.experts for layer in layers.values())
     plans: list[StagePlan] = []
     priced = 0
-    for shape in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts, experts=experts):
-        layer = layers.get((shape.tp, shape.micro))
-        if layer is None:
-            continue
-        priced += 1
-        plan = assign(shape, n_layers, layer, head, tail, cluster, slots)
-        if plan is not None:
-            plans.append(plan)
+    for each in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts, experts=experts):
+        for shape, layer in variants(layers, sequence or {}, each):
+            priced += 1
+            plan = assign(shape, n_layers, layer, head, tail, cluster, slots)
+            if plan is not None:
+                plans.append(plan)
     plans.sort(key=lambda q: q.step_time)  # stable: the enumeration order breaks ties
     runners, seen = [], set()
     for q in plans:
-        # one per stage count, tensor size and chunk count (GPipe's plan of a shape takes 1F1B's time with more
-        # memory: it follows 1F1B's and is not listed)
-        key = (q.shape.stages, q.shape.tp, q.shape.chunks)
+        # one per stage count, tensor size, chunk count and sequence parallel (GPipe's plan of a shape takes 1F1B's
+        # time with more memory: it follows 1F1B's and is not listed)
+        key = (q.shape.stages, q.shape.tp, q.shape.chunks, q.shape.seq_parallel)
         if key in seen:
             continue
         if q is plans[0]:
@@ -236,14 +238,16 @@ def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, he
 def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
                cluster: Cluster, global_batch: int, slots: float, tp: int,
                stage_counts: Iterable[int], optimizer_shard: bool = False, ep: int = 1,
-               micro_batches: int | None = None, chunks: int = 1) -> StagePlan | None:
+               micro_batches: int | None = None, chunks: int = 1,
+               sequence: Mapping[tuple[int, int], LayerCost] | None = None) -> StagePlan | None:
     """The best hand-set (Megatron-style) configuration priced by the same model: tensor ``tp`` (its layer costs
     ``layers[(tp, micro)]``), each stage count in ``stage_counts`` with data parallel over the rest, layers split
     evenly (an uneven count: one more on the last stages), the same recompute on every stage, 1F1B, optimizer
     sharding as given (Megatron's distributed optimizer), expert parallel ``ep``; the micro-batch count (or the
-    ``micro_batches`` given) and recompute that fit and are fastest. ``chunks`` > 1: Megatron's interleaved 1F1B
-    with that many chunks per stage (its rules: the layers divide into stages x chunks, the micro-batches into
-    rounds of the stage count)."""
+    ``micro_batches`` given) and recompute that fit and are fastest; with ``sequence`` (the layer's other
+    sequence-parallel variants, :mod:`.sequence`) sequence parallel on or off, whichever is faster.
+    ``chunks`` > 1: Megatron's interleaved 1F1B with that many chunks per stage (its rules: the layers divide
+    into stages x chunks, the micro-batches into rounds of the stage count)."""
     best = None
     for p in stage_counts:
         if cluster.devices % (p * tp):
@@ -254,12 +258,12 @@ def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head:
         if dp % ep or (chunks > 1 and n_layers % (p * chunks)):
             continue
         for m in divisors(global_batch // dp) if micro_batches is None else [micro_batches]:
-            layer = layers.get((tp, global_batch // dp // m)) if (global_batch // dp) % m == 0 else None
-            if layer is None or (chunks > 1 and m % p):
+            if (global_batch // dp) % m or (chunks > 1 and m % p):
                 continue
-            for rc in (False, True):
-                shape = Shape(p, tp, dp, m, layer.micro, "1f1b", optimizer_shard and dp > 1, ep, chunks)
-                plan = assign(shape, n_layers, layer, head, tail, cluster, slots, fixed_recompute=rc, even=True)
-                if plan is not None and (best is None or plan.step_time < best.step_time):
-                    best = plan
+            fixed = Shape(p, tp, dp, m, global_batch // dp // m, "1f1b", optimizer_shard and dp > 1, ep, chunks)
+            for shape, layer in variants(layers, sequence or {}, fixed):
+                for rc in (False, True):
+                    plan = assign(shape, n_layers, layer, head, tail, cluster, slots, fixed_recompute=rc, even=True)
+                    if plan is not None and (best is None or plan.step_time < best.step_time):
+                        best = plan
     return best
