@@ -32,6 +32,7 @@ from graphpar.compile.plans.stage_experts import Experts, expert_bytes, expert_s
 from graphpar.compile.plans.stage_cells import StagePlanError, StageReport, cell_at
 from graphpar.compile.plans.stage_residuals import largest_parameter, stage_residuals
 from graphpar.compile.plans.stage_sequence import is_split, variants as sequence_variants
+from graphpar.compile.plans.stage_weights import bounded_plans, whole_weight_bytes
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
 from graphpar import ops
@@ -41,7 +42,7 @@ from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.planning import plan_graph
 from graphpar.planner.predict import data_parallel_costs
 from graphpar.planner.search.layers import repeated_layers
-from graphpar.planner.search.settings import SearchSettings, objective_hardware
+from graphpar.planner.search.settings import MemoryBudgetError, SearchSettings, objective_hardware
 from graphpar.planner.stages.model import Cluster, EdgeCost, LayerCost, layer_time
 from graphpar.planner.stages.schedules import chunk_layers
 from graphpar.planner.stages.search import search_stages
@@ -173,8 +174,19 @@ def layer_variants(layers: ModelLayers, global_batch: int, tps: Iterable[int], m
     """With ``sequence``, per (tensor group > 1, micro-batch) the layer's plain tensor-parallel variant and its
     sequence-parallel one (``stage_sequence``: the searched plan and its flips, the fastest of each kind), each
     as the first mapping's when the other kind has none; without, :func:`layer_costs`."""
+    out, other, _ = layer_plans(layers, global_batch, tps, micros, cluster, slots, mode, sequence, bounded=False)
+    return out, other
+
+
+def layer_plans(layers: ModelLayers, global_batch: int, tps: Iterable[int], micros: Iterable[int],
+                cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL, sequence: bool = True,
+                bounded: bool = True) -> tuple[dict[tuple[int, int], LayerCost], dict[tuple[int, int], LayerCost],
+                                               dict[tuple[int, int], tuple[LayerCost, ...]]]:
+    """:func:`layer_variants`' two mappings and, with ``bounded``, per (tensor group > 1, micro-batch) the
+    weight-bounded plans (``stage_weights``), each priced as the others."""
     out: dict[tuple[int, int], LayerCost] = {}
     other: dict[tuple[int, int], LayerCost] = {}
+    weight: dict[tuple[int, int], tuple[LayerCost, ...]] = {}
     held = layers.cell._scope_attr
     experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
@@ -188,6 +200,8 @@ def layer_variants(layers: ModelLayers, global_batch: int, tps: Iterable[int], m
                 if mp not in traces:
                     with experts_split(experts, mp):
                         traces[mp], _ = trace_network(ns, avals, "train")
+                if bounded and tp > 1:
+                    weight[(tp, micro)] = tuple(c for _, c in _bounded(traces[mp], tp, micro, cluster, mode, experts))
                 if not sequence or tp == 1:
                     out[(tp, micro)] = _price_layer(traces[mp], tp, micro, cluster, slots, mode, experts)
                     continue
@@ -196,18 +210,62 @@ def layer_variants(layers: ModelLayers, global_batch: int, tps: Iterable[int], m
                 other.update({(tp, micro): cost for cost in kinds.values()})
     finally:
         layers.cell._scope_attr = held
-    return out, other
+    return out, other, weight
 
 
-def _search_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, record: Any = None) -> Graph:
-    settings = SearchSettings(None, objective_hardware("dynamic_programming", cluster.hw))
+def _search_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, record: Any = None,
+                  budget: float | None = None) -> Graph:
+    settings = SearchSettings(budget, objective_hardware("dynamic_programming", cluster.hw))
     return plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel", record, settings))
 
 
-def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, seq_parallel: bool | None = None) -> Graph:
+def _bounded(graph: Graph, tp: int, micro: int, cluster: Cluster, mode: str,
+             experts: Experts) -> list[tuple[Graph, LayerCost]]:
+    """The layer's weight-bounded plans on ``tp`` devices (``stage_weights.bounded_plans``), each priced, with its
+    rung of the ladder (``LayerCost.weight_bound``, from 1); per rung, the fastest plan of each sequence-parallel
+    kind among the rung's plan and its flips (``stage_sequence.variants``) re-solved under the rung's bound (a flip
+    that no plan of its kind fits under it is solved without, and its flip back under it again)."""
+    priced: dict[int, LayerCost] = {}
+
+    def price(g: Graph) -> LayerCost:
+        if id(g) not in priced:
+            priced[id(g)] = _price_layer(graph, tp, micro, cluster, 0.0, mode, experts, g)
+        return priced[id(g)]
+
+    def replan(budget: float | None, record: Any = None) -> Graph | None:
+        try:
+            return _search_layer(graph, tp, cluster, mode, record, budget)
+        except MemoryBudgetError:  # a flip no plan of that kind fits: solved without the bound (its flip back with)
+            return None if record is None else replan(None, record)
+
+    plans = bounded_plans(_search_layer(graph, tp, cluster, mode), tp,
+                          whole_weight_bytes(graph, lambda name: name == PROBE) / tp,
+                          lambda g: price(g).weight_bytes, replan)
+    out, seen = [], set()
+    for k, plan in enumerate(plans):
+        budget = plan.plan.search.budget
+        kinds = sequence_variants(plan, tp, lambda record, b=budget: replan(b, record),
+                                  lambda g: layer_time(price(g), cluster.hw, False))
+        for kind in sorted(kinds):
+            if price(kinds[kind]) not in seen:  # an earlier rung's plan again (a flip solved without the bound)
+                seen.add(price(kinds[kind]))
+                out.append((kinds[kind], dataclasses.replace(price(kinds[kind]), weight_bound=k + 1)))
+    return out
+
+
+def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, seq_parallel: bool | None = None,
+                weight_bound: int = 0) -> Graph:
     """The layer's trace planned on a tensor group of ``tp`` devices (the plan its cost and the strategy file's
     per-stage strategies are read from); ``seq_parallel`` given: that sequence-parallel variant, as
-    :func:`layer_variants` chose and priced it."""
+    :func:`layer_variants` chose and priced it; ``weight_bound`` > 0: that weight-bounded plan (:func:`_bounded`)."""
+    if weight_bound:
+        ladder = _bounded(graph, tp, 1, cluster, mode, Experts())
+        found = [g for g, c in ladder if c.weight_bound == weight_bound and c.seq_parallel == bool(seq_parallel)]
+        if not found:
+            raise StagePlanError(f"the stage plan asks for weight-bounded layer plan {weight_bound} (sequence parallel "
+                                 f"{bool(seq_parallel)}) on tp {tp}; the layer has {len(ladder)} (the plan was made "
+                                 "for another layer or device count)")
+        return found[0]
     if seq_parallel is None or tp == 1:
         return _search_layer(graph, tp, cluster, mode)
     kinds = _variants(graph, tp, 1, cluster, mode, Experts())
@@ -235,10 +293,11 @@ def _variants(graph: Graph, tp: int, micro: int, cluster: Cluster, mode: str,
 
 
 def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, cluster: Cluster,
-                  mode: str = ParallelMode.AUTO_PARALLEL, seq_parallel: bool | None = None) -> Graph:
+                  mode: str = ParallelMode.AUTO_PARALLEL, seq_parallel: bool | None = None,
+                  weight_bound: int = 0) -> Graph:
     """The repeated layer traced alone for ``micro`` sequences and planned on ``tp`` devices, as
     :func:`layer_costs` priced it (the same trace and solve: the plan is deterministic); ``seq_parallel``: the
-    sequence-parallel variant priced (None: the search's own)."""
+    sequence-parallel variant priced (None: the search's own); ``weight_bound``: the weight-bounded plan priced."""
     held = layers.cell._scope_attr
     experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
@@ -246,7 +305,7 @@ def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, c
         ns = NetworkState(probe, probe.trainable_params())
         with experts_split(experts, expert_split(experts, tp)):
             graph, _ = trace_network(ns, [_scaled(a, micro, global_batch) for a in layers.inputs], "train")
-        return _plan_layer(graph, tp, cluster, mode, seq_parallel)
+        return _plan_layer(graph, tp, cluster, mode, seq_parallel, weight_bound)
     finally:
         layers.cell._scope_attr = held
 
@@ -306,10 +365,11 @@ def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, bu
     cluster = Cluster.for_platform(devices, platform, budget)
     tps = [t for t in TENSOR_GROUPS if t <= cluster.node_size and devices % t == 0]
     micros = [m for m in micros if m <= global_batch]
-    costs, sequence = layer_variants(layers, global_batch, tps, micros, cluster, slots)
+    costs, sequence, bounded = layer_plans(layers, global_batch, tps, micros, cluster, slots)
     head, tail = edge_costs(graph, layers, global_batch)
     profiled = time.process_time()
     found = search_stages(costs, layers.count, head, tail, cluster, global_batch, slots,
-                          stage_counts=None if stages is None else (stages,), sequence=sequence)
+                          stage_counts=None if stages is None else (stages,), sequence=sequence,
+                          bounded=bounded)
     return StageReport(found, layers, tuple(layers.cell_scopes(graph)), layers.scope, layers.count, global_batch, cluster, profiled - started,
                        time.process_time() - profiled)

@@ -143,7 +143,7 @@ def _scattered(node: Any, planned: Graph, tp: int, dim: int, split: bool) -> tup
     return (tuple(sizes),)
 
 
-def variants(planned: Graph, tp: int, replan: Callable[[StrategyFile], Graph],
+def variants(planned: Graph, tp: int, replan: Callable[[StrategyFile], Graph | None],
              time: Callable[[Graph], float]) -> dict[bool, Graph]:
     """Per kind (``is_split``), the fastest of the searched plan ``planned``, its flip and the flip's flip
     (``replan`` plans the layer with a record forced; ``time`` prices a plan), earlier ones winning ties: the same
@@ -151,9 +151,10 @@ def variants(planned: Graph, tp: int, replan: Callable[[StrategyFile], Graph],
     candidates = [planned]
     for _ in range(2):
         record = sequence_record(candidates[-1], tp, not is_split(candidates[-1], tp))
-        if record is None:
+        flipped = None if record is None else replan(record)
+        if flipped is None:  # no token region, or (``replan`` under a memory bound) no plan of that kind fits
             break
-        candidates.append(replan(record))
+        candidates.append(flipped)
     best: dict[bool, tuple[float, Graph]] = {}
     for graph in candidates:
         kind, t = is_split(graph, tp), time(graph)

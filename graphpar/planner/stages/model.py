@@ -67,6 +67,9 @@ class LayerCost:
     # the layer plan splits its token regions (LayerNorm, residual) over the tensor group: Megatron's sequence
     # parallel (``compile.plans.stage_sequence``; measured on the plan, never set for tp 1)
     seq_parallel: bool = False
+    # 0: the intra-op search's own plan (or its sequence flip); k > 0: the k-th plan re-solved under a weight-memory
+    # bound (``compile.plans.stage_weights``: the weights the objective does not price, kept to a full split)
+    weight_bound: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class Shape:
     ep: int = 1  # expert parallel: the routed experts split over ep of the dp replicas (ep divides dp)
     chunks: int = 1  # virtual stages per device group (interleaved 1F1B: ``planner.stages.schedules``)
     seq_parallel: bool = False  # sequence parallel over the tensor group (tp > 1): the layer's priced variant
+    weight_bound: int = 0  # the layer plan priced: 0 the searched one, k > 0 the k-th weight-bounded (LayerCost)
 
     @property
     def length(self) -> float:

@@ -19,7 +19,7 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     parts = [f"{name} {getattr(a, attr)} (not {getattr(b, attr)})" for name, attr in (
         ("pp", "stages"), ("tp", "tp"), ("dp", "dp"), ("ep", "ep"), ("micro-batches", "micro_batches"), ("micro", "micro"),
         ("schedule", "schedule"), ("chunks per stage", "chunks"), ("optimizer sharding", "optimizer_shard"),
-        ("sequence parallel", "seq_parallel")) if getattr(a, attr) != getattr(b, attr)]
+        ("sequence parallel", "seq_parallel"), ("weight-bounded layer plan", "weight_bound")) if getattr(a, attr) != getattr(b, attr)]
     if sum(plan.recompute) != sum(best.recompute):
         parts.append(f"recompute on {sum(plan.recompute)} stages (not {sum(best.recompute)})")
     why = []
@@ -87,7 +87,8 @@ def plan_data(plan: StagePlan) -> dict[str, Any]:
     return {"pipeline_interleave": s.chunks > 1, "chunks_per_stage": s.chunks,
             "chunk_layers": [list(c) for c in chunk_layers(plan.layers, s.chunks)],"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp, "expert_parallel": s.ep,
             "micro_batches": s.micro_batches, "micro_batch_sequences": s.micro, "schedule": s.schedule,
-            "optimizer_shard": s.optimizer_shard, "sequence_parallel": s.seq_parallel, "layers_per_stage": list(plan.layers),
+            "optimizer_shard": s.optimizer_shard, "sequence_parallel": s.seq_parallel,
+            "layer_weight_bound": s.weight_bound, "layers_per_stage": list(plan.layers),
             "recompute": ["full" if r else "none" for r in plan.recompute],
             "stage_time_s": list(plan.stage_time), "stage_memory_bytes": list(plan.stage_memory),
             "sync_time_s": plan.sync_time, "reduce_time_s": list(plan.reduce_time), "bubble": plan.bubble, "step_time_s": plan.step_time,

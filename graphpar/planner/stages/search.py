@@ -55,6 +55,7 @@ class StagePlan:
         rc = sum(self.recompute)
         ep = f" (ep {s.ep})" if s.ep > 1 else ""
         sp = " (sequence parallel)" if s.seq_parallel else ""
+        sp += f" (weight-bounded layer plan {s.weight_bound})" if s.weight_bound else ""
         return (f"pp {s.stages} x tp {s.tp}{sp} x dp {s.dp}{ep}, {s.micro_batches} micro-batches of {s.micro}, {schedule_text(s)}"
                 f"{', optimizer sharded' if s.optimizer_shard else ''}, recompute on {rc}/{s.stages} stages: "
                 f"{self.step_time:.4g} s/step, bubble {self.bubble:.1%}, peak {max(self.stage_memory) / 2 ** 30:.3g} GiB")
@@ -201,18 +202,20 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
 def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
                   cluster: Cluster, global_batch: int, slots: float, top: int = 5,
                   stage_counts: Iterable[int] | None = None,
-                  sequence: Mapping[tuple[int, int], LayerCost] | None = None) -> StageSearch:
+                  sequence: Mapping[tuple[int, int], LayerCost] | None = None,
+                  bounded: Mapping[tuple[int, int], tuple[LayerCost, ...]] | None = None) -> StageSearch:
     """The best pipeline plan over every :func:`shapes` that has a layer cost (``layers[(tp, micro)]``), and the
     ``top`` best runners-up of other stage counts, tensor sizes or sequence parallel. ``stage_counts``: the stage
     counts allowed (None: every one; the user's ``pipeline_stages`` when set). ``sequence``: the layer's other
-    sequence-parallel variant per (tp, micro) (:mod:`.sequence`), each priced as a shape of its own."""
+    sequence-parallel variant per (tp, micro) (:mod:`.sequence`), each priced as a shape of its own; ``bounded``:
+    its weight-bounded plans per (tp, micro) (``compile.plans.stage_weights``), priced the same way."""
     tps = sorted({tp for tp, _ in layers})
     micros = sorted({m for _, m in layers})
     experts = max(layer.experts for layer in layers.values())
     plans: list[StagePlan] = []
     priced = 0
     for each in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts, experts=experts):
-        for shape, layer in variants(layers, sequence or {}, each):
+        for shape, layer in variants(layers, sequence or {}, each, bounded):
             priced += 1
             plan = assign(shape, n_layers, layer, head, tail, cluster, slots)
             if plan is not None:

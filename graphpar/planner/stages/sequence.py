@@ -21,13 +21,17 @@ from graphpar.planner.stages.model import LayerCost, Shape
 
 
 def variants(layers: Mapping[tuple[int, int], LayerCost], sequence: Mapping[tuple[int, int], LayerCost],
-             shape: Shape) -> Iterator[tuple[Shape, LayerCost]]:
+             shape: Shape, bounded: Mapping[tuple[int, int], tuple[LayerCost, ...]] | None = None
+             ) -> Iterator[tuple[Shape, LayerCost]]:
     """The shape with each layer variant priced for its (tensor group, micro-batch): plain tensor parallel first,
-    then sequence parallel (a fixed order, so ties keep the first and the search stays deterministic)."""
+    then sequence parallel, then the weight-bounded plans (``bounded``, ``compile.plans.stage_weights``) in their
+    order (a fixed order, so ties keep the first and the search stays deterministic)."""
     key = (shape.tp, shape.micro)
     found = [c for c in (layers.get(key), sequence.get(key)) if c is not None]
-    for layer in sorted(found, key=lambda c: c.seq_parallel):
-        yield dataclasses.replace(shape, seq_parallel=layer.seq_parallel and shape.tp > 1), layer
+    found = sorted(found, key=lambda c: c.seq_parallel) + list((bounded or {}).get(key, ()))
+    for layer in found:
+        yield dataclasses.replace(shape, seq_parallel=layer.seq_parallel and shape.tp > 1,
+                                  weight_bound=layer.weight_bound), layer
 
 
 def activation_cut(plain: LayerCost, split: LayerCost) -> float:
