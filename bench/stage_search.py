@@ -3,8 +3,11 @@
 ``python -m bench.stage_search [--layers 96] [--devices 1536]``: a GPT-3 175B-shaped model (96 layers, hidden
 12,288, 96 heads, sequence 2,048, vocabulary 51,200, global batch 1,536) built under ``no_init_parameters()``
 (nothing drawn), traced from abstract shapes, searched for 1,536 GPUs of 80 GB (Adam), and priced as Megatron sets
-it by hand: tensor 8 inside a node (the layer traced with Megatron's ``shard()`` hints, SEMI_AUTO), pipeline p for
-p in 4, 8, 12, 16, 24, 32, 48, data 1,536 / 8p, the micro-batch count and recompute that fit. Then the search's
+it by hand: tensor 8 inside a node (the layer traced with Megatron's ``shard()`` hints, SEMI_AUTO; as traced, and
+as its two clean variants, sequence parallel on or off, whichever is faster), pipeline p for p in 4, 8, 12, 16, 24,
+32, 48, data 1,536 / 8p, the micro-batch count and recompute that fit, with plain 1F1B and with Megatron's
+interleaved 1F1B (v chunks per stage for each v the search tries, where the layers divide into p x v chunks),
+without and with the distributed optimizer. Then the search's
 time as the depth (12 -> 96 layers) and the device count (8 -> 4,096) grow. Prints figures, asserts nothing.
 """
 
@@ -22,10 +25,12 @@ import graphpar as ms
 from bench.stage_gpt import GPT3_175B, loss_network
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
-from graphpar.compile.plans.stage_profile import MICROS, edge_costs, find_layers, layer_costs, search_pipeline
+from graphpar.compile.plans.stage_profile import (MICROS, edge_costs, find_layers, layer_costs, layer_variants,
+                                                  search_pipeline)
 from graphpar.nn.utils import no_init_parameters
 from graphpar.planner.stages import Cluster, best_fixed
 from graphpar.planner.stages.report import differences
+from graphpar.planner.stages.schedules import CHUNKS
 
 MEGATRON_STAGES = (4, 8, 12, 16, 24, 32, 48)
 GIB80 = 80 * 2 ** 30
@@ -41,14 +46,27 @@ def traced(cfg: dict, batch: int, mp: int | None = None):
 
 
 def megatron(cfg: dict, batch: int, cluster: Cluster, n_layers: int):
-    """The best Megatron-style configuration: the layer with Megatron's hints on 8 devices, the model's own head."""
+    """The best Megatron-style configurations, the model's own head: the layer with Megatron's hints on 8 devices
+    as traced (its unhinted LayerNorms and residual Adds split the batch rows over the 8, as SEMI_AUTO plans an
+    unhinted op), and with those token regions whole on each device or split (Megatron's sequence parallel: the
+    layer's two variants, ``stage_sequence``), each without and with the distributed optimizer."""
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
     net, graph = traced({**cfg, "layers": 2}, batch, mp=8)
     layers = find_layers(net, graph)
-    costs = layer_costs(layers, batch, [8], MICROS, cluster, ADAM, mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
+    costs, sequence = layer_variants(layers, batch, [8], MICROS, cluster, ADAM,
+                                     mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
+    hinted = layer_costs(layers, batch, [8], MICROS, cluster, ADAM, mode=ms.ParallelMode.SEMI_AUTO_PARALLEL)
     head, tail = edge_costs(graph, layers, batch)
-    return [best_fixed(costs, n_layers, head, tail, cluster, batch, ADAM, 8, MEGATRON_STAGES, shard)
-            for shard in (False, True)]
+    out = {}
+    for layer, seq, how in ((hinted, None, " (hinted layer as traced)"), (costs, sequence, "")):
+        for shard, opt in ((False, ""), (True, " + distributed optimizer")):
+            out[f"Megatron{how}{opt}"] = best_fixed(layer, n_layers, head, tail, cluster, batch, ADAM, 8,
+                                                    MEGATRON_STAGES, shard, sequence=seq)
+            interleaved = [q for v in CHUNKS if (q := best_fixed(layer, n_layers, head, tail, cluster, batch, ADAM, 8,
+                                                                  MEGATRON_STAGES, shard, chunks=v, sequence=seq))
+                           is not None]
+            out[f"Megatron interleaved{how}{opt}"] = min(interleaved, key=lambda q: q.step_time, default=None)
+    return out
 
 
 def searched(cfg: dict, batch: int, devices: int):
@@ -69,9 +87,8 @@ def main(argv: list[str]) -> int:
     report, cpu = searched(cfg, args.batch, args.devices)
     print(report.text())
     best = report.search.best
-    mega, mega_sharded = megatron(cfg, args.batch, report.cluster, args.layers)
     print(f"\nsearched: {best.describe()} (trace + profile + search {cpu:.2f} s CPU)")
-    for name, plan in (("Megatron", mega), ("Megatron + distributed optimizer", mega_sharded)):
+    for name, plan in megatron(cfg, args.batch, report.cluster, args.layers).items():
         print(f"{name}: {plan.describe() if plan else 'no configuration fits'}")
         if plan is not None:
             print(f"  searched / {name} step time: {best.step_time / plan.step_time:.3f}; {name} vs searched: "

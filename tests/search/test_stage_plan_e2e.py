@@ -51,24 +51,31 @@ def _train(make, inputs, micro_batches, plan=None, steps=3):
 
 
 def stage_memory(cell) -> list[int]:
-    """Each stage's compiled peak per device (module docstring)."""
+    """Each stage's compiled peak per device (module docstring); with interleaving a stage's devices hold the
+    arguments of all its chunks' update programs, and run one chunk's forward or backward at a time."""
     program = cell.program
     built = next(iter(program._built.values()))
-    out = []
-    for st in built.stages:
+    arguments, temps = {}, {}
+    for chunk, st in enumerate(built.stages):  # one per chunk (virtual stage), in model order
         analysis = {kind: c.executable.memory_analysis() for kind, c in st.compiled.items()}
-        temp = max(analysis[kind].temp_size_in_bytes for kind in ("forward", "backward"))
-        out.append(analysis["update"].argument_size_in_bytes + program.stats.peak_residual_bytes[st.sg.stage] + temp)
-    return out
+        group = built.virtual.place(chunk)[0]
+        arguments[group] = arguments.get(group, 0) + analysis["update"].argument_size_in_bytes
+        temps[group] = max([temps.get(group, 0)] + [analysis[k].temp_size_in_bytes for k in ("forward", "backward")])
+    return [arguments[g] + program.stats.peak_residual_bytes[g] + temps[g] for g in sorted(arguments)]
 
 
 def _check(make, inputs, budget, path, capsys=None):
     best = _search(make, inputs, budget, path)
     assert best.shape.stages > 1 and best.shape.tp > 1  # a pipeline with intra-op splits inside each stage
     plan = load_pipeline_plan(str(path))
-    assert (plan.stages, plan.micro_batches, plan.schedule) == (best.shape.stages, best.shape.micro_batches,
-                                                                best.shape.schedule)
+    assert (plan.stages, plan.micro_batches, plan.schedule, plan.chunks) == (
+        best.shape.stages, best.shape.micro_batches, best.shape.schedule, best.shape.chunks)
     got, cell = _train(make, inputs, plan.micro_batches, plan)
+    # the runtime ran the searched schedule: as many segments per stage as the plan's chunks, the chunks'
+    # transfers (each of the 2 v p - 2 chunk boundaries crossed by every micro-batch, forward and back)
+    assert cell.program.settings.job.segments == best.shape.chunks
+    v, p = best.shape.chunks, best.shape.stages
+    assert cell.program.stats.transfers_last_step == 2 * plan.micro_batches * (v * p - 1)
     # every stage ran the file's strategies: the layer's searched plan on its tensor group
     saved = json.loads(path.read_text())
     assert saved["graphpar"]["device_num"] == best.shape.tp * best.shape.dp
@@ -106,23 +113,26 @@ def _gpt():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("budget, shape, recompute", [
-    # stage 0: predicted 4100096 B, compiled 4152512 B (0.987); stage 1: 3695360 / 3767232 (0.981)
-    ("0.004GB", (2, 4, 1, 4, 4), (False, False)),
+    # plain tensor parallel (the LayerNorm rows whole on each device: the sequence-parallel variant keeps less and
+    # pays more collectives; test_stage_sequence.py): stage 0: predicted 3032064 B, compiled 3099736 B (0.978);
+    # stage 1: 2660096 / 2722728 (0.977)
+    ("0.004GB", (2, 4, 1, 8, 2, 2), (False, False)),
     # (data parallel inside a stage is no longer chosen for this model at any budget: its backward reduces each
     # micro-batch's gradients over dp, which the search prices per micro-batch; a dp 2 x tp 2 stage's memory and
     # reductions are checked in test_stage_reductions.py)
-    # recompute on the first stage only: it keeps each layer's input, its backward recomputes the layers
-    # stage 0: 1868800 / 1920080 (0.973: each recomputed layer also keeps its causal mask); stage 1: 1914624 /
-    # 2013248 (0.951)
-    ("0.0018GB", (2, 4, 1, 16, 1), (True, False)),
+    # recompute on both stages: each keeps its layers' inputs, its backward recomputes the layers
+    # stage 0: 1766400 / 1763928 (1.001); stage 1: 1804032 / 1805704 (0.999)
+    ("0.0018GB", (2, 4, 1, 16, 1, 2), (True, True)),
 ])
 def test_the_searched_gpt_pipeline_trains_from_the_strategy_file_as_stand_alone_within_the_predicted_memory(
         tmp_path, budget, shape, recompute):
     """The tied embedding is read by the first stage's Gather and the last stage's logits (a copy per stage).
-    Each budget gets another searched shape (pp, tp, dp, micro-batches, sequences per micro-batch)."""
+    Each budget gets another searched shape (pp, tp, dp, micro-batches, sequences per micro-batch, chunks per
+    stage): both run interleaved 1F1B, 2 stages x 2 chunks of one Block each (stage 0: Blocks 0 and 2), whose
+    bubble (p - 1) / (2 m + p - 1) outweighs the second pair of transfers."""
     best = _check(_gpt, gpt_data(16, 32, 512), budget, tmp_path / "gpt.json")
     s = best.shape
-    assert ((s.stages, s.tp, s.dp, s.micro_batches, s.micro), best.recompute) == (shape, recompute)
+    assert ((s.stages, s.tp, s.dp, s.micro_batches, s.micro, s.chunks), best.recompute) == (shape, recompute)
 
 
 def test_a_strategy_file_without_a_searched_pipeline_is_refused_by_name(tmp_path):

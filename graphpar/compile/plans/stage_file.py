@@ -5,11 +5,13 @@ The file is what a pipelined run with the searched settings would save (``dump.p
 the micro-batch graph's intra-op plan on one stage's ``tp x dp`` devices (``device_num``), the searched layer plan
 forced on every layer copy (``stage_strategies``), MindSpore's per-op ``"stage"``, and in the ``graphpar``
 section ``pipeline_stages``, ``micro_size`` and a ``pipeline`` object with what the stage search chose besides:
-micro-batches, schedule, layers per stage and each layer Cell's stage, recompute per stage, optimizer sharding,
-the tensor group and the predicted time and memory per stage.
+micro-batches, schedule and chunks per stage (interleaved 1F1B: ``pipeline_interleave``), layers per stage and
+each layer Cell's stage and segment, recompute per stage, optimizer sharding, sequence parallel (the recorded
+strategies of the layer copies carry its token split: ``stage_sequence``), the tensor group and the predicted
+time and memory per stage.
 
-A training run reads it with ``load_pipeline_plan(path).apply(loss_net)``: each layer Cell's ``pipeline_stage`` and
-``recompute()`` are set, and the returned ``set_auto_parallel_context`` settings pipeline the run as searched and
+A training run reads it with ``load_pipeline_plan(path).apply(loss_net)``: each layer Cell's ``pipeline_stage``
+(with interleaving its ``pipeline_segment``) and ``recompute()`` are set, and the returned ``set_auto_parallel_context`` settings pipeline the run as searched and
 load the file (``strategy_ckpt_config={"load_file": path}``), so every stage plans exactly the recorded strategies;
 the network is wrapped in ``nn.PipelineCell(loss_net, plan.micro_batches)``.
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from graphpar._context import ParallelMode
 from graphpar._logging import notice_once
-from graphpar.compile.plans.stage_profile import StagePlanError, put_stages
+from graphpar.compile.plans.stage_cells import StagePlanError, cell_chunks, put_stages
 from graphpar.compile.plans.stage_strategies import stage_plan
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
@@ -41,18 +43,17 @@ def pipeline_strategy(network: Cell, graph: Graph, report: Any, pctx: Any, train
     data = strategy_file.from_graph(planned, devices, ParallelMode.AUTO_PARALLEL, trainable,
                                     bool(config.get("only_trainable_params", True)), False,
                                     OptimizerParallelConfig.from_context(pctx))
-    stage_of = layers.stage_of(planned, best.layers)
+    stage_of = layers.stage_of(planned, best.layers, best.shape.chunks)
     for nid, key in strategy_file.node_keys(planned).items():
         if key in data["parallel_strategy_item"]:
             data["parallel_strategy_item"][key]["stage"] = stage_of.get(nid, 0)
             data["graphpar"]["strategies"][key]["stage"] = stage_of.get(nid, 0)
-    cells, k = {}, 0
-    for stage, n in enumerate(best.layers):
-        cells.update({scope: stage for scope in report.cell_scopes[k:k + n]})
-        k += n
+    chunks = cell_chunks(report.cell_scopes, best.layers, best.shape.chunks)
     data["graphpar"]["pipeline_stages"] = best.shape.stages
     data["graphpar"]["micro_size"] = best.shape.micro_batches
-    data["graphpar"]["pipeline"] = {**report.data()["chosen"], "cell_stages": cells}
+    data["graphpar"]["pipeline"] = {**report.data()["chosen"],
+                                    "cell_stages": {scope: st for scope, (st, _) in chunks.items()},
+                                    "cell_segments": {scope: seg for scope, (_, seg) in chunks.items()}}
     return data
 
 
@@ -79,6 +80,14 @@ class SearchedPipeline:
     optimizer_shard: bool
     expert_parallel: int
     stage_memory: tuple[float, ...]  # the search's prediction per stage (bytes per device)
+    cell_segments: dict[str, int] | None = None  # interleaved 1F1B: each layer Cell's pipeline_segment
+    chunks: int = 1  # segments (virtual stages) per stage: > 1 runs interleaved 1F1B
+    # Megatron's sequence parallel over the tensor group: the recorded layer strategies split the token regions
+    sequence_parallel: bool = False
+
+    @property
+    def interleave(self) -> bool:
+        return self.chunks > 1
 
     def apply(self, network: Cell) -> dict[str, Any]:
         """Put the plan on ``network`` (the loss network it was searched for): each layer Cell's ``pipeline_stage``
@@ -89,14 +98,16 @@ class SearchedPipeline:
                                  "which pipelined training does not run yet (enable_parallel_optimizer is refused "
                                  "with pipeline_stages); search again with max_device_memory raised so a plan "
                                  "without it fits")
-        put_stages(network, self.cell_stages, {i for i, r in enumerate(self.recompute) if r},
+        segments = self.cell_segments or {}
+        put_stages(network, {scope: (st, segments.get(scope, 0)) for scope, st in self.cell_stages.items()},
+                   {i for i, r in enumerate(self.recompute) if r},
                    f"load_pipeline_plan({self.path!r}).apply")
         if self.expert_parallel > 1:  # a construction argument of the MoE, not a context setting: said, not set
             notice_once("stages:expert_parallel:file", f"the strategy file {self.path} chose expert_parallel="
                         f"{self.expert_parallel}: build the MoE layers with MoEParallelConfig(expert_parallel="
                         f"{self.expert_parallel}) (apply() sets the pipeline only)")
         return {"pipeline_stages": self.stages,
-                "pipeline_config": {"pipeline_scheduler": self.schedule, "pipeline_interleave": False},
+                "pipeline_config": {"pipeline_scheduler": self.schedule, "pipeline_interleave": self.interleave},
                 "strategy_ckpt_config": {"load_file": self.path}}
 
 
@@ -114,4 +125,7 @@ def load_pipeline_plan(path: str) -> SearchedPipeline:
                             str(section["schedule"]), {k: int(v) for k, v in section["cell_stages"].items()},
                             tuple(r == "full" for r in section["recompute"]), bool(section["optimizer_shard"]),
                             int(section.get("expert_parallel", 1)), tuple(float(m) for m in
-                                                                          section["stage_memory_bytes"]))
+                                                                          section["stage_memory_bytes"]),
+                            {k: int(v) for k, v in (section.get("cell_segments") or {}).items()},
+                            int(section.get("chunks_per_stage", 1)),
+                            bool(section.get("sequence_parallel", False)))

@@ -24,14 +24,15 @@ from typing import Any
 import jax
 
 from graphpar._context import ParallelMode
-from graphpar._logging import notice_once
 from graphpar.common.initializer import initializer
 from graphpar.common.parameter import Parameter
-from graphpar.errors import GraphparError
 from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.stage_experts import Experts, expert_bytes, expert_split, experts_split, layer_experts
+from graphpar.compile.plans.stage_cells import StagePlanError, StageReport, cell_at
 from graphpar.compile.plans.stage_residuals import largest_parameter, stage_residuals
+from graphpar.compile.plans.stage_sequence import is_split, variants as sequence_variants
+from graphpar.compile.plans.stage_weights import bounded_plans, whole_weight_bytes
 from graphpar.ir.graph import Graph
 from graphpar.nn.cell import Cell
 from graphpar import ops
@@ -41,17 +42,13 @@ from graphpar.planner.passes.context import PlanRequest
 from graphpar.planner.planning import plan_graph
 from graphpar.planner.predict import data_parallel_costs
 from graphpar.planner.search.layers import repeated_layers
-from graphpar.planner.search.settings import SearchSettings, objective_hardware
-from graphpar.planner.stages.model import Cluster, EdgeCost, LayerCost
-from graphpar.planner.stages.report import stage_data, stage_text
-from graphpar.planner.stages.search import StageSearch, search_stages
+from graphpar.planner.search.settings import MemoryBudgetError, SearchSettings, objective_hardware
+from graphpar.planner.stages.model import Cluster, EdgeCost, LayerCost, layer_time
+from graphpar.planner.stages.schedules import chunk_layers
+from graphpar.planner.stages.search import search_stages
 
 PROBE = "stage_probe"
 FOLD = "probe_fold"
-
-
-class StagePlanError(GraphparError, ValueError):
-    """A stage plan that cannot be put on the network given (none was found, or the network is another one)."""
 
 
 TENSOR_GROUPS = (1, 2, 4, 8)  # tensor-group sizes searched (within a node)
@@ -95,12 +92,12 @@ class ModelLayers:
     inputs: tuple[jax.ShapeDtypeStruct, ...]
     copies: tuple[tuple[int, ...], ...] = ()  # node ids of each copy, in model order
 
-    def stage_of(self, graph: Graph, layers_per_stage: tuple[int, ...]) -> dict[int, int]:
-        """Per op node, its pipeline stage: the head's on the first, each copy's by the layer count per stage, the
-        tail's on the last."""
+    def stage_of(self, graph: Graph, layers_per_stage: tuple[int, ...], chunks: int = 1) -> dict[int, int]:
+        """Per op node, its pipeline stage: the head's on the first, each copy's by its chunk's stage (the layer
+        counts per stage split into ``chunks`` chunks: ``schedules.chunk_layers``), the tail's on the last."""
         out = {nid: 0 for nid in graph.order}
         k = 0
-        for stage, n in enumerate(layers_per_stage):
+        for stage, _, n in chunk_layers(layers_per_stage, chunks):
             for copy in self.copies[k:k + n]:
                 out.update({nid: stage for nid in copy})
             k += n
@@ -134,7 +131,7 @@ def find_layers(network: Cell, graph: Graph) -> ModelLayers | None:
                 break
         if scope:
             break
-    cell = _cell_at(network, scope) if scope else None
+    cell = cell_at(network, scope) if scope else None
     if cell is None:
         return None
     inside = {n for c in copies for n in c}
@@ -157,25 +154,6 @@ def find_layers(network: Cell, graph: Graph) -> ModelLayers | None:
     return ModelLayers(cell, scope, len(copies), head, tail, tuple(inputs[:1]), tuple(tuple(c) for c in copies))
 
 
-def _cell_at(network: Cell, scope: str) -> Cell | None:
-    """The Cell a scope names (``Default/network-WithLossCell/_backbone-GPT/0-Block``), searched from ``network``
-    or a Cell inside it (a train cell holding the loss network): each segment names the shallowest descendant with
-    that attribute name and class (a CellList's items are scoped under the Cell holding the list)."""
-    level: list[Cell] = [network]
-    cell = None
-    for part in scope.split("/")[1:]:  # after Default/
-        attr, _, cls = part.rpartition("-")
-        cell = None
-        while level and cell is None:
-            cell = next((c for c in level if (c._scope_attr or "network") == attr and type(c).__name__ == cls), None)
-            if cell is None:
-                level = [g for c in level for g in c.name_cells().values()]
-        if cell is None:
-            return None
-        level = list(cell.name_cells().values())
-    return cell
-
-
 def _scaled(aval: jax.ShapeDtypeStruct, micro: int, global_batch: int) -> jax.ShapeDtypeStruct:
     shape = tuple(aval.shape)
     if shape and shape[0] % global_batch == 0:
@@ -187,7 +165,28 @@ def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micr
                 cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL) -> dict[tuple[int, int], LayerCost]:
     """Per (tensor-group size, sequences per micro-batch), the repeated layer's cost planned on that group (its
     routed experts split over the group where they can be: ``stage_experts``)."""
+    return layer_variants(layers, global_batch, tps, micros, cluster, slots, mode, sequence=False)[0]
+
+
+def layer_variants(layers: ModelLayers, global_batch: int, tps: Iterable[int], micros: Iterable[int],
+                   cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL, sequence: bool = True
+                   ) -> tuple[dict[tuple[int, int], LayerCost], dict[tuple[int, int], LayerCost]]:
+    """With ``sequence``, per (tensor group > 1, micro-batch) the layer's plain tensor-parallel variant and its
+    sequence-parallel one (``stage_sequence``: the searched plan and its flips, the fastest of each kind), each
+    as the first mapping's when the other kind has none; without, :func:`layer_costs`."""
+    out, other, _ = layer_plans(layers, global_batch, tps, micros, cluster, slots, mode, sequence, bounded=False)
+    return out, other
+
+
+def layer_plans(layers: ModelLayers, global_batch: int, tps: Iterable[int], micros: Iterable[int],
+                cluster: Cluster, slots: float, mode: str = ParallelMode.AUTO_PARALLEL, sequence: bool = True,
+                bounded: bool = True) -> tuple[dict[tuple[int, int], LayerCost], dict[tuple[int, int], LayerCost],
+                                               dict[tuple[int, int], tuple[LayerCost, ...]]]:
+    """:func:`layer_variants`' two mappings and, with ``bounded``, per (tensor group > 1, micro-batch) the
+    weight-bounded plans (``stage_weights``), each priced as the others."""
     out: dict[tuple[int, int], LayerCost] = {}
+    other: dict[tuple[int, int], LayerCost] = {}
+    weight: dict[tuple[int, int], tuple[LayerCost, ...]] = {}
     held = layers.cell._scope_attr
     experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
@@ -201,24 +200,104 @@ def layer_costs(layers: ModelLayers, global_batch: int, tps: Iterable[int], micr
                 if mp not in traces:
                     with experts_split(experts, mp):
                         traces[mp], _ = trace_network(ns, avals, "train")
-                out[(tp, micro)] = _price_layer(traces[mp], tp, micro, cluster, slots, mode, experts)
+                if bounded and tp > 1:
+                    weight[(tp, micro)] = tuple(c for _, c in _bounded(traces[mp], tp, micro, cluster, mode, experts))
+                if not sequence or tp == 1:
+                    out[(tp, micro)] = _price_layer(traces[mp], tp, micro, cluster, slots, mode, experts)
+                    continue
+                kinds = {k: cost for k, (_, cost) in _variants(traces[mp], tp, micro, cluster, mode, experts).items()}
+                out[(tp, micro)] = kinds.pop(False, None) or kinds.pop(True)
+                other.update({(tp, micro): cost for cost in kinds.values()})
     finally:
         layers.cell._scope_attr = held
+    return out, other, weight
+
+
+def _search_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, record: Any = None,
+                  budget: float | None = None) -> Graph:
+    settings = SearchSettings(budget, objective_hardware("dynamic_programming", cluster.hw))
+    return plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel", record, settings))
+
+
+def _bounded(graph: Graph, tp: int, micro: int, cluster: Cluster, mode: str,
+             experts: Experts) -> list[tuple[Graph, LayerCost]]:
+    """The layer's weight-bounded plans on ``tp`` devices (``stage_weights.bounded_plans``), each priced, with its
+    rung of the ladder (``LayerCost.weight_bound``, from 1); per rung, the fastest plan of each sequence-parallel
+    kind among the rung's plan and its flips (``stage_sequence.variants``) re-solved under the rung's bound (a flip
+    that no plan of its kind fits under it is solved without, and its flip back under it again)."""
+    priced: dict[int, LayerCost] = {}
+
+    def price(g: Graph) -> LayerCost:
+        if id(g) not in priced:
+            priced[id(g)] = _price_layer(graph, tp, micro, cluster, 0.0, mode, experts, g)
+        return priced[id(g)]
+
+    def replan(budget: float | None, record: Any = None) -> Graph | None:
+        try:
+            return _search_layer(graph, tp, cluster, mode, record, budget)
+        except MemoryBudgetError:  # a flip no plan of that kind fits: solved without the bound (its flip back with)
+            return None if record is None else replan(None, record)
+
+    plans = bounded_plans(_search_layer(graph, tp, cluster, mode), tp,
+                          whole_weight_bytes(graph, lambda name: name == PROBE) / tp,
+                          lambda g: price(g).weight_bytes, replan)
+    out, seen = [], set()
+    for k, plan in enumerate(plans):
+        budget = plan.plan.search.budget
+        kinds = sequence_variants(plan, tp, lambda record, b=budget: replan(b, record),
+                                  lambda g: layer_time(price(g), cluster.hw, False))
+        for kind in sorted(kinds):
+            if price(kinds[kind]) not in seen:  # an earlier rung's plan again (a flip solved without the bound)
+                seen.add(price(kinds[kind]))
+                out.append((kinds[kind], dataclasses.replace(price(kinds[kind]), weight_bound=k + 1)))
     return out
 
 
-def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str) -> Graph:
+def _plan_layer(graph: Graph, tp: int, cluster: Cluster, mode: str, seq_parallel: bool | None = None,
+                weight_bound: int = 0) -> Graph:
     """The layer's trace planned on a tensor group of ``tp`` devices (the plan its cost and the strategy file's
-    per-stage strategies are read from)."""
-    settings = SearchSettings(None, objective_hardware("dynamic_programming", cluster.hw))
-    return plan_graph(graph, PlanRequest(tp, mode, "dynamic_programming", "train", "data_parallel",
-                                         search=settings, optimizer_slots=None))
+    per-stage strategies are read from); ``seq_parallel`` given: that sequence-parallel variant, as
+    :func:`layer_variants` chose and priced it; ``weight_bound`` > 0: that weight-bounded plan (:func:`_bounded`)."""
+    if weight_bound:
+        ladder = _bounded(graph, tp, 1, cluster, mode, Experts())
+        found = [g for g, c in ladder if c.weight_bound == weight_bound and c.seq_parallel == bool(seq_parallel)]
+        if not found:
+            raise StagePlanError(f"the stage plan asks for weight-bounded layer plan {weight_bound} (sequence parallel "
+                                 f"{bool(seq_parallel)}) on tp {tp}; the layer has {len(ladder)} (the plan was made "
+                                 "for another layer or device count)")
+        return found[0]
+    if seq_parallel is None or tp == 1:
+        return _search_layer(graph, tp, cluster, mode)
+    kinds = _variants(graph, tp, 1, cluster, mode, Experts())
+    if seq_parallel not in kinds:
+        raise StagePlanError(f"the stage plan asks for sequence parallel {seq_parallel} on tp {tp}, which the "
+                             "layer's plan cannot take (no token region the group divides)")
+    return kinds[seq_parallel][0]
+
+
+def _variants(graph: Graph, tp: int, micro: int, cluster: Cluster, mode: str,
+              experts: Experts) -> dict[bool, tuple[Graph, LayerCost]]:
+    """The layer's sequence-parallel variants on ``tp`` devices, planned and priced (``stage_sequence.variants``:
+    the fastest per kind by the stage model's layer time)."""
+    priced: dict[int, LayerCost] = {}
+
+    def price(g: Graph) -> LayerCost:
+        if id(g) not in priced:
+            priced[id(g)] = _price_layer(graph, tp, micro, cluster, 0.0, mode, experts, g)
+        return priced[id(g)]
+
+    kinds = sequence_variants(_search_layer(graph, tp, cluster, mode), tp,
+                              lambda record: _search_layer(graph, tp, cluster, mode, record),
+                              lambda g: layer_time(price(g), cluster.hw, False))
+    return {kind: (g, price(g)) for kind, g in kinds.items()}
 
 
 def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, cluster: Cluster,
-                  mode: str = ParallelMode.AUTO_PARALLEL) -> Graph:
+                  mode: str = ParallelMode.AUTO_PARALLEL, seq_parallel: bool | None = None,
+                  weight_bound: int = 0) -> Graph:
     """The repeated layer traced alone for ``micro`` sequences and planned on ``tp`` devices, as
-    :func:`layer_costs` priced it (the same trace and solve: the plan is deterministic)."""
+    :func:`layer_costs` priced it (the same trace and solve: the plan is deterministic); ``seq_parallel``: the
+    sequence-parallel variant priced (None: the search's own); ``weight_bound``: the weight-bounded plan priced."""
     held = layers.cell._scope_attr
     experts = layer_experts(layers.cell)
     probe = _Probe(layers.cell)
@@ -226,14 +305,14 @@ def planned_layer(layers: ModelLayers, global_batch: int, tp: int, micro: int, c
         ns = NetworkState(probe, probe.trainable_params())
         with experts_split(experts, expert_split(experts, tp)):
             graph, _ = trace_network(ns, [_scaled(a, micro, global_batch) for a in layers.inputs], "train")
-        return _plan_layer(graph, tp, cluster, mode)
+        return _plan_layer(graph, tp, cluster, mode, seq_parallel, weight_bound)
     finally:
         layers.cell._scope_attr = held
 
 
 def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: float, mode: str,
-                 experts: Experts = Experts()) -> LayerCost:
-    planned = _plan_layer(graph, tp, cluster, mode)
+                 experts: Experts = Experts(), planned: Graph | None = None) -> LayerCost:
+    planned = _plan_layer(graph, tp, cluster, mode) if planned is None else planned
     per_node = plan_cost(planned, planned.plan.mesh, training=True)
     nodes = [n for n in planned.node_list() if not any(planned.values[v].name == PROBE for v in n.inputs)
              and FOLD not in n.scope.rsplit("/", 1)[-1]]
@@ -247,7 +326,7 @@ def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: flo
     largest = largest_parameter(planned, PROBE)
     return LayerCost(tp, micro, total.flops, total.comm_bytes, total.messages, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS),
                      total.activation_bytes, boundary, total.transient_bytes, text, experts.count, expert_weights,
-                     dispatched, stage_kept, stage_input, largest, stage_cotangents)
+                     dispatched, stage_kept, stage_input, largest, stage_cotangents, is_split(planned, tp))
 
 
 def _input_bytes(graph: Graph) -> float:
@@ -271,67 +350,6 @@ def edge_costs(graph: Graph, layers: ModelLayers, global_batch: int) -> tuple[Ed
     return edge(layers.head), edge(layers.tail)
 
 
-@dataclasses.dataclass(frozen=True)
-class StageReport:
-    """What the stage search found for a traced model: the search (best plan and runners-up), the layer it
-    repeated, and the CPU time profiling and searching took."""
-
-    search: StageSearch
-    layers: ModelLayers
-    cell_scopes: tuple[str, ...]  # each layer copy's Cell scope, in model order
-    layer_scope: str
-    n_layers: int
-    global_batch: int
-    cluster: Cluster
-    profile_s: float
-    search_s: float
-
-    def text(self) -> str:
-        return stage_text(self)
-
-    def apply(self, network: Cell) -> dict[str, Any]:
-        """Put the chosen plan on ``network`` (the loss network planned): each layer Cell's ``pipeline_stage`` by
-        the layers per stage, ``recompute()`` on the layers of the stages the plan recomputes (the ops outside the layers follow their neighbours' stages, as
-        ``compile.pipeline.stage_split`` places them). Returns the ``set_auto_parallel_context`` settings to run it
-        with (``pipeline_stages``, ``pipeline_config``); wrap the network in ``PipelineCell(network,
-        plan.shape.micro_batches)``."""
-        best = self.search.best
-        if best is None:
-            raise StagePlanError("StageReport.apply: the stage search found no plan within the memory budget "
-                                 f"({self.search.fitted} of {self.search.priced} shapes fit): raise "
-                                 "max_device_memory or plan for more devices")
-        stage_of, k = {}, 0
-        for stage, n in enumerate(best.layers):
-            stage_of.update({scope: stage for scope in self.cell_scopes[k:k + n]})
-            k += n
-        put_stages(network, stage_of, {i for i, r in enumerate(best.recompute) if r}, "StageReport.apply")
-        mp = expert_split(layer_experts(self.layers.cell), best.shape.tp)
-        if best.shape.ep > 1 or mp > 1:  # construction arguments of the MoE, not context settings: said, not set
-            notice_once("stages:expert_parallel", f"the stage plan chose expert_parallel={best.shape.ep} and the "
-                        f"experts split model_parallel={mp} ways: build the MoE layers with MoEParallelConfig("
-                        f"data_parallel={best.shape.dp}, model_parallel={mp}, expert_parallel={best.shape.ep}) "
-                        "(apply() sets the pipeline only; the MoE's strategies are fixed when it is built)")
-        return {"pipeline_stages": best.shape.stages,
-                "pipeline_config": {"pipeline_scheduler": best.shape.schedule, "pipeline_interleave": False}}
-
-    def data(self) -> dict[str, Any]:
-        return stage_data(self)
-
-
-def put_stages(network: Cell, stage_of: dict[str, int], recompute: set[int], who: str) -> None:
-    """Each layer Cell (by scope) of ``network`` on its stage, recomputed where its stage is in ``recompute``; a
-    scope that names no Cell of ``network`` is refused (the plan was made for another network)."""
-    cells = {scope: _cell_at(network, scope) for scope in stage_of}
-    missing = [scope for scope, cell in cells.items() if cell is None]
-    if missing:
-        raise StagePlanError(f"{who}({type(network).__name__}): no Cell at {missing[0]}; apply the plan to "
-                             "the network it was made for (the loss network plan_for_devices traced)")
-    for scope, cell in cells.items():
-        cell.pipeline_stage = stage_of[scope]
-        if stage_of[scope] in recompute:
-            cell.recompute()
-
-
 def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, budget: float | None,
                     slots: float = DEFAULT_OPTIMIZER_SLOTS, micros: Iterable[int] = MICROS,
                     stages: int | None = None) -> StageReport | None:
@@ -347,10 +365,11 @@ def search_pipeline(network: Cell, graph: Graph, devices: int, platform: str, bu
     cluster = Cluster.for_platform(devices, platform, budget)
     tps = [t for t in TENSOR_GROUPS if t <= cluster.node_size and devices % t == 0]
     micros = [m for m in micros if m <= global_batch]
-    costs = layer_costs(layers, global_batch, tps, micros, cluster, slots)
+    costs, sequence, bounded = layer_plans(layers, global_batch, tps, micros, cluster, slots)
     head, tail = edge_costs(graph, layers, global_batch)
     profiled = time.process_time()
     found = search_stages(costs, layers.count, head, tail, cluster, global_batch, slots,
-                          stage_counts=None if stages is None else (stages,))
+                          stage_counts=None if stages is None else (stages,), sequence=sequence,
+                          bounded=bounded)
     return StageReport(found, layers, tuple(layers.cell_scopes(graph)), layers.scope, layers.count, global_batch, cluster, profiled - started,
                        time.process_time() - profiled)

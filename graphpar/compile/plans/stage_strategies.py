@@ -113,7 +113,8 @@ def stage_plan(network: Cell, graph: Graph, report: Any, dataset_strategy: Any =
     micro_graph, _ = trace_network(NetworkState(network, network.trainable_params()),
                                    micro_batch_avals(graph, shape.micro_batches), "train")
     layers = find_layers(network, micro_graph)
-    layer_graph = planned_layer(report.layers, report.global_batch, shape.tp, shape.micro, report.cluster)
+    layer_graph = planned_layer(report.layers, report.global_batch, shape.tp, shape.micro, report.cluster,
+                                seq_parallel=shape.seq_parallel, weight_bound=shape.weight_bound)
     record = layer_record(layer_graph, report.layer_scope, micro_graph, layers, shape.dp, devices)
     settings = SearchSettings(None, objective_hardware("dynamic_programming", report.cluster.hw))
     planned = plan_graph(micro_graph, PlanRequest(devices, ParallelMode.AUTO_PARALLEL, "dynamic_programming", "train",

@@ -15,7 +15,8 @@ with the pipeline's stage count, micro-batch count, schedule, recompute and opti
   (``compile.pipeline.stage_programs``; an AllReduce of the stage's weight blocks over dp, inter-node when the
   stage spans nodes, with optimizer sharding too: :func:`reduce_wire`);
 * step time = (m + p - 1) x the slowest stage's time per micro-batch (1F1B and GPipe alike: the bubble is
-  (p - 1) / (m + p - 1) of the step) + with optimizer sharding the slowest stage's AllGather of its updated
+  (p - 1) / (m + p - 1) of the step; interleaved 1F1B with v chunks per stage: m + (p - 1) / v, and v times the
+  sends, :mod:`.schedules`) + with optimizer sharding the slowest stage's AllGather of its updated
   weights (once per step);
 * memory of stage i = weights + gradients + optimizer state (sharded over dp with optimizer sharding, the gathered
   weights then live through the step) + the activations of the micro-batches in flight: min(p - i, m) under 1F1B,
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 
 from graphpar.planner.calibration import platform_hardware
 from graphpar.planner.cost import HARDWARE, Hardware
+from graphpar.planner.stages.schedules import (bubble, boundary_crossings, edge_in_flight, layer_in_flight,
+                                               pipeline_length)
 from graphpar.planner.wire import wire_bytes
 
 SCHEDULES = ("1f1b", "gpipe")
@@ -61,6 +64,12 @@ class LayerCost:
     # the part of stage_activation_bytes on the gradient path (None: all of it): the backward makes a cotangent for
     # each; an MoE's routing masks are kept but get none
     stage_cotangent_bytes: float | None = None
+    # the layer plan splits its token regions (LayerNorm, residual) over the tensor group: Megatron's sequence
+    # parallel (``compile.plans.stage_sequence``; measured on the plan, never set for tp 1)
+    seq_parallel: bool = False
+    # 0: the intra-op search's own plan (or its sequence flip); k > 0: the k-th plan re-solved under a weight-memory
+    # bound (``compile.plans.stage_weights``: the weights the objective does not price, kept to a full split)
+    weight_bound: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,13 +117,24 @@ class Shape:
     schedule: str = "1f1b"
     optimizer_shard: bool = False
     ep: int = 1  # expert parallel: the routed experts split over ep of the dp replicas (ep divides dp)
+    chunks: int = 1  # virtual stages per device group (interleaved 1F1B: ``planner.stages.schedules``)
+    seq_parallel: bool = False  # sequence parallel over the tensor group (tp > 1): the layer's priced variant
+    weight_bound: int = 0  # the layer plan priced: 0 the searched one, k > 0 the k-th weight-bounded (LayerCost)
+
+    @property
+    def length(self) -> float:
+        """The pipelined part of a step in stage-times (``schedules.pipeline_length``)."""
+        return pipeline_length(self.stages, self.chunks, self.micro_batches)
+
+    @property
+    def bubble(self) -> float:
+        return bubble(self.stages, self.chunks, self.micro_batches)
 
 
-def in_flight(shape: Shape, stage: int) -> int:
-    """Micro-batches whose activations stage ``stage`` holds at once under the schedule."""
-    if shape.schedule == "gpipe":
-        return shape.micro_batches
-    return min(shape.stages - stage, shape.micro_batches)
+def in_flight(shape: Shape, stage: int) -> float:
+    """Micro-batches of its layers' activations stage ``stage`` holds at once under the schedule (interleaved:
+    chunk-activations over the chunk count; ``schedules``)."""
+    return layer_in_flight(shape.schedule, shape.stages, shape.chunks, shape.micro_batches, stage)
 
 
 def layer_time(layer: LayerCost, hw: Hardware, recompute: bool) -> float:
@@ -146,8 +166,8 @@ def fixed_time(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail:
         t += edge_time(head, shape, cluster)
     if stage == shape.stages - 1:
         t += edge_time(tail, shape, cluster)
-    if shape.stages > 1:
-        sends = (stage > 0) + (stage < shape.stages - 1)  # activation in / out, gradient back
+    if shape.stages > 1:  # activation in / out, gradient back, at every chunk boundary
+        sends = boundary_crossings(shape.stages, shape.chunks, stage)
         t += sends * (cluster.hw.alpha + cluster.inter_beta * layer.boundary_bytes)
     return t
 
@@ -206,10 +226,11 @@ def fixed_memory(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tai
     """Stage ``stage``'s resident memory besides its layers: head / tail weights and the activations they keep
     for the micro-batches in flight."""
     m = 0.0
-    for edge, here in ((head, stage == 0), (tail, stage == shape.stages - 1)):
+    for edge, here, first in ((head, stage == 0, True), (tail, stage == shape.stages - 1, False)):
         if here:
             m += edge.weight_bytes / shape.tp * weight_factor(shape, slots)
-            m += in_flight(shape, stage) * edge_activation(edge, shape)
+            m += edge_in_flight(shape.schedule, shape.stages, shape.chunks, shape.micro_batches,
+                                first) * edge_activation(edge, shape)
     return m
 
 
@@ -238,8 +259,9 @@ def backward_pieces(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, 
             block = max(block, edge.weight_bytes / shape.tp)
     if shape.micro_batches > 1 and shape.dp == 1:
         act_fixed += block
-    grad_per = reduced_gradients(dense, experts, shape)
-    act_per = cotangents(layer, shape) * (2.0 if recompute else 1.0)
+    # a backward program runs one chunk: a 1 / chunks share of the stage's layers
+    grad_per = reduced_gradients(dense, experts, shape) / shape.chunks
+    act_per = cotangents(layer, shape) * (2.0 if recompute else 1.0) / shape.chunks
     return ((act_fixed + grad_fixed, act_per + grad_per), (2.0 * grad_fixed, 2.0 * grad_per))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphpar.planner.stages.schedules import chunk_layers
 from graphpar.planner.stages.search import StagePlan
 
 
@@ -17,13 +18,14 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     a, b = plan.shape, best.shape
     parts = [f"{name} {getattr(a, attr)} (not {getattr(b, attr)})" for name, attr in (
         ("pp", "stages"), ("tp", "tp"), ("dp", "dp"), ("ep", "ep"), ("micro-batches", "micro_batches"), ("micro", "micro"),
-        ("schedule", "schedule"), ("optimizer sharding", "optimizer_shard")) if getattr(a, attr) != getattr(b, attr)]
+        ("schedule", "schedule"), ("chunks per stage", "chunks"), ("optimizer sharding", "optimizer_shard"),
+        ("sequence parallel", "seq_parallel"), ("weight-bounded layer plan", "weight_bound")) if getattr(a, attr) != getattr(b, attr)]
     if sum(plan.recompute) != sum(best.recompute):
         parts.append(f"recompute on {sum(plan.recompute)} stages (not {sum(best.recompute)})")
     why = []
-    pipe = (a.micro_batches + a.stages - 1) * max(plan.stage_time)
-    if pipe > (b.micro_batches + b.stages - 1) * max(best.stage_time) * (1 + 1e-9):
-        why.append(f"pipeline {a.micro_batches + a.stages - 1} x slowest stage = {pipe:.4g} s")
+    pipe = a.length * max(plan.stage_time)
+    if pipe > b.length * max(best.stage_time) * (1 + 1e-9):
+        why.append(f"pipeline {a.length:.4g} x slowest stage = {pipe:.4g} s")
     if max(plan.stage_time) > max(best.stage_time) * (1 + 1e-9):
         why.append(f"slowest stage {max(plan.stage_time) * 1e3:.4g} ms per micro-batch")
     if plan.bubble > best.bubble:
@@ -35,7 +37,7 @@ def differences(plan: StagePlan, best: StagePlan) -> str:
     if max(plan.stage_memory) > max(best.stage_memory):
         why.append(f"peak {_gib(max(plan.stage_memory))}")
     loss = plan.step_time / best.step_time - 1 if best.step_time else 0.0
-    return f"{', '.join(parts) or 'same shape'}: +{loss:.2%} step time ({'; '.join(why) or 'the same time'})"
+    return f"{', '.join(parts) or 'same shape'}: {loss:+.2%} step time ({'; '.join(why) or 'the same time'})"
 
 
 def stage_text(report: Any) -> str:
@@ -50,9 +52,11 @@ def stage_text(report: Any) -> str:
         lines.append("no pipeline plan fits the budget: raise max_device_memory or use more devices")
         return "\n".join(lines)
     lines.append("chosen: " + best.describe())
-    lines.append(f"  predicted step {best.step_time:.4g} s = {best.shape.micro_batches + best.shape.stages - 1} x "
+    v = best.shape.chunks
+    form = "(p-1)/(m+p-1)" if v == 1 else f"(p-1)/({v}m+p-1)"
+    lines.append(f"  predicted step {best.step_time:.4g} s = {best.shape.length:.4g} x "
                  f"{max(best.stage_time) * 1e3:.4g} ms (slowest stage per micro-batch, its dp gradient reduction "
-                 f"included) + {best.sync_time * 1e3:.4g} ms gradient sync; bubble (p-1)/(m+p-1) = {best.bubble:.1%}")
+                 f"included) + {best.sync_time * 1e3:.4g} ms gradient sync; bubble {form} = {best.bubble:.1%}")
     lines.append("  stage  layers  recompute  ms/micro-batch  (dp reduce)  memory")
     first = 0
     for i, (n, rc, t, m) in enumerate(zip(best.layers, best.recompute, best.stage_time, best.stage_memory)):
@@ -60,6 +64,8 @@ def stage_text(report: Any) -> str:
         lines.append(f"  {i:<5}  {first}-{first + n - 1:<{5}}  {'full' if rc else 'none':<9}  {t * 1e3:<14.4g}  "
                      f"{red * 1e3:<11.4g}  {_gib(m)}")
         first += n
+    if v > 1:
+        lines.append("  chunks (stage.segment: layers) in model order: " + _chunks_text(best))
     if best.layer_plan:
         lines.append(f"  layer plan on tp {best.shape.tp}: {best.layer_plan}")
     for k, alt in enumerate(s.alternatives, 1):
@@ -68,11 +74,21 @@ def stage_text(report: Any) -> str:
     return "\n".join(lines)
 
 
+def _chunks_text(plan: StagePlan) -> str:
+    out, first = [], 0
+    for group, segment, n in chunk_layers(plan.layers, plan.shape.chunks):
+        out.append(f"{group}.{segment}: {first}-{first + n - 1}")
+        first += n
+    return ", ".join(out)
+
+
 def plan_data(plan: StagePlan) -> dict[str, Any]:
     s = plan.shape
-    return {"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp, "expert_parallel": s.ep,
+    return {"pipeline_interleave": s.chunks > 1, "chunks_per_stage": s.chunks,
+            "chunk_layers": [list(c) for c in chunk_layers(plan.layers, s.chunks)],"pipeline_stages": s.stages, "tensor_parallel": s.tp, "data_parallel": s.dp, "expert_parallel": s.ep,
             "micro_batches": s.micro_batches, "micro_batch_sequences": s.micro, "schedule": s.schedule,
-            "optimizer_shard": s.optimizer_shard, "layers_per_stage": list(plan.layers),
+            "optimizer_shard": s.optimizer_shard, "sequence_parallel": s.seq_parallel,
+            "layer_weight_bound": s.weight_bound, "layers_per_stage": list(plan.layers),
             "recompute": ["full" if r else "none" for r in plan.recompute],
             "stage_time_s": list(plan.stage_time), "stage_memory_bytes": list(plan.stage_memory),
             "sync_time_s": plan.sync_time, "reduce_time_s": list(plan.reduce_time), "bubble": plan.bubble, "step_time_s": plan.step_time,
@@ -95,8 +111,10 @@ FILE = "pipeline_search.json"  # what `graphpar plan --dump DIR` writes beside t
 
 def _shape_text(p: dict[str, Any]) -> str:
     ep = f" (ep {p['expert_parallel']})" if p.get("expert_parallel", 1) > 1 else ""
-    return (f"pp {p['pipeline_stages']} x tp {p['tensor_parallel']} x dp {p['data_parallel']}{ep}, "
+    sp = " sp" if p.get("sequence_parallel") else ""
+    return (f"pp {p['pipeline_stages']} x tp {p['tensor_parallel']}{sp} x dp {p['data_parallel']}{ep}, "
             f"{p['micro_batches']} x {p['micro_batch_sequences']}, {p['schedule']}"
+            f"{' x %d chunks' % p['chunks_per_stage'] if p.get('chunks_per_stage', 1) > 1 else ''}"
             f"{', opt-sharded' if p['optimizer_shard'] else ''}")
 
 

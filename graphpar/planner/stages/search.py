@@ -23,6 +23,8 @@ import numpy as np
 from graphpar.planner.stages.model import (SCHEDULES, Cluster, EdgeCost, LayerCost, Shape, backward_pieces,
                                            expert_time, fixed_memory, fixed_time, layer_memory, layer_time,
                                            layer_weights, reduce_time, stage_memory, sync_time)
+from graphpar.planner.stages.schedules import schedule_options
+from graphpar.planner.stages.sequence import variants
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,15 @@ class StagePlan:
 
     @property
     def bubble(self) -> float:
-        s = self.shape
-        return (s.stages - 1) / (s.micro_batches + s.stages - 1)
+        return self.shape.bubble
 
     def describe(self) -> str:
         s = self.shape
         rc = sum(self.recompute)
         ep = f" (ep {s.ep})" if s.ep > 1 else ""
-        return (f"pp {s.stages} x tp {s.tp} x dp {s.dp}{ep}, {s.micro_batches} micro-batches of {s.micro}, {s.schedule}"
+        sp = " (sequence parallel)" if s.seq_parallel else ""
+        sp += f" (weight-bounded layer plan {s.weight_bound})" if s.weight_bound else ""
+        return (f"pp {s.stages} x tp {s.tp}{sp} x dp {s.dp}{ep}, {s.micro_batches} micro-batches of {s.micro}, {schedule_text(s)}"
                 f"{', optimizer sharded' if s.optimizer_shard else ''}, recompute on {rc}/{s.stages} stages: "
                 f"{self.step_time:.4g} s/step, bubble {self.bubble:.1%}, peak {max(self.stage_memory) / 2 ** 30:.3g} GiB")
 
@@ -69,6 +72,11 @@ class StageSearch:
     fitted: int
 
 
+def schedule_text(shape: Shape) -> str:
+    """``1f1b``, ``gpipe`` or ``interleaved 1f1b (v chunks)``."""
+    return shape.schedule if shape.chunks == 1 else f"interleaved {shape.schedule} ({shape.chunks} chunks)"
+
+
 def divisors(n: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
@@ -78,9 +86,10 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
            slots: float, fixed_recompute: bool | None = None, even: bool = False) -> StagePlan | None:
     """The best layer-to-stage assignment of ``n_layers`` identical layers for ``shape`` (None when none fits the
     budget). ``fixed_recompute``: the same recompute on every stage (a hand-set configuration); ``even``: the
-    layers split evenly (Megatron's), nothing searched."""
+    layers split evenly (Megatron's), nothing searched. With ``shape.chunks`` > 1 (interleaved 1F1B) every stage
+    takes at least one layer per chunk."""
     p, hw = shape.stages, cluster.hw
-    if p > n_layers:
+    if p * shape.chunks > n_layers:
         return None
     budget = math.inf if cluster.memory is None else cluster.memory
     options = (False, True) if fixed_recompute is None else (fixed_recompute,)
@@ -91,6 +100,8 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
     per_layer_reduce = reduce_time(dense, experts, shape, cluster)[1]
     fixed_reduce = [sum(reduce_time(e, 0.0, shape, cluster)) + (cluster.hw.alpha if experts and shape.dp // shape.ep > 1
                                                                 else 0.0) for e in edges]
+    if shape.chunks > 1:  # each chunk's backward reduces its own gradients: the latencies once per chunk
+        fixed_reduce = [f + (shape.chunks - 1) * reduce_time(dense, experts, shape, cluster)[0] for f in fixed_reduce]
     times = {r: layer_time(layer, hw, r) + expert_time(layer, shape, cluster, r) + per_layer_reduce for r in options}
     fixed_t = np.array([fixed_time(shape, i, layer, head, tail, cluster) + fixed_reduce[i] for i in range(p)])
     caps_mem = {}
@@ -105,9 +116,11 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
     if even:  # the extra layers of an uneven split on the last stages (they hold the fewest micro-batches)
         counts = [n_layers // p + (i >= p - n_layers % p) for i in range(p)]
     else:
-        counts = _bottleneck_counts(p, n_layers, times, fixed_t, caps_mem)
+        counts = _bottleneck_counts(p, n_layers, times, fixed_t, caps_mem, shape.chunks)
         if counts is None:
             return None
+    if min(counts) < shape.chunks:
+        return None
     recompute = []
     for i, l in enumerate(counts):
         fits = [r for r in options if caps_mem[r][i] >= l]
@@ -121,14 +134,15 @@ def assign(shape: Shape, n_layers: int, layer: LayerCost, head: EdgeCost, tail: 
     sync = max(sync_time(counts[i] * dense + edges[i], shape, cluster)
                + (sync_time(counts[i] * experts, shape, cluster, shape.dp // shape.ep) if experts else 0.0)
                for i in range(p))
-    step = (shape.micro_batches + p - 1) * max(stage_time) + sync
+    step = shape.length * max(stage_time) + sync
     return StagePlan(shape, tuple(counts), tuple(recompute), stage_time, memory, sync, step, layer.plan,
                      reduce, tuple(counts[i] * dense + edges[i] for i in range(p)))
 
 
 def _bottleneck_counts(p: int, n_layers: int, times: Mapping[bool, float], fixed_t: np.ndarray,
-                       caps_mem: Mapping[bool, np.ndarray]) -> list[int] | None:
-    """Layers per stage minimising the slowest stage's time (every stage at least one layer)."""
+                       caps_mem: Mapping[bool, np.ndarray], least: int = 1) -> list[int] | None:
+    """Layers per stage minimising the slowest stage's time (every stage at least ``least`` layers: one per
+    chunk)."""
     ls = np.arange(1, n_layers + 1)
     candidates = np.unique(np.concatenate([(fixed_t[:, None] + ls[None, :] * t).ravel() for t in times.values()]))
 
@@ -140,16 +154,16 @@ def _bottleneck_counts(p: int, n_layers: int, times: Mapping[bool, float], fixed
         return cap
 
     caps = capacity(candidates)
-    ok = (caps.min(axis=0) >= 1) & (caps.clip(0, None).sum(axis=0) >= n_layers)
+    ok = (caps.min(axis=0) >= least) & (caps.clip(0, None).sum(axis=0) >= n_layers)
     if not ok.any():
         return None
     cap = caps[:, int(np.argmax(ok))].astype(int)
     counts, left = [], n_layers
     for i in range(p):
-        take = min(int(cap[i]), left - (p - 1 - i))  # leave at least one layer for each later stage
+        take = min(int(cap[i]), left - least * (p - 1 - i))  # leave enough for each later stage
         counts.append(take)
         left -= take
-    return counts if left == 0 and min(counts) >= 1 else None
+    return counts if left == 0 and min(counts) >= least else None
 
 
 def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[int], tps: Iterable[int],
@@ -157,7 +171,7 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
            experts: int = 0) -> Iterable[Shape]:
     """Every parallel shape: stage counts dividing the devices (at most one stage per layer), tensor groups inside a
     node, replicas dividing the batch, at least as many micro-batches as stages whose size has a layer cost,
-    both schedules, optimizer
+    both schedules and interleaved 1F1B's chunk counts (``schedules.schedule_options``), optimizer
     sharding on and off, and with ``experts`` routed experts (an MoE layer) every expert parallel ep dividing both
     the replicas and the experts (MindSpore's ``expert_parallel``: it divides ``data_parallel``)."""
     micros, tps = set(micros), sorted(set(tps))
@@ -179,37 +193,39 @@ def shapes(cluster: Cluster, n_layers: int, global_batch: int, micros: Iterable[
                 if micro not in micros or m < p:  # MindSpore (and the runtime) need micro_size >= stages
                     continue
                 eps = [e for e in divisors(dp) if experts % e == 0] if experts > 1 else [1]
-                for schedule in schedules:
+                for schedule, chunks in schedule_options(p, m, n_layers, tuple(schedules)):
                     for shard in ((False, True) if dp > 1 else (False,)):
                         for ep in eps:
-                            yield Shape(p, tp, dp, m, micro, schedule, shard, ep)
+                            yield Shape(p, tp, dp, m, micro, schedule, shard, ep, chunks)
 
 
 def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
                   cluster: Cluster, global_batch: int, slots: float, top: int = 5,
-                  stage_counts: Iterable[int] | None = None) -> StageSearch:
+                  stage_counts: Iterable[int] | None = None,
+                  sequence: Mapping[tuple[int, int], LayerCost] | None = None,
+                  bounded: Mapping[tuple[int, int], tuple[LayerCost, ...]] | None = None) -> StageSearch:
     """The best pipeline plan over every :func:`shapes` that has a layer cost (``layers[(tp, micro)]``), and the
-    ``top`` best runners-up of other stage counts or tensor sizes. ``stage_counts``: the stage counts
-    allowed (None: every one; the user's ``pipeline_stages`` when set)."""
+    ``top`` best runners-up of other stage counts, tensor sizes or sequence parallel. ``stage_counts``: the stage
+    counts allowed (None: every one; the user's ``pipeline_stages`` when set). ``sequence``: the layer's other
+    sequence-parallel variant per (tp, micro) (:mod:`.sequence`), each priced as a shape of its own; ``bounded``:
+    its weight-bounded plans per (tp, micro) (``compile.plans.stage_weights``), priced the same way."""
     tps = sorted({tp for tp, _ in layers})
     micros = sorted({m for _, m in layers})
     experts = max(layer.experts for layer in layers.values())
     plans: list[StagePlan] = []
     priced = 0
-    for shape in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts, experts=experts):
-        layer = layers.get((shape.tp, shape.micro))
-        if layer is None:
-            continue
-        priced += 1
-        plan = assign(shape, n_layers, layer, head, tail, cluster, slots)
-        if plan is not None:
-            plans.append(plan)
+    for each in shapes(cluster, n_layers, global_batch, micros, tps, stage_counts=stage_counts, experts=experts):
+        for shape, layer in variants(layers, sequence or {}, each, bounded):
+            priced += 1
+            plan = assign(shape, n_layers, layer, head, tail, cluster, slots)
+            if plan is not None:
+                plans.append(plan)
     plans.sort(key=lambda q: q.step_time)  # stable: the enumeration order breaks ties
     runners, seen = [], set()
     for q in plans:
-        # one per stage count and tensor size (GPipe's plan of a shape takes 1F1B's time with more memory: it
-        # follows 1F1B's and is not listed)
-        key = (q.shape.stages, q.shape.tp)
+        # one per stage count, tensor size, chunk count and sequence parallel (GPipe's plan of a shape takes 1F1B's
+        # time with more memory: it follows 1F1B's and is not listed)
+        key = (q.shape.stages, q.shape.tp, q.shape.chunks, q.shape.seq_parallel)
         if key in seen:
             continue
         if q is plans[0]:
@@ -225,12 +241,16 @@ def search_stages(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, he
 def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head: EdgeCost, tail: EdgeCost,
                cluster: Cluster, global_batch: int, slots: float, tp: int,
                stage_counts: Iterable[int], optimizer_shard: bool = False, ep: int = 1,
-               micro_batches: int | None = None) -> StagePlan | None:
+               micro_batches: int | None = None, chunks: int = 1,
+               sequence: Mapping[tuple[int, int], LayerCost] | None = None) -> StagePlan | None:
     """The best hand-set (Megatron-style) configuration priced by the same model: tensor ``tp`` (its layer costs
     ``layers[(tp, micro)]``), each stage count in ``stage_counts`` with data parallel over the rest, layers split
     evenly (an uneven count: one more on the last stages), the same recompute on every stage, 1F1B, optimizer
     sharding as given (Megatron's distributed optimizer), expert parallel ``ep``; the micro-batch count (or the
-    ``micro_batches`` given) and recompute that fit and are fastest."""
+    ``micro_batches`` given) and recompute that fit and are fastest; with ``sequence`` (the layer's other
+    sequence-parallel variants, :mod:`.sequence`) sequence parallel on or off, whichever is faster.
+    ``chunks`` > 1: Megatron's interleaved 1F1B with that many chunks per stage (its rules: the layers divide
+    into stages x chunks, the micro-batches into rounds of the stage count)."""
     best = None
     for p in stage_counts:
         if cluster.devices % (p * tp):
@@ -238,15 +258,15 @@ def best_fixed(layers: Mapping[tuple[int, int], LayerCost], n_layers: int, head:
         dp = cluster.devices // (p * tp)
         if global_batch % dp:
             continue
-        if dp % ep:
+        if dp % ep or (chunks > 1 and n_layers % (p * chunks)):
             continue
         for m in divisors(global_batch // dp) if micro_batches is None else [micro_batches]:
-            layer = layers.get((tp, global_batch // dp // m)) if (global_batch // dp) % m == 0 else None
-            if layer is None:
+            if (global_batch // dp) % m or (chunks > 1 and m % p):
                 continue
-            for rc in (False, True):
-                shape = Shape(p, tp, dp, m, layer.micro, "1f1b", optimizer_shard and dp > 1, ep)
-                plan = assign(shape, n_layers, layer, head, tail, cluster, slots, fixed_recompute=rc, even=True)
-                if plan is not None and (best is None or plan.step_time < best.step_time):
-                    best = plan
+            fixed = Shape(p, tp, dp, m, global_batch // dp // m, "1f1b", optimizer_shard and dp > 1, ep, chunks)
+            for shape, layer in variants(layers, sequence or {}, fixed):
+                for rc in (False, True):
+                    plan = assign(shape, n_layers, layer, head, tail, cluster, slots, fixed_recompute=rc, even=True)
+                    if plan is not None and (best is None or plan.step_time < best.step_time):
+                        best = plan
     return best
