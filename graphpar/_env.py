@@ -78,8 +78,8 @@ class ClusterEnv:
         return bool(parse_flag("MS_ENABLE_RECOVERY", self.ms_enable_recovery_text))
 
     def present(self, name: str) -> bool:
-        """Whether ``name`` was set (a valid or an invalid value)."""
-        return name in self.invalid or name in self.out_of_range or bool(os.environ.get(name))
+        """Whether ``name`` was set (a valid or an invalid value; blank reads as unset, as for the integers)."""
+        return name in self.invalid or name in self.out_of_range or bool(os.environ.get(name, "").strip())
 
 
 def _join_timeout_valid(seconds: int) -> bool:

@@ -101,6 +101,9 @@ def from_openmpi(env: ClusterEnv, timeout: float) -> ProcessPlan:
     """``mpirun -n N python train.py``: OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK / _LOCAL_SIZE."""
     source = "OpenMPI environment"
     env.check(*VARIABLES["openmpi"])
+    if env.ompi_world_size is None:
+        raise ClusterError(f"{source}: OMPI_COMM_WORLD_SIZE is blank; mpirun sets it to the number of ranks",
+                           "OMPI_COMM_WORLD_SIZE")
     if env.ompi_world_rank is None:
         raise ClusterError(f"{source}: OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not",
                            "OMPI_COMM_WORLD_RANK")

@@ -69,6 +69,15 @@ def test_precedence_launcher_then_dynamic_cluster_then_mpi_then_slurm(env):
     assert process_plan.convention(env(GRAPHPAR_NUM_PROCESSES=2)) == "launch"
 
 
+def test_a_blank_variable_reads_as_unset(env):
+    """A blank OMPI_COMM_WORLD_SIZE selects no MPI job (found by the env fuzz test: it used to select OpenMPI and
+    then fail comparing None with the rank); one the plan needs is refused by name."""
+    assert process_plan.convention(env(OMPI_COMM_WORLD_SIZE=" ", OMPI_COMM_WORLD_RANK=0)) is None
+    blank = env(OMPI_COMM_WORLD_SIZE=" ", OMPI_COMM_WORLD_RANK=0, GRAPHPAR_COORDINATOR="127.0.0.1:1")
+    with pytest.raises(ClusterError, match="OMPI_COMM_WORLD_SIZE is blank"):
+        process_plan.from_openmpi(blank, 0.01)
+
+
 def test_openmpi_on_one_host_agrees_on_a_loopback_port(env, tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
