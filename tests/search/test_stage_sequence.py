@@ -100,19 +100,18 @@ def _gpt():
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # three pipelined runs (sequence parallel, plain, STAND_ALONE): minutes on a busy machine
 def test_a_budget_only_sequence_parallel_meets_is_planned_with_it_and_trains_as_stand_alone(tmp_path):
-    """The searched GPT: at 0.0019GB the fastest plan that fits is plain tensor parallel (pp 2 x tp 4, 16
-    micro-batches of 1, recompute on the first stage); at 0.0018GB none does, and the same shape with sequence
-    parallel is planned (it keeps less per micro-batch and pays more collectives). It trains from the strategy
-    file with STAND_ALONE's losses, each stage's compiled peak within 10 % of the prediction (0.973, 0.951: the
-    first stage recomputes), and its programs gather the token rows over the tensor group before the
+    """The searched GPT: at 0.0017GB the fastest plan that fits is plain tensor parallel (pp 2 x tp 4, 16
+    micro-batches of 1, interleaved 1F1B with 2 chunks: 1,804,032 B on its fuller stage); at 0.00165GB none does,
+    and the same shape with sequence parallel (1,718,016 B) is planned (it keeps less per micro-batch and pays more collectives). It trains from the strategy
+    file with STAND_ALONE's losses, each stage's compiled peak within 10 % of the prediction (measured 0.966 and 0.968), and its programs gather the token rows over the tensor group before the
     column-parallel matmuls."""
     path = tmp_path / "sp.json"
     inputs = gpt_data(16, SEQ, 512)
-    roomier = _search(_gpt, inputs, "0.0019GB", tmp_path / "plain.json")
+    roomier = _search(_gpt, inputs, "0.0017GB", tmp_path / "plain.json")
     assert not roomier.shape.seq_parallel
-    best = _search(_gpt, inputs, "0.0018GB", path)
+    best = _search(_gpt, inputs, "0.00165GB", path)
     assert best.shape == dataclasses.replace(roomier.shape, seq_parallel=True)
-    assert max(best.stage_memory) <= 0.0018 * 2 ** 30 < max(roomier.stage_memory)
+    assert max(best.stage_memory) <= 0.00165 * 2 ** 30 < max(roomier.stage_memory)
     plan = load_pipeline_plan(str(path))
     assert plan.sequence_parallel
     saved = json.loads(path.read_text())
@@ -125,7 +124,7 @@ def test_a_budget_only_sequence_parallel_meets_is_planned_with_it_and_trains_as_
         print(f"stage {s}: predicted {pred:.0f} B, compiled {comp} B ({pred / comp:.3f})")
         assert 0.9 * comp <= pred <= 1.1 * comp
     sp = _forward_collectives(cell, best.shape.tp)
-    # the plain plan of the same shape (0.0019GB's) run the same way: sequence parallel gathers the LayerNorm rows
+    # the plain plan of the same shape (0.0017GB's) run the same way: sequence parallel gathers the LayerNorm rows
     # into the column-parallel matmuls, at least one more all-gather per layer (XLA:CPU keeps the row-parallel
     # exit's all-reduce and slices it: GPU/TPU form the reduce-scatter, so no all-reduce is added)
     plain = load_pipeline_plan(str(tmp_path / "plain.json"))
@@ -133,10 +132,11 @@ def test_a_budget_only_sequence_parallel_meets_is_planned_with_it_and_trains_as_
     _, plain_cell = _train(_gpt, inputs, plain.micro_batches, plain, steps=1)
     tp_plain = _forward_collectives(plain_cell, best.shape.tp)
     print(f"forward collectives per stage: sequence parallel {sp}, plain {tp_plain}")
-    # measured: 6 and 7 all-gathers against 4 and 5 (2 layers a stage), all-reduces 3 and 4 both
-    for stage, n in enumerate(best.layers):
-        assert sp[stage]["AllGather"] >= tp_plain[stage]["AllGather"] + n
-        assert sp[stage]["AllReduce"] <= tp_plain[stage]["AllReduce"]
+    # measured (2 stages x 2 chunks of 1 layer): 3, 3, 3, 4 all-gathers against 2, 2, 2, 3; all-reduces 7 both
+    # (one entry per stage program: with interleaved 1F1B one per chunk, so the layers are counted over all of them)
+    total = lambda counts, kind: sum(c[kind] for c in counts)  # noqa: E731
+    assert total(sp, "AllGather") >= total(tp_plain, "AllGather") + sum(best.layers)
+    assert total(sp, "AllReduce") <= total(tp_plain, "AllReduce")
     want, _ = _train(_gpt, inputs, plan.micro_batches)
     print(f"losses {got} (STAND_ALONE {want})")
     np.testing.assert_allclose(got, want, rtol=1e-5)
