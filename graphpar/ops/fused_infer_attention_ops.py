@@ -29,7 +29,8 @@ class FusedInferAttentionScore(InferAttention):
     ``(1,)`` zero. Strategy (MindSpore's FusedInferAttentionScoreInfo): key and value are written as tuples of
     entries and split alike; the query splits batch, heads and (prompt) sequence, D whole; the incremental case
     splits the key/value sequence instead (read from key's entry); ``BNSD_BSND`` takes no strategy; per-channel
-    ``antiquant_scale`` / ``antiquant_offset`` split the key/value heads as the query's. The attribute
+    ``antiquant_scale`` / ``antiquant_offset`` split the key/value heads as the query's, per-token ones
+    (``antiquant_mode=1``, ``(2, B, S)``) the batch and the key/value sequence as the key's. The attribute
     ``enable_ring_attention`` (``add_prim_attr``; a prompt in BSH or BNSD, sparse mode 0, ``softmax_lse_flag``)
     splits the key/value sequence as the query's: the result is the same, but the blocks are gathered by XLA's
     partitioner rather than passed round a ring of send/receives as MindSpore builds them."""
@@ -50,15 +51,18 @@ class FusedInferAttentionScore(InferAttention):
         if sparse_mode not in (0, 1, 2, 3, 4):
             raise ValueError(f"FusedInferAttentionScore(sparse_mode={sparse_mode!r}): valid modes are 0-4 (5-8 are "
                              f"not implemented in MindSpore either)")
-        for name, value in (("block_size", block_size), ("antiquant_mode", antiquant_mode),
-                            ("key_antiquant_mode", key_antiquant_mode),
+        if antiquant_mode not in (0, 1):
+            raise ValueError(f"FusedInferAttentionScore(antiquant_mode={antiquant_mode!r}): valid: 0 (per tensor or "
+                             f"per channel), 1 (per token)")
+        for name, value in (("block_size", block_size), ("key_antiquant_mode", key_antiquant_mode),
                             ("value_antiquant_mode", value_antiquant_mode)):
             if value != 0:
-                raise ValueError(f"FusedInferAttentionScore({name}={value!r}): page attention and per-token "
-                                 f"antiquant are not built; valid: {name}=0 (per-tensor / per-channel antiquant)")
+                raise ValueError(f"FusedInferAttentionScore({name}={value!r}): page attention and the separate "
+                                 f"key/value antiquant are not built; valid: {name}=0")
         super().__init__(num_heads, input_layout, num_key_value_heads, scale_value=float(scale_value),
                          pre_tokens=int(pre_tokens), next_tokens=int(next_tokens), sparse_mode=int(sparse_mode),
-                         inner_precise=inner_precise, softmax_lse_flag=bool(softmax_lse_flag))
+                         inner_precise=inner_precise, softmax_lse_flag=bool(softmax_lse_flag),
+                         antiquant_mode=int(antiquant_mode))
 
     def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "FusedInferAttentionScore":
         """MindSpore writes key's and value's entries as tuples of entries, one per tensor of the key list

@@ -17,7 +17,8 @@ its log-sum-exp is ``-inf``.
 
 Antiquant (MindSpore's pseudo-quantization of an int8 key/value cache): ``antiquant_scale`` and
 ``antiquant_offset`` hold two rows, the key's and the value's, each per tensor (a scalar) or per channel (the
-key/value heads and head size, in the layout's shape); the attention reads ``(x + offset) * scale`` in float32.
+key/value heads and head size, in the layout's shape) or per token (``(2, B, S)``, each batch row's cache positions:
+``FusedInferAttentionScore``'s ``antiquant_mode=1``); the attention reads ``(x + offset) * scale`` in float32.
 """
 
 from __future__ import annotations
@@ -40,13 +41,20 @@ def antiquant_channel_shape(layout: str, kv_heads: int, head_dim: int) -> tuple[
     return (kv_heads, 1, head_dim)
 
 
-def dequantize(x: jax.Array, scale: jax.Array, offset: jax.Array | None, row: int) -> jax.Array:
-    """``(x + offset[row]) * scale[row]`` in float32 (row 0: the key's parameters, 1: the value's); no offset is
-    symmetric quantization."""
+def dequantize(x: jax.Array, scale: jax.Array, offset: jax.Array | None, row: int, layout: str,
+               per_token: bool) -> jax.Array:
+    """``(x + offset[row]) * scale[row]`` in float32 (row 0: the key's parameters, 1: the value's) for ``x`` in
+    ``layout``; no offset is symmetric quantization. A per-token row ``(B, S)`` is spread over heads and head size."""
+    def row_of(t: jax.Array) -> jax.Array:
+        r = t[row].astype(jnp.float32)
+        if not per_token:
+            return r
+        return r[:, :, None] if layout == "BSH" else r[:, :, None, None] if layout == "BSND" else r[:, None, :, None]
+
     shifted = x.astype(jnp.float32)
     if offset is not None:
-        shifted = shifted + offset[row].astype(jnp.float32)
-    return shifted * scale[row].astype(jnp.float32)
+        shifted = shifted + row_of(offset)
+    return shifted * row_of(scale)
 
 
 def to_bnsd(t: jax.Array, layout: str, heads: int) -> jax.Array:

@@ -13,10 +13,11 @@ query's splits imply.
 Built: layouts BSH / BNSD (and BSND, BNSD_BSND for FusedInferAttentionScore), ``attn_mask`` (non-zero discards),
 sparse modes 0-4, ``pre_tokens`` / ``next_tokens``, ``actual_seq_lengths(_kv)`` (tensors or lists of ints),
 ``pse_shift`` (added to the scaled scores), ``num_key_value_heads`` (grouped-query attention), ``scale_value``,
-``softmax_lse_flag``, ``antiquant_scale`` / ``antiquant_offset`` (an int8 key/value cache dequantized per tensor or
-per channel; with a float key/value they are unused, said once, as the kernel reads them for int8 only). Refused by
-name: the quantization inputs (``deq_scale1`` ... ``quant_offset2``), per-token antiquant, the separate key/value
-antiquant inputs, page attention (``block_table``, ``block_size``), padding sizes and shared prefixes.
+``softmax_lse_flag``, ``antiquant_scale`` / ``antiquant_offset`` (an int8 key/value cache dequantized per tensor,
+per channel or, ``FusedInferAttentionScore(antiquant_mode=1)``, per token; with a float key/value they are unused,
+said once, as the kernel reads them for int8 only). Refused by name: the quantization inputs (``deq_scale1`` ...
+``quant_offset2``), the separate key/value antiquant inputs, page attention (``block_table``, ``block_size``),
+padding sizes and shared prefixes.
 ``inner_precise`` (the kernel's float16 precision / row-correction choice) changes nothing: graphpar computes in
 float32 and always zeroes a fully discarded row.
 """
@@ -54,6 +55,9 @@ class InferAttention(Primitive):
 
     call_names: ClassVar[tuple[str, ...]]
     layouts: ClassVar[tuple[str, ...]] = ("BSH", "BNSD")
+    # MindSpore's IncreFlashAttentionInfo checks the antiquant entries (CheckAntiquantStrategy); FusedInferAttention-
+    # ScoreInfo lays them out by its tensor map whatever they say, as it does its other optional inputs
+    checks_antiquant_entries: ClassVar[bool] = False
 
     def __init__(self, num_heads: int, input_layout: str, num_key_value_heads: int, **attrs: Any):
         if input_layout not in self.layouts:
@@ -133,7 +137,7 @@ class InferAttention(Primitive):
         labels = attention_labels(self.name, self.attrs, names, shapes)[0]
         derived = tuple(tuple(splits.get(l, 1) if l else 1 for l in row) for row in labels)
         for name, row, want in zip(names, hint, derived):
-            if name in ANTIQUANT and tuple(row) != want:  # MindSpore's CheckAntiquantStrategy
+            if name in ANTIQUANT and self.checks_antiquant_entries and tuple(row) != want:
                 self._refuse(hint, scope, f"{name} is split {tuple(row)}; it splits the key/value heads as the "
                              f"query's ({splits.get('n', 1)}) and nothing else", f"Give {name} {want}")
         return derived, self.out_strategy
@@ -177,15 +181,19 @@ class InferAttention(Primitive):
         if not all(int8):
             raise ValueError(f"{self.name} ('{self.instance_name}'): key is {key.dtype} and value {value.dtype}; "
                              f"antiquant dequantizes an int8 key and value together: give both int8")
-        layout = self.attrs["input_layout"]
+        layout = "BNSD" if self.attrs["input_layout"] == "BNSD_BSND" else self.attrs["input_layout"]
         nkv = heads_of(self.attrs)[1]
-        channel = antiquant_channel_shape("BNSD" if layout == "BNSD_BSND" else layout, nkv,
-                                          key.shape[-1] // nkv if layout == "BSH" else key.shape[-1])
+        per_token = self.attrs.get("antiquant_mode", 0) == 1
+        seq = key.shape[2 if layout == "BNSD" else 1]
+        valid = ((2, key.shape[0], seq),) if per_token else (
+            (2,), (2,) + antiquant_channel_shape(layout, nkv, key.shape[-1] // nkv if layout == "BSH" else
+                                                 key.shape[-1]))
+        kinds = "per token (antiquant_mode=1)" if per_token else "per tensor or per channel"
         for name, t in (("antiquant_scale", scale), ("antiquant_offset", offset)):
-            if t is not None and tuple(t.shape) not in ((2,), (2,) + channel):
-                raise ValueError(f"{self.name} ('{self.instance_name}'): {name} {tuple(t.shape)} is neither per "
-                                 f"tensor (2,) nor per channel {(2,) + channel} (row 0 the key's, 1 the value's)")
-        return dequantize(key, scale, offset, 0), dequantize(value, scale, offset, 1)
+            if t is not None and tuple(t.shape) not in valid:
+                raise ValueError(f"{self.name} ('{self.instance_name}'): {name} {tuple(t.shape)} is not {kinds}: "
+                                 f"valid {' or '.join(map(str, valid))} (row 0 the key's, 1 the value's)")
+        return tuple(dequantize(t, scale, offset, i, layout, per_token) for i, t in enumerate((key, value)))
 
     def _attention(self, query, key, value, attn_mask, pse_shift, q_len, kv_len, incremental: bool):
         """``(out in the output layout, lse (B, N, S1))``."""
@@ -299,6 +307,7 @@ class IncreFlashAttention(InferAttention):
 
     input_names = ("query", "key", "value", "attn_mask", "actual_seq_lengths", "pse_shift") + ANTIQUANT
     optional_inputs = 5
+    checks_antiquant_entries = True
     call_names = input_names[:6] + IQUANT + ANTIQUANT + ("block_table", "kv_padding_size")
 
     def __init__(self, num_heads: int = 1, input_layout: str = "BSH", scale_value: float = 1.0,

@@ -1230,7 +1230,7 @@ ROWS: list[Row] = [
             4, input_layout="BNSD", num_key_value_heads=2)(
             np.ones((1, 4, 1, 4), np.float16), [np.ones((1, 2, 8, 4), np.int8)], [np.ones((1, 2, 8, 4), np.int8)],
             antiquant_scale=np.ones((2, 4, 1, 4), np.float16)), ValueError,
-        ("IncreFlashAttention", "antiquant_scale (2, 4, 1, 4)", "per tensor (2,)", "per channel (2, 2, 1, 4)")),
+        ("IncreFlashAttention", "antiquant_scale (2, 4, 1, 4)", "per tensor or per channel", "(2,) or (2, 2, 1, 4)")),
     Row("ascend-communication-group", "strategy", "set_context(device_target='Ascend'), then MatMul().shard(((8, 3), "
         "(3, 1))) on device_num=24, then compile", lambda t: _ascend_group(), ERR + "CommunicationGroupError",
         ("op 'matmul'", "forward reduction", "ranks [0, 1, 2]", "Ascend 910", "device_target='GPU' / 'CPU'")),

@@ -182,7 +182,7 @@ def test_incremental_split_by_batch_and_heads_equals_one_device():
     (P.IncreFlashAttention(N, input_layout="BNSD", num_key_value_heads=NKV),
      ((2, 2, 1, 1), (2, 1, 1, 1), (2, 1, 1, 1)), (Q[:, :, :1], K, V), "query is split .* and key/value"),
     (P.IncreFlashAttention(N, input_layout="BNSD", num_key_value_heads=NKV),
-     ((2, 2, 1, 1), (2, 2, 1, 1), (2, 2, 1, 1), (2, 2, 1, 1)), (Q[:, :, :1], K, V, ("antiquant_scale", np.ones((2, NKV, 1, D)))),
+     ((2, 2, 1, 1),) * 4, (Q[:, :, :1], K, V, ("antiquant_scale", np.ones((2, NKV, 1, D)))),
      r"antiquant_scale is split \(2, 2, 1, 1\); it splits the key/value heads as the query's \(2\)"),
     (A.FusedInferAttentionScore(N, input_layout="BNSD_BSND", num_key_value_heads=NKV),
      ((2, 1, 1, 1), ((2, 1, 1, 1),), ((2, 1, 1, 1),)), (Q, K, V), "'BNSD_BSND' takes no strategy"),
@@ -217,8 +217,10 @@ def test_unbuilt_inputs_and_settings_are_refused_by_name():
         P.PromptFlashAttention(N, sparse_mode=5)
     with pytest.raises(ValueError, match="block_size=16.*page attention is not built"):
         P.IncreFlashAttention(N, block_size=16)
-    with pytest.raises(ValueError, match="antiquant_mode=1"):
-        A.FusedInferAttentionScore(N, antiquant_mode=1)
+    with pytest.raises(ValueError, match=r"antiquant_mode=2.*1 \(per token\)"):
+        A.FusedInferAttentionScore(N, antiquant_mode=2)
+    with pytest.raises(ValueError, match="key_antiquant_mode=1.*separate key/value antiquant are not built"):
+        A.FusedInferAttentionScore(N, key_antiquant_mode=1)
     with pytest.raises(ValueError, match="input_layout='TND'"):
         P.PromptFlashAttention(N, input_layout="TND")
     with pytest.raises(ValueError, match="sparse_mode=1 .* needs the full attn_mask"):
@@ -329,8 +331,29 @@ def test_antiquant_on_a_float_cache_is_unused_and_bad_shapes_are_refused():
     q, k, v = _t(Q[:, :, :1], K, V)
     plain = op(q, [k], [v]).asnumpy()
     np.testing.assert_array_equal(op(q, [k], [v], antiquant_scale=ms.Tensor(SCALE)).asnumpy(), plain)
-    with pytest.raises(ValueError, match=r"antiquant_scale \(2, 4, 1, 4\) is neither per tensor \(2,\) nor per "
-                       r"channel \(2, 2, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"antiquant_scale \(2, 4, 1, 4\) is not per tensor or per channel: valid "
+                       r"\(2,\) or \(2, 2, 1, 4\)"):
         op(q, [ms.Tensor(KQ)], [ms.Tensor(VQ)], antiquant_scale=ms.Tensor(np.ones((2, N, 1, D), np.float32)))
     with pytest.raises(ValueError, match="antiquant_offset is given without antiquant_scale"):
         op(q, [ms.Tensor(KQ)], [ms.Tensor(VQ)], antiquant_offset=ms.Tensor(OFFSET))
+
+
+def test_fused_incremental_per_token_antiquant_with_the_key_sequence_split_equals_one_device():
+    """``antiquant_mode=1``: one scale and offset per batch row and cache position, ``(2, B, S)``; with the key/value
+    sequence split 4 ways (MindSpore's incremental FIAS split) they split as the key's, and the result is numpy's
+    and one device's."""
+    scale = RNG.uniform(0.01, 0.02, size=(2, B, S2)).astype(np.float32)
+    offset = RNG.normal(size=(2, B, S2)).astype(np.float32)
+    k, v = ((t + offset[r][:, None, :, None]) * scale[r][:, None, :, None] for r, t in enumerate((KQ, VQ)))
+    expected = _bsh(_reference(Q[:, :, :1], k, v, 0.5, np.zeros((1, 1, 1, S2), bool)))
+    op = A.FusedInferAttentionScore(num_heads=N, scale_value=0.5, num_key_value_heads=NKV, antiquant_mode=1)
+    inputs = _t(_bsh(Q[:, :, :1]), _bsh(KQ), _bsh(VQ), scale, offset)
+    alone = _Net(op, antiquant_scale=None, antiquant_offset=None)(*inputs).asnumpy()
+    np.testing.assert_allclose(alone, expected, rtol=1e-5, atol=1e-5)
+    op.shard(((2, 1, 1), ((2, 4, 1),), ((2, 4, 1),), (1, 2, 4), (1, 2, 4)))
+    net = _Net(op, antiquant_scale=None, antiquant_offset=None)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    assert kind_strategies(net, *inputs, kind="FusedInferAttentionScore") == [
+        [[2, 1, 1], [2, 4, 1], [2, 4, 1], [1, 2, 4], [1, 2, 4]]]
+    out, _, _ = _on_8_and_1(net, *inputs)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
