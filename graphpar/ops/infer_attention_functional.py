@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphpar.ops.fused_infer_attention_ops import FusedInferAttentionScore
 from graphpar.ops.infer_attention_math import NO_BAND
-from graphpar.ops.infer_attention_ops import FusedInferAttentionScore, IncreFlashAttention, PromptFlashAttention
+from graphpar.ops.infer_attention_ops import IncreFlashAttention, PromptFlashAttention
 
 
 def prompt_flash_attention(query: Any, key: Any, value: Any, attn_mask: Any = None, actual_seq_lengths: Any = None,
@@ -47,7 +48,8 @@ def fused_infer_attention_score(query: Any, key: Any, value: Any, *, pse_shift: 
                                 softmax_lse_flag: bool = False, **unbuilt: Any) -> tuple[Any, Any]:
     """``mindspore.ops.fused_infer_attention_score`` (the mask named ``atten_mask``, the scale ``scale``, as
     MindSpore's functional form spells them): ``(attention_out, softmax_lse)``. The quantization, page attention,
-    padding and prefix inputs (``unbuilt``) are passed on to the primitive, which refuses them by name."""
+    padding and prefix inputs (``unbuilt``) are passed on to the primitive, which builds ``antiquant_scale`` /
+    ``antiquant_offset`` and refuses the others by name."""
     op = FusedInferAttentionScore(num_heads, scale, pre_tokens, next_tokens, input_layout, num_key_value_heads,
                                   sparse_mode, inner_precise, block_size, antiquant_mode, softmax_lse_flag,
                                   key_antiquant_mode, value_antiquant_mode)

@@ -14,6 +14,11 @@ convention), when it lies outside the band of ``sparse_mode`` / ``pre_tokens`` /
 row's ``actual_seq_lengths_kv``; a whole row is discarded past ``actual_seq_lengths``. A row with every key discarded
 outputs zeros (the kernel's row-invalidity correction, ``inner_precise`` 2 and 3; graphpar always applies it) and
 its log-sum-exp is ``-inf``.
+
+Antiquant (MindSpore's pseudo-quantization of an int8 key/value cache): ``antiquant_scale`` and
+``antiquant_offset`` hold two rows, the key's and the value's, each per tensor (a scalar) or per channel (the
+key/value heads and head size, in the layout's shape) or per token (``(2, B, S)``, each batch row's cache positions:
+``FusedInferAttentionScore``'s ``antiquant_mode=1``); the attention reads ``(x + offset) * scale`` in float32.
 """
 
 from __future__ import annotations
@@ -24,6 +29,32 @@ import jax.numpy as jnp
 NO_BAND = 2147483647  # MindSpore's default pre_tokens / next_tokens: no limit
 _MASKED = -1e30  # a finite "minus infinity" in float32: a fully discarded row keeps a finite maximum
 LAYOUTS = ("BSH", "BNSD", "BSND")
+
+
+def antiquant_channel_shape(layout: str, kv_heads: int, head_dim: int) -> tuple[int, ...]:
+    """One row of a per-channel ``antiquant_scale`` / ``antiquant_offset`` in ``layout`` (MindSpore's
+    ``(2, kvH)`` / ``(2, kvN, 1, D)`` / ``(2, kvN, D)`` without the leading 2)."""
+    if layout == "BSH":
+        return (kv_heads * head_dim,)
+    if layout == "BSND":
+        return (kv_heads, head_dim)
+    return (kv_heads, 1, head_dim)
+
+
+def dequantize(x: jax.Array, scale: jax.Array, offset: jax.Array | None, row: int, layout: str,
+               per_token: bool) -> jax.Array:
+    """``(x + offset[row]) * scale[row]`` in float32 (row 0: the key's parameters, 1: the value's) for ``x`` in
+    ``layout``; no offset is symmetric quantization. A per-token row ``(B, S)`` is spread over heads and head size."""
+    def row_of(t: jax.Array) -> jax.Array:
+        r = t[row].astype(jnp.float32)
+        if not per_token:
+            return r
+        return r[:, :, None] if layout == "BSH" else r[:, :, None, None] if layout == "BSND" else r[:, None, :, None]
+
+    shifted = x.astype(jnp.float32)
+    if offset is not None:
+        shifted = shifted + row_of(offset)
+    return shifted * row_of(scale)
 
 
 def to_bnsd(t: jax.Array, layout: str, heads: int) -> jax.Array:

@@ -1,19 +1,23 @@
-"""MindSpore's inference attention primitives: ``PromptFlashAttention`` (a full prompt), ``IncreFlashAttention``
-(one new token against a key/value cache) and ``FusedInferAttentionScore`` (either, by the query's length).
+"""MindSpore's inference attention primitives: ``PromptFlashAttention`` (a full prompt) and ``IncreFlashAttention``
+(one new token against a key/value cache); ``FusedInferAttentionScore`` (either, by the query's length) is
+:mod:`graphpar.ops.fused_infer_attention_ops`, on the same base.
 
 The math is :mod:`graphpar.ops.infer_attention_math`; the layouts of a strategy are
 :mod:`graphpar.planner.rules.infer_attention_rules`. A MindSpore strategy has one entry per *given* input (``None``
 inputs have none), ``FusedInferAttentionScore`` writes key and value as tuples of entries (one per tensor of the key
 list), and MindSpore reads only the query's entry (the incremental key's sequence split too) and its own checks of
 the others: the other inputs are laid out as the query's splits imply (its ``InferTensorMap``). So does graphpar:
-:meth:`_InferAttention._named_strategies` applies MindSpore's checks by name and hands the planner the entries the
+:meth:`InferAttention._named_strategies` applies MindSpore's checks by name and hands the planner the entries the
 query's splits imply.
 
 Built: layouts BSH / BNSD (and BSND, BNSD_BSND for FusedInferAttentionScore), ``attn_mask`` (non-zero discards),
 sparse modes 0-4, ``pre_tokens`` / ``next_tokens``, ``actual_seq_lengths(_kv)`` (tensors or lists of ints),
 ``pse_shift`` (added to the scaled scores), ``num_key_value_heads`` (grouped-query attention), ``scale_value``,
-``softmax_lse_flag``. Refused by name: the quantization inputs (``deq_scale1`` ... ``quant_offset2``, antiquant
-scales and offsets), page attention (``block_table``, ``block_size``), padding sizes and shared prefixes.
+``softmax_lse_flag``, ``antiquant_scale`` / ``antiquant_offset`` (an int8 key/value cache dequantized per tensor,
+per channel or, ``FusedInferAttentionScore(antiquant_mode=1)``, per token; with a float key/value they are unused,
+said once, as the kernel reads them for int8 only). Refused by name: the quantization inputs (``deq_scale1`` ...
+``quant_offset2``), the separate key/value antiquant inputs, page attention (``block_table``, ``block_size``),
+padding sizes and shared prefixes.
 ``inner_precise`` (the kernel's float16 precision / row-correction choice) changes nothing: graphpar computes in
 float32 and always zeroes a fully discarded row.
 """
@@ -27,8 +31,8 @@ import numpy as np
 
 from graphpar._logging import notice_once
 from graphpar.errors import StrategyError
-from graphpar.ops.infer_attention_math import (NO_BAND, attend, from_bnsd, length_discard, sparse_discard,
-                                               to_bnsd)
+from graphpar.ops.infer_attention_math import (NO_BAND, antiquant_channel_shape, attend, dequantize, from_bnsd,
+                                               length_discard, sparse_discard, to_bnsd)
 from graphpar.ops.primitive import Primitive
 from graphpar.ops.strategy import check_ranks
 from graphpar.planner.layout import is_layout_strategy
@@ -36,8 +40,8 @@ from graphpar.planner.rules.infer_attention_rules import (attention_labels, head
                                                            is_incremental)
 
 _QUANT = ("deq_scale1", "quant_scale1", "deq_scale2", "quant_scale2", "quant_offset2")
-_IQUANT = ("dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2", "antiquant_scale",
-           "antiquant_offset")
+IQUANT = ("dequant_scale1", "quant_scale1", "dequant_scale2", "quant_scale2", "quant_offset2")
+ANTIQUANT = ("antiquant_scale", "antiquant_offset")
 _WHY = {"block_table": "page attention is not built", "kv_padding_size": "left-padded key/value is not built",
         "query_padding_size": "left-padded queries are not built",
         "key_shared_prefix": "shared prefixes are not built", "value_shared_prefix": "shared prefixes are not built",
@@ -45,12 +49,15 @@ _WHY = {"block_table": "page attention is not built", "kv_padding_size": "left-p
 _COMPRESSED_MASK = 2048  # sparse modes 2-4 take the kernel's (2048, 2048) lower-triangular template as attn_mask
 
 
-class _InferAttention(Primitive):
-    """The shared call, checks and strategy translation. ``call_names``: MindSpore's call inputs in order; the
-    first ``len(input_names)`` are built, a later one given (not None) is refused by name."""
+class InferAttention(Primitive):
+    """The shared call, checks and strategy translation. ``call_names``: MindSpore's call inputs in order; those
+    among ``input_names`` are built, another one given (not None) is refused by name."""
 
     call_names: ClassVar[tuple[str, ...]]
     layouts: ClassVar[tuple[str, ...]] = ("BSH", "BNSD")
+    # MindSpore's IncreFlashAttentionInfo checks the antiquant entries (CheckAntiquantStrategy); FusedInferAttention-
+    # ScoreInfo lays them out by its tensor map whatever they say, as it does its other optional inputs
+    checks_antiquant_entries: ClassVar[bool] = False
 
     def __init__(self, num_heads: int, input_layout: str, num_key_value_heads: int, **attrs: Any):
         if input_layout not in self.layouts:
@@ -71,7 +78,7 @@ class _InferAttention(Primitive):
             raise TypeError(f"{self.name} ('{self.instance_name}') takes the inputs {', '.join(self.call_names)}; "
                             f"got {len(args)} positional and {sorted(kwargs)}")
         given = dict(zip(self.call_names, args), **kwargs)
-        for name in self.call_names[len(self.input_names):]:
+        for name in self._unbuilt():
             if given.get(name) is not None:
                 why = _WHY.get(name, "quantized attention is not built")
                 raise ValueError(f"{self.name} ('{self.instance_name}'): the input {name} is given but {why}; "
@@ -83,17 +90,20 @@ class _InferAttention(Primitive):
                 given[name] = np.asarray(given[name], np.int64)
         return super().__call__(*(given.get(n) for n in self.input_names))
 
-    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "_InferAttention":
+    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "InferAttention":
         """A strategy with entries beyond the built inputs is for the quantization (or page attention) inputs,
         which graphpar refuses: said here, by name, rather than as a count."""
         if (isinstance(in_strategy, tuple) and not is_layout_strategy(in_strategy)
                 and len(self.input_names) < len(in_strategy) <= len(self.call_names)):
             raise StrategyError(self.name, in_strategy, f"{len(in_strategy)} entries, more than the inputs graphpar "
-                                f"builds ({', '.join(self.input_names)}): the later inputs "
-                                f"({', '.join(self.call_names[len(self.input_names):])}) are quantization, page "
+                                f"builds ({', '.join(self.input_names)}): the other inputs "
+                                f"({', '.join(self._unbuilt())}) are quantization, page "
                                 f"attention or padding inputs, which are not built",
                                 hint="Give one entry per given input among the built ones")
         return super().shard(in_strategy, out_strategy)
+
+    def _unbuilt(self) -> tuple[str, ...]:
+        return tuple(n for n in self.call_names if n not in self.input_names)
 
     def _single(self, name: str, x: Any) -> Any:
         if isinstance(x, (list, tuple)):
@@ -125,7 +135,12 @@ class _InferAttention(Primitive):
         if problem is not None:
             self._refuse(hint, scope, *problem)
         labels = attention_labels(self.name, self.attrs, names, shapes)[0]
-        return tuple(tuple(splits.get(l, 1) if l else 1 for l in row) for row in labels), self.out_strategy
+        derived = tuple(tuple(splits.get(l, 1) if l else 1 for l in row) for row in labels)
+        for name, row, want in zip(names, hint, derived):
+            if name in ANTIQUANT and self.checks_antiquant_entries and tuple(row) != want:
+                self._refuse(hint, scope, f"{name} is split {tuple(row)}; it splits the key/value heads as the "
+                             f"query's ({splits.get('n', 1)}) and nothing else", f"Give {name} {want}")
+        return derived, self.out_strategy
 
     def _layout_splits(self, q: tuple, hint: tuple, scope: str) -> dict[str, int]:
         """``{"b", "s", "n"}`` splits read off the query's entry, with MindSpore's checks of it."""
@@ -148,6 +163,38 @@ class _InferAttention(Primitive):
         raise StrategyError(self.instance_name, hint, what, scope, fix)
 
     # --- the math ----------------------------------------------------------------------------------------------
+    def _antiquant(self, key, value, scale, offset):
+        """Key and value as the attention reads them: an int8 pair dequantized by ``antiquant_scale`` /
+        ``antiquant_offset`` (row 0 the key's, row 1 the value's). MindSpore's kernel reads them for an int8 cache
+        only, so with a float key/value they are unused (said once)."""
+        if scale is None and offset is None:
+            return key, value
+        if scale is None:
+            raise ValueError(f"{self.name} ('{self.instance_name}'): antiquant_offset is given without "
+                             f"antiquant_scale; give the scale (symmetric) or both (asymmetric)")
+        int8 = [jnp.dtype(t.dtype) == jnp.int8 for t in (key, value)]
+        if not any(int8):
+            notice_once(f"{self.name}:antiquant-float", f"{self.name}: antiquant_scale / antiquant_offset "
+                        f"dequantize an int8 key/value only (as MindSpore's kernel); key/value of {key.dtype} are "
+                        f"read as they are and the antiquant inputs are unused")
+            return key, value
+        if not all(int8):
+            raise ValueError(f"{self.name} ('{self.instance_name}'): key is {key.dtype} and value {value.dtype}; "
+                             f"antiquant dequantizes an int8 key and value together: give both int8")
+        layout = "BNSD" if self.attrs["input_layout"] == "BNSD_BSND" else self.attrs["input_layout"]
+        nkv = heads_of(self.attrs)[1]
+        per_token = self.attrs.get("antiquant_mode", 0) == 1
+        seq = key.shape[2 if layout == "BNSD" else 1]
+        valid = ((2, key.shape[0], seq),) if per_token else (
+            (2,), (2,) + antiquant_channel_shape(layout, nkv, key.shape[-1] // nkv if layout == "BSH" else
+                                                 key.shape[-1]))
+        kinds = "per token (antiquant_mode=1)" if per_token else "per tensor or per channel"
+        for name, t in (("antiquant_scale", scale), ("antiquant_offset", offset)):
+            if t is not None and tuple(t.shape) not in valid:
+                raise ValueError(f"{self.name} ('{self.instance_name}'): {name} {tuple(t.shape)} is not {kinds}: "
+                                 f"valid {' or '.join(map(str, valid))} (row 0 the key's, 1 the value's)")
+        return tuple(dequantize(t, scale, offset, i, layout, per_token) for i, t in enumerate((key, value)))
+
     def _attention(self, query, key, value, attn_mask, pse_shift, q_len, kv_len, incremental: bool):
         """``(out in the output layout, lse (B, N, S1))``."""
         a = self.attrs
@@ -203,7 +250,7 @@ class _InferAttention(Primitive):
         return m
 
 
-class PromptFlashAttention(_InferAttention):
+class PromptFlashAttention(InferAttention):
     """``PromptFlashAttention(num_heads=1, scale_value=1.0, pre_tokens=2147483647, next_tokens=0,
     input_layout='BSH', num_key_value_heads=0, sparse_mode=0, inner_precise=1)(query, key, value, attn_mask=None,
     actual_seq_lengths=None, actual_seq_lengths_kv=None, pse_shift=None, deq_scale1=None, quant_scale1=None,
@@ -246,7 +293,7 @@ class PromptFlashAttention(_InferAttention):
                                incremental=False)[0]
 
 
-class IncreFlashAttention(_InferAttention):
+class IncreFlashAttention(InferAttention):
     """``IncreFlashAttention(num_heads=1, input_layout='BSH', scale_value=1.0, num_key_value_heads=0,
     block_size=0, inner_precise=1)(query, key, value, attn_mask=None, actual_seq_lengths=None, pse_shift=None,
     dequant_scale1=None, quant_scale1=None, dequant_scale2=None, quant_scale2=None, quant_offset2=None,
@@ -255,11 +302,13 @@ class IncreFlashAttention(_InferAttention):
     One query token per batch row (query ``(B, 1, H)`` / ``(B, N, 1, D)``) against the key/value cache (a list of
     one tensor, or the tensor); ``actual_seq_lengths`` is each row's valid cache length. Strategy (MindSpore's
     IncreFlashAttentionInfo): query, key and value split alike, by batch and heads only; ``attn_mask`` split as the
-    query's batch, nothing else."""
+    query's batch, nothing else; ``antiquant_scale`` / ``antiquant_offset`` split the key/value heads as the query's
+    (``(1, mp)`` in BSH, ``(1, mp, 1, 1)`` in BNSD)."""
 
-    input_names = ("query", "key", "value", "attn_mask", "actual_seq_lengths", "pse_shift")
-    optional_inputs = 3
-    call_names = input_names + _IQUANT + ("block_table", "kv_padding_size")
+    input_names = ("query", "key", "value", "attn_mask", "actual_seq_lengths", "pse_shift") + ANTIQUANT
+    optional_inputs = 5
+    checks_antiquant_entries = True
+    call_names = input_names[:6] + IQUANT + ANTIQUANT + ("block_table", "kv_padding_size")
 
     def __init__(self, num_heads: int = 1, input_layout: str = "BSH", scale_value: float = 1.0,
                  num_key_value_heads: int = 0, block_size: int = 0, inner_precise: int = 1):
@@ -284,105 +333,12 @@ class IncreFlashAttention(_InferAttention):
                          f"nothing else", f"Give attn_mask {(q[0],) + (1,) * (len(mask) - 1)}")
         return {"b": splits["b"], "n": splits["n"]}
 
-    def compute(self, query, key, value, attn_mask=None, actual_seq_lengths=None, pse_shift=None):
+    def compute(self, query, key, value, attn_mask=None, actual_seq_lengths=None, pse_shift=None,
+                antiquant_scale=None, antiquant_offset=None):
         s1 = query.shape[1 if self.attrs["input_layout"] == "BSH" else 2]
         if s1 != 1:
             raise ValueError(f"IncreFlashAttention ('{self.instance_name}'): the query holds {s1} tokens; it takes "
                              f"one per batch row (PromptFlashAttention takes a prompt)")
+        key, value = self._antiquant(key, value, antiquant_scale, antiquant_offset)
         return self._attention(query, key, value, attn_mask, pse_shift, None, actual_seq_lengths,
                                incremental=True)[0]
-
-
-class FusedInferAttentionScore(_InferAttention):
-    """``FusedInferAttentionScore(num_heads=1, scale_value=1.0, pre_tokens=2147483647, next_tokens=2147483647,
-    input_layout='BSH', num_key_value_heads=0, sparse_mode=0, inner_precise=1, block_size=0, antiquant_mode=0,
-    softmax_lse_flag=False, key_antiquant_mode=0, value_antiquant_mode=0)(query, key, value, pse_shift=None,
-    attn_mask=None, actual_seq_lengths=None, actual_seq_lengths_kv=None, <quantization, page attention, padding and
-    prefix inputs: None>)`` → ``(attention_out, softmax_lse)``.
-
-    A query of one token per row is the incremental case (IncreFlashAttention's math; ``actual_seq_lengths``,
-    ``sparse_mode`` and the band are then unused, as MindSpore documents), else the prompt case
-    (PromptFlashAttention's). ``softmax_lse`` is ``(B, N, S1, 1)`` float32 with ``softmax_lse_flag``, else a
-    ``(1,)`` zero. Strategy (MindSpore's FusedInferAttentionScoreInfo): key and value are written as tuples of
-    entries and split alike; the query splits batch, heads and (prompt) sequence, D whole; the incremental case
-    splits the key/value sequence instead (read from key's entry); ``BNSD_BSND`` takes no strategy. The attribute
-    ``enable_ring_attention`` (``add_prim_attr``; a prompt in BSH or BNSD, sparse mode 0, ``softmax_lse_flag``)
-    splits the key/value sequence as the query's: the result is the same, but the blocks are gathered by XLA's
-    partitioner rather than passed round a ring of send/receives as MindSpore builds them."""
-
-    input_names = ("query", "key", "value", "pse_shift", "attn_mask", "actual_seq_lengths", "actual_seq_lengths_kv")
-    optional_inputs = 4
-    call_names = input_names + _IQUANT + (
-        "block_table", "query_padding_size", "kv_padding_size", "key_antiquant_scale", "key_antiquant_offset",
-        "value_antiquant_scale", "value_antiquant_offset", "key_shared_prefix", "value_shared_prefix",
-        "actual_shared_prefix_len")
-    layouts = ("BSH", "BNSD", "BSND", "BNSD_BSND")
-
-    def __init__(self, num_heads: int = 1, scale_value: float = 1.0, pre_tokens: int = NO_BAND,
-                 next_tokens: int = NO_BAND, input_layout: str = "BSH", num_key_value_heads: int = 0,
-                 sparse_mode: int = 0, inner_precise: int = 1, block_size: int = 0, antiquant_mode: int = 0,
-                 softmax_lse_flag: bool = False, key_antiquant_mode: int = 0, value_antiquant_mode: int = 0):
-        if sparse_mode not in (0, 1, 2, 3, 4):
-            raise ValueError(f"FusedInferAttentionScore(sparse_mode={sparse_mode!r}): valid modes are 0-4 (5-8 are "
-                             f"not implemented in MindSpore either)")
-        for name, value in (("block_size", block_size), ("antiquant_mode", antiquant_mode),
-                            ("key_antiquant_mode", key_antiquant_mode),
-                            ("value_antiquant_mode", value_antiquant_mode)):
-            if value != 0:
-                raise ValueError(f"FusedInferAttentionScore({name}={value!r}): page attention and antiquant are "
-                                 f"not built; valid: {name}=0")
-        super().__init__(num_heads, input_layout, num_key_value_heads, scale_value=float(scale_value),
-                         pre_tokens=int(pre_tokens), next_tokens=int(next_tokens), sparse_mode=int(sparse_mode),
-                         inner_precise=inner_precise, softmax_lse_flag=bool(softmax_lse_flag))
-
-    def shard(self, in_strategy: Any = None, out_strategy: Any = None) -> "FusedInferAttentionScore":
-        """MindSpore writes key's and value's entries as tuples of entries, one per tensor of the key list
-        (``((dp, 1, mp), ((dp, 1, mp),), ((dp, 1, mp),))``); graphpar's key is one tensor, so one entry each."""
-        if isinstance(in_strategy, tuple) and len(in_strategy) >= 3 and not is_layout_strategy(in_strategy):
-            rows = list(in_strategy)
-            for i, name in ((1, "key"), (2, "value")):
-                row = rows[i]
-                if not (isinstance(row, tuple) and len(row) == 1 and isinstance(row[0], tuple)):
-                    raise StrategyError(self.name, in_strategy, f"the {name} entry {row!r} must be a tuple holding "
-                                        f"one entry per {name} tensor", hint=f"Write (({name} splits),), e.g. "
-                                        f"((2, 1, 4), ((2, 1, 4),), ((2, 1, 4),))")
-                rows[i] = row[0]
-            in_strategy = tuple(rows)
-        return super().shard(in_strategy, out_strategy)
-
-    def _query_splits(self, rows, shapes, hint, scope):
-        layout = self.attrs["input_layout"]
-        if layout == "BNSD_BSND":
-            self._refuse(hint, scope, "input_layout 'BNSD_BSND' takes no strategy (MindSpore's parallel rule "
-                         "covers BSH, BNSD and BSND)", "Use input_layout='BNSD' and transpose the output")
-        splits = self._layout_splits(rows["query"], hint, scope)
-        incremental = is_incremental(self.name, self.attrs, shapes["query"])
-        if self.attrs.get("enable_ring_attention"):
-            problem = ("a one-token query" if incremental else f"input_layout {layout!r}" if layout not in (
-                "BSH", "BNSD") else f"sparse_mode {self.attrs['sparse_mode']}" if self.attrs["sparse_mode"] else
-                "softmax_lse_flag=False" if not self.attrs["softmax_lse_flag"] else None)
-            if problem is not None:
-                self._refuse(hint, scope, f"enable_ring_attention is set with {problem}", "Ring attention takes "
-                             "a prompt in BSH or BNSD, sparse_mode=0 and softmax_lse_flag=True (as MindSpore's)")
-            notice_once("fias:ring", "FusedInferAttentionScore(enable_ring_attention): the key/value sequence is "
-                        "split as the query's; XLA's partitioner gathers the key/value blocks (no ring of "
-                        "send/receives as MindSpore builds); the result is the same")
-        if incremental:
-            seq = 1 if layout in ("BSH", "BSND") else 2
-            return {"b": splits["b"], "n": splits["n"], "kv": rows["key"][seq]}
-        return splits
-
-    def compute(self, query, key, value, pse_shift=None, attn_mask=None, actual_seq_lengths=None,
-                actual_seq_lengths_kv=None):
-        incremental = is_incremental(self.name, self.attrs, query.shape)
-        if incremental and self.attrs["input_layout"] == "BNSD_BSND":
-            raise ValueError(f"FusedInferAttentionScore ('{self.instance_name}'): input_layout 'BNSD_BSND' needs a "
-                             f"query of more than one token")
-        if incremental and actual_seq_lengths is not None:
-            notice_once("fias:incremental-actual_seq_lengths", "FusedInferAttentionScore: with a one-token query "
-                        "actual_seq_lengths is unused (as in MindSpore); actual_seq_lengths_kv gives the cache "
-                        "lengths")
-        out, lse = self._attention(query, key, value, attn_mask, pse_shift,
-                                   None if incremental else actual_seq_lengths, actual_seq_lengths_kv, incremental)
-        lse = lse[..., None] if self.attrs["softmax_lse_flag"] else jnp.zeros((1,), jnp.float32)
-        return out, lse

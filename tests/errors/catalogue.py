@@ -671,6 +671,24 @@ def _prompt_attention_mask_split():
     return Net()(x, ms.Tensor(np.zeros((1, 1, 16, 16), np.bool_)))
 
 
+def _antiquant_split():
+    """An IncreFlashAttention whose antiquant_scale entry splits its key/value rows, called in SEMI_AUTO_PARALLEL."""
+    ms = _ms()
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel")
+    ifa = _ops().IncreFlashAttention(4, input_layout="BNSD").shard(((2, 2, 1, 1),) * 4)
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.ifa = ifa
+
+        def construct(self, q, kv, scale):
+            return self.ifa(q, [kv], [kv], antiquant_scale=scale)
+
+    x = ms.Tensor(np.ones((2, 4, 1, 4), np.float32))
+    return Net()(x, ms.Tensor(np.ones((2, 4, 8, 4), np.float32)), ms.Tensor(np.ones((2, 4, 1, 4), np.float32)))
+
+
 def _flash_attention_kv_split():
     """A FlashAttentionScore whose key/value sequence is split unlike the query's, called in SEMI_AUTO_PARALLEL."""
     ms = _ms()
@@ -1189,13 +1207,13 @@ ROWS: list[Row] = [
         lambda t: _ops().GatherNd()(np.ones((4, 4), np.float32), np.zeros((2, 3), np.int32)), ValueError,
         ("GatherNd", "indices.shape[-1] (3)", "<= the rank of input_x (2)")),
     Row("infer-attention-quant-input", "strategy", "ops.IncreFlashAttention(4)(q, [k], [v], "
-        "antiquant_scale=scale)", lambda t: _ops().IncreFlashAttention(4, input_layout="BNSD")(
+        "quant_scale2=scale)", lambda t: _ops().IncreFlashAttention(4, input_layout="BNSD")(
             np.ones((1, 4, 1, 8), np.float32), [np.ones((1, 4, 16, 8), np.float32)],
-            [np.ones((1, 4, 16, 8), np.float32)], antiquant_scale=np.ones((2, 4, 1, 8), np.float32)), ValueError,
-        ("IncreFlashAttention", "antiquant_scale", "not built", "pass None")),
-    Row("infer-attention-quant-entries", "strategy", "ops.IncreFlashAttention(4).shard(((2, 1, 2),) * 7) (entries "
-        "for the antiquant inputs)", lambda t: _ops().IncreFlashAttention(4).shard(((2, 1, 2),) * 7),
-        ERR + "StrategyError", ("7 entries", "antiquant_scale", "not built", "one entry per given input")),
+            [np.ones((1, 4, 16, 8), np.float32)], quant_scale2=np.ones((1,), np.float32)), ValueError,
+        ("IncreFlashAttention", "quant_scale2", "not built", "pass None")),
+    Row("infer-attention-quant-entries", "strategy", "ops.IncreFlashAttention(4).shard(((2, 1, 2),) * 9) (entries "
+        "for the quantization inputs)", lambda t: _ops().IncreFlashAttention(4).shard(((2, 1, 2),) * 9),
+        ERR + "StrategyError", ("9 entries", "quant_scale2", "not built", "one entry per given input")),
     Row("prompt-attention-mask-split", "strategy", "ops.PromptFlashAttention(2, input_layout='BNSD').shard(((1, 2, 4, "
         "1), (1, 2, 1, 1), (1, 2, 1, 1), (1, 1, 1, 1))) as self.pfa, called with an attn_mask",
         lambda t: _prompt_attention_mask_split(), ERR + "StrategyError",
@@ -1203,6 +1221,16 @@ ROWS: list[Row] = [
     Row("fused-attention-key-entry", "strategy", "ops.auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2), "
         "(2, 1, 2), (2, 1, 2)))", lambda t: _ops().auto_generate.FusedInferAttentionScore(4).shard(((2, 1, 2),) * 3),
         ERR + "StrategyError", ("key entry (2, 1, 2)", "one entry per key tensor", "((2, 1, 4),)")),
+    Row("infer-attention-antiquant-split", "strategy", "ops.IncreFlashAttention(4, input_layout='BNSD').shard(((2, 2, "
+        "1, 1),) * 3 + ((2, 2, 1, 1),)) as self.ifa, called with antiquant_scale", lambda t: _antiquant_split(),
+        ERR + "StrategyError", ("op 'ifa'", "antiquant_scale is split (2, 2, 1, 1)", "heads as the query's (2)",
+                                "Give antiquant_scale (1, 2, 1, 1)")),
+    Row("infer-attention-antiquant-shape", "strategy", "ops.IncreFlashAttention(4, input_layout='BNSD')(q, [k int8],"
+        " [v int8], antiquant_scale of shape (2, 4, 1, 4) for 2 key/value heads)", lambda t: _ops().IncreFlashAttention(
+            4, input_layout="BNSD", num_key_value_heads=2)(
+            np.ones((1, 4, 1, 4), np.float16), [np.ones((1, 2, 8, 4), np.int8)], [np.ones((1, 2, 8, 4), np.int8)],
+            antiquant_scale=np.ones((2, 4, 1, 4), np.float16)), ValueError,
+        ("IncreFlashAttention", "antiquant_scale (2, 4, 1, 4)", "per tensor or per channel", "(2,) or (2, 2, 1, 4)")),
     Row("ascend-communication-group", "strategy", "set_context(device_target='Ascend'), then MatMul().shard(((8, 3), "
         "(3, 1))) on device_num=24, then compile", lambda t: _ascend_group(), ERR + "CommunicationGroupError",
         ("op 'matmul'", "forward reduction", "ranks [0, 1, 2]", "Ascend 910", "device_target='GPU' / 'CPU'")),
@@ -1518,7 +1546,9 @@ def markdown() -> str:
             "line says the key/value sequence is split as the query's and XLA's partitioner gathers the blocks (no "
             "ring of send/receives as MindSpore builds); the result is the same.",
             "* `FusedInferAttentionScore` with a one-token query and `actual_seq_lengths`: one line says it is unused "
-            "(as in MindSpore; `actual_seq_lengths_kv` gives the cache lengths).", ""]
+            "(as in MindSpore; `actual_seq_lengths_kv` gives the cache lengths).",
+            "* `IncreFlashAttention` / `FusedInferAttentionScore` with `antiquant_scale` / `antiquant_offset` and a "
+            "float key/value: one line says they are unused (MindSpore's kernel dequantizes an int8 cache only).", ""]
     return "\n".join(out)
 
 

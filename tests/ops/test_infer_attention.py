@@ -113,9 +113,9 @@ class _Net(nn.Cell):
         return out[0] if isinstance(out, tuple) else out
 
 
-def _on_8_and_1(net, *inputs):
-    """(8-device output, its compiled HLO, one device's output) of ``net``'s forward."""
-    out, hlo, _ = forward(net, *inputs)
+def _on_8_and_1(net, *inputs, **ctx):
+    """(8-device output, its compiled HLO, one device's output) of ``net``'s forward (``ctx``: more settings)."""
+    out, hlo, _ = forward(net, *inputs, **ctx)
     ms.reset_auto_parallel_context()
     alone = net(*inputs)
     return np.asarray(out), hlo, np.asarray(alone)
@@ -181,15 +181,20 @@ def test_incremental_split_by_batch_and_heads_equals_one_device():
      "attn_mask is split .* batch as the query's"),
     (P.IncreFlashAttention(N, input_layout="BNSD", num_key_value_heads=NKV),
      ((2, 2, 1, 1), (2, 1, 1, 1), (2, 1, 1, 1)), (Q[:, :, :1], K, V), "query is split .* and key/value"),
+    (P.IncreFlashAttention(N, input_layout="BNSD", num_key_value_heads=NKV),
+     ((2, 2, 1, 1),) * 4, (Q[:, :, :1], K, V, ("antiquant_scale", np.ones((2, NKV, 1, D)))),
+     r"antiquant_scale is split \(2, 2, 1, 1\); it splits the key/value heads as the query's \(2\)"),
     (A.FusedInferAttentionScore(N, input_layout="BNSD_BSND", num_key_value_heads=NKV),
      ((2, 1, 1, 1), ((2, 1, 1, 1),), ((2, 1, 1, 1),)), (Q, K, V), "'BNSD_BSND' takes no strategy"),
 ])
 def test_strategies_mindspore_refuses(op, strategy, inputs, match):
-    """MindSpore's CheckStrategy refusals, by name: a StrategyError (a RuntimeError, as MindSpore raises)."""
+    """MindSpore's CheckStrategy refusals, by name: a StrategyError (a RuntimeError, as MindSpore raises). A fourth
+    input is attn_mask, or (name, array)."""
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
-    net = _Net(op.shard(strategy), **({"attn_mask": None} if len(inputs) > 3 else {}))
+    extra = [x if isinstance(x, tuple) else ("attn_mask", x) for x in inputs[3:]]
+    net = _Net(op.shard(strategy), **{name: None for name, _ in extra})
     with pytest.raises(StrategyError, match=match):
-        kind_strategies(net, *_t(*inputs), kind=op.name)
+        kind_strategies(net, *_t(*inputs[:3], *(a for _, a in extra)), kind=op.name)
 
 
 def test_fused_key_entry_must_be_a_tuple_of_entries():
@@ -200,10 +205,10 @@ def test_fused_key_entry_must_be_a_tuple_of_entries():
 def test_unbuilt_inputs_and_settings_are_refused_by_name():
     q1 = ms.Tensor(Q[:, :, :1])
     ifa = P.IncreFlashAttention(N, input_layout="BNSD", num_key_value_heads=NKV)
-    with pytest.raises(ValueError, match="the input antiquant_scale is given but quantized attention is not built"):
-        ifa(q1, [ms.Tensor(K)], [ms.Tensor(V)], antiquant_scale=ms.Tensor(np.ones((2, NKV, 1, D), np.float32)))
-    with pytest.raises(StrategyError, match="antiquant_scale, antiquant_offset.*not built"):
-        ifa.shard(((1, 1, 1, 1),) * 7)
+    with pytest.raises(ValueError, match="the input quant_scale2 is given but quantized attention is not built"):
+        ifa(q1, [ms.Tensor(K)], [ms.Tensor(V)], quant_scale2=ms.Tensor(np.ones((1,), np.float32)))
+    with pytest.raises(StrategyError, match="9 entries.*quant_offset2, block_table.*not built"):
+        ifa.shard(((1, 1, 1, 1),) * 9)
     with pytest.raises(ValueError, match="the input block_table is given but page attention is not built"):
         ifa(q1, [ms.Tensor(K)], [ms.Tensor(V)], block_table=ms.Tensor(np.zeros((B, 1), np.int32)))
     with pytest.raises(ValueError, match="key is a list of 2 tensors"):
@@ -212,8 +217,10 @@ def test_unbuilt_inputs_and_settings_are_refused_by_name():
         P.PromptFlashAttention(N, sparse_mode=5)
     with pytest.raises(ValueError, match="block_size=16.*page attention is not built"):
         P.IncreFlashAttention(N, block_size=16)
-    with pytest.raises(ValueError, match="antiquant_mode=1"):
-        A.FusedInferAttentionScore(N, antiquant_mode=1)
+    with pytest.raises(ValueError, match=r"antiquant_mode=2.*1 \(per token\)"):
+        A.FusedInferAttentionScore(N, antiquant_mode=2)
+    with pytest.raises(ValueError, match="key_antiquant_mode=1.*separate key/value antiquant are not built"):
+        A.FusedInferAttentionScore(N, key_antiquant_mode=1)
     with pytest.raises(ValueError, match="input_layout='TND'"):
         P.PromptFlashAttention(N, input_layout="TND")
     with pytest.raises(ValueError, match="sparse_mode=1 .* needs the full attn_mask"):
@@ -254,3 +261,99 @@ def test_functional_forms_are_the_primitives():
     np.testing.assert_allclose(one, _reference(Q[:, :, :1], K, V, 0.5, np.zeros((1,), bool)), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="the input block_table is given but page attention is not built"):
         ops.fused_infer_attention_score(q, [k], [v], block_table=ms.Tensor(np.zeros((B, 1), np.int32)), **kw)
+
+
+# --- antiquant: an int8 key/value cache ---------------------------------------------------------------------------
+KQ = RNG.integers(-127, 128, size=(B, NKV, S2, D)).astype(np.int8)
+VQ = RNG.integers(-127, 128, size=(B, NKV, S2, D)).astype(np.int8)
+SCALE = RNG.uniform(0.01, 0.02, size=(2, NKV, 1, D)).astype(np.float32)  # per channel, BNSD: (2, kvN, 1, D)
+OFFSET = RNG.normal(size=(2, NKV, 1, D)).astype(np.float32)
+
+
+@pytest.mark.parametrize("layout", ["BNSD", "BSH"])
+@pytest.mark.parametrize("per_tensor", [False, True])
+def test_incremental_antiquant_dequantizes_the_int8_cache(layout, per_tensor):
+    """``antiquant_scale`` / ``antiquant_offset`` row 0 the key's, row 1 the value's: the attention reads
+    ``(x + offset) * scale`` (per channel: ``(2, kvN, 1, D)`` in BNSD, ``(2, kvH)`` in BSH; per tensor: ``(2,)``)."""
+    scale, offset = (SCALE[:, 0, 0, 0], OFFSET[:, 0, 0, 0]) if per_tensor else (SCALE, OFFSET)
+    bcast = (lambda t, r: t[r]) if per_tensor else (lambda t, r: t[r][None])
+    k = (KQ + bcast(offset, 0)) * bcast(scale, 0)
+    v = (VQ + bcast(offset, 1)) * bcast(scale, 1)
+    expected = _reference(Q[:, :, :1], k, v, 0.5, np.zeros((1, 1, 1, S2), bool))
+    if layout == "BSH":
+        args = (_bsh(Q[:, :, :1]), _bsh(KQ), _bsh(VQ))
+        if not per_tensor:  # (2, kvN, 1, D) -> (2, kvH)
+            scale, offset = (t.reshape(2, NKV * D) for t in (scale, offset))
+        expected = _bsh(expected)
+    else:
+        args = (Q[:, :, :1], KQ, VQ)
+    op = P.IncreFlashAttention(num_heads=N, input_layout=layout, scale_value=0.5, num_key_value_heads=NKV)
+    q, k8, v8 = _t(*args)
+    out = op(q, [k8], [v8], antiquant_scale=ms.Tensor(scale), antiquant_offset=ms.Tensor(offset)).asnumpy()
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    symmetric = op(q, [k8], [v8], antiquant_scale=ms.Tensor(scale)).asnumpy()  # no offset: symmetric
+    k0, v0 = KQ * bcast(scale if layout == "BNSD" or per_tensor else SCALE, 0), VQ * bcast(
+        scale if layout == "BNSD" or per_tensor else SCALE, 1)
+    expected0 = _reference(Q[:, :, :1], k0, v0, 0.5, np.zeros((1, 1, 1, S2), bool))
+    np.testing.assert_allclose(symmetric, _bsh(expected0) if layout == "BSH" else expected0, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_prompt_antiquant_dequantizes_the_int8_cache():
+    op = A.FusedInferAttentionScore(num_heads=N, scale_value=0.5, input_layout="BNSD", num_key_value_heads=NKV)
+    out, _ = op(*_t(Q), [ms.Tensor(KQ)], [ms.Tensor(VQ)], antiquant_scale=ms.Tensor(SCALE),
+                antiquant_offset=ms.Tensor(OFFSET))
+    k, v = ((t + OFFSET[r][None]) * SCALE[r][None] for r, t in enumerate((KQ, VQ)))
+    np.testing.assert_allclose(out.asnumpy(), _reference(Q, k, v, 0.5, np.zeros((1, 1, S1, S2), bool)),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_incremental_antiquant_split_by_heads_equals_one_device():
+    """MindSpore's IncreFlashAttentionInfo: the antiquant entries split the key/value heads as the query's
+    (``(1, mp, 1, 1)``); on 8 devices the dequantized attention is one device's."""
+    op = P.IncreFlashAttention(num_heads=N, input_layout="BNSD", scale_value=0.5, num_key_value_heads=NKV)
+    op.shard(((4, 2, 1, 1),) * 3 + ((1, 2, 1, 1),) * 2)
+    net = _Net(op, antiquant_scale=None, antiquant_offset=None)
+    inputs = _t(Q[:, :, :1], np.concatenate([KQ] * 2), np.concatenate([VQ] * 2), SCALE, OFFSET)
+    inputs[0] = ms.Tensor(np.concatenate([Q[:, :, :1]] * 2))
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, dataset_strategy="full_batch")
+    assert kind_strategies(net, *inputs, kind="IncreFlashAttention") == [
+        [[4, 2, 1, 1], [4, 2, 1, 1], [4, 2, 1, 1], [1, 2, 1, 1], [1, 2, 1, 1]]]
+    out, hlo, alone = _on_8_and_1(net, *inputs, dataset_strategy="full_batch")
+    np.testing.assert_allclose(out, alone, rtol=1e-5, atol=1e-5)
+    # whole inputs (full_batch): every device slices its batch rows, heads and heads' scales; nothing moves
+    assert parse_collectives(hlo, 8) == []
+
+
+def test_antiquant_on_a_float_cache_is_unused_and_bad_shapes_are_refused():
+    """MindSpore's kernel dequantizes an int8 cache only: with a float key/value the antiquant inputs are unused
+    (said once); an int8 cache with scales of another shape, or an offset without a scale, is refused by name."""
+    op = P.IncreFlashAttention(num_heads=N, input_layout="BNSD", num_key_value_heads=NKV)
+    q, k, v = _t(Q[:, :, :1], K, V)
+    plain = op(q, [k], [v]).asnumpy()
+    np.testing.assert_array_equal(op(q, [k], [v], antiquant_scale=ms.Tensor(SCALE)).asnumpy(), plain)
+    with pytest.raises(ValueError, match=r"antiquant_scale \(2, 4, 1, 4\) is not per tensor or per channel: valid "
+                       r"\(2,\) or \(2, 2, 1, 4\)"):
+        op(q, [ms.Tensor(KQ)], [ms.Tensor(VQ)], antiquant_scale=ms.Tensor(np.ones((2, N, 1, D), np.float32)))
+    with pytest.raises(ValueError, match="antiquant_offset is given without antiquant_scale"):
+        op(q, [ms.Tensor(KQ)], [ms.Tensor(VQ)], antiquant_offset=ms.Tensor(OFFSET))
+
+
+def test_fused_incremental_per_token_antiquant_with_the_key_sequence_split_equals_one_device():
+    """``antiquant_mode=1``: one scale and offset per batch row and cache position, ``(2, B, S)``; with the key/value
+    sequence split 4 ways (MindSpore's incremental FIAS split) they split as the key's, and the result is numpy's
+    and one device's."""
+    scale = RNG.uniform(0.01, 0.02, size=(2, B, S2)).astype(np.float32)
+    offset = RNG.normal(size=(2, B, S2)).astype(np.float32)
+    k, v = ((t + offset[r][:, None, :, None]) * scale[r][:, None, :, None] for r, t in enumerate((KQ, VQ)))
+    expected = _bsh(_reference(Q[:, :, :1], k, v, 0.5, np.zeros((1, 1, 1, S2), bool)))
+    op = A.FusedInferAttentionScore(num_heads=N, scale_value=0.5, num_key_value_heads=NKV, antiquant_mode=1)
+    inputs = _t(_bsh(Q[:, :, :1]), _bsh(KQ), _bsh(VQ), scale, offset)
+    alone = _Net(op, antiquant_scale=None, antiquant_offset=None)(*inputs).asnumpy()
+    np.testing.assert_allclose(alone, expected, rtol=1e-5, atol=1e-5)
+    op.shard(((2, 1, 1), ((2, 4, 1),), ((2, 4, 1),), (1, 2, 4), (1, 2, 4)))
+    net = _Net(op, antiquant_scale=None, antiquant_offset=None)
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8)
+    assert kind_strategies(net, *inputs, kind="FusedInferAttentionScore") == [
+        [[2, 1, 1], [2, 4, 1], [2, 4, 1], [1, 2, 4], [1, 2, 4]]]
+    out, _, _ = _on_8_and_1(net, *inputs)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

@@ -9,4 +9,4 @@ from graphpar.ops.fft_ops import (  # noqa: F401
 from graphpar.ops.selection_ops import SplitTensor, SplitWithSize, TopkExt  # noqa: F401
 from graphpar.ops.linalg_ops import SolveTriangular, TraceV2  # noqa: F401
 from graphpar.ops.linalg_ops import LstsqV2  # noqa: F401
-from graphpar.ops.infer_attention_ops import FusedInferAttentionScore  # noqa: F401
+from graphpar.ops.fused_infer_attention_ops import FusedInferAttentionScore  # noqa: F401

@@ -12,8 +12,11 @@ and ``n`` only. ``D`` is never split.
 The optional inputs follow the query, as MindSpore's tensor maps do: ``attn_mask`` by batch (where it has one) and,
 in sparse modes 0 and 1, by the query sequence (``kv`` in the incremental case); the compressed 2048 x 2048 mask of
 sparse modes 2-4 is a template, never split; ``pse_shift`` by batch (and, in ``FusedInferAttentionScore``, heads and
-sequence); ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` whole. :func:`attention_labels` is shared with the op,
-which reads a MindSpore strategy's query (and incremental key) entries and derives the other entries from it.
+sequence); ``actual_seq_lengths`` / ``actual_seq_lengths_kv`` whole; per-channel ``antiquant_scale`` /
+``antiquant_offset`` (``(2, kvH)``, ``(2, kvN, 1, D)``, ``(2, kvN, D)``) by the key/value heads, per token
+(``antiquant_mode=1``: ``(2, B, S)``) by the batch and the key/value sequence as the key's, per tensor whole.
+:func:`attention_labels` is shared with the op, which reads a MindSpore strategy's query (and incremental key) entries
+and derives the other entries from it.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def attention_labels(kind: str, attrs: Mapping, names: Sequence[str],
             rows.append(_mask_row(kind, shape, batch, sparse, incremental))
         elif name == "pse_shift":
             rows.append(_pse_row(kind, shape, batch, incremental))
+        elif name in ("antiquant_scale", "antiquant_offset"):  # row 0 the key's, row 1 the value's
+            rows.append(_antiquant_row(attrs, shape, kv_label))
         else:  # actual_seq_lengths, actual_seq_lengths_kv: MindSpore keeps them whole
             rows.append((None,) * len(shape))
     out = ("b", "s", "n", None) if layout == "BNSD_BSND" else query
@@ -81,6 +86,12 @@ def attention_labels(kind: str, attrs: Mapping, names: Sequence[str],
     if kv_label == "kv":
         order = tuple("kv" if l == "s" else l for l in order)
     return tuple(rows), tuple(outputs), order
+
+
+def _antiquant_row(attrs: Mapping, shape: Sequence[int], kv_label: Label) -> tuple[Label, ...]:
+    if int(attrs.get("antiquant_mode", 0)) == 1 and len(shape) == 3:  # per token: (2, B, S)
+        return (None, "b", kv_label)
+    return (None, "n") + (None,) * (len(shape) - 2) if len(shape) >= 2 else (None,) * len(shape)
 
 
 def _mask_row(kind: str, shape: Sequence[int], batch: int, sparse: int, incremental: bool) -> tuple[Label, ...]:
