@@ -8,8 +8,7 @@ per step cost several microseconds of step time.
 :class:`BoundStep` is what one binding needs, as plain attributes, so that a repeat of the call is answered by
 :meth:`BoundStep.repeat` with comparisons that do not grow with the settings or the network's size, and one step
 (:meth:`BoundStep.run`) is the executable call, a C-level write of its results into the Variables' value slots and
-the in-flight limit (a wait, the thread's sleep and wake-up, once per ``max_in_flight`` steps rather than once per
-step). The checks are change-triggered where a change has one door:
+the in-flight limit. The checks are change-triggered where a change has one door:
 
 * settings: every assignment to a context field moves ``_context.settings_revision()``; Cells: every assignment
   of a ``training`` flag, a cast, a Parameter or a sub-Cell moves ``nn.cell.revision()``. The step compares the
@@ -75,11 +74,14 @@ class BoundStep:
     call's inputs), made before each run. ``context``: the settings (``_context.settings()``, a deep copy) the
     program was chosen under; ``revision``:
     :func:`revision` when they and the network's split were last confirmed. ``in_flight``: the queue of losses of
-    steps still running, shared by every binding of one train program, at most ``max_in_flight`` after each call
-    (XLA's CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few
-    cores, in plain JAX too; a queue of two keeps the devices as busy as a longer one): once it is longer, it is
-    drained to the newest step (:func:`drain`), so that the loop sleeps once per ``max_in_flight`` steps. The last
-    step's batch stays referenced until the next step (its arrays are then recognised by identity).
+    steps still running, shared by every binding of one train program, kept to at most ``max_in_flight`` (XLA's
+    CPU backend deadlocks in its collective rendezvous when many multi-device programs are queued on few cores, in
+    plain JAX too; a queue of two keeps the devices as busy as a longer one) by waiting for the oldest step on each
+    call. Draining the queue to the newest step once it is full instead (the same bound, one wait per two steps)
+    was measured on the bench's tiny MLP (8 devices on 2 cores, process CPU against the executable called
+    directly): 1.016-1.023 against 1.027-1.033 on the shared machine, but 1.031-1.039 against 1.018-1.020 with the
+    other core busy (likely: the devices' threads, left with one queued step, run out of work and sleep): not taken. The
+    last step's batch stays referenced until the next step (its arrays are then recognised by identity).
     """
 
     def __init__(self, ns: NetworkState, compiled: Compiled, stacked: bool, context: tuple, signature: list,
@@ -155,23 +157,6 @@ class BoundStep:
         self._is_deleted = type(done).is_deleted
         in_flight = self._in_flight
         in_flight.append(done)
-        if len(in_flight) > self._max_in_flight:
-            drain(in_flight)
+        while len(in_flight) > self._max_in_flight:
+            in_flight.popleft().block_until_ready()
         return loss
-
-
-def drain(in_flight: collections.deque) -> None:
-    """Wait for every step in ``in_flight`` but the newest (leaving it alone in the queue).
-
-    The training loop lets ``max_in_flight`` steps run and then drains down to one, rather than waiting for the
-    oldest step on every call: the devices never hold more programs than before (``max_in_flight`` plus the one just
-    dispatched), but the Python thread sleeps and is woken once per ``max_in_flight`` steps instead of once per step
-    (on the bench's tiny MLP, 8 devices on 2 cores, each wake-up is a few percent of a step's CPU). The step before
-    the newest is waited for first: in a chain of steps (each takes the last one's state) the older ones are then
-    done, and their checks do not sleep.
-    """
-    newest = in_flight.pop()
-    in_flight.pop().block_until_ready()
-    while in_flight:
-        in_flight.popleft().block_until_ready()
-    in_flight.append(newest)
