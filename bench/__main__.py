@@ -67,7 +67,8 @@ def _main(argv: list[str], busy: bool) -> int:
               "(executable + write-back + in-flight limit) vs the direct call, BoundStep.repeat (the loop's checks) vs "
               "run, the Cell call vs repeat")
         print(_table([bench_call_path([32, 16, 16], 16)], ["model", "batch", "program_vs_hand", "call_vs_program",
-                                                            "run_vs_program", "repeat_vs_run", "call_vs_repeat"]),
+                                                            "run_vs_program", "repeat_vs_run", "call_vs_repeat",
+                                                            "call_vs_program_cpu"]),
               "\n", flush=True)
     if not only or "planning" in only:
         from bench.planning import bench_planning, bench_planning_gpt

@@ -18,6 +18,8 @@ batch and keep the new state (graphpar in the Parameters, as MindSpore does; the
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -112,13 +114,28 @@ def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int =
     - ``repeat_vs_run``: ``BoundStep.repeat`` (the training loop's checks: revisions, the batch's and the
       Variables' identity, no deleted array) over ``run``;
     - ``call_vs_repeat``: ``train(*placed)`` (the Cell call, the program lookup, the pending op-check test) over
-      ``repeat``.
+      ``repeat``;
+    - ``call_vs_program_cpu``: ``call_vs_program`` in CPU seconds of the process (steadier on a loaded machine).
 
     Measured on 2 cores shared with other jobs (load 15-40), process CPU per step against the direct call: the
     whole call 1.04-1.07, ``run`` alone 1.02-1.05, the checks about as much again; the same executable called from
     four separately built train cells 1.05-1.07 each, two direct copies 1.00-1.01. Plain Python busy work of
     1.2-4.8 µs (hot loop) put before or after the direct call moved it by at most 1 %, so the gap is not the
-    Python time alone (about 4 µs per call in a hot loop, graphpar's frames included)."""
+    Python time alone (about 4 µs per call in a hot loop, graphpar's frames included).
+
+    Measured again (issue 28, load 6-26; the step is ~1.0 ms of process CPU, ~1.4-2.8 ms wall; every side
+    interleaved in shuffled rounds of 50 calls, 80-150 rounds, medians of per-round ratios against the direct call,
+    process CPU; a second direct copy 0.99-1.02): ``run`` 1.016-1.038, the whole call 1.027-1.046; with the other
+    core busy the call 1.018-1.020. Python time with a stand-in executable (returns its inputs; best of 200 x 1000
+    calls): the direct call 0.2 µs, ``run`` 2.7 µs (its parts: the write into 4 Variables 0.42, blocking on the
+    ready 8-device loss 0.67, reading the values 0.5), ``repeat`` 3.5-3.6, the Cell call 4.4-4.7. A busy loop of
+    2.1 µs after the direct call cost it 1.1-1.9 %, 0.8 µs 0.3-0.9 %: on 8 devices sharing 2 cores a microsecond of
+    Python costs several of the devices' threads, which is what the call's 4.5 µs add up to. Neither the arrays
+    passed (the same objects as the direct call's: the executable's last outputs), Python's garbage collector (no
+    collection in 3000 steps) nor the in-flight limit's wait on the oldest step (the direct call with the same limit
+    1.00-1.004) accounts for more. Draining the in-flight queue to the newest step once full (one wait per two
+    steps, the same bound) gave 1.016-1.023 instead of 1.027-1.033 on the shared machine but 1.031-1.039 instead of
+    1.018-1.020 with the other core busy, and was not taken (``compile/runtime/bound_step.py``)."""
     train, placed, handwritten = _data_parallel_pair(sizes, batch)
     hand = handwritten()
     run = train.program.stages(placed).compiled.run
@@ -145,8 +162,10 @@ def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int =
     _, _, ran = compare(bound_run, direct, calls=calls, rounds=rounds)
     _, _, checks = compare(repeat, bound_run, calls=calls, rounds=rounds)
     _, _, cell = compare(lambda: train(*placed), repeat, calls=calls, rounds=rounds)
+    _, _, call_cpu = compare(lambda: train(*placed), direct, calls=calls, rounds=rounds, clock=time.process_time)
     return {"model": f"MLP {'-'.join(map(str, sizes))}", "batch": batch, "program_vs_hand": program,
-            "call_vs_program": call, "run_vs_program": ran, "repeat_vs_run": checks, "call_vs_repeat": cell}
+            "call_vs_program": call, "run_vs_program": ran, "repeat_vs_run": checks, "call_vs_repeat": cell,
+            "call_vs_program_cpu": call_cpu}
 
 
 def _megatron_weights(d: int, h: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
