@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import itertools
 import linecache
 import sys
 import textwrap
@@ -61,9 +60,18 @@ def _assignments(code: CodeType) -> dict[tuple[int, int, int, int], str]:
     return out
 
 
+@functools.lru_cache(maxsize=512)
+def _positions(code: CodeType) -> tuple[tuple[int | None, ...], ...]:
+    """``code``'s position table, one entry per instruction (read once per code object: a ``construct`` calls
+    dozens of ops, and walking the table up to each call's instruction is quadratic in the function's length)."""
+    return tuple(code.co_positions())
+
+
 def _call_span(frame: FrameType) -> tuple[int, int, int, int] | None:
     """The source span of the instruction ``frame`` executes (the call), from its code's position table."""
-    position = next(itertools.islice(frame.f_code.co_positions(), frame.f_lasti // 2, None), None)
+    positions = _positions(frame.f_code)
+    index = frame.f_lasti // 2
+    position = positions[index] if index < len(positions) else None
     if position is None or None in position:
         return None
     return position  # type: ignore[return-value]

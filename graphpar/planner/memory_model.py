@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
 from graphpar.planner.state_paths import parameter_of
 
 __all__ = ["DEFAULT_OPTIMIZER_SLOTS", "checkpoint_keeps_input", "compiled_peak_bytes", "keeps_input", "keeps_output",
-           "optimizer_slots", "param_slots", "peak_bytes", "value_kept", "graph_optimizer_slots", "sole_keeper"]
+           "optimizer_slots", "OptimizerSlots", "param_slots", "peak_bytes", "value_kept", "graph_optimizer_slots", "sole_keeper"]
 
 # optimizer-state copies per parameter element assumed when the optimizer is unknown (a plan made from a loss
 # network alone): Adam's two moments, the largest of the common optimizers, so the prediction errs on the safe side
@@ -180,13 +181,43 @@ def optimizer_slots(optimizer: Any, params: Mapping[str, Any]) -> dict[str, floa
     transformation initialised abstractly (``jax.eval_shape``, nothing allocated) on ``params`` (name -> anything
     with ``shape`` and ``dtype``), and each state leaf under a parameter's name credited to it. Parameters the
     optimizer does not own are left out (not trained)."""
-    import jax
+    return dict(OptimizerSlots(optimizer, params))
 
-    owned = set(optimizer.param_names)
-    avals = {n: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for n, p in params.items() if n in owned}
-    if not avals:
-        return {}
-    state = jax.eval_shape(optimizer.transformation().init, avals)
+
+class OptimizerSlots(Mapping[str, float]):
+    """:func:`optimizer_slots`, worked out on first read. The optimizer's transformation and the parameters' shapes
+    are taken when it is made; only the abstract ``init`` waits. Why: the memory terms are its only readers (a
+    search, a memory budget, a dry run's prediction), a plan whose every layout is given reads none of them, and
+    the abstract ``init`` is a trace over every parameter (3 % of graphpar's share of the GPT bench model's first
+    step, 12 ms)."""
+
+    def __init__(self, optimizer: Any, params: Mapping[str, Any]):
+        owned = set(optimizer.param_names)
+        self._avals = {n: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for n, p in params.items() if n in owned}
+        self._init = optimizer.transformation().init if self._avals else None
+        self._slots: dict[str, float] | None = None
+
+    def _worked_out(self) -> dict[str, float]:
+        if self._slots is None:
+            self._slots = _slots_of(self._init, self._avals) if self._avals else {}
+        return self._slots
+
+    def __getitem__(self, name: str) -> float:
+        return self._worked_out()[name]
+
+    def __iter__(self):
+        return iter(self._worked_out())
+
+    def __len__(self) -> int:
+        return len(self._worked_out())
+
+    def __repr__(self) -> str:
+        return repr(self._worked_out())
+
+
+def _slots_of(init: Any, avals: Mapping[str, Any]) -> dict[str, float]:
+    """Each parameter's optimizer-state elements per element from the abstract state ``init(avals)``."""
+    state = jax.eval_shape(init, avals)
     out = {n: 0.0 for n in avals}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
         name = parameter_of(path, avals)
@@ -212,12 +243,13 @@ def peak_bytes(total: Any, persistent: float = 0.0) -> float:
                            2.0 * total.gradient_bytes)
 
 
-def graph_optimizer_slots(graph: Any, optimizer: Any) -> dict[str, float] | None:
-    """:func:`optimizer_slots` of the Parameters of a traced ``graph`` (None without an optimizer)."""
+def graph_optimizer_slots(graph: Any, optimizer: Any) -> Mapping[str, float] | None:
+    """:func:`optimizer_slots` of the Parameters of a traced ``graph``, worked out when first read
+    (:class:`OptimizerSlots`); None without an optimizer."""
     if optimizer is None:
         return None
     params = {v.name: v for v in graph.values.values() if v.kind == "param" and v.producer is None}
-    return optimizer_slots(optimizer, params)
+    return OptimizerSlots(optimizer, params)
 
 
 def sole_keeper(graph: Any, vid: int, grads: frozenset[int]) -> bool:

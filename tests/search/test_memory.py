@@ -8,7 +8,7 @@ import graphpar as ms
 from graphpar import nn
 from graphpar.models.mlp import mlp_data, search_mlp
 from graphpar.planner.cost import plan_cost, predicted_peak, sum_costs
-from graphpar.planner.memory_model import optimizer_slots
+from graphpar.planner.memory_model import OptimizerSlots, optimizer_slots
 
 from .helpers import compiled_memory
 
@@ -30,6 +30,35 @@ def test_optimizer_state_is_read_from_the_optimizer(name):
     slots = optimizer_slots(make(params[:-1]), {p.name: p for p in params})
     assert set(slots) == {p.name for p in params[:-1]}  # a Parameter the optimizer does not own: not trained
     assert set(slots.values()) == {want}
+
+
+class _CountingInits:
+    """An optimizer whose transformation counts how often its ``init`` is traced."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.param_names, self.inits = optimizer, optimizer.param_names, 0
+
+    def transformation(self):
+        tx = self.optimizer.transformation()
+
+        def init(params):
+            self.inits += 1
+            return tx.init(params)
+
+        return tx._replace(init=init)
+
+
+def test_optimizer_state_is_traced_only_when_the_memory_terms_read_it():
+    """The planner gets the slots as a mapping that traces the optimizer's ``init`` on its first read (a plan whose
+    every layout is given never reads it); read, it equals ``optimizer_slots``."""
+    net = search_mlp(2, 16)
+    params = net.trainable_params()
+    optimizer = _CountingInits(nn.Adam(params, 1e-3))
+    slots = OptimizerSlots(optimizer, {p.name: p for p in params})
+    assert optimizer.inits == 0
+    assert dict(slots) == optimizer_slots(optimizer.optimizer, {p.name: p for p in params})
+    assert slots.get("no such parameter") is None and len(slots) == len(params)
+    assert optimizer.inits == 1  # worked out once
 
 
 def _train(plan, optimizer, layers=4, width=256):

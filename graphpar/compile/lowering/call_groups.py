@@ -31,6 +31,7 @@ two runs share a function only when that sum names their own nodes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,15 +70,33 @@ def relative_label(scope: str, node: Any, base: int) -> str:
     return f"{rest}/{node.instance_name}+{node.id - base}" if rest else f"{node.instance_name}+{node.id - base}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _scope_parts(scope: str) -> tuple[str, ...]:
+    """A Cell scope's levels (``Default/network-WithLossCell/...``), split once per scope string: planning the units
+    of a deep network splits each node's scope at every level it looks into, and a few scopes repeat over
+    hundreds of nodes."""
+    return tuple(scope.split("/")) if scope else ()
+
+
 def _common_scope(steps: Sequence[Any]) -> str:
-    parts = steps[0].node.scope.split("/") if steps[0].node.scope else []
+    parts = _scope_parts(steps[0].node.scope)
     for step in steps[1:]:
-        other = step.node.scope.split("/") if step.node.scope else []
+        other = _scope_parts(step.node.scope)
+        if other[:len(parts)] == parts:
+            continue
         n = 0
         while n < min(len(parts), len(other)) and parts[n] == other[n]:
             n += 1
         parts = parts[:n]
     return "/".join(parts)
+
+
+@functools.cache
+def _narrow_float(dtype: Any) -> bool:
+    """Whether ``dtype`` is a float narrower than 32 bits (``dtype`` may be an extended dtype, PRNG keys, which
+    np.dtype refuses). Cached per dtype: keying a deep network's runs asks it thousands of times of a few dtypes, and
+    ``jnp.issubdtype`` and ``jnp.finfo`` cost microseconds each."""
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and jnp.finfo(dtype).bits < 32
 
 
 class _Keys:
@@ -92,8 +111,7 @@ class _Keys:
         """A float narrower than 32 bits (amp's O2/O3 values). Runs that touch one stay per-node calls: measured on
         ResNet-18 at O3, XLA's CPU compile of a grouped call rounds bfloat16 differently (the loss moved by one
         bfloat16 ulp), and the per-node program is the one that equals the hand-written JAX casts bit for bit."""
-        dtype = self.graph.values[v].dtype  # may be an extended dtype (PRNG keys), which np.dtype refuses
-        return bool(jnp.issubdtype(dtype, jnp.floating)) and jnp.finfo(dtype).bits < 32
+        return _narrow_float(self.graph.values[v].dtype)
 
     def read_after(self, v: int, members: set[int]) -> bool:
         return v in self.results or any(n not in members for n, _ in self.graph.values[v].consumers)
@@ -162,9 +180,9 @@ def _cell_runs(steps: Sequence[Any], depth: int) -> list[tuple[str | None, list[
     """Consecutive runs of ``steps`` under the same Cell ``depth`` scope levels down; a step of a shallower Cell
     is a run of its own with scope None."""
     runs: list[tuple[str | None, list[Any]]] = []
-    current: list[str] | None = None
+    current: tuple[str, ...] | None = None
     for step in steps:
-        parts = step.node.scope.split("/") if step.node.scope else []
+        parts = _scope_parts(step.node.scope)
         prefix = parts[:depth] if len(parts) >= depth else None
         if prefix is not None and prefix == current:
             runs[-1][1].append(step)

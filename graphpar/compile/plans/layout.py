@@ -71,11 +71,18 @@ class GraphLayout(Layout):
                     named.setdefault(value.name, vid)
         self._named = named
         self._inputs = [vid for vid in graph.inputs if graph.values[vid].kind == "input"]
+        # spec -> its NamedSharding, made once: a first step asks for every parameter's sharding several times
+        # (the optimizer's storage, the state's, the step's signature), and equal specs give one object, which
+        # the comparisons with a placed array's sharding then settle by identity
+        self._shardings: dict[Spec, NamedSharding] = {}
 
     def _sharding(self, vid: int | None, shape: tuple[int, ...]) -> NamedSharding:
         spec = self._specs.get(vid) if vid is not None else None
         spec = spec if spec is not None else tuple(() for _ in shape)
-        return NamedSharding(self.mesh, to_partition_spec(spec))
+        found = self._shardings.get(spec)
+        if found is None:
+            found = self._shardings[spec] = NamedSharding(self.mesh, to_partition_spec(spec))
+        return found
 
     def param_sharding(self, name, shape):
         return self._sharding(self._named.get(name), shape)
