@@ -15,7 +15,9 @@ eager code (milliseconds each) still stay out of the cache.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -57,4 +59,38 @@ def use_persistent_cache(what: str, effects: tuple[str, ...] = ()) -> None:
                     "set_context(compile_cache_path=...) or MS_COMPILER_CACHE_PATH moves it)", logging.INFO)
     elif directory is not None and enabled:
         jax.config.update("jax_enable_compilation_cache", False)
+        compilation_cache.reset_cache()
+
+
+@contextlib.contextmanager
+def watching_reads() -> Iterator[list[str]]:
+    """The list of XLA's persistent-cache reads (JAX's cache-hit events) made in this block: an executable read back
+    rather than compiled (``staging.executables`` cannot store it: XLA:CPU does not keep the kernels of an executable
+    it read, so serialising it again writes a program that fails when it runs)."""
+    reads: list[str] = []
+
+    def on_event(event: str, **_: object) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            reads.append(event)
+
+    jax.monitoring.register_event_listener(on_event)
+    try:
+        yield reads
+    finally:
+        jax.monitoring.unregister_event_listener(on_event)
+
+
+@contextlib.contextmanager
+def bypassed(really: bool = True) -> Iterator[None]:
+    """XLA's persistent cache off for this block (neither read nor written) if ``really``, on again after it if it
+    was."""
+    if not really or not jax.config.jax_enable_compilation_cache:
+        yield
+        return
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)
         compilation_cache.reset_cache()
