@@ -11,11 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 import graphpar as ms
 from graphpar import nn, ops
+from graphpar.compile.staging.xla_cache import use_persistent_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 X = np.linspace(-1, 1, 16 * 8, dtype=np.float32).reshape(16, 8)
@@ -64,10 +66,16 @@ def _step(train) -> tuple[int, list[float]]:
 
 @pytest.fixture()
 def cache(tmp_path):
+    """The compile cache on in a temporary directory; XLA's cache writes nothing (a tiny step compiles in under its
+    minimum time or not, as the machine's load has it), so every step compiled here is compiled, not read back."""
+    before = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
     ms.set_context(enable_compile_cache=True, compile_cache_path=str(tmp_path))
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", full_batch=True)
     yield tmp_path / "steps"
     ms.set_context(enable_compile_cache=False)
+    use_persistent_cache("the next test")
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
 
 
 def test_a_train_cell_built_the_same_way_loads_the_step_and_trains_alike(cache):
@@ -121,6 +129,17 @@ def test_a_damaged_file_is_a_miss_with_a_notice_and_is_rewritten(cache, notices,
     said = [r.getMessage() for r in notices.records if "cached step executable" in r.getMessage()]
     assert len(said) == 1 and str(path) in said[0] and "compiled again" in said[0], said
     assert path.read_bytes() != b"hello" and _step(_train())[0] == 1  # rewritten, and read next time
+
+
+def test_a_step_read_back_from_xlas_cache_is_not_stored(cache):
+    """XLA:CPU keeps no kernels for an executable it read back from its cache, so serialised again it would fail
+    when it runs: such a step is not stored (it is after a compile XLA's cache does not serve)."""
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # XLA's cache writes every program
+    _, losses = _step(_train())
+    (path,) = cache.glob("*.exe")
+    path.unlink()
+    loads, again = _step(_train())  # compiled by reading XLA's cache
+    assert loads == 0 and again == losses and list(cache.glob("*.exe")) == []
 
 
 _SCRIPT = """

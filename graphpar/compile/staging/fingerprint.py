@@ -18,12 +18,15 @@ import enum
 import functools
 import hashlib
 import os
+import types
 from pathlib import Path
 from typing import Any
 
 import jax
+import flax
 import jaxlib
 import numpy as np
+import optax
 from flax import nnx
 
 from graphpar.compile.plans.planned import Planned
@@ -57,14 +60,18 @@ def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen
     if isinstance(value, _PLAIN):
         put(f"{type(value).__name__}:{value!r};".encode())
         return
-    if isinstance(value, (enum.Enum, np.dtype, jax.ShapeDtypeStruct)) or type(value).__module__ == "numpy.dtypes":
+    if isinstance(value, (enum.Enum, np.dtype, jax.ShapeDtypeStruct)) or type(value).__module__ == "numpy.dtypes" or (
+            _is_extended_dtype(value)):
         put(f"{type(value).__name__}:{value!r};".encode())
         return
     if id(value) in seen:  # a shared or cyclic reference: its position, not its contents again
         put(f"ref{seen[id(value)][0]};".encode())
         return
     seen[id(value)] = (len(seen), value)  # kept alive: a temporary's id is never reused within one walk
-    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and not _is_variable(value):
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        put(f"key:{value.dtype};".encode())  # a typed PRNG key: its implementation and its bits
+        _walk(jax.random.key_data(value), put, arguments, skip, seen)
+    elif isinstance(value, (np.ndarray, np.generic, jax.Array)) and not _is_variable(value):
         array = np.asarray(value)
         put(f"array{array.shape}{array.dtype};".encode())
         put(np.ascontiguousarray(array).tobytes())
@@ -121,7 +128,18 @@ def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen
         _walk((cells, value.__defaults__, value.__kwdefaults__), put, arguments, skip, seen)
         put(b")")
     else:
-        raise Unseen(f"{type(value).__module__}.{type(value).__qualname__}")
+        name = value.__qualname__ if isinstance(value, (types.FunctionType, type)) else ""
+        raise Unseen(f"{type(value).__module__}.{type(value).__qualname__}" + (f" {name}" if name else ""))
+
+
+def _is_extended_dtype(value: Any) -> bool:
+    """A JAX extended dtype (a PRNG key's ``key<fry>``): described by its name."""
+    if not type(value).__module__.startswith("jax"):
+        return False
+    try:
+        return jax.dtypes.issubdtype(value, jax.dtypes.extended)
+    except TypeError:
+        return False
 
 
 def _ours(cls: type) -> bool:
@@ -132,8 +150,9 @@ def _ours(cls: type) -> bool:
 
 
 def _ours_function(fn: Any) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    return isinstance(fn, type(_ours)) and module.split(".")[0] in ("graphpar", "optax")
+    """A plain function of graphpar, optax or JAX (their code is in :func:`code_digest` by content or version; what
+    it closes over is walked with it), e.g. a PRNG implementation's seed function."""
+    return isinstance(fn, types.FunctionType) and (fn.__module__ or "").split(".")[0] in ("graphpar", "optax", "jax")
 
 
 def _is_variable(value: Any) -> bool:
@@ -150,9 +169,10 @@ def _qualname(cls: type) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """graphpar's own code and the versions of what compiles it: every source file of the package (content), JAX's
-    and jaxlib's versions. Read once per process (a few milliseconds)."""
-    h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__}".encode())
+    """graphpar's own code and the versions of what it builds steps with: every source file of the package
+    (content), the versions of JAX, jaxlib, numpy, optax and flax. Read once per process (about 10 ms)."""
+    h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__} optax "
+                       f"{optax.__version__} flax {flax.__version__}".encode())
     root = Path(__file__).resolve().parents[2]  # the graphpar package
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())

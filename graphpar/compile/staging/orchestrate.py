@@ -35,7 +35,7 @@ from graphpar.compile.staging.fingerprint import Unseen, code_digest, digest, en
 from graphpar.compile.staging.frozen_heap import frozen_heap
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import Compiled, Lowered, StepRecipe, StepSignature
-from graphpar.compile.staging.xla_cache import bypassed, use_persistent_cache, watching_reads
+from graphpar.compile.staging.xla_cache import use_persistent_cache, watching_reads
 from graphpar.compile.plans import ascend_groups
 from graphpar._logging import notice_once
 from graphpar.dump.writer import maybe_dump_begin, maybe_dump_execute
@@ -117,8 +117,10 @@ class Orchestrator:
         def build() -> Compiled:
             if plan.pynative:
                 return Compiled(planned, signature, fn, fn=fn)
-            stored = self._step_key(planned, key, variant, signature, avals, recipe)
-            folder = executables.directory() if stored is not None else None
+            folder = executables.directory() if recipe is not None else None  # None: the compile cache is off
+            stored = self._step_key(planned, key, variant, signature, avals, recipe) if folder is not None else None
+            if stored is None:
+                folder = None
             if folder is not None:
                 with progress.stage("executable cache read"):
                     executable = executables.load(folder, stored)
@@ -131,15 +133,14 @@ class Orchestrator:
                 lowered = lower(fn, signature, avals, planned)
             self.cache.count("lowerings")
             use_persistent_cache(self.what, lowered.effects)
-            devices = executables.device_ids(signature.in_shardings)
-            storing = folder is not None and devices is not None and not lowered.effects  # callbacks: this process
-            # a program to store is compiled, not read from XLA's cache: XLA:CPU does not keep the kernels of an
-            # executable it read back, so serialising one writes a program that fails when it runs (once per
-            # program: the runs after this one load it from the executable cache)
-            with progress.stage("XLA compile"), watching_reads() as reads, bypassed(storing):
+            with progress.stage("XLA compile"), watching_reads() as reads:
                 executable = lowered.compile()
             self.cache.count("compiles")
-            if storing and not reads:
+            devices = executables.device_ids(signature.in_shardings)
+            # not stored: an executable XLA's cache served (XLA:CPU keeps no kernels for an executable it read back,
+            # so serialised again it fails when it runs: ``xla_cache.watching_reads``; it is stored after a compile
+            # that XLA's cache does not serve), a program with host callbacks (they live in this process)
+            if folder is not None and devices is not None and not lowered.effects and not reads:
                 executables.store(folder, stored, executable, devices, self.what)
             seconds = {k: progress.seconds[k] for k in ("lowering", "XLA compile")}
             cpu_seconds = {k: progress.cpu_seconds[k] for k in ("lowering", "XLA compile")}

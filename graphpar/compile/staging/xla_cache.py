@@ -16,6 +16,7 @@ eager code (milliseconds each) still stay out of the cache.
 from __future__ import annotations
 
 import contextlib
+import os
 import logging
 from collections.abc import Iterator
 
@@ -55,8 +56,9 @@ def use_persistent_cache(what: str, effects: tuple[str, ...] = ()) -> None:
         jax.config.update("jax_enable_compilation_cache", True)
         compilation_cache.reset_cache()
         notice_once(f"compile-cache:{choice.directory}", f"compiled programs are cached in {choice.directory} "
-                    "(set_context(enable_compile_cache=False) or MS_COMPILER_CACHE_ENABLE=0 switches this off; "
-                    "set_context(compile_cache_path=...) or MS_COMPILER_CACHE_PATH moves it)", logging.INFO)
+                    f"and train steps in {os.path.join(choice.root, 'steps')} (set_context(enable_compile_cache="
+                    "False) or MS_COMPILER_CACHE_ENABLE=0 switches this off; set_context(compile_cache_path=...) or "
+                    "MS_COMPILER_CACHE_PATH moves it)", logging.INFO)
     elif directory is not None and enabled:
         jax.config.update("jax_enable_compilation_cache", False)
         compilation_cache.reset_cache()
@@ -79,18 +81,3 @@ def watching_reads() -> Iterator[list[str]]:
     finally:
         jax.monitoring.unregister_event_listener(on_event)
 
-
-@contextlib.contextmanager
-def bypassed(really: bool = True) -> Iterator[None]:
-    """XLA's persistent cache off for this block (neither read nor written) if ``really``, on again after it if it
-    was."""
-    if not really or not jax.config.jax_enable_compilation_cache:
-        yield
-        return
-    jax.config.update("jax_enable_compilation_cache", False)
-    compilation_cache.reset_cache()
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_compilation_cache", True)
-        compilation_cache.reset_cache()
