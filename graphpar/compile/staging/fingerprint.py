@@ -5,8 +5,8 @@ A digest is honest or absent. :func:`digest` walks plain values (numbers, string
 shardings with their devices) and the objects of graphpar's own classes (every dataclass field, every attribute of a
 Cell); anything else (a user's class, a function of the user's, an object it cannot see into) raises :class:`Unseen`,
 and the caller builds the program without the executable cache (XLA's persistent cache still serves the compile).
-The code a program is built from is covered by :func:`code_digest` (graphpar's own source files, JAX's and
-jaxlib's versions); the network's code by the planned graph (:func:`graph_parts`: the traced jaxpr with its
+The code a program is built from is covered by :func:`code_digest` (graphpar's own source files, the versions of
+JAX, jaxlib, numpy, optax and flax: their functions and classes are described by name); the network's code by the planned graph (:func:`graph_parts`: the traced jaxpr with its
 constants, every node's strategy, every value, the plan's layouts), since the network is traced and planned on
 every run.
 """
@@ -22,8 +22,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-import jax
 import flax
+import jax
 import jaxlib
 import numpy as np
 import optax
@@ -38,8 +38,8 @@ class Unseen(Exception):
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 # planned-graph fields that report on planning rather than decide the program (timings, the search's record, the
-# dump's note, why a strategy was chosen); every decision is also on the nodes and in the layouts
-_REPORTS = {"pass_seconds", "search", "note", "provenance"}
+# dump's note); every decision is also on the nodes and in the layouts
+_REPORTS = {"pass_seconds", "search", "note"}
 # attributes of a Cell covered elsewhere: a train cell's network is the planned graph, its optimizer a part of the
 # recipe of its own; a train cell's compiled programs and an optimizer's state are results (the state's structure is
 # in the step's signature)
