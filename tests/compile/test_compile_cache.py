@@ -26,6 +26,12 @@ def _entries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("jit_step-*")) if folder.is_dir() else []
 
 
+def _stored(root: Path) -> list[str]:
+    """Train steps stored under a compile-cache root: in XLA's cache, and in graphpar's executable cache (a step
+    whose train cell and optimizer graphpar can describe: ``compile.staging.executables``)."""
+    return _entries(root / "xla") + sorted(p.name for p in (root / "steps").glob("*.exe"))
+
+
 def test_where_the_cache_lives(monkeypatch, tmp_path):
     """Default: on, in $XDG_CACHE_HOME/graphpar/xla (~/.cache without it); MindSpore's variables move and switch
     it; set_context takes precedence over them, as MindSpore documents."""
@@ -77,13 +83,13 @@ def test_steps_are_written_where_set_context_says_and_not_once_switched_off(tmp_
                                                                             every_program_cached):
     ms.set_context(enable_compile_cache=True, compile_cache_path=str(tmp_path))
     _mlp_step(8)
-    written = _entries(tmp_path / "xla")
-    assert len(written) == 1, written
+    written = _stored(tmp_path)
+    assert len(_entries(tmp_path / "xla")) == 1 and len(written) == 2, written  # XLA's entry and graphpar's
     said = [r.getMessage() for r in notices.records if "compiled programs are cached in" in r.getMessage()]
     assert len(said) == 1 and str(tmp_path / "xla") in said[0] and notices.records[0].levelname == "INFO"
     ms.set_context(enable_compile_cache=False)
     _mlp_step(16)  # another batch shape: another program, compiled and not written
-    assert _entries(tmp_path / "xla") == written
+    assert _stored(tmp_path) == written
 
 
 def test_a_step_with_labels_from_the_batch_is_stored(tmp_path, every_program_cached):
@@ -94,7 +100,7 @@ def test_a_step_with_labels_from_the_batch_is_stored(tmp_path, every_program_cac
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), 0.1))
     assert np.isfinite(float(train(np.ones((8, 6), np.float32), np.zeros(8, np.int32))))
-    assert _entries(tmp_path / "xla") != []
+    assert _stored(tmp_path) != []
 
 
 class _CastLabels(nn.Cell):
@@ -141,10 +147,15 @@ class Hits(logging.Handler):
 
 logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)
 logging.getLogger("jax._src.compiler").addHandler(Hits())
+class Train(nn.TrainOneStepCell):
+    # a train cell of the script's own class: graphpar's executable cache does not describe it, XLA's cache serves
+    # it (tests/compile/test_executable_cache.py: a graphpar train cell's step)
+    pass
+
 ms.set_seed(0)
 ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
 net = nn.SequentialCell([nn.Dense(16, 32, activation="relu"), nn.Dense(32, 4)])
-train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+train = Train(nn.WithLossCell(net, nn.MSELoss()), nn.Momentum(net.trainable_params(), 0.1, 0.9))
 started = time.perf_counter()
 loss = float(train(np.ones((16, 16), np.float32), np.zeros((16, 4), np.float32)))
 print(json.dumps({"hits": hits, "loss": loss, "first_step_s": time.perf_counter() - started}))
@@ -153,7 +164,8 @@ print(json.dumps({"hits": hits, "loss": loss, "first_step_s": time.perf_counter(
 
 def test_a_second_run_of_a_script_reads_its_step_back(tmp_path):
     """MS_COMPILER_CACHE_ENABLE=1 / MS_COMPILER_CACHE_PATH, as a MindSpore user sets them: the first run writes the
-    train step, the second finds it (a cache hit, no new entry) and trains to the same loss."""
+    train step to XLA's cache (the script's own train cell class), the second finds it (a cache hit, no new entry)
+    and trains to the same loss."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "MS_COMPILER_CACHE_ENABLE": "1",
            "MS_COMPILER_CACHE_PATH": str(tmp_path), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 

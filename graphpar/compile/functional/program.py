@@ -81,6 +81,11 @@ class FunctionalProgram(TrainProgram):
     def _transformation(self) -> optax.GradientTransformation:
         return self.optimizer.transformation()  # what Optimizer.construct applies in the step
 
+    def _recipe(self, ns: NetworkState) -> None:
+        """None: the step runs the user's own Python around the traced graph, which no digest can describe, so it
+        is not kept in the executable cache (``staging.executables``); XLA's persistent cache serves its compile."""
+        return None
+
     # --- the graph and the step ---------------------------------------------------------------------------------
     def _planned(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct],
                  progress: CompileProgress) -> tuple[ProgramKey, Planned]:

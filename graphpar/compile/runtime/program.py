@@ -53,7 +53,7 @@ from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.orchestrate import lower
 from graphpar.compile.staging.progress import CompileProgress
-from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
+from graphpar.compile.staging.stages import Compiled, Lowered, ProgramStages, StepRecipe, StepSignature
 from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.ops import runtime_checks
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
@@ -65,19 +65,6 @@ def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
     if isinstance(sharding, NamedSharding):
         return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
     return sharding
-
-
-@dataclass(frozen=True)
-class ProgramStages:
-    """Every stage of one train-step program (``TrainProgram.stages``)."""
-
-    planned: Planned
-    lowered: Lowered
-    compiled: Compiled
-
-    @property
-    def traced(self):
-        return self.planned.traced
 
 
 @dataclass(frozen=True)
@@ -249,7 +236,17 @@ class TrainProgram(Program[TrainSettings]):
             signature, arg_avals = self._signature(ns, planned.layout, avals, opt_state, steps)
             step = self._step(planned, ns)
             fn, variant = (step, "step") if steps is None else (sink_loop(step), f"sink{steps}")
-            return self.orchestrator.compiled(self.plan, planned, key, variant, fn, signature, arg_avals, progress)
+            return self.orchestrator.compiled(self.plan, planned, key, variant, fn, signature, arg_avals, progress,
+                                              self._recipe(ns))
+
+    def _recipe(self, ns: NetworkState) -> StepRecipe | None:
+        """What the step is made of beyond its planned graph and signature, for the executable cache
+        (``staging.executables``): this program's and its plan's kinds, the train cell (its type and settings; its
+        network is the planned graph), the optimizer (kind, hyperparameters, groups), the sensitivity, the
+        micro-batches and the parallel optimizer's configuration; the network's Variables are the step's arguments.
+        A train cell or optimizer of the user's own class is not described: XLA's cache alone serves it."""
+        return StepRecipe((type(self).__qualname__, type(self.plan).__qualname__, self.train_cell, self.optimizer,
+                           self.sens, self.micro_size, self.opt_config), ns.params.holders + ns.rest.holders)
 
     # --- running -----------------------------------------------------------------------------------------------
     def run_step(self, inputs: Sequence[Any]) -> jax.Array:
@@ -386,7 +383,7 @@ class TrainProgram(Program[TrainSettings]):
         avals = self._step_avals(inputs, False)
         compiled = self._compiled(ns, avals, None)
         lowered = compiled.lowered
-        if lowered is None:  # PYNATIVE_MODE: nothing is lowered; the step runs eagerly
+        if lowered is None:  # PYNATIVE_MODE (the step runs eagerly) or read from the executable cache: lower it here
             signature, arg_avals = self._signature(ns, compiled.layout, avals,
                                                    self._opt_state(ns, compiled.layout), None)
             lowered = lower(self._step(compiled.planned, ns), signature, arg_avals, compiled.planned)

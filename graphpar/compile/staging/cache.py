@@ -51,6 +51,7 @@ class CompileCounts:
     plans: int = 0
     lowerings: int = 0
     compiles: int = 0
+    loads: int = 0  # steps read back from the executable cache (``staging.executables``): no lowering, no compile
 
 
 class _Table(Generic[T]):
@@ -73,7 +74,7 @@ class ProgramCache:
     def __init__(self) -> None:
         self.planned: _Table[Any] = _Table()
         self.compiled: _Table[Any] = _Table()
-        self._counts = {"traces": 0, "plans": 0, "lowerings": 0, "compiles": 0}
+        self._counts = {"traces": 0, "plans": 0, "lowerings": 0, "compiles": 0, "loads": 0}
         self.dumped: set[Any] = set()  # keys whose dumps were written (save_graphs turned on after a compile)
 
     def count(self, stage: str) -> None:

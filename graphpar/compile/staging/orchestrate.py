@@ -4,7 +4,11 @@
 (``parallel.pipeline``) on it, writing the begin dump (``Orchestrator.planned_by``: the same stages with the
 caller's tracing and passes, for the pipeline's micro-batch graph); ``Orchestrator.compiled`` lowers a step function
 of the planned graph with its shardings (``jax.jit(...).trace(...).lower()``), has XLA compile it (or reads it back
-from XLA's persistent cache: ``staging.xla_cache``), and writes the execute dump. Both are cached
+from XLA's persistent cache: ``staging.xla_cache``), and writes the execute dump. A step whose caller describes
+what it is made of (``recipe``) is first looked up in the executable cache (``staging.executables``): a hit skips
+the step's autodiff trace, its lowering and XLA, and its ``Compiled`` has no ``Lowered`` stage (``lowered`` None;
+whoever needs the StableHLO, ``TrainProgram.stages``/``lowered``, lowers it afresh from the same function; the
+execute dump is the loaded executable's HLO). Both are cached
 (``compile.cache``); both time their stages and tell the user about a slow compile (``compile.progress``). The
 executable that runs is always the one compiled here, with or without ``save_graphs``: ``jax.stages.Compiled``
 dispatches through the same C++ path as ``jax.jit``.
@@ -12,6 +16,7 @@ dispatches through the same C++ path as ``jax.jit``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,12 +29,15 @@ from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.plans.layout import Layout
 from graphpar.compile.plans.planned import Planned, Traced
+from graphpar.compile.staging import executables
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
+from graphpar.compile.staging.fingerprint import Unseen, code_digest, digest, environment, graph_parts
 from graphpar.compile.staging.frozen_heap import frozen_heap
 from graphpar.compile.staging.progress import CompileProgress
-from graphpar.compile.staging.stages import Compiled, Lowered, StepSignature
-from graphpar.compile.staging.xla_cache import use_persistent_cache
+from graphpar.compile.staging.stages import Compiled, Lowered, StepRecipe, StepSignature
+from graphpar.compile.staging.xla_cache import use_persistent_cache, watching_reads
 from graphpar.compile.plans import ascend_groups
+from graphpar._logging import notice_once
 from graphpar.dump.writer import maybe_dump_begin, maybe_dump_execute
 from graphpar.ir.graph import Graph
 from graphpar.planner import strategy_file
@@ -99,18 +107,41 @@ class Orchestrator:
 
     def compiled(self, plan: ExecutionPlan, planned: Planned, key: ProgramKey, variant: str,
                  fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any],
-                 progress: CompileProgress) -> Compiled:
-        """The compiled ``fn`` for arguments of ``avals`` (``jax.ShapeDtypeStruct`` trees)."""
+                 progress: CompileProgress, recipe: StepRecipe | None = None) -> Compiled:
+        """The compiled ``fn`` for arguments of ``avals`` (``jax.ShapeDtypeStruct`` trees).
+
+        ``recipe``: what ``fn`` is made of beyond the planned graph and the signature, for the executable cache
+        (its digest must change whenever ``fn`` would: the train cell's type and settings, the optimizer, ...); None
+        where the caller cannot say (``fn`` runs code of the user's that the traced graph does not hold): then only
+        XLA's cache serves the compile."""
         def build() -> Compiled:
             if plan.pynative:
                 return Compiled(planned, signature, fn, fn=fn)
+            folder = executables.directory() if recipe is not None else None  # None: the compile cache is off
+            stored = self._step_key(planned, key, variant, signature, avals, recipe) if folder is not None else None
+            if stored is None:
+                folder = None
+            if folder is not None:
+                with progress.stage("executable cache read"):
+                    executable = executables.load(folder, stored)
+                if executable is not None:
+                    self.cache.count("loads")
+                    return Compiled(planned, signature, executable, executable,
+                                    {"executable cache read": progress.seconds["executable cache read"]}, fn, None,
+                                    {"executable cache read": progress.cpu_seconds["executable cache read"]})
             with progress.stage("lowering"):
                 lowered = lower(fn, signature, avals, planned)
             self.cache.count("lowerings")
             use_persistent_cache(self.what, lowered.effects)
-            with progress.stage("XLA compile"):
+            with progress.stage("XLA compile"), watching_reads() as reads:
                 executable = lowered.compile()
             self.cache.count("compiles")
+            devices = executables.device_ids(signature.in_shardings)
+            # not stored: an executable XLA's cache served (XLA:CPU keeps no kernels for an executable it read back,
+            # so serialised again it fails when it runs: ``xla_cache.watching_reads``; it is stored after a compile
+            # that XLA's cache does not serve), a program with host callbacks (they live in this process)
+            if folder is not None and devices is not None and not lowered.effects and not reads:
+                executables.store(folder, stored, executable, devices, self.what)
             seconds = {k: progress.seconds[k] for k in ("lowering", "XLA compile")}
             cpu_seconds = {k: progress.cpu_seconds[k] for k in ("lowering", "XLA compile")}
             return Compiled(planned, signature, executable, executable, seconds, fn, lowered, cpu_seconds)
@@ -120,6 +151,22 @@ class Orchestrator:
             self.cache.dumped.add(("execute", key, variant))
             maybe_dump_execute(planned.graph, plan, compiled.as_text())
         return compiled
+
+    def _step_key(self, planned: Planned, key: ProgramKey, variant: str, signature: StepSignature,
+                  avals: Sequence[Any], recipe: StepRecipe | None) -> str | None:
+        """The executable cache's key of a step (``staging.fingerprint``), None without a recipe or where a part
+        cannot be described (said once per program)."""
+        if recipe is None or planned.graph is None:
+            return None
+        try:
+            return digest(code_digest(), environment(), key.purpose, variant, key.signature, key.context,
+                          graph_parts(planned), signature, avals, recipe.parts,
+                          arguments=frozenset(map(id, recipe.arguments)))
+        except Unseen as exc:
+            notice_once(f"step-executable-unseen:{self.what}", f"{self.what} is not kept in graphpar's executable "
+                        f"cache: its step holds a {exc} that graphpar cannot describe; XLA's compilation cache "
+                        "serves its compile", logging.INFO)
+            return None
 
 
 def lower(fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any], planned: Planned) -> Lowered:

@@ -79,3 +79,27 @@ class Compiled:
         if self.executable is None:
             return "# PYNATIVE_MODE: the step runs eagerly, op by op"
         return self.executable.as_text()
+
+
+@dataclass(frozen=True)
+class ProgramStages:
+    """Every stage of one train-step program (``TrainProgram.stages``)."""
+
+    planned: Planned
+    lowered: Lowered
+    compiled: Compiled
+
+    @property
+    def traced(self):
+        return self.planned.traced
+
+
+@dataclass(frozen=True, eq=False)
+class StepRecipe:
+    """What a step function is made of beyond its planned graph and signature, as its caller describes it for the
+    executable cache (``staging.executables``): ``parts`` (the train cell, the optimizer, settings; digested by
+    ``staging.fingerprint``) and the ``arguments``, the Variables whose values the step takes as arguments (so
+    described by name, shape and dtype, not by value)."""
+
+    parts: tuple
+    arguments: Sequence[Any] = ()

@@ -15,7 +15,10 @@ eager code (milliseconds each) still stay out of the cache.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import logging
+from collections.abc import Iterator
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -53,8 +56,28 @@ def use_persistent_cache(what: str, effects: tuple[str, ...] = ()) -> None:
         jax.config.update("jax_enable_compilation_cache", True)
         compilation_cache.reset_cache()
         notice_once(f"compile-cache:{choice.directory}", f"compiled programs are cached in {choice.directory} "
-                    "(set_context(enable_compile_cache=False) or MS_COMPILER_CACHE_ENABLE=0 switches this off; "
-                    "set_context(compile_cache_path=...) or MS_COMPILER_CACHE_PATH moves it)", logging.INFO)
+                    f"and train steps in {os.path.join(choice.root, 'steps')} (set_context(enable_compile_cache="
+                    "False) or MS_COMPILER_CACHE_ENABLE=0 switches this off; set_context(compile_cache_path=...) or "
+                    "MS_COMPILER_CACHE_PATH moves it)", logging.INFO)
     elif directory is not None and enabled:
         jax.config.update("jax_enable_compilation_cache", False)
         compilation_cache.reset_cache()
+
+
+@contextlib.contextmanager
+def watching_reads() -> Iterator[list[str]]:
+    """The list of XLA's persistent-cache reads (JAX's cache-hit events) made in this block: an executable read back
+    rather than compiled (``staging.executables`` cannot store it: XLA:CPU does not keep the kernels of an executable
+    it read, so serialising it again writes a program that fails when it runs)."""
+    reads: list[str] = []
+
+    def on_event(event: str, **_: object) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            reads.append(event)
+
+    jax.monitoring.register_event_listener(on_event)
+    try:
+        yield reads
+    finally:
+        jax.monitoring.unregister_event_listener(on_event)
+

@@ -1,0 +1,205 @@
+"""Digests of what a step program is made of, the same in every process that builds the same program: the key of
+the executable cache (``staging.executables``), which skips the step's autodiff trace, lowering and XLA's compile.
+
+A digest is honest or absent. :func:`digest` walks plain values (numbers, strings, arrays by content, tuples, dicts,
+shardings with their devices) and the objects of graphpar's own classes (every dataclass field, every attribute of a
+Cell); anything else (a user's class, a function of the user's, an object it cannot see into) raises :class:`Unseen`,
+and the caller builds the program without the executable cache (XLA's persistent cache still serves the compile).
+The code a program is built from is covered by :func:`code_digest` (graphpar's own source files, the versions of
+JAX, jaxlib, numpy, optax and flax: their functions and classes are described by name); the network's code by the planned graph (:func:`graph_parts`: the traced jaxpr with its
+constants, every node's strategy, every value, the plan's layouts), since the network is traced and planned on
+every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import flax
+import jax
+import jaxlib
+import numpy as np
+import optax
+from flax import nnx
+
+from graphpar.compile.plans.planned import Planned
+
+
+class Unseen(Exception):
+    """A part of a program that :func:`digest` cannot see into (the message names it)."""
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+# planned-graph fields that report on planning rather than decide the program (timings, the search's record, the
+# dump's note); every decision is also on the nodes and in the layouts
+_REPORTS = {"pass_seconds", "search", "note"}
+# attributes of a Cell covered elsewhere: a train cell's network is the planned graph, its optimizer a part of the
+# recipe of its own; a train cell's compiled programs and an optimizer's state are results (the state's structure is
+# in the step's signature)
+CELL_PARTS_ELSEWHERE = frozenset({"network", "optimizer", "_programs", "_box"})
+
+
+def digest(*parts: Any, arguments: frozenset[int] = frozenset(), skip: frozenset[str] = CELL_PARTS_ELSEWHERE) -> str:
+    """sha256 of ``parts``. ``arguments``: ids of Variables whose values are the program's arguments (the network's
+    parameters and state), described by name, shape and dtype only; any other array or Variable counts by content.
+    ``skip``: attribute names of Cells left out (parts the caller covers otherwise, e.g. the network a train cell
+    wraps). Raises :class:`Unseen`."""
+    h = hashlib.sha256()
+    _walk(parts, h.update, arguments, skip, {})
+    return h.hexdigest()
+
+
+def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen: dict[int, tuple]) -> None:
+    if isinstance(value, _PLAIN):
+        put(f"{type(value).__name__}:{value!r};".encode())
+        return
+    if isinstance(value, (enum.Enum, np.dtype, jax.ShapeDtypeStruct)) or type(value).__module__ == "numpy.dtypes" or (
+            _is_extended_dtype(value)):
+        put(f"{type(value).__name__}:{value!r};".encode())
+        return
+    if id(value) in seen:  # a shared or cyclic reference: its position, not its contents again
+        put(f"ref{seen[id(value)][0]};".encode())
+        return
+    seen[id(value)] = (len(seen), value)  # kept alive: a temporary's id is never reused within one walk
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        put(f"key:{value.dtype};".encode())  # a typed PRNG key: its implementation and its bits
+        _walk(jax.random.key_data(value), put, arguments, skip, seen)
+    elif isinstance(value, (np.ndarray, np.generic, jax.Array)) and not _is_variable(value):
+        array = np.asarray(value)
+        put(f"array{array.shape}{array.dtype};".encode())
+        put(np.ascontiguousarray(array).tobytes())
+    elif isinstance(value, (tuple, list)):
+        put(f"{type(value).__name__}[{len(value)}](".encode())
+        for item in value:
+            _walk(item, put, arguments, skip, seen)
+        put(b")")
+    elif isinstance(value, (dict, type({}.items()))) or type(value).__name__ in ("HashableMapping", "FrozenDict"):
+        items = sorted(dict(value).items(), key=lambda kv: repr(kv[0]))
+        put(f"dict[{len(items)}](".encode())
+        for k, v in items:
+            _walk(k, put, arguments, skip, seen)
+            _walk(v, put, arguments, skip, seen)
+        put(b")")
+    elif isinstance(value, (set, frozenset)):
+        _walk(sorted(value, key=repr), put, arguments, skip, seen)
+    elif isinstance(value, jax.sharding.NamedSharding):
+        mesh = value.mesh
+        put(f"named{mesh.axis_names}{mesh.devices.shape}{value.spec}{value.memory_kind};".encode())
+        _walk([d.id for d in mesh.devices.flat], put, arguments, skip, seen)
+    elif isinstance(value, jax.sharding.Sharding):
+        put(f"{value!r};".encode())
+        _walk(sorted(d.id for d in value.device_set), put, arguments, skip, seen)
+    elif _is_variable(value):
+        try:
+            shape, dtype = np.shape(_raw(value)), str(jax.numpy.result_type(_raw(value)))
+        except (TypeError, ValueError) as exc:  # a value that is not an array yet (a deferred initialisation)
+            raise Unseen(f"{type(_raw(value)).__qualname__} value of {type(value).__qualname__}") from exc
+        put(f"var:{type(value).__name__}:{getattr(value, 'name', '')}{shape}{dtype};".encode())
+        if id(value) not in arguments:
+            _walk(np.asarray(_raw(value)), put, arguments, skip, seen)
+    elif type(value).__module__.startswith(("jax.", "jax._src")) and type(value).__name__ in (
+            "Jaxpr", "ClosedJaxpr", "JaxprEqn", "Var", "Literal", "PyTreeDef", "ShapedArray"):
+        put(f"{type(value).__name__}:{value};".encode())
+    elif dataclasses.is_dataclass(value) and _ours(type(value)):
+        put(f"{_qualname(type(value))}(".encode())
+        for f in dataclasses.fields(value):
+            if f.name not in _REPORTS:
+                put(f"{f.name}=".encode())
+                _walk(getattr(value, f.name), put, arguments, skip, seen)
+        put(b")")
+    elif _ours(type(value)) and hasattr(value, "__dict__"):
+        put(f"{_qualname(type(value))}(".encode())
+        for name, item in sorted(vars(value).items()):
+            if name.startswith("_pytree__") or name in skip:
+                continue
+            put(f"{name}=".encode())
+            _walk(item, put, arguments, skip, seen)
+        put(b")")
+    elif callable(value) and _ours_function(value):
+        put(f"fn:{value.__module__}.{value.__qualname__}(".encode())
+        cells = [c.cell_contents for c in (value.__closure__ or ())]
+        _walk((cells, value.__defaults__, value.__kwdefaults__), put, arguments, skip, seen)
+        put(b")")
+    else:
+        name = value.__qualname__ if isinstance(value, (types.FunctionType, type)) else ""
+        raise Unseen(f"{type(value).__module__}.{type(value).__qualname__}" + (f" {name}" if name else ""))
+
+
+def _is_extended_dtype(value: Any) -> bool:
+    """A JAX extended dtype (a PRNG key's ``key<fry>``): described by its name."""
+    if not type(value).__module__.startswith("jax"):
+        return False
+    try:
+        return jax.dtypes.issubdtype(value, jax.dtypes.extended)
+    except TypeError:
+        return False
+
+
+def _ours(cls: type) -> bool:
+    """A class whose every behaviour is graphpar's (it and all its bases defined in graphpar, flax, optax or the
+    standard library): a user's subclass may override any method, so it is not."""
+    return all(c.__module__.split(".")[0] in ("graphpar", "flax", "optax", "builtins", "abc", "typing")
+               for c in cls.__mro__) and cls.__module__.startswith("graphpar")
+
+
+def _ours_function(fn: Any) -> bool:
+    """A plain function of graphpar, optax or JAX (their code is in :func:`code_digest` by content or version; what
+    it closes over is walked with it), e.g. a PRNG implementation's seed function."""
+    return isinstance(fn, types.FunctionType) and (fn.__module__ or "").split(".")[0] in ("graphpar", "optax", "jax")
+
+
+def _is_variable(value: Any) -> bool:
+    return isinstance(value, nnx.Variable)
+
+
+def _raw(variable: Any) -> Any:
+    return variable.get_raw_value()
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """graphpar's own code and the versions of what it builds steps with: every source file of the package
+    (content), the versions of JAX, jaxlib, numpy, optax and flax. Read once per process (about 10 ms)."""
+    h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__} optax "
+                       f"{optax.__version__} flax {flax.__version__}".encode())
+    root = Path(__file__).resolve().parents[2]  # the graphpar package
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def environment() -> tuple:
+    """What outside the program changes what XLA makes of it: XLA's flags, JAX's configuration (what it traces and
+    lowers with), the devices (platform, kind, ids, processes)."""
+    config = tuple(sorted((k, repr(v)) for k, v in jax.config.values.items()
+                          if "cache" not in k and "log" not in k))
+    devices = tuple((d.platform, d.device_kind, d.id, d.process_index) for d in jax.devices())
+    return (os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""), config, devices,
+            jax.process_count())
+
+
+def graph_parts(planned: Planned) -> tuple:
+    """Everything of a planned graph that the lowering reads: the traced jaxpr (the network's code, with its
+    constants by content), every value (shape, dtype, kind, constant), every node (kind, names, scope, attributes,
+    hints, strategy, recompute group) in order, the plan's mesh and layouts, the recompute settings (the shardings
+    of the step's arguments are the signature's, which the caller digests)."""
+    graph = planned.graph
+    jaxpr = graph.closed_jaxpr
+    nodes = [(n.id, n.kind, n.instance_name, n.scope, n.attrs, n.hint, n.out_hint, n.inputs, n.outputs, n.is_op,
+              n.input_names, n.static_args, n.strategy, n.remat, n.debug_name, n.eqn is None)
+             for n in graph.node_list()]
+    values = [(v.id, v.shape, v.dtype, v.kind, v.name, v.producer, v.const) for v in graph.values.values()]
+    return (str(jaxpr.jaxpr), list(jaxpr.consts), values, nodes, graph.inputs, graph.outputs, graph.name, graph.plan,
+            graph.recompute_scopes, graph.inner_gradient, planned.purpose)
