@@ -197,6 +197,11 @@ class OptimizerSlots(Mapping[str, float]):
         self._init = optimizer.transformation().init if self._avals else None
         self._slots: dict[str, float] | None = None
 
+    @property
+    def avals(self) -> Mapping[str, Any]:
+        """The owned parameters' shapes and dtypes: with the optimizer, all the slots are worked out from."""
+        return self._avals
+
     def _worked_out(self) -> dict[str, float]:
         if self._slots is None:
             self._slots = _slots_of(self._init, self._avals) if self._avals else {}

@@ -116,6 +116,35 @@ def test_a_train_cell_of_the_users_own_class_is_left_to_xlas_cache(cache, notice
     assert len(said) == 1 and "_MyTrainCell" in said[0], said
 
 
+@jax.custom_vjp
+def _clipped_relu(x):
+    return jax.numpy.maximum(x, 0.0)
+
+
+def _clipped_relu_fwd(x):
+    return _clipped_relu(x), x
+
+
+def _clipped_relu_bwd(x, g):  # a derivative rule of the user's: the printed jaxpr names it, never shows its body
+    return (jax.numpy.where(x > 0, jax.numpy.clip(g, -1.0, 1.0), 0.0),)
+
+
+_clipped_relu.defvjp(_clipped_relu_fwd, _clipped_relu_bwd)
+
+
+class _CustomGradNet(_Net):
+    def construct(self, x):
+        return self.matmul(_clipped_relu(self.dense(x)), self.w)
+
+
+def test_a_derivative_rule_of_the_users_own_is_left_to_xlas_cache(cache, notices):
+    """Editing ``_clipped_relu_fwd`` or ``_bwd`` would leave the traced graph as it is: the step is not stored, and
+    the notice names the first rule it met."""
+    assert _step(_train(_CustomGradNet()))[0] == 0 and not list(cache.glob("*.exe"))
+    said = [r.getMessage() for r in notices.records if "not kept in graphpar's executable cache" in r.getMessage()]
+    assert len(said) == 1 and "custom_vjp_call rule" in said[0] and "_clipped_relu_" in said[0], said
+
+
 @pytest.mark.parametrize("damage", ["truncated", "flipped byte", "not an executable"])
 def test_a_damaged_file_is_a_miss_with_a_notice_and_is_rewritten(cache, notices, damage):
     _, losses = _step(_train())

@@ -30,6 +30,7 @@ import optax
 from flax import nnx
 
 from graphpar.compile.plans.planned import Planned
+from graphpar.planner.memory_model import OptimizerSlots
 
 
 class Unseen(Exception):
@@ -107,6 +108,10 @@ def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen
     elif type(value).__module__.startswith(("jax.", "jax._src")) and type(value).__name__ in (
             "Jaxpr", "ClosedJaxpr", "JaxprEqn", "Var", "Literal", "PyTreeDef", "ShapedArray"):
         put(f"{type(value).__name__}:{value};".encode())
+    elif isinstance(value, OptimizerSlots):  # worked out from the optimizer (the recipe's) and these shapes
+        put(b"optimizer-slots(")
+        _walk(dict(value.avals), put, arguments, skip, seen)
+        put(b")")
     elif dataclasses.is_dataclass(value) and _ours(type(value)):
         put(f"{_qualname(type(value))}(".encode())
         for f in dataclasses.fields(value):
@@ -201,5 +206,61 @@ def graph_parts(planned: Planned) -> tuple:
               n.input_names, n.static_args, n.strategy, n.remat, n.debug_name, n.eqn is None)
              for n in graph.node_list()]
     values = [(v.id, v.shape, v.dtype, v.kind, v.name, v.producer, v.const) for v in graph.values.values()]
+    _check_rules(jaxpr.jaxpr)
     return (str(jaxpr.jaxpr), list(jaxpr.consts), values, nodes, graph.inputs, graph.outputs, graph.name, graph.plan,
             graph.recompute_scopes, graph.inner_gradient, planned.purpose)
+
+
+_CODE_ROOTS = ("graphpar", "jax", "jaxlib", "optax", "flax")
+# objects a rule's closure may hold without deciding the program's code: data, and JAX's own bookkeeping
+_DATA_ROOTS = _CODE_ROOTS + ("builtins", "numpy", "ml_dtypes", "collections", "functools", "typing")
+
+
+def _check_rules(jaxpr: Any) -> None:
+    """Refuse (:class:`Unseen`) a jaxpr whose equations carry code the printed jaxpr does not show: the derivative
+    rules of ``custom_vjp_call`` / ``custom_jvp_call`` (``bwd=bwd``, ``jvp=<lambda>``: names only) and any other
+    callable parameter. Rules of graphpar, JAX or optax are in :func:`code_digest`; a rule the user wrote (a
+    ``jax.custom_vjp`` in ``construct``) could change without changing the key, so such a step is not cached."""
+    for eqn in jaxpr.eqns:
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    _check_rules(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    _check_rules(sub)
+                elif callable(sub) or _is_wrapped_fun(sub):
+                    _check_code(sub, eqn.primitive.name, 0)
+
+
+def _check_code(value: Any, primitive: str, depth: int) -> None:
+    """``value`` (a rule, or what a rule's closure holds) is code of :data:`_CODE_ROOTS` all the way down."""
+    if depth > 8:
+        raise Unseen(f"{primitive} rule nested too deeply to describe")
+    if _is_wrapped_fun(value):
+        _check_code(value.f, primitive, depth + 1)
+        for transform in value.transforms:
+            _check_code(transform, primitive, depth + 1)
+    elif isinstance(value, functools.partial):
+        _check_code((value.func, value.args, value.keywords), primitive, depth + 1)
+    elif isinstance(value, types.MethodType):
+        _check_code((value.__func__, value.__self__), primitive, depth + 1)
+    elif isinstance(value, types.FunctionType):
+        if (value.__module__ or "").split(".")[0] not in _CODE_ROOTS:
+            raise Unseen(f"{primitive} rule {value.__module__}.{value.__qualname__}")
+        for cell in value.__closure__ or ():
+            try:
+                _check_code(cell.cell_contents, primitive, depth + 1)
+            except ValueError:  # an empty cell
+                continue
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _check_code(item, primitive, depth + 1)
+    elif isinstance(value, dict):
+        _check_code(list(value.values()), primitive, depth + 1)
+    elif type(value).__module__.split(".")[0] not in _DATA_ROOTS:
+        raise Unseen(f"{primitive} rule holding a {type(value).__module__}.{type(value).__qualname__}")
+
+
+def _is_wrapped_fun(value: Any) -> bool:
+    """JAX's wrapper of a rule (``linear_util.WrappedFun``, not public; not callable itself)."""
+    return type(value).__name__ == "WrappedFun" and type(value).__module__.startswith("jax")
