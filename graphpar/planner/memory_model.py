@@ -38,7 +38,9 @@ import numpy as np
 from graphpar.planner.state_paths import parameter_of
 
 __all__ = ["DEFAULT_OPTIMIZER_SLOTS", "checkpoint_keeps_input", "compiled_peak_bytes", "keeps_input", "keeps_output",
-           "optimizer_slots", "OptimizerSlots", "param_slots", "peak_bytes", "value_kept", "graph_optimizer_slots", "sole_keeper"]
+           "makes_weight_gradient",
+           "optimizer_slots", "OptimizerSlots", "param_slots", "peak_bytes", "value_kept", "graph_optimizer_slots",
+           "sole_keeper"]
 
 # optimizer-state copies per parameter element assumed when the optimizer is unknown (a plan made from a loss
 # network alone): Adam's two moments, the largest of the common optimizers, so the prediction errs on the safe side
@@ -263,3 +265,11 @@ def sole_keeper(graph: Any, vid: int, grads: frozenset[int]) -> bool:
     if producer is not None and keeps_output(producer, producer.outputs.index(vid), graph, grads):
         return False
     return sum(keeps_input(node, k, graph, grads) for node, k in _consumers(graph, vid)) == 1
+
+
+def makes_weight_gradient(node: Any, graph: Any, grads: frozenset[int]) -> bool:
+    """Whether ``node`` makes a Parameter's gradient from its output's cotangent (a product with a differentiated
+    weight: MatMul's ``dW = x^T dy``). XLA schedules those products after the rest of a backward program (measured
+    on compiled GPT and MoE pipeline stages: the weight gradients are made together before they are accumulated
+    or reduced), so such an output's cotangent lives until the end of its layer's backward."""
+    return node.kind in _PRODUCTS and any(graph.values[v].kind == "param" and v in grads for v in node.inputs)

@@ -12,7 +12,8 @@ arguments (the stage's parameters, accumulated gradients and optimizer state), t
 in flight (measured on the step) and the largest temporary buffer of its forward and backward programs. The
 search predicts the same three parts (``planner.stages.model.stage_memory``): weights and optimizer state, the
 op outputs each layer keeps per micro-batch in flight (a recomputed layer: its input), and the backward
-program's temporaries (a cotangent per activation of one micro-batch, or the dp-reduced gradients twice).
+program's temporaries (one layer's cotangents and recomputed activations at their peak, walked on its plan, with
+what the layers before it still hold; or the gradients made, or the dp-reduced gradients twice: the largest).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def _check(make, inputs, budget, path, capsys=None):
     compiled = stage_memory(cell)
     for s, (pred, comp) in enumerate(zip(best.stage_memory, compiled)):
         print(f"stage {s}: predicted {pred:.0f} B, compiled {comp} B ({pred / comp:.3f})")
-        assert 0.9 * comp <= pred <= 1.1 * comp
+        assert 0.95 * comp <= pred <= 1.05 * comp  # MLP 0.996-0.999; GPT 0.986 / 0.986, 0.978 / 0.977
     want, _ = _train(make, inputs, plan.micro_batches)  # STAND_ALONE, the same micro-batches
     print(f"losses {got} (STAND_ALONE {want})")
     np.testing.assert_allclose(got, want, rtol=1e-5)
@@ -114,14 +115,14 @@ def _gpt():
 @pytest.mark.slow
 @pytest.mark.parametrize("budget, shape, recompute", [
     # plain tensor parallel (the LayerNorm rows whole on each device: the sequence-parallel variant keeps less and
-    # pays more collectives; test_stage_sequence.py): stage 0: predicted 3032064 B, compiled 3099736 B (0.978);
-    # stage 1: 2660096 / 2722728 (0.977)
+    # pays more collectives; test_stage_sequence.py): stage 0: predicted 3057152 B, compiled 3099736 B (0.986);
+    # stage 1: 2685184 / 2722728 (0.986)
     ("0.004GB", (2, 4, 1, 8, 2, 2), (False, False)),
     # (data parallel inside a stage is no longer chosen for this model at any budget: its backward reduces each
     # micro-batch's gradients over dp, which the search prices per micro-batch; a dp 2 x tp 2 stage's memory and
     # reductions are checked in test_stage_reductions.py)
     # recompute on both stages: each keeps its layers' inputs, its backward recomputes the layers
-    # stage 0: 1766400 / 1763928 (1.001); stage 1: 1804032 / 1805704 (0.999)
+    # stage 0: 1725696 / 1763928 (0.978); stage 1: 1763328 / 1805704 (0.977)
     ("0.0018GB", (2, 4, 1, 16, 1, 2), (True, True)),
 ])
 def test_the_searched_gpt_pipeline_trains_from_the_strategy_file_as_stand_alone_within_the_predicted_memory(

@@ -61,13 +61,16 @@ def test_sequence_parallel_cuts_a_tp4_stages_activations_by_the_measured_fractio
     cut = activation_cut(plain, split)
     assert cut == pytest.approx(2 * TOKENS * 3 / 4 / plain.stage_activation_bytes)
     # a pp 2 x tp 4 stage holding 2 layers, 4 micro-batches: the resident activations of the micro-batches in
-    # flight and the backward's cotangents (one micro-batch) shrink by that fraction, nothing else moves
+    # flight shrink by that fraction, and the backward (one layer's walked peak, and what the other layer still
+    # holds: ``LayerCost.stage_backward``) by what the walk finds; nothing else moves
     shape = Shape(2, 4, 1, 4, 1)
     sp = dataclasses.replace(shape, seq_parallel=True)
-    kept = (in_flight(shape, 0) + 1) * 2 * plain.stage_activation_bytes
+    kept = in_flight(shape, 0) * 2 * plain.stage_activation_bytes
+    walked = sum(plain.stage_backward) - sum(split.stage_backward)
+    assert walked > 0
     before = stage_memory(shape, 0, 2, plain, EdgeCost(), EdgeCost(), 1.0, False)
     after = stage_memory(sp, 0, 2, split, EdgeCost(), EdgeCost(), 1.0, False)
-    assert before - after == pytest.approx(cut * kept)
+    assert before - after == pytest.approx(cut * kept + walked)
     # the wire bytes within the tensor group: each row-parallel AllReduce is a ReduceScatter, each column-parallel
     # entry an AllGather (with its backward's AllReduce, a ReduceScatter where XLA fuses it with the slice), the
     # same ring bytes, except what the plan adds: q, k and v each gather the first LayerNorm's rows (priced per

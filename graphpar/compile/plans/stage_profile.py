@@ -30,7 +30,7 @@ from graphpar.compile.lowering.graph_trace import trace_network
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.stage_experts import Experts, expert_bytes, expert_split, experts_split, layer_experts
 from graphpar.compile.plans.stage_cells import StagePlanError, StageReport, cell_at
-from graphpar.compile.plans.stage_residuals import largest_parameter, stage_residuals
+from graphpar.compile.plans.stage_residuals import backward_peak, largest_parameter, stage_residuals
 from graphpar.compile.plans.stage_sequence import is_split, variants as sequence_variants
 from graphpar.compile.plans.stage_weights import bounded_plans, whole_weight_bytes
 from graphpar.ir.graph import Graph
@@ -326,7 +326,9 @@ def _price_layer(graph: Graph, tp: int, micro: int, cluster: Cluster, slots: flo
     largest = largest_parameter(planned, PROBE)
     return LayerCost(tp, micro, total.flops, total.comm_bytes, total.messages, arguments / (1.0 + DEFAULT_OPTIMIZER_SLOTS),
                      total.activation_bytes, boundary, total.transient_bytes, text, experts.count, expert_weights,
-                     dispatched, stage_kept, stage_input, largest, stage_cotangents, is_split(planned, tp))
+                     dispatched, stage_kept, stage_input, largest, stage_cotangents, is_split(planned, tp),
+                     stage_backward=backward_peak(planned, PROBE, FOLD, False),
+                     stage_recompute_backward=backward_peak(planned, PROBE, FOLD, True))
 
 
 def _input_bytes(graph: Graph) -> float:

@@ -21,9 +21,9 @@ with the pipeline's stage count, micro-batch count, schedule, recompute and opti
 * memory of stage i = weights + gradients + optimizer state (sharded over dp with optimizer sharding, the gathered
   weights then live through the step) + the activations of the micro-batches in flight: min(p - i, m) under 1F1B,
   m under GPipe; per micro-batch each layer keeps what the memory model says it keeps, or under full recompute
-  only its input, plus one layer's activations while it is recomputed; with more than one micro-batch the
-  gradients are accumulated, and the backward pass makes one layer's gradient (or the embedding's / head's) before
-  adding it to the accumulator (measured: the stage programs' temporaries hold one layer's weight-sized buffer).
+  only its input; + the largest phase of one micro-batch's backward program (:func:`backward_pieces`: one layer's
+  cotangents and recomputed activations at their peak, walked on its plan; the weight gradients made; their
+  dp reduction), each gradient counted once in the form it has in that phase.
 """
 
 from __future__ import annotations
@@ -70,6 +70,12 @@ class LayerCost:
     # 0: the intra-op search's own plan (or its sequence flip); k > 0: the k-th plan re-solved under a weight-memory
     # bound (``compile.plans.stage_weights``: the weights the objective does not price, kept to a full split)
     weight_bound: int = 0
+    # the most one layer's backward in a stage program holds at once besides its arguments and gradients (its
+    # cotangents and, recomputed, its replayed activations, as they live along the backward: walked on the plan,
+    # ``compile.plans.stage_residuals.backward_peak``) and what it still holds when it ends, without and with
+    # recompute; None: every cotangent at once
+    stage_backward: tuple[float, float] | None = None
+    stage_recompute_backward: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -238,18 +244,36 @@ def edge_activation(edge: EdgeCost, shape: Shape) -> float:
     return edge.activation_per_sequence * shape.micro / shape.tp
 
 
+def backward_activations(layer: LayerCost, shape: Shape, recompute: bool) -> tuple[float, float]:
+    """What the backward holds of its layers' cotangents and recomputed activations at once, as ``(once, per
+    layer)`` bytes. A stage program's backward differentiates its layers one after another: it holds one layer's
+    at their peak (``LayerCost.stage_backward``: walked on the layer's plan) and what each layer differentiated
+    before it still holds (what its weight gradients read: XLA makes them last); without
+    stages (or without that figure) a cotangent for every kept activation of every layer, and a recomputing
+    layer's activations again."""
+    walked = layer.stage_recompute_backward if recompute else layer.stage_backward
+    if shape.stages > 1 and walked is not None:
+        peak, held = walked
+        return peak - held, held
+    return 0.0, cotangents(layer, shape) * (2.0 if recompute else 1.0)
+
+
 def backward_pieces(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost,
-                    recompute: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+                    recompute: bool) -> tuple[tuple[float, float], ...]:
     """What the backward program of one micro-batch holds besides its arguments (the residuals and the
-    accumulated gradients), as ``(fixed, per layer)`` bytes; the stage's peak takes the larger of the two
-    (``planner.memory_model.peak_bytes``' form): a cotangent for every activation of the micro-batch (a
-    recomputing stage also every layer's recomputed activations: measured, XLA's schedule holds 0.7-0.8 of them
-    at once), the largest transient buffer and the dp-reduced gradients; or twice those gradients (the
-    collective's second buffer). With more than one micro-batch and no data parallel, a parameter's gradient is
-    made and then added to the accumulator (measured: the temporaries hold the largest parameter's gradient);
-    with data parallel the reduced gradients' buffers hold it."""
+    accumulated gradients), as ``(fixed, per layer)`` bytes per phase; the stage's peak takes the largest
+    (``planner.memory_model.peak_bytes``' form). Each dp-reduced gradient is counted once, in the form it has in
+    that phase. In a stage program (a layer's backward walked on its plan: :func:`backward_activations`) XLA
+    makes the weight gradients last, so the phases are: the layers differentiated (their cotangents and
+    recomputed activations, the edges' activations; no gradient yet); the weight gradients made (what they read,
+    held to the end, and the gradients, one buffer each); the reduction (one collective over them all: two
+    buffers each). Otherwise (no walk) the first two are one: every cotangent, the largest transient buffer and
+    the gradients. With more than one micro-batch and no data parallel, a parameter's gradient is made and then
+    added to the accumulator (measured: the temporaries hold the largest parameter's gradient); with data
+    parallel the reduced gradients' buffers hold it."""
     dense, experts = layer_weights(layer, shape)
-    act_fixed = layer.transient_bytes
+    walked = (layer.stage_recompute_backward if recompute else layer.stage_backward) is not None and shape.stages > 1
+    act_fixed = 0.0 if walked else layer.transient_bytes  # walked: the transient is one of the cotangents
     grad_fixed = 0.0
     block = layer.weight_bytes if layer.largest_weight_bytes is None else layer.largest_weight_bytes
     for edge, here in ((head, stage == 0), (tail, stage == shape.stages - 1)):
@@ -257,18 +281,21 @@ def backward_pieces(shape: Shape, stage: int, layer: LayerCost, head: EdgeCost, 
             act_fixed += edge_activation(edge, shape)
             grad_fixed += reduced_gradients(edge.weight_bytes / shape.tp, 0.0, shape)
             block = max(block, edge.weight_bytes / shape.tp)
-    if shape.micro_batches > 1 and shape.dp == 1:
-        act_fixed += block
+    made = block if shape.micro_batches > 1 and shape.dp == 1 else 0.0
     # a backward program runs one chunk: a 1 / chunks share of the stage's layers
     grad_per = reduced_gradients(dense, experts, shape) / shape.chunks
-    act_per = cotangents(layer, shape) * (2.0 if recompute else 1.0) / shape.chunks
-    return ((act_fixed + grad_fixed, act_per + grad_per), (2.0 * grad_fixed, 2.0 * grad_per))
+    act_once, act_per = backward_activations(layer, shape, recompute)
+    reduction = (2.0 * grad_fixed, 2.0 * grad_per)
+    if not walked:
+        return (act_fixed + made + act_once + grad_fixed, act_per / shape.chunks + grad_per), reduction
+    return ((act_fixed + made + act_once, act_per / shape.chunks),
+            (made + grad_fixed, act_per / shape.chunks + grad_per), reduction)
 
 
 def stage_memory(shape: Shape, stage: int, layers: int, layer: LayerCost, head: EdgeCost, tail: EdgeCost,
                  slots: float, recompute: bool) -> float:
     """Stage ``stage``'s peak per device holding ``layers`` layers: resident bytes (weights, optimizer state, the
-    residuals of the micro-batches in flight) and the larger backward piece (:func:`backward_pieces`)."""
+    residuals of the micro-batches in flight) and the largest backward phase (:func:`backward_pieces`)."""
     resident = fixed_memory(shape, stage, layer, head, tail, slots, recompute)
     resident += layers * layer_memory(layer, shape, stage, recompute, slots)
     return resident + max(f + layers * per for f, per in backward_pieces(shape, stage, layer, head, tail, recompute))
