@@ -111,7 +111,7 @@ def per_device(per_replica: Callable[[Any, Any, Sequence[Any]], tuple[Any, Any]]
 
     ``check_vma=False``: the interpreter binds the graph's primitives as traced, without JAX's varying-axes types;
     the explicit reductions and ``stacked`` say what is reduced and what varies."""
-    flat = jax.sharding.Mesh(mesh.devices.reshape(-1), (axis,))
+    flat = Mesh(mesh.devices.reshape(-1), (axis,))
     split, whole = PartitionSpec(axis), PartitionSpec()
     leaves, treedef = jax.tree.flatten(params)
     scopes = [_scope(graph, v) for v in graph.inputs[:len(leaves)]]
