@@ -5,10 +5,12 @@ batch split over the 8 devices, parameters replicated; or the Megatron plan for 
 device-resident global batch. The hand-written side is what an expert writes in JAX directly. Ratios are
 graphpar / hand-written: 1.00 means no overhead.
 
-What the tiny DATA_PARALLEL MLP's ratio measures (issue 11): not the program. graphpar's executable differs from the
-hand-written one in its HLO (MindSpore's DATA_PARALLEL semantics: each device's loss on its own slice, a vmap over
-the device axis, so XLA fuses the weight gradients differently) but, called in a bare loop, it ran at 0.97-1.00 of
-the hand-written step. The rest was graphpar's Python around it on every step (it runs on the cores the devices'
+What the tiny DATA_PARALLEL MLP's ratio measures (issues 11, 28): not the program. graphpar runs each device's
+loss on its own slice (MindSpore's DATA_PARALLEL semantics) as a ``shard_map`` over the devices
+(``compile/plans/per_device.py``), and XLA compiles the same instructions as for the hand-written step
+(``tests/train/test_data_parallel.py``); the earlier ``vmap`` over the device axis had XLA fuse the weight gradients
+differently (21 fusions against 18, about 2-4 % of this step).
+What remains is graphpar's Python around it on every step (it runs on the cores the devices'
 threads use): 20 µs per step, more than half of it flax's trace-level check on each Variable write; 7.0 µs with
 the direct write, 4.0 µs with change-triggered checks (``compile/runtime/bound_step.py``). On a loaded machine the ratio
 moves by a few percent from run to run: the control row times the hand-written step against an identical one, the

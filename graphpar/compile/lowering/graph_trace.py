@@ -26,16 +26,27 @@ def call_network(model: Any, inputs: Sequence[Any]) -> Any:
         return model(*inputs)
 
 
+def _unplaced(value: Any) -> Any:
+    if not isinstance(value, jax.Array):
+        return value
+    aval = jax.typeof(value)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
 def trace_network(ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct], purpose: str,
                   axis_env: Sequence[tuple[str, int]] | None = None,
                   call: Callable[[Any, Sequence[Any]], Any] | None = None, staged: bool = False,
-                  defer_input_checks: bool = False) -> tuple[Graph, Any]:
+                  defer_input_checks: bool = False, unplaced: bool = False) -> tuple[Graph, Any]:
     """``(graph, out_treedef)`` of ``purpose``: "train" gives ``[loss] + new rest state``, "forward" gives the
     network's output leaves (structure ``out_treedef``) + the new rest state. ``call(model, inputs)`` runs the
     network (default :func:`call_network`; a forward call with static arguments passes its own); ``staged`` and
-    ``defer_input_checks``: see ``ir.trace.trace``."""
+    ``defer_input_checks``: see ``ir.trace.trace``. ``unplaced``: trace from the state's shapes and dtypes only,
+    never the shardings of values already placed (a graph each device runs whole, inside a ``shard_map`` whose
+    manual mesh is not the placement's: the same graph before and after the first placement)."""
     call = call or call_network
     pvals, rvals = ns.params.values(), ns.rest.values()
+    if unplaced:
+        pvals, rvals = [_unplaced(v) for v in pvals], [_unplaced(v) for v in rvals]
     rest_kinds = [("param" if isinstance(h, Parameter) else "state", n)
                   for h, n in zip(ns.rest.holders, ns.rest.names())]
     kinds = ([("param", n) for n in ns.param_names()] + rest_kinds

@@ -9,10 +9,11 @@ Every plan answers the same protocol for ``compile.orchestrate`` and the step bu
 * ``objective`` / ``forward``: the function of a *planned* graph that is differentiated / evaluated.
 
 ``StandAlonePlan`` runs on one device. ``DataParallelPlan`` gives MindSpore's DATA_PARALLEL semantics exactly: each
-device computes the user's loss on its own slice of the global batch (``jax.vmap`` over the device axis, sharded
-over the mesh), and the gradient is that of the *sum* of the per-device losses, divided by the device count when
-``gradients_mean=True``. The SEMI_AUTO/AUTO plan (``graphpar.compile.plans.semi_auto``) differentiates the loss of the
-global batch through the planned graph. In GRAPH_MODE every plan evaluates its traced graph with
+device computes the user's loss on its own slice of the global batch (``jax.shard_map`` over the devices; a
+``jax.vmap`` over the replica axis where one device holds them), and the gradient is that of the *sum* of the
+per-device losses, divided by the device count when ``gradients_mean=True``. The SEMI_AUTO/AUTO plan
+(``graphpar.compile.plans.semi_auto``) differentiates the loss of the global batch through the planned graph. In
+GRAPH_MODE every plan evaluates its traced graph with
 ``compile.interpret`` (so dumps can attribute collectives); PYNATIVE_MODE runs the Python network eagerly.
 """
 
@@ -34,6 +35,7 @@ from graphpar.compile.lowering.graph_trace import call_network, trace_network
 from graphpar.compile.lowering.interpret import evaluate
 from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.compile.plans.layout import Layout, UniformLayout
+from graphpar.compile.plans.per_device import per_device, reduces_in_own_dtype
 from graphpar.compile.plans.planned import Planned, Traced
 from graphpar.errors import DatasetError
 from graphpar.ir.graph import Graph
@@ -210,7 +212,7 @@ class DataParallelPlan(ExecutionPlan):
         with replica_axis(REPLICA_AXIS):
             graph, out_treedef = trace_network(ns, self.trace_avals(inputs, purpose), purpose,
                                                axis_env=[(REPLICA_AXIS, self.replicas)],
-                                               defer_input_checks=defer_input_checks)
+                                               defer_input_checks=defer_input_checks, unplaced=True)
         return Traced(graph, purpose, out_treedef)
 
     def trace_avals(self, inputs, purpose):
@@ -223,20 +225,37 @@ class DataParallelPlan(ExecutionPlan):
     def _split(self, x):
         return jnp.reshape(x, (self.replicas, x.shape[0] // self.replicas) + x.shape[1:])
 
+    def _per_device(self, planned: Planned, params: Any) -> bool:
+        """Whether the replicas run as each device's own program (``compile.plans.per_device``: the program a JAX
+        user writes) rather than a ``jax.vmap`` over the device axis. The ``vmap`` stays where one device holds
+        several replicas (or all, in PYNATIVE_MODE, whose eager network is no traced graph) and where a parameter
+        meets the batch in another floating type (mixed precision), whose gradient the ``vmap`` reduces in that
+        type (``per_device.reduces_in_own_dtype``)."""
+        return (self.mesh is not None and not self.pynative and self.replicas == len(self.devices)
+                and reduces_in_own_dtype(planned.graph, len(jax.tree.leaves(params))))
+
     def objective(self, planned, ns, params, rest, inputs, sens):
-        def per_replica(local_inputs):
+        def per_replica(params, rest, local_inputs):
             loss, new_rest = self._loss_and_state(planned, ns, params, rest, local_inputs)
             return jnp.asarray(loss), new_rest
 
-        local = [self._split(x) for x in inputs]
         with replica_axis(REPLICA_AXIS):
-            losses, new_rests = jax.vmap(per_replica, axis_name=REPLICA_AXIS,
-                                         spmd_axis_name=self._batch_axes)(local)
+            if self._per_device(planned, params):
+                losses, new_rests, stacked = per_device(per_replica, planned.graph, self.mesh, REPLICA_AXIS,
+                                                        params, rest, inputs)
+                stacked = [True] + stacked
+            else:
+                losses, new_rests = jax.vmap(per_replica, in_axes=(None, None, 0), axis_name=REPLICA_AXIS,
+                                             spmd_axis_name=self._batch_axes)(
+                    params, rest, [self._split(x) for x in inputs])
+                stacked = [True] * (1 + len(jax.tree.leaves(new_rests)))
         total = _objective_of(losses, sens)
         if self.gradients_mean:
             total = total / self.replicas
         # Each device updates its own statistics (BatchNorm moving averages); the replicas' values are averaged so
         # that every device keeps the same state, as a checkpoint of rank 0 would after a synchronised update.
-        new_rest = jax.tree.map(lambda v: jnp.mean(v, axis=0).astype(v.dtype)
-                                if jnp.issubdtype(v.dtype, jnp.floating) else v[0], new_rests)
+        leaves, tree = jax.tree.flatten(new_rests)
+        new_rest = jax.tree.unflatten(tree, [
+            v if not s else jnp.mean(v, axis=0).astype(v.dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v[0]
+            for v, s in zip(leaves, stacked[1:])])
         return total, (jnp.mean(losses.astype(jnp.float32)), new_rest)
