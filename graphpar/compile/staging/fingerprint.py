@@ -29,6 +29,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from graphpar.common.parameter import Parameter
 from graphpar.compile.plans.planned import Planned
 from graphpar.planner.memory_model import OptimizerSlots
 
@@ -102,7 +103,8 @@ def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen
             shape, dtype = np.shape(_raw(value)), str(jax.numpy.result_type(_raw(value)))
         except (TypeError, ValueError) as exc:  # a value that is not an array yet (a deferred initialisation)
             raise Unseen(f"{type(_raw(value)).__qualname__} value of {type(value).__qualname__}") from exc
-        put(f"var:{type(value).__name__}:{getattr(value, 'name', '')}{shape}{dtype};".encode())
+        name = value.name if isinstance(value, Parameter) else ""
+        put(f"var:{type(value).__name__}:{name}{shape}{dtype};".encode())
         if id(value) not in arguments:
             _walk(np.asarray(_raw(value)), put, arguments, skip, seen)
     elif type(value).__module__.startswith(("jax.", "jax._src")) and type(value).__name__ in (
@@ -119,9 +121,13 @@ def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen
                 put(f"{f.name}=".encode())
                 _walk(getattr(value, f.name), put, arguments, skip, seen)
         put(b")")
-    elif _ours(type(value)) and hasattr(value, "__dict__"):
+    elif _ours(type(value)):
+        try:
+            attributes = vars(value)
+        except TypeError as exc:  # a class of graphpar's with slots only: nothing to walk by name
+            raise Unseen(_qualname(type(value))) from exc
         put(f"{_qualname(type(value))}(".encode())
-        for name, item in sorted(vars(value).items()):
+        for name, item in sorted(attributes.items()):
             if name.startswith("_pytree__") or name in skip:
                 continue
             put(f"{name}=".encode())
