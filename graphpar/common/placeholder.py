@@ -8,6 +8,9 @@ symbol (``jax.export.symbolic_shape``), so a trace learns which dimension of eve
 ``graphpar.compile.plans.dynamic``). XLA still compiles static shapes: a call with concrete tensors compiles that
 shape (checked against the signature here, :func:`check_call`).
 
+A dimension may be a :class:`~graphpar.common.symbol.Symbol` (``Tensor(shape=[Symbol(divisor=8), 64])``): dynamic,
+with what is known of its size, which the symbolic trace, the plan and :func:`check_call` all read.
+
 A placeholder is no ``jax.Array`` (it holds no value): it answers ``shape`` (``-1`` for a dynamic dimension, as
 MindSpore's ``Tensor.shape``), ``dtype``, ``ndim`` and ``isinstance(p, Tensor)``; asking it for a value is a named
 error.

@@ -20,7 +20,12 @@ implementation needs the size at compile time:
   ``RandomDistributeInfo``, ``BatchParallelInfo``) that graphpar does not reproduce: a split while an input is
   dynamic is refused by name rather than accepted on a guess.
 
-:func:`check_dynamic_strategies` applies these to a planned graph; a refusal is a
+Two rules hold for every op with a dynamic input (``frontend/parallel/dynamic_shape``): a dimension given a
+``Symbol`` (``Tensor(shape=[Symbol(divisor=8), 64])``, or derived from one) may be split only into parts that divide
+what the Symbol makes divide it (MindSpore checks strategies against these divisor shapes), and a ``shard()``
+Layout may not split a dimension over several axes nor use ``interleaved_parallel``
+(``CheckLayoutFormatForDynamicShape``); :func:`check_dynamic_hints` applies them to the ``shard()`` hints before
+planning. :func:`check_dynamic_strategies` applies the per-op rules to a planned graph; a refusal is a
 :class:`~graphpar.errors.DynamicStrategyError` (a ``StrategyError``, so the ``RuntimeError`` MindSpore raises).
 """
 

@@ -10,7 +10,9 @@ The signature is traced twice:
   read sizes): :data:`standin_size` is a multiple of ``device_num``, so every split a strategy can give divides
   it, which is MindSpore's rule for a dynamic dimension (its divisibility is not checked at compile time; each
   call's size must divide by the split, checked when that call compiles its concrete shape). The stand-in
-  weighs AUTO_PARALLEL's cost model as that many rows.
+  weighs AUTO_PARALLEL's cost model as that many rows. A ``Symbol`` dimension is planned at a size its Symbol
+  admits that the splits divide only as the Symbol says (``placeholder.standin_avals``), and what divides each
+  op's dimension derived from one is read off the symbolic trace (:func:`_known_divisor`).
 
 Both traces run the same ``construct``, so their op nodes correspond one to one, in order; a ``construct`` whose
 ops differ between the two (Python code branching on a dynamic size) is refused by name.
