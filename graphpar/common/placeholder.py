@@ -164,16 +164,17 @@ def symbolic_avals(args: Sequence[Any], shared: bool = False) -> list[Any]:
 
 def _standin(sym: Symbol | None, size: int, device_num: int) -> int:
     """The size a dynamic dimension is planned at: ``size`` (a plain one), or for a Symbol a ``divisor * N +
-    remainder`` its ``min`` / ``max`` allow that no split up to ``device_num`` divides unless the Symbol makes it
-    divide every size (``gcd(divisor, remainder)``), so the planner splits it only as every call allows."""
+    remainder`` its ``min`` / ``max`` allow that no split (a divisor of ``device_num``) divides unless the Symbol
+    makes it divide every size (``gcd(divisor, remainder)``), so the planner splits it only as every call allows."""
     if sym is None:
         return size
     known = math.gcd(sym.divisor, sym.remainder)
+    splits = [g for g in range(2, device_num + 1) if device_num % g == 0]
     first = max(1, -(-(max(size, sym.lower) - sym.remainder) // sym.divisor))
     last = (sym.upper - sym.remainder) // sym.divisor if sym.upper is not None else first + 64 * device_num
     for n in [*range(first, last + 1), *range(max(1, first - 1), 0, -1)]:
         value = sym.divisor * n + sym.remainder
-        if value >= sym.lower and all((value % g == 0) == (known % g == 0) for g in range(2, device_num + 1)):
+        if value >= sym.lower and all((value % g == 0) == (known % g == 0) for g in splits):
             return value
     return sym.divisor * first + sym.remainder
 

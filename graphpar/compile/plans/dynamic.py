@@ -49,11 +49,11 @@ def _dynamic_positions(shape: Sequence[Any]) -> tuple[int, ...]:
 
 def _known_divisor(dim: Any, device_num: int) -> int:
     """What is known to divide a symbolic dimension derived from a ``Symbol`` (``8*sym0``: 8; ``8*sym0 + 1``: 1):
-    the lcm of the splits up to ``device_num`` that JAX's shape polymorphism proves divide it (every split a
-    strategy can give is one of them), as MindSpore's real divisor (``gcd(divisor, remainder)``, carried through
-    its symbolic shape inference)."""
+    the largest divisor of ``device_num`` (every split a strategy gives divides it) that JAX's shape polymorphism
+    proves divides it, as MindSpore's real divisor (``gcd(divisor, remainder)``, carried through its symbolic
+    shape inference) as far as a split can tell."""
     out = 1
-    for g in range(2, device_num + 1):
+    for g in (g for g in range(2, device_num + 1) if device_num % g == 0):
         try:
             if (dim % g) == 0:
                 out = math.lcm(out, g)
