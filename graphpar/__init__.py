@@ -37,6 +37,7 @@ from graphpar.common.parameter import ParameterTuple as ParameterTuple
 from graphpar.common.seed import get_seed as get_seed
 from graphpar.common.seed import set_seed as set_seed
 from graphpar.common.tensor import Tensor as Tensor
+from graphpar.common.symbol import Symbol as Symbol
 from graphpar.common.api import register_graph_compiler as _register_graph_compiler
 from graphpar.compile.cell_executor import CellGraphCompiler as _CellGraphCompiler
 from graphpar.common.tensor import install_methods as _install_tensor_methods

@@ -20,19 +20,28 @@ implementation needs the size at compile time:
   ``RandomDistributeInfo``, ``BatchParallelInfo``) that graphpar does not reproduce: a split while an input is
   dynamic is refused by name rather than accepted on a guess.
 
-:func:`check_dynamic_strategies` applies these to a planned graph; a refusal is a
+Two rules hold for every op with a dynamic input (``frontend/parallel/dynamic_shape``): a dimension given a
+``Symbol`` (``Tensor(shape=[Symbol(divisor=8), 64])``, or derived from one) may be split only into parts that divide
+what the Symbol makes divide it (MindSpore checks strategies against these divisor shapes), and a ``shard()``
+Layout may not split a dimension over several axes nor use ``interleaved_parallel``
+(``CheckLayoutFormatForDynamicShape``); :func:`check_dynamic_hints` applies them to the ``shard()`` hints before
+planning. :func:`check_dynamic_strategies` applies the per-op rules to a planned graph; a refusal is a
 :class:`~graphpar.errors.DynamicStrategyError` (a ``StrategyError``, so the ``RuntimeError`` MindSpore raises).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from graphpar.errors import DynamicStrategyError
 from graphpar.ir.graph import Graph, Node
+from graphpar.planner.layout import INTERLEAVED, is_layout_strategy
 
 # node id -> per input, the positions of its dynamic dimensions
 DynamicInputs = Mapping[int, tuple[tuple[int, ...], ...]]
+# node id -> per input, (position, known divisor) of each dimension a ``Symbol`` constrains
+SymbolDivisors = Mapping[int, tuple[tuple[tuple[int, int], ...], ...]]
 # (node, its input strategy, its inputs' dynamic dimensions) -> why the strategy cannot hold, or None
 _Rule = Callable[[Node, Graph, tuple, tuple], str | None]
 
@@ -109,17 +118,72 @@ _RULES: dict[str, _Rule] = {"GatherD": _gather_d, "FlashAttentionScore": _not_re
                             "BroadcastTo": _no_dynamic, "LinSpace": _lin_space}
 
 
-def check_dynamic_strategies(graph: Graph, dynamic_inputs: DynamicInputs) -> None:
+def _symbol_split(rows: tuple, divisors: tuple) -> str | None:
+    for i, dims in enumerate(divisors):
+        for pos, known in dims:
+            if i < len(rows) and pos < len(rows[i]) and known % rows[i][pos]:
+                return (f"input {i}'s dimension {pos} is dynamic with a Symbol that makes it a multiple of {known}, "
+                        f"which a split of {rows[i][pos]} does not divide")
+    return None
+
+
+def _layout_format(layouts: tuple) -> str | None:
+    for i, layout in enumerate(layouts):
+        for d, entry in enumerate(layout.entries or ()):
+            if INTERLEAVED in entry:
+                return (f"input {i}'s layout uses interleaved_parallel (dimension {d}), which MindSpore does not "
+                        "take with a dynamic shape")
+            if len(entry) > 1:
+                return (f"input {i}'s layout splits its dimension {d} over several axes {entry}, which MindSpore "
+                        "does not take with a dynamic shape")
+    return None
+
+
+def check_dynamic_hints(graph: Graph, dynamic_inputs: DynamicInputs, divisors: SymbolDivisors) -> None:
+    """Before planning, the ``shard()`` hints of ops with a dynamic input, as MindSpore checks them
+    (``CheckLayoutForDynamicShape``): a Layout may not split a dimension over several axes nor use
+    ``interleaved_parallel``; a strategy (tuple or Layout) may not split a ``Symbol`` dimension into parts that do
+    not divide it (``divisors``), named by the Symbol rather than by the stand-in size the planner plans.
+    :class:`DynamicStrategyError` otherwise."""
+    for node in graph.node_list():
+        hint, dynamic = node.hint, dynamic_inputs.get(node.id)
+        if hint is None or not dynamic or not any(dynamic):
+            continue
+        if is_layout_strategy(hint):
+            reason = _layout_format(hint)
+            rows = [[math.prod(lay.size(a) for a in e if a != INTERLEAVED) for e in (lay.entries or ())]
+                    for lay in hint]
+        elif isinstance(hint, tuple) and all(isinstance(r, tuple) and all(isinstance(v, int) for v in r)
+                                             for r in hint):
+            reason, rows = None, [list(r) for r in hint]
+        else:
+            continue
+        reason = reason or _symbol_split(tuple(tuple(r) for r in rows), divisors.get(node.id, ()))
+        if reason is not None:
+            hint_text = ("Split it into parts that divide that multiple (or give a Symbol whose divisor the split "
+                         "divides)" if "a Symbol" in reason else
+                         "Give each dimension one alias at most, without interleaved_parallel")
+            raise DynamicStrategyError(node.instance_name, rows, reason, scope=node.scope, hint=hint_text)
+
+
+def check_dynamic_strategies(graph: Graph, dynamic_inputs: DynamicInputs,
+                             divisors: SymbolDivisors | None = None) -> None:
     """Raise :class:`DynamicStrategyError` for the first op (graph order) whose strategy splits a dynamic dimension
-    its MindSpore rule forbids (module docstring); every other split of a dynamic dimension holds."""
+    its MindSpore rule forbids (module docstring), or splits a ``Symbol`` dimension into parts that do not divide
+    what the Symbol makes divide it (``divisors``; MindSpore checks a dynamic op's strategy against these divisor
+    shapes, ``OperatorInfo::DivisorsReplaceShapes``); every other split of a dynamic dimension holds."""
     for node in graph.node_list():
         dynamic = dynamic_inputs.get(node.id)
-        rule = _RULES.get(node.kind)
-        if rule is None or node.strategy is None or not dynamic or not any(dynamic):
+        if node.strategy is None or not dynamic or not any(dynamic):
             continue
         rows = node.strategy.in_strategy()
-        reason = rule(node, graph, rows, dynamic)
+        rule = _RULES.get(node.kind)
+        reason = _symbol_split(rows, (divisors or {}).get(node.id, ()))
+        if reason is None and rule is not None:
+            reason = rule(node, graph, rows, dynamic)
         if reason is not None:
+            hint = ("Split it into parts that divide that multiple (or give a Symbol whose divisor the split "
+                    "divides)" if "a Symbol" in reason else
+                    "Keep that dimension whole (split 1), or give the dynamic dimensions their sizes in set_inputs")
             raise DynamicStrategyError(node.instance_name, [list(r) for r in rows], reason, scope=node.scope,
-                                       hint="Keep that dimension whole (split 1), or give the dynamic dimensions "
-                                            "their sizes in set_inputs")
+                                       hint=hint)

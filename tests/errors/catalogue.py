@@ -121,6 +121,46 @@ def _dynamic_size_branch():
     return _cell_graph_executor.compile(Branches(), ms.Tensor(shape=[None, 16], dtype=ms.float32))
 
 
+def _symbol_split():
+    ms = _ms()
+    from graphpar.common.api import _cell_graph_executor
+
+    class Scale(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.mul = ms.ops.Mul().shard(((8, 1), (8, 1)))
+
+        def construct(self, x):
+            return self.mul(x, x)
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    return _cell_graph_executor.compile(Scale(), ms.Tensor(shape=[ms.Symbol(divisor=2), 16], dtype=ms.float32))
+
+
+def _dynamic_multi_axis_layout():
+    ms = _ms()
+    from graphpar.common.api import _cell_graph_executor
+    from graphpar.parallel import Layout
+
+    class Act(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.gelu = ms.ops.GeLU().shard((Layout((2, 4), ("dp", "mp"))(("dp", "mp"), "None"),))
+
+        def construct(self, x):
+            return self.gelu(x)
+
+    ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, full_batch=True)
+    return _cell_graph_executor.compile(Act(), ms.Tensor(shape=[16, None], dtype=ms.float32))
+
+
+def _symbol_call():
+    ms = _ms()
+    net = ms.nn.Dense(16, 2)
+    net.set_inputs(ms.Tensor(shape=[ms.Symbol(divisor=8), 16], dtype=ms.float32))
+    return net(ms.Tensor(np.ones((12, 16), np.float32)))
+
+
 def _assemble_blocks():
     from graphpar.compile.plans.global_batch import assemble_blocks
 
@@ -1366,6 +1406,15 @@ ROWS: list[Row] = [
     Row("construct-dynamic-size-as-int", "construct", "if x.shape[0] > 8: in construct, x of shape [None, 16]",
         lambda t: _dynamic_size_branch(), ERR + "DynamicShapeError",
         ("Branches.construct", "every size", "'a0_0' > '8'", "no Python int")),
+    Row("construct-symbol-split", "construct", "Mul().shard(((8, 1), (8, 1))) on x of shape [Symbol(divisor=2), 16], "
+        "compiled", lambda t: _symbol_split(), ERR + "DynamicStrategyError",
+        ("'mul'", "[[8, 1], [8, 1]]", "input 0's dimension 0", "multiple of 2", "split of 8", "divide")),
+    Row("construct-symbol-call", "construct", "net.set_inputs(Tensor(shape=[Symbol(divisor=8), 16])); net(x of shape "
+        "[12, 16])", lambda t: _symbol_call(), ERR + "InputSignatureError",
+        ("Dense", "input 0's dimension 0", "size 12", "Symbol(divisor=8)", "8 * N + 0")),
+    Row("construct-dynamic-multi-axis-layout", "construct", "GeLU().shard((layout(('dp', 'mp'), 'None'),)) on x of "
+        "shape [16, None], compiled", lambda t: _dynamic_multi_axis_layout(), ERR + "DynamicStrategyError",
+        ("'gelu'", "dimension 0 over several axes", "('dp', 'mp')", "dynamic shape", "one alias at most")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -10,7 +10,9 @@ The signature is traced twice:
   read sizes): :data:`standin_size` is a multiple of ``device_num``, so every split a strategy can give divides
   it, which is MindSpore's rule for a dynamic dimension (its divisibility is not checked at compile time; each
   call's size must divide by the split, checked when that call compiles its concrete shape). The stand-in
-  weighs AUTO_PARALLEL's cost model as that many rows.
+  weighs AUTO_PARALLEL's cost model as that many rows. A ``Symbol`` dimension is planned at a size its Symbol
+  admits that the splits divide only as the Symbol says (``placeholder.standin_avals``), and what divides each
+  op's dimension derived from one is read off the symbolic trace (:func:`_known_divisor`).
 
 Both traces run the same ``construct``, so their op nodes correspond one to one, in order; a ``construct`` whose
 ops differ between the two (Python code branching on a dynamic size) is refused by name.
@@ -21,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import math
+
 import numpy as np
 
 from graphpar.common.placeholder import DynamicTensor, standin_avals, symbolic_avals
@@ -29,7 +33,7 @@ from graphpar.compile.lowering.network_state import NetworkState
 from graphpar.errors import DynamicShapeError, GraphparError
 from graphpar.ir.construct_errors import OpShapeError
 from graphpar.ir.graph import Graph
-from graphpar.planner.dynamic_rules import DynamicInputs
+from graphpar.planner.dynamic_rules import DynamicInputs, SymbolDivisors
 from graphpar.planner.strategy_file import RecordedStrategy, StrategyFile, node_keys
 
 
@@ -41,6 +45,28 @@ def standin_size(device_num: int) -> int:
 
 def _dynamic_positions(shape: Sequence[Any]) -> tuple[int, ...]:
     return tuple(i for i, d in enumerate(shape) if not isinstance(d, (int, np.integer)))
+
+
+def _known_divisor(dim: Any, device_num: int) -> int:
+    """What is known to divide a symbolic dimension derived from a ``Symbol`` (``8*sym0``: 8; ``8*sym0 + 1``: 1):
+    the largest divisor of ``device_num`` (every split a strategy gives divides it) that JAX's shape polymorphism
+    proves divides it, as MindSpore's real divisor (``gcd(divisor, remainder)``, carried through its symbolic
+    shape inference) as far as a split can tell."""
+    out = 1
+    for g in (g for g in range(2, device_num + 1) if device_num % g == 0):
+        try:
+            if (dim % g) == 0:
+                out = math.lcm(out, g)
+        except Exception:  # an expression JAX cannot decide (a product of symbols modulo g): nothing known
+            continue
+    return out
+
+
+def _symbol_divisors(shape: Sequence[Any], device_num: int) -> tuple[tuple[int, int], ...]:
+    """(position, known divisor) of each dimension of ``shape`` that a ``Symbol`` constrains (its symbols are
+    named ``sym...``, ``placeholder.symbolic_avals``); a plain dynamic dimension keeps the base rule."""
+    return tuple((i, _known_divisor(d, device_num)) for i, d in enumerate(shape)
+                 if not isinstance(d, (int, np.integer)) and "sym" in str(d))
 
 
 def _symbolic_trace(ns: NetworkState, inputs: Sequence[Any], purpose: str,
@@ -66,12 +92,14 @@ def _symbolic_trace(ns: NetworkState, inputs: Sequence[Any], purpose: str,
 
 
 def trace_signature(ns: NetworkState, inputs: Sequence[Any], purpose: str, device_num: int,
-                    split: Callable[[Sequence[Any]], tuple[list, Any]]) -> tuple[Graph, DynamicInputs]:
+                    split: Callable[[Sequence[Any]], tuple[list, Any]]
+                    ) -> tuple[Graph, DynamicInputs, SymbolDivisors]:
     """The stand-in graph of ``inputs`` (placeholders among them) and, per op node of it, its inputs' dynamic
-    dimensions. ``split(inputs)`` gives the avals and the network call (``op_strategies._split_inputs``)."""
+    dimensions and the known divisors of those a ``Symbol`` constrains. ``split(inputs)`` gives the avals and the
+    network call (``op_strategies._split_inputs``)."""
     shapes = [list(x.shape) for x in inputs if isinstance(x, DynamicTensor)]
     symbolic = _symbolic_trace(ns, inputs, purpose, split, shapes)
-    avals, call = split(standin_avals(inputs, standin_size(device_num)))
+    avals, call = split(standin_avals(inputs, standin_size(device_num), device_num))
     graph, _ = trace_network(ns, avals, purpose, call=call)
     ops = [n for n in symbolic.node_list() if n.is_op]
     planned = [n for n in graph.node_list() if n.is_op]
@@ -81,7 +109,9 @@ def trace_signature(ns: NetworkState, inputs: Sequence[Any], purpose: str, devic
                                 "them all; give those dimensions their sizes in set_inputs")
     marks = {mine.id: tuple(_dynamic_positions(symbolic.values[v].shape) for v in sym.inputs)
              for sym, mine in zip(ops, planned)}
-    return graph, marks
+    divisors = {mine.id: tuple(_symbol_divisors(symbolic.values[v].shape, device_num) for v in sym.inputs)
+                for sym, mine in zip(ops, planned)}
+    return graph, marks, divisors
 
 
 def signature_label(cell: Any, signature: Sequence[Any]) -> str:

@@ -38,7 +38,7 @@ from graphpar.ir.graph import Graph, Node
 from graphpar.ir.walk_order import output_first_order
 from graphpar.nn.wrap import TrainOneStepCell
 from graphpar.planner import strategy_file
-from graphpar.planner.dynamic_rules import check_dynamic_strategies
+from graphpar.planner.dynamic_rules import check_dynamic_hints, check_dynamic_strategies
 from graphpar.planner.follow import follows_input, is_pass_through
 from graphpar.planner.memory_model import graph_optimizer_slots
 from graphpar.planner.passes.context import PlanRequest
@@ -134,6 +134,12 @@ def table_of_cell(cell: Any, inputs: Sequence[Any]) -> dict[str, list[list[int]]
     return strategy_table(graph, None if isinstance(cell, TrainOneStepCell) else type(cell).__name__)
 
 
+def _stacking(shape: Sequence[int], index: int, devices: int) -> tuple[int, ...]:
+    """Per dimension, how many ranks' parts input ``index`` stacks into its global shape (``one_rank_to_global``)."""
+    ones = tuple(max(n, 1) for n in shape)
+    return tuple(g // n for g, n in zip(one_rank_to_global(ones, index, devices), ones))
+
+
 def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False, devices: int | None = None,
               record: bool = True) -> Graph | None:
     """``cell`` traced for ``inputs`` and planned under the context in force, for its ``device_num`` devices
@@ -149,18 +155,21 @@ def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False, devices:
     purpose = "train" if train else "forward"
     ns = NetworkState(network, network.trainable_params())
     devices = devices or _context.get_auto_parallel_context("device_num")
-    if one_rank:  # a dynamic dimension stays dynamic (-1 times the ranks is still negative)
-        inputs = [DynamicTensor.of(one_rank_to_global(x.shape, i, devices), x.dtype) if isinstance(x, DynamicTensor)
+    if one_rank:  # a dynamic dimension stays dynamic, its Symbol scaled by the ranks stacked in it
+        memo: dict = {}
+        inputs = [x.scaled(_stacking(x.shape, i, devices), memo) if isinstance(x, DynamicTensor)
                   else jax.ShapeDtypeStruct(one_rank_to_global(x.shape, i, devices), np.dtype(x.dtype))
                   if _is_array(x) else x for i, x in enumerate(inputs)]
-    dynamic, inputs = None, as_avals(inputs)
+    dynamic, divisors, inputs = None, {}, as_avals(inputs)
     if has_dynamic(inputs):  # a dynamic-shape signature: planned once for every size (compile.plans.dynamic)
-        graph, dynamic = trace_signature(ns, inputs, purpose, devices, _split_inputs)
+        graph, dynamic, divisors = trace_signature(ns, inputs, purpose, devices, _split_inputs)
     else:
         avals, call = _split_inputs(inputs)
         graph, _ = trace_network(ns, avals, purpose, call=call)
     if pctx.parallel_mode not in _PLANNED_MODES:
         return None
+    if dynamic is not None:
+        check_dynamic_hints(graph, dynamic, divisors)
     optimizer = cell.optimizer if train else None
     graph = plan_graph(graph, PlanRequest(
         devices, pctx.parallel_mode, pctx.search_mode, purpose, pctx.dataset_strategy, strategy_file.for_plan(pctx),
@@ -170,7 +179,7 @@ def plan_cell(cell: Any, inputs: Sequence[Any], one_rank: bool = False, devices:
         graph_optimizer_slots(graph, optimizer), algo=_context.current_algo(),
         propagation_order=pctx.propagation_order))
     if dynamic is not None:
-        check_dynamic_strategies(graph, dynamic)
+        check_dynamic_strategies(graph, dynamic, divisors)
     ascend_groups.check(graph, pctx.parallel_mode, pctx.global_rank)
     if not record:
         return graph
