@@ -129,3 +129,28 @@ def test_ring_attention_with_a_mask_is_refused_by_name():
                 _bsh(Q), _bsh(k), _bsh(v), ms.Tensor(SHIFT), ms.Tensor(MASK))
     finally:
         ms.reset_auto_parallel_context()
+
+
+class _Grouped(nn.Cell):
+    """BNSD, 4 query heads over 2 key/value heads, dropout bits and sparse mode 3's compressed mask."""
+
+    def __init__(self, strategy):
+        super().__init__()
+        self.fa = ops.FlashAttentionScore(N1, keep_prob=0.75, scale_value=0.3, input_layout="BNSD", sparse_mode=3)
+        if strategy is not None:
+            self.fa.shard(strategy)
+
+    def construct(self, q, k, v, bits, mask):
+        return self.fa(q, k, v, None, bits, None, mask)[3]
+
+
+def test_grouped_heads_with_dropout_split_by_heads_and_query_rows_equals_stand_alone():
+    """MindSpore's strategy with drop_mask and the compressed mask: query (dp, mp, sp, 1), key/value (dp, mp, 1, 1)
+    (2 key/value heads split as the query's 4), drop_mask (dp, mp, sp, 1), the (2048, 2048) mask (1, 1)."""
+    k, v = _kv(2)
+    bits = np.packbits(_RNG.random((B, N1, S, S)) < 0.75, axis=-1, bitorder="little")
+    args = tuple(ms.Tensor(t) for t in (Q, k, v, bits, TEMPLATE))
+    strategy = ((2, 2, 2, 1), (2, 2, 1, 1), (2, 2, 1, 1), (2, 2, 2, 1), (1, 1))
+    got, _, graph = forward(_Grouped(strategy), *args)
+    np.testing.assert_allclose(got.asnumpy(), reference(_Grouped(None), *args).asnumpy(), rtol=1e-5, atol=1e-6)
+    assert graph.find("fa")[0].strategy.in_strategy() == strategy
