@@ -1234,9 +1234,9 @@ ROWS: list[Row] = [
     Row("flash-attention-kv-split", "strategy", "ops.FlashAttentionScore(2, input_layout='BNSD').shard(((1, 2, 4, 1), "
         "(1, 2, 2, 1), (1, 2, 2, 1))) as self.fa, then called", lambda t: _flash_attention_kv_split(),
         ERR + "StrategyError", ("op 'fa'", "split as the query's (4: ring attention", "Split dimension S")),
-    Row("flash-attention-dropout", "strategy", "ops.FlashAttentionScore(2, keep_prob=0.9)",
-        lambda t: _ops().FlashAttentionScore(2, keep_prob=0.9), ValueError,
-        ("keep_prob=0.9", "not built", "keep_prob=1.0")),
+    Row("flash-attention-keep-prob", "strategy", "ops.FlashAttentionScore(2, keep_prob=1.5)",
+        lambda t: _ops().FlashAttentionScore(2, keep_prob=1.5), ValueError,
+        ("keep_prob=1.5", "valid: 0 < keep_prob <= 1")),
     Row("shard-batchnorm-group-size", "strategy", "BatchNorm's bn_train split 8 ways on N with "
         "add_prim_attr('group_size', 4), then plan", lambda t: _batch_norm_group_size(), ERR + "StrategyError",
         ("op 'bn_train'", "group_size 4", "4 of the 8 devices splitting N", "Give group_size 8")),

@@ -87,17 +87,17 @@ def test_gradients_equal_softmax_attention():
 
 
 @pytest.mark.parametrize("kwargs,culprit", [
-    (dict(keep_prob=0.9), "keep_prob=0.9"), (dict(sparse_mode=2), "sparse_mode=2"),
+    (dict(keep_prob=1.5), "keep_prob=1.5"), (dict(sparse_mode=5), "sparse_mode=5"),
     (dict(input_layout="TND"), "input_layout='TND'")])
 def test_unbuilt_settings_are_refused_by_name(kwargs, culprit):
     with pytest.raises(ValueError, match=culprit):
         ops.FlashAttentionScore(2, **kwargs)
 
 
-def test_a_mask_tensor_is_refused_by_name():
+def test_an_unbuilt_input_is_refused_by_name():
     q, k, v = (ms.Tensor(t) for t in _qkv(s=16))
-    with pytest.raises(ValueError, match="attn_mask is not built"):
-        ops.FlashAttentionScore(2, input_layout="BNSD")(q, k, v, None, None, None, ms.Tensor(np.ones((16, 16))))
+    with pytest.raises(ValueError, match="padding_mask is given but MindSpore reserves it"):
+        ops.FlashAttentionScore(2, input_layout="BNSD")(q, k, v, None, None, ms.Tensor(np.ones((2, 2, 16, 16))))
 
 
 class _Attention(nn.Cell):

@@ -312,13 +312,45 @@ def _reshard(node, graph):
 
 @register("FlashAttentionScore")
 def _flash_attention(node, graph):
-    """Batch, heads and the query's sequence split freely; the key/value sequence carries the query's label, so a
-    sequence split puts key/value block i with query block i (the ring of context parallel), never a split of the
-    softmax's axis alone. BSH's hidden dimension is the heads' (``N * D``, split by heads)."""
+    """Batch, heads and the query's sequence split freely. The key/value sequence carries the query's label (a
+    sequence split puts key/value block i with query block i: the ring of context parallel, never a split of the
+    softmax's axis alone) unless a ``shard()`` strategy keeps it whole, or the call has what ring attention is not
+    built for (``real_shift``, ``drop_mask``, ``attn_mask``, sparse modes 1-4, fewer key/value heads): then it stays
+    whole and a query sequence split is MindSpore's sequence parallelism (each device's query rows against every
+    key). BSH / SBH's hidden dimension is the heads' (``N * D``, split by heads); key/value heads fewer than the
+    query's (grouped-query) split alike, a single one (multi-query) stays whole. The optional inputs follow the
+    query, as MindSpore's FlashAttentionScoreInfo lays them out: ``real_shift`` ``(B or 1, N1, S1, S2)`` and
+    ``drop_mask`` ``(B, N1, S1, S2 / 8)`` by batch, heads and query sequence; a full ``attn_mask`` by batch (when it
+    has one), heads (when it has them) and query sequence; the compressed ``(2048, 2048)`` mask of sparse modes 2-4
+    whole."""
     ins, outs = shapes_of(node, graph)
-    if node.attrs.get("input_layout") == "BNSD":
-        tensor = ("b", "n", "s", None)
-    else:
-        tensor = ("b", "s", "n")
+    names = node.input_names or ("query", "key", "value")
+    layout = node.attrs.get("input_layout", "BSH")
+    tensor = {"BNSD": ("b", "n", "s", None), "BSND": ("b", "s", "n", None), "SBH": ("s", "b", "n")}.get(
+        layout, ("b", "s", "n"))
+    heads = tensor.index("n")
+    query_heads = int(node.attrs.get("head_num", 1))
+    hidden = layout in ("BSH", "SBH")
+    kv_heads = query_heads * ins[1][heads] // ins[0][heads] if hidden else ins[1][heads]
+    seq = tensor.index("s")
+    ring = not (set(names) & {"real_shift", "drop_mask", "attn_mask"} or node.attrs.get("sparse_mode", 0)
+                or kv_heads != query_heads)
+    if node.hint and len(node.hint) > 1 and isinstance(node.hint[1], tuple) and all(
+            isinstance(x, int) for x in node.hint[1]):
+        ring = node.hint[1][seq] > 1
+    kv = tuple((l if l != "n" or kv_heads > 1 else None) if l != "s" or ring else None for l in tensor)
+    batch, rows = ins[0][tensor.index("b")], []
+    for name, shape in zip(names, ins):
+        if name == "query":
+            rows.append(tensor)
+        elif name in ("key", "value"):
+            rows.append(kv)
+        elif name in ("real_shift", "drop_mask", "attn_mask") and len(shape) == 4 and (
+                name != "attn_mask" or node.attrs.get("sparse_mode", 0) in (0, 1)):
+            rows.append(("b" if shape[0] == batch else None, "n" if shape[1] == query_heads > 1 else None, "s", None))
+        elif name == "attn_mask" and len(shape) == 2 and node.attrs.get("sparse_mode", 0) in (0, 1):
+            rows.append(("s", None))
+        else:
+            rows.append((None,) * len(shape))
     stats = ("b", "n", "s", None)
-    return DimSpec((tensor,) * 3, (stats, stats, (None,) * len(outs[2]), tensor), ("b", "n", "s"))
+    return DimSpec(tuple(rows), (stats, stats, (None,) * len(outs[2]), tensor), ("b", "n", "s"))
