@@ -16,22 +16,7 @@ from graphpar.common.api import _cell_graph_executor
 from graphpar.common.placeholder import symbolic_avals
 from graphpar.errors import DynamicStrategyError, InputSignatureError
 from graphpar.parallel import Layout
-
-
-class Head(nn.Cell):
-    """A two-layer head on a batch of any size: its first MatMul split as ``strategy`` says."""
-
-    def __init__(self, strategy=((8, 1), (1, 1))):
-        super().__init__()
-        self.w1 = ms.Parameter(Tensor(np.linspace(-1, 1, 16 * 32, dtype=np.float32).reshape(16, 32)), name="w1")
-        self.w2 = ms.Parameter(Tensor(np.linspace(1, -1, 32 * 4, dtype=np.float32).reshape(32, 4)), name="w2")
-        self.matmul1 = ops.MatMul().shard(strategy)
-        self.relu = ops.ReLU()
-        self.matmul2 = ops.MatMul()
-        self.mean = ops.ReduceMean()
-
-    def construct(self, x):
-        return self.mean(self.matmul2(self.relu(self.matmul1(x, self.w1)), self.w2) ** 2)
+from tests.api2x.test_dynamic_shape import Head  # the two-layer head on a batch of any size
 
 
 class Pair(nn.Cell):
