@@ -123,6 +123,14 @@ class Slots:
         _consume(map(object.__setattr__, self.holders, _SLOT, values))
 
 
+def _read(root: Any, path: Sequence[Any]) -> Any:
+    """The value at ``path`` below ``root``: a Variable's value, or the plain attribute (list item) itself."""
+    node = root
+    for key in path:
+        node = node[key] if isinstance(key, int) else getattr(node, key)
+    return node.get_raw_value() if isinstance(node, nnx.Variable) else node
+
+
 def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
     """Set the attribute (or list item) at ``path`` below ``root`` to ``value``."""
     parent = root
@@ -179,12 +187,15 @@ class NetworkState:
         return nnx.merge(self.graphdef, params, rest, copy=True)
 
     def split_after(self, model: Cell) -> nnx.State:
-        """The rest-group state of a merged model after it ran (its updated statistics and keys)."""
-        if not self.rest.paths:  # nothing but trainable parameters: no second walk of the whole Cell tree
+        """The rest-group state of a merged model after it ran (its updated statistics and keys).
+
+        ``model`` is :meth:`merge`'s copy of this split's structure, so the rest group's leaves sit at the paths
+        they sat at in the split: each is read there (the Variable's value, or the plain attribute) and unflattened
+        with the group's definition. No second walk of the whole Cell tree (``nnx.split`` visits every Cell and
+        Variable of the network to find the few that are not trainable: a tenth of tracing a transformer)."""
+        if not self.rest.paths:  # nothing but trainable parameters
             return self.rest.state
-        paths = self.trainable_paths
-        _, _, rest = nnx.split(model, lambda path, v: tuple(path) in paths, ...)
-        return rest
+        return self.rest.unflatten([_read(model, path) for path in self.rest.paths])
 
     def param_names(self) -> list[str]:
         return self.params.names()
