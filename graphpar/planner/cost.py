@@ -180,9 +180,15 @@ class _Shape:
 
 def _is_float(value: Any) -> bool:
     try:
-        return np.issubdtype(np.dtype(value.dtype), np.inexact)
+        return _inexact(np.dtype(value.dtype))
     except (AttributeError, TypeError):
         return True
+
+
+@lru_cache(maxsize=None)
+def _inexact(dtype: np.dtype) -> bool:
+    """``np.issubdtype(dtype, np.inexact)``, once per dtype (asked of every value of a graph, a few dtypes)."""
+    return bool(np.issubdtype(dtype, np.inexact))
 
 
 def grad_values(graph: Any) -> frozenset[int]:

@@ -12,6 +12,7 @@ an error naming both.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import jax
@@ -46,8 +47,8 @@ def mesh_axis_sizes(n_devices: int, matrices: Sequence[Sequence[int]] = (),
     whose matrix each is, for the error)."""
     cuts = {1, n_devices}
     for matrix in matrices:
-        if int(np.prod(matrix)) != n_devices:
-            raise DeviceError(f"device matrix {list(matrix)} has {int(np.prod(matrix))} devices, the mesh has "
+        if math.prod(matrix) != n_devices:
+            raise DeviceError(f"device matrix {list(matrix)} has {math.prod(matrix)} devices, the mesh has "
                               f"{n_devices}")
         cuts.update(_cuts(matrix))
     chain = sorted(cuts)

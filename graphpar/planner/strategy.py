@@ -37,7 +37,7 @@ def hint_device_matrix(dims: DimSpec, hint: Sequence[Sequence[int]], n_devices: 
             if label is not None and s > 1:
                 splits[label] = s
     core = tuple(splits.get(l, 1) for l in dims.order)
-    total = int(np.prod(core)) if core else 1
+    total = math.prod(core)
     if not total or n_devices % total:
         return None
     return with_repeat(core, n_devices // total, dims.repeat_first)
@@ -89,7 +89,7 @@ class NodeStrategy:
     def device_matrix(self) -> tuple[int, ...]:
         if self.in_override is not None:  # MindSpore's ReshapeInfo: the device matrix is the input strategy
             core = self.in_strategy()[0] if self.in_override else ()
-            return with_repeat(core, self.mesh.n_devices // max(int(np.prod(core)) if core else 1, 1), False)
+            return with_repeat(core, self.mesh.n_devices // max(math.prod(core), 1), False)
         core = tuple(self.split(l) for l in self.dims.order)
         return with_repeat(core, self.mesh.size(self.repeat_axes), self.dims.repeat_first)
 
@@ -218,39 +218,44 @@ def check_hint(node, dims: DimSpec, hint: tuple, in_shapes,
     if len(hint) != len(dims.inputs):
         raise StrategyError(op, full, f"{node.kind} has {len(dims.inputs)} tensor input(s) here but the strategy has "
                             f"{len(full)} entries", scope, "Give one tuple per tensor input")
-    splits: dict[str, tuple[int, str]] = {}
+    splits: dict[str, tuple[int, int, int]] = {}  # label -> (split, input, dimension) where first met
     names = node.input_names or tuple(f"input {i}" for i in range(len(hint)))
+
+    def where_of(i: int, d: int) -> str:  # formatted for an error only: a hint is checked per op call
+        return f"{names[i] if i < len(names) else f'input {i}'} dim {d}"
+
     shapes = dims.strategy_shapes(in_shapes)
     for i, (row, entry, shape) in enumerate(zip(dims.strategy_labels, hint, shapes)):
         if len(entry) != len(shape):
             raise StrategyError(op, full, f"entry {i} {entry} has {len(entry)} splits but {names[i]} has shape "
                                 f"{tuple(shape)}", scope, f"Give {len(shape)} splits for {names[i]}")
         for d, (label, split, size) in enumerate(zip(row, entry, shape)):
-            where = f"{names[i] if i < len(names) else f'input {i}'} dim {d}"
             if size % split:
+                where = where_of(i, d)
                 prefer = {} if label is None else {label: _suggest(size, split, n_devices)}
                 raise StrategyError(op, full, f"{where} has size {size}, which the split {split} does not divide "
                                     f"(shapes {shapes})", scope, f"Use a divisor of {size}, e.g. "
                                     f"{_repaired(dims, hint, shapes, n_devices, prefer)}")
             if split != 1 and (label is None or label in dims.fixed):
+                where = where_of(i, d)
                 raise StrategyError(op, full, f"{node.kind} cannot split {where} (shapes {shapes})", scope,
                                     f"Use 1 for {where}, e.g. {_repaired(dims, hint, shapes, n_devices)}")
             if label is None:
                 continue
             if label in splits and splits[label][0] != split:
-                prev, prev_where = splits[label]
+                prev, prev_where, where = splits[label][0], where_of(*splits[label][1:]), where_of(i, d)
                 raise StrategyError(op, full, f"{where} is split {split} but {prev_where} is split {prev}; "
                                     f"{node.kind} needs these dimensions split alike, a 1 included (shapes "
                                     f"{shapes})", scope, f"Split both by the same factor, e.g. "
                                     f"{_repaired(dims, hint, shapes, n_devices, {label: prev})}")
-            splits.setdefault(label, (split, where))
+            splits.setdefault(label, (split, i, d))
     split_of = {l: v[0] for l, v in splits.items() if v[0] != 1}
     problem = dims.check(split_of) if dims.check is not None else None
     if problem is not None:
         fix = _repair_splits(dims, hint, shapes, n_devices)  # an example only where one passes the op's check
         example = "" if dims.check({l: v for l, v in fix.items() if v != 1}) else f", e.g. {_spelled(dims, fix)}"
         raise StrategyError(op, full, f"{problem[0]} (shapes {shapes})", scope, f"{problem[1]}{example}")
-    total = int(np.prod(list(split_of.values()))) if split_of else 1
+    total = math.prod(split_of.values())
     if total > n_devices or n_devices % total:
         raise StrategyError(op, hint, f"the splits multiply to {total} devices but the job has {n_devices} "
                             f"(shapes {shapes})", scope,
@@ -265,7 +270,7 @@ def place_hint(node, dims: DimSpec, in_strategy: tuple, splits: dict[str, int], 
     each label on consecutive mesh axes in device-matrix order, then ``out_hint`` (MindSpore's ``out_strategy``).
     A :class:`StrategyError` when a split does not fit the mesh's axes or ``out_hint`` cannot hold."""
     op, scope, hint = node.instance_name, node.scope, in_strategy
-    total = int(np.prod(list(splits.values()))) if splits else 1
+    total = math.prod(splits.values())
     remaining = list(zip(mesh.names, mesh.sizes))
     repeat = mesh.n_devices // total
     if dims.repeat_first:
