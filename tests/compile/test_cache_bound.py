@@ -190,6 +190,7 @@ def test_without_filelock_xlas_folder_is_left_unbounded_and_the_announcement_say
     use_persistent_cache("a step")
     assert jax.config.jax_compilation_cache_max_size == -1
     (said,) = [r for r in notices.records if "compiled programs are cached in" in r.getMessage()]
+    assert "train steps at most 2 GiB, least recently used dropped first; XLA's folder" in said.getMessage()
     assert "is not bounded: JAX bounds it only with the filelock package" in said.getMessage()
     assert said.levelname == "INFO"  # graphpar's default bound; a bound the user set is a warning
     monkeypatch.setenv("GRAPHPAR_COMPILE_CACHE_MAX_SIZE", "2GB")
@@ -198,12 +199,14 @@ def test_without_filelock_xlas_folder_is_left_unbounded_and_the_announcement_say
     assert [r.levelname for r in notices.records if "is not bounded" in r.getMessage()] == ["INFO", "WARNING"]
 
 
-def test_a_jax_bound_of_the_users_own_is_kept_unless_graphpars_variable_is_set(cache, monkeypatch):
+def test_a_jax_bound_of_the_users_own_is_kept_unless_graphpars_variable_is_set(cache, monkeypatch, notices):
     monkeypatch.setattr(xla_cache, "HAS_FILELOCK", True)
     monkeypatch.delenv("GRAPHPAR_COMPILE_CACHE_MAX_SIZE", raising=False)
     jax.config.update("jax_compilation_cache_max_size", 123 << 20)
     use_persistent_cache("a step")
     assert jax.config.jax_compilation_cache_max_size == 123 << 20
+    (said,) = [r.getMessage() for r in notices.records if "compiled programs are cached in" in r.getMessage()]
+    assert "train steps at most 2 GiB, XLA's at most 123 MiB (jax_compilation_cache_max_size)" in said
     monkeypatch.setenv("GRAPHPAR_COMPILE_CACHE_MAX_SIZE", "100MB")
     use_persistent_cache("a step")
     assert jax.config.jax_compilation_cache_max_size == 50 << 20

@@ -71,13 +71,12 @@ def use_persistent_cache(what: str, effects: tuple[str, ...] = ()) -> None:
             stamp_access_times(Path(choice.directory))
         jax.config.update("jax_compilation_cache_max_size", bound)
         compilation_cache.reset_cache()
-        whole = choice.folder_max_bytes
-        size = "no bound" if whole < 0 else f"at most {_bytes(2 * whole)} in all, least recently used dropped first"
         notice_once(f"compile-cache:{choice.directory}:{bound}",
                     f"compiled programs are cached in {choice.directory} and train steps in "
-                    f"{os.path.join(choice.root, 'steps')} ({size}{unbounded}; set_context(enable_compile_cache="
-                    "False) or MS_COMPILER_CACHE_ENABLE=0 switches this off; set_context(compile_cache_path=...) or "
-                    "MS_COMPILER_CACHE_PATH moves it; GRAPHPAR_COMPILE_CACHE_MAX_SIZE bounds it)",
+                    f"{os.path.join(choice.root, 'steps')} ({_bounds(choice, bound)}{unbounded}; "
+                    "set_context(enable_compile_cache=False) or MS_COMPILER_CACHE_ENABLE=0 switches this off; "
+                    "set_context(compile_cache_path=...) or MS_COMPILER_CACHE_PATH moves it; "
+                    "GRAPHPAR_COMPILE_CACHE_MAX_SIZE bounds it)",
                     logging.WARNING if unbounded and choice.max_bytes is not None else logging.INFO)
     elif directory is not None and enabled:
         jax.config.update("jax_enable_compilation_cache", False)
@@ -109,6 +108,17 @@ def stamp_access_times(folder: Path) -> None:
                 stamp.write_bytes(entry.stat().st_mtime_ns.to_bytes(8, "little"))
     except OSError:  # dropped meanwhile, or a folder not writable: JAX says what it cannot do itself
         pass
+
+
+def _bounds(choice: _context.CompileCache, xla: int) -> str:
+    """The bounds in force, as the announcement says them."""
+    steps = choice.folder_max_bytes
+    if steps < 0:
+        return "no bound"
+    if xla == steps:
+        return f"at most {_bytes(2 * steps)} in all, least recently used dropped first"
+    xla_words = "" if xla < 0 else f", XLA's at most {_bytes(xla)} (jax_compilation_cache_max_size)"
+    return f"train steps at most {_bytes(steps)}{xla_words}, least recently used dropped first"
 
 
 def _bytes(count: int) -> str:
