@@ -191,14 +191,17 @@ class Optimizer(Cell):
         """``pick(state)``: arrays of the state a train cell returns from each step (the loss-scale cell's overflow
         flag and scale), taken without lending the whole state, which would make the next step flatten it to check
         every array (1-3 µs a step); :meth:`before_step` checks just these."""
-        self._box.handed = pick(self._box.state)
-        return self._box.handed
+        box = self._box
+        box.handed = handed = pick(box.state)
+        return handed
 
     def before_step(self) -> None:
         """Lend the state (the next train step then checks all of it and names a deleted array) when an array
         :meth:`hand_out` returned has been deleted or donated since."""
-        if any(a.is_deleted() for a in self._box.handed):
-            self._box.lent = True
+        box = self._box
+        handed = box.handed  # the step's outputs: arrays of one type, whose own is_deleted is the cheapest call
+        if handed and any(map(type(handed[0]).is_deleted, handed)):
+            box.lent = True
 
     def branch_state(self) -> Any:
         """The optax state (None before the first update), as an ``if`` on a traced value reads it to merge its
