@@ -166,7 +166,7 @@ def test_xlas_folder_is_bounded_with_jaxs_own_mechanism(cache, monkeypatch, noti
     """With filelock (a dependency), JAX bounds XLA's folder; an entry an earlier unbounded run wrote gets the
     access-time file JAX's eviction needs. The announcement says the bound once."""
     pytest.importorskip("filelock")
-    monkeypatch.setattr(xla_cache, "HAS_FILELOCK", True)
+    monkeypatch.setattr(xla_cache, "has_filelock", lambda: True)
     monkeypatch.setenv("GRAPHPAR_COMPILE_CACHE_MAX_SIZE", "1GB")
     (cache / "xla").mkdir()
     (cache / "xla" / "jit_earlier-0123-cache").write_bytes(b"written by an unbounded run")
@@ -186,7 +186,7 @@ def test_xlas_folder_is_bounded_with_jaxs_own_mechanism(cache, monkeypatch, noti
 
 
 def test_without_filelock_xlas_folder_is_left_unbounded_and_the_announcement_says_so(cache, monkeypatch, notices):
-    monkeypatch.setattr(xla_cache, "HAS_FILELOCK", False)
+    monkeypatch.setattr(xla_cache, "has_filelock", lambda: False)
     use_persistent_cache("a step")
     assert jax.config.jax_compilation_cache_max_size == -1
     (said,) = [r for r in notices.records if "compiled programs are cached in" in r.getMessage()]
@@ -200,7 +200,7 @@ def test_without_filelock_xlas_folder_is_left_unbounded_and_the_announcement_say
 
 
 def test_a_jax_bound_of_the_users_own_is_kept_unless_graphpars_variable_is_set(cache, monkeypatch, notices):
-    monkeypatch.setattr(xla_cache, "HAS_FILELOCK", True)
+    monkeypatch.setattr(xla_cache, "has_filelock", lambda: True)
     monkeypatch.delenv("GRAPHPAR_COMPILE_CACHE_MAX_SIZE", raising=False)
     jax.config.update("jax_compilation_cache_max_size", 123 << 20)
     use_persistent_cache("a step")

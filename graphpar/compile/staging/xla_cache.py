@@ -23,6 +23,7 @@ without it (an environment installed before) the folder is left unbounded and th
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import logging
@@ -41,8 +42,6 @@ MIN_COMPILE_SECONDS = 0.1
 CACHES_HOST_CALLBACKS = jax.__version_info__ >= (0, 11)
 _JAX_DEFAULT_MIN_COMPILE_SECONDS = 1.0
 _JAX_NO_BOUND = -1  # jax_compilation_cache_max_size's default
-# JAX's bounded cache locks its folder with filelock (jax._src.lru_cache refuses a bound without it)
-HAS_FILELOCK = importlib.util.find_spec("filelock") is not None
 
 
 def use_persistent_cache(what: str, effects: tuple[str, ...] = ()) -> None:
@@ -90,10 +89,17 @@ def _xla_bound(choice: _context.CompileCache) -> tuple[int, str]:
     if choice.max_bytes is None and current not in (_JAX_NO_BOUND, choice.folder_max_bytes):
         return current, ""  # the user's own JAX setting
     bound = choice.folder_max_bytes
-    if bound >= 0 and not HAS_FILELOCK:
+    if bound >= 0 and not has_filelock():
         return _JAX_NO_BOUND, (f"; XLA's folder {choice.directory} is not bounded: JAX bounds it only with the "
                                "filelock package installed (pip install filelock)")
     return bound, ""
+
+
+@functools.cache
+def has_filelock() -> bool:
+    """Whether the ``filelock`` package is installed: JAX's bounded cache locks its folder with it (JAX refuses a
+    bound without it)."""
+    return importlib.util.find_spec("filelock") is not None
 
 
 def stamp_access_times(folder: Path) -> None:
