@@ -295,6 +295,29 @@ def compile_cache_path() -> str | None:
     return os.environ.get("MS_COMPILER_CACHE_PATH") or None
 
 
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def compile_cache_max_size() -> int | None:
+    """``GRAPHPAR_COMPILE_CACHE_MAX_SIZE``: graphpar's bound of the compile cache's size on disk (MindSpore's
+    compile cache has none, nor a variable for one), in bytes: a whole number of bytes or a number with a unit, KB,
+    MB, GB or TB (powers of 1024, as MindSpore's ``max_device_memory="3.5GB"`` counts; KiB..TiB spell the same), or
+    -1 for no bound. None when unset or empty; any other value, 0 included, is refused by name."""
+    value = os.environ.get("GRAPHPAR_COMPILE_CACHE_MAX_SIZE")
+    if value is None or value.strip() == "":
+        return None
+    text = value.strip().upper().replace("IB", "B")
+    if text == "-1":
+        return -1
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?B)?", text)
+    size = int(float(found.group(1)) * _SIZE_UNITS[found.group(2) or ""]) if found else 0
+    if size < 1:
+        raise EnvVarError("GRAPHPAR_COMPILE_CACHE_MAX_SIZE", value,
+                          "must be a size on disk: a whole number of bytes or a number with KB, MB, GB or TB (e.g. "
+                          "4GB), or -1 for no bound (MS_COMPILER_CACHE_ENABLE=0 switches the cache off)")
+    return size
+
+
 def user_cache_home() -> str:
     """The user's cache directory of the XDG base-directory specification: ``$XDG_CACHE_HOME`` when it is an
     absolute path (the specification ignores a relative one), else ``~/.cache``."""

@@ -149,10 +149,10 @@ class DeletedArrayError(GraphparError, RuntimeError):
     ``what`` names it (a Parameter, other network state, the optimizer state, an input of the batch). XLA's CPU
     client crashes the process on a donated-away buffer, so it is refused before the call."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, remedy: str = "give it a live value first (Parameter.set_data(...), a fresh batch)"):
         self.what = what
         super().__init__(f"the train step's {what} is a deleted array (donated to another jitted function or "
-                         "deleted); give it a live value first (Parameter.set_data(...), a fresh batch)")
+                         f"deleted); {remedy}")
 
 
 class ParallelModeError(GraphparError, RuntimeError):

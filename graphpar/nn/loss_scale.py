@@ -41,6 +41,11 @@ class LossScaleState(NamedTuple):
     overflow: jax.Array
 
 
+def _overflow_and_scale(state: LossScaleState) -> tuple:
+    """What a loss-scaled step returns beside its loss (MindSpore's ``cond`` and ``scaling_sens``)."""
+    return state.overflow, state.scale
+
+
 class FixedLossScaleUpdateCell(Cell):
     """``FixedLossScaleUpdateCell(loss_scale_value)``: a constant scale; overflowing steps are skipped."""
 
@@ -143,9 +148,10 @@ class TrainOneStepWithLossScaleCell(TrainOneStepCell):
             self.optimizer.opt_state = state._replace(scale=jax.device_put(jnp.float32(value), state.scale.sharding))
 
     def construct(self, *inputs: Any) -> Any:
+        self.optimizer.before_step()
         loss = self.program.run_step(inputs)
-        state = self._scale_state()
-        return loss, state.overflow, state.scale
+        overflow, scale = self.optimizer.hand_out(_overflow_and_scale)
+        return loss, overflow, scale
 
 
 def scaled_transformation(inner: optax.GradientTransformation, update: Any) -> optax.GradientTransformation:

@@ -16,14 +16,15 @@ import pytest
 
 import graphpar as ms
 from graphpar import _context, nn, ops
-from graphpar.compile.staging.xla_cache import CACHES_HOST_CALLBACKS, use_persistent_cache
+from graphpar.compile.staging.xla_cache import CACHES_HOST_CALLBACKS, has_filelock, use_persistent_cache
 from graphpar.errors import ConfigError, EnvVarError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _entries(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.glob("jit_step-*")) if folder.is_dir() else []
+    """XLA's entries for train steps (JAX's bounded cache keeps an access-time file beside each: not counted)."""
+    return sorted(p.name for p in folder.glob("jit_step-*-cache")) if folder.is_dir() else []
 
 
 def _stored(root: Path) -> list[str]:
@@ -87,6 +88,8 @@ def test_steps_are_written_where_set_context_says_and_not_once_switched_off(tmp_
     assert len(_entries(tmp_path / "xla")) == 1 and len(written) == 2, written  # XLA's entry and graphpar's
     said = [r.getMessage() for r in notices.records if "compiled programs are cached in" in r.getMessage()]
     assert len(said) == 1 and str(tmp_path / "xla") in said[0] and notices.records[0].levelname == "INFO"
+    bounds = "at most 4 GiB in all" if has_filelock() else "train steps at most 2 GiB"  # graphpar's default bound
+    assert f"{bounds}, least recently used dropped first" in said[0]
     ms.set_context(enable_compile_cache=False)
     _mlp_step(16)  # another batch shape: another program, compiled and not written
     assert _stored(tmp_path) == written

@@ -1091,6 +1091,10 @@ ROWS: list[Row] = [
     Row("env-compile-cache", "env", "MS_COMPILER_CACHE_ENABLE=sometimes",
         lambda t: _ms().get_context("enable_compile_cache"), ERR + "EnvVarError",
         ("MS_COMPILER_CACHE_ENABLE='sometimes'", "must be a boolean"), {"MS_COMPILER_CACHE_ENABLE": "sometimes"}),
+    Row("env-compile-cache-size", "env", "GRAPHPAR_COMPILE_CACHE_MAX_SIZE=lots",
+        lambda t: _ms().get_context("enable_compile_cache"), ERR + "EnvVarError",
+        ("GRAPHPAR_COMPILE_CACHE_MAX_SIZE='lots'", "must be a size on disk", "-1 for no bound"),
+        {"GRAPHPAR_COMPILE_CACHE_MAX_SIZE": "lots"}),
     # --- command lines ----------------------------------------------------------------------------------------
     Row("cli-nproc", "cli", "graphpar launch --nproc 0 train.py", lambda t: _launch("--nproc", "0", "train.py"),
         "graphpar.launch.config:LaunchError", ("--nproc must be >= 1",)),

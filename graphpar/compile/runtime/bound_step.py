@@ -23,6 +23,11 @@ the in-flight limit. The checks are change-triggered where a change has one door
   make the first one comparison, but a Variable's value slot has no single door to count at: flax writes it from
   its setters and its graph updates, graphpar from the mixed-precision cast, the control-flow merge and this
   step's own store; the identity test costs about 0.1 µs per Variable.
+* the optimizer state: the very object the last step wrote (one identity test: ``opt_state = ...``, a checkpoint
+  load, a loss-scale change replace it, and the general path places the new one). Its arrays are checked for
+  deletion only when ``Optimizer.opt_state`` handed them out since that step (``_StateBox.lent``): flattening the
+  state to check every leaf would cost 1-3 µs a step even for a small network's, while nothing else can reach the
+  arrays the step returned.
 
 Anything else goes back to ``TrainProgram``, which resolves the program, places the state and binds a step again.
 """
@@ -67,6 +72,26 @@ def check_live(names: Sequence[str], values: Sequence[Any]) -> None:
             raise DeletedArrayError(name)
 
 
+def any_deleted(tree: Any) -> bool:
+    """Whether a leaf of ``tree`` is a deleted array."""
+    return any(isinstance(leaf, jax.Array) and leaf.is_deleted() for leaf in jax.tree.leaves(tree))
+
+
+def check_live_state(opt_state: Any) -> None:
+    """Refuse a deleted array in the optimizer state with :class:`DeletedArrayError` naming its slot and Parameter,
+    as optax keys them (``optimizer state 'trace' of Parameter 'fc1.weight'``, ``optimizer state 'count'``)."""
+    if not any_deleted(opt_state):
+        return
+    for path, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]:
+        if isinstance(leaf, jax.Array) and leaf.is_deleted():
+            slots = [k.name for k in path if isinstance(k, jax.tree_util.GetAttrKey)]
+            params = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+            slot = f"'{slots[-1]}'" if slots else jax.tree_util.keystr(path)
+            raise DeletedArrayError(f"optimizer state {slot}" + (f" of Parameter '{params[-1]}'" if params else ""),
+                                    "assign optimizer.opt_state a live state first (load_checkpoint / "
+                                    "load_param_into_net, or the state before it was donated)")
+
+
 class BoundStep:
     """``compiled`` run on ``ns``'s Variables and ``optimizer``'s state, for batches of ``signature``.
 
@@ -103,6 +128,7 @@ class BoundStep:
         self._slots = Slots.of(ns.params, ns.rest)
         self._last: tuple[list, list, list] | None = None  # what the last step wrote: params, rest, both
         self._batch: list = []  # the last step's inputs
+        self._opt_state: Any = None  # the optimizer state the last step wrote
         self._is_deleted = _DELETED
 
     def answers(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool, context: tuple) -> bool:
@@ -128,10 +154,12 @@ class BoundStep:
             deleted = self._executable and (any(map(self._is_deleted, values)) or any(map(_DELETED, batch)))
         else:
             return None
-        slots = self._slots
+        slots, box = self._slots, self._optimizer._box
         if deleted or not (slots.holds(values) if slots is not None
                            else self.ns.params.holds(pvals) and self.ns.rest.holds(rvals)):
             return None  # the general path re-places a replaced value and names a deleted one
+        if box.state is not self._opt_state or (box.lent and any(map(_DELETED, jax.tree.leaves(box.state)))):
+            return None  # the optimizer state replaced, or handed out and deleted since: likewise
         return self.run(pvals, rvals, batch)
 
     def run(self, pvals: list, rvals: list, inputs: list) -> Any:
@@ -139,7 +167,9 @@ class BoundStep:
         ``param.asnumpy()`` shows trained values) and the optimizer; returns the loss (a functional step: what its
         function returns)."""
         optimizer, ns = self._optimizer, self.ns
-        pvals, rvals, optimizer._box.state, loss = self._compiled_run(pvals, rvals, optimizer._box.state, inputs)
+        box = optimizer._box
+        pvals, rvals, box.state, loss = self._compiled_run(pvals, rvals, box.state, inputs)
+        self._opt_state, box.lent = box.state, False  # arrays no one outside the step has seen yet
         values = pvals + rvals
         self._last, self._batch = (pvals, rvals, values), inputs
         if not self._executable:  # PYNATIVE_MODE: the step ran eagerly (flax's checked write)

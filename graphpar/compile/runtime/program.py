@@ -47,7 +47,7 @@ from graphpar.compile.plans.execution import ExecutionPlan
 from graphpar.compile.plans.layout import Layout, state_shardings
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.runtime import accumulate
-from graphpar.compile.runtime.bound_step import BoundStep, check_live, input_signature, revision
+from graphpar.compile.runtime.bound_step import BoundStep, check_live, check_live_state, input_signature, revision
 from graphpar.compile.runtime.placement import ensure_placed, global_aval, initial_state, place_state, put_batch
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
@@ -305,7 +305,7 @@ class TrainProgram(Program[TrainSettings]):
         opt_state = self._opt_state(ns, compiled.layout)
         check_live([f"Parameter '{n}'" for n in ns.params.names()], ns.params.values())
         check_live([f"network state '{n}'" for n in ns.rest.names()], ns.rest.values())
-        check_live(["optimizer state"] * len(jax.tree.leaves(opt_state)), jax.tree.leaves(opt_state))
+        check_live_state(opt_state)
         check_live([f"input {i} of the batch" for i in range(len(placed))], placed)
         ns.params.write(place_state(ns.params.values(), p_sh))
         ns.rest.write(place_state(ns.rest.values(), r_sh))

@@ -17,15 +17,16 @@ key: a header, the sha256 of the payload, the payload (the serialised executable
 trees). A file that is truncated, corrupt or unreadable by this JAX is a miss with a notice naming it, and the step
 is compiled (and the file rewritten); never a crash, never another program. Like XLA's cache, the folder must be
 the user's own: loading an executable runs code from it.
+
+The folder is bounded (``CompileCache.folder_max_bytes``: half of ``GRAPHPAR_COMPILE_CACHE_MAX_SIZE``, 4 GiB by
+default): each store drops the least recently loaded or written entries beyond it. Processes sharing the folder
+need no lock: writes are renames and evictions unlinks of whole files (``staging.entry_files``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from jax.experimental import serialize_executable
 
 from graphpar import _context
 from graphpar._logging import notice_once
+from graphpar.compile.staging import entry_files
 
 _MAGIC = b"graphpar-step-executable-1\n"
 
@@ -60,19 +62,12 @@ def device_ids(shardings: Any) -> tuple[int, ...] | None:
 
 def load(folder: Path, key: str) -> jax.stages.Compiled | None:
     """The executable stored under ``key``, or None (no file; a damaged file: a notice names it)."""
-    path = folder / f"{key}.exe"
-    try:
-        blob = path.read_bytes()
-    except FileNotFoundError:
+    path = folder / f"{key}{entry_files.SUFFIX}"
+    payload = entry_files.read(path, _MAGIC)
+    if payload is None:
         return None
-    except OSError as exc:
-        return _miss(path, f"it cannot be read ({exc})")
-    head = len(_MAGIC) + 32
-    if len(blob) < head or not blob.startswith(_MAGIC):
-        return _miss(path, "it is not a graphpar step executable or is truncated")
-    payload = blob[head:]
-    if hashlib.sha256(payload).digest() != blob[len(_MAGIC):head]:
-        return _miss(path, "its checksum does not match (truncated or corrupted)")
+    if isinstance(payload, str):
+        return _miss(path, payload)
     try:
         serialized, in_tree, out_tree, ids = pickle.loads(payload)
         by_id = {d.id: d for d in jax.devices()}
@@ -99,8 +94,9 @@ def _serialised(executable: jax.stages.Compiled, what: str) -> tuple | None:
 
 def store(folder: Path, key: str, executable: jax.stages.Compiled, devices: tuple[int, ...], what: str) -> None:
     """Write ``executable`` (compiled, not read back from XLA's cache: ``xla_cache.watching_reads``) for the
-    ``devices`` of :func:`device_ids` under ``key``, atomically (a reader never sees half a file); an executable JAX
-    cannot serialise or a folder that cannot be written is said once and skipped."""
+    ``devices`` of :func:`device_ids` under ``key``, atomically (a reader never sees half a file), then drop the
+    least recently used entries beyond the folder's bound; an executable JAX cannot serialise, one larger than the
+    bound or a folder that cannot be written is said once and skipped."""
     serialised = _serialised(executable, what)
     if serialised is None:
         return
@@ -110,11 +106,15 @@ def store(folder: Path, key: str, executable: jax.stages.Compiled, devices: tupl
         notice_once(f"step-executable-unpicklable:{what}", f"{what} is not stored in graphpar's executable cache "
                     f"(its argument structure cannot be written: {exc})", logging.INFO)
         return
+    bound = _context.compile_cache().folder_max_bytes
+    if 0 <= bound < len(payload):
+        notice_once(f"step-executable-too-large:{what}", f"{what} is not stored in graphpar's executable cache: its "
+                    f"{len(payload)} bytes exceed the folder's bound of {bound} bytes (half of "
+                    "GRAPHPAR_COMPILE_CACHE_MAX_SIZE)", logging.INFO)
+        return
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as out:
-            out.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
-        os.replace(out.name, folder / f"{key}.exe")
+        written = entry_files.write(folder, key, _MAGIC, payload)
+        entry_files.evict(folder, bound, keep=written)
     except OSError as exc:
         notice_once(f"step-executable-unwritable:{folder}", f"graphpar's executable cache cannot write in {folder} "
                     f"({exc}); steps are compiled again in the next run", logging.WARNING)

@@ -65,10 +65,15 @@ def learning_rate_schedule(learning_rate: Any) -> Callable[[Any], Any] | float:
 
 
 class _StateBox:
-    """Holds the optax state outside the NNX graph (it is not a Cell's data)."""
+    """Holds the optax state outside the NNX graph (it is not a Cell's data). ``lent``: whether ``opt_state``
+    handed the state out since the train step last wrote it (its arrays may since have been deleted or donated:
+    the training loop checks them before the next step, ``compile.runtime.bound_step``). ``handed``: the arrays of
+    it a train cell returned from its last step (:meth:`Optimizer.hand_out`)."""
 
     def __init__(self) -> None:
         self.state: Any = None
+        self.lent = False
+        self.handed: tuple = ()
 
 
 class Optimizer(Cell):
@@ -175,11 +180,28 @@ class Optimizer(Cell):
 
     @property
     def opt_state(self) -> Any:
+        self._box.lent = True
         return self._box.state
 
     @opt_state.setter
     def opt_state(self, value: Any) -> None:
         self._box.state = value
+
+    def hand_out(self, pick: Callable[[Any], tuple]) -> tuple:
+        """``pick(state)``: arrays of the state a train cell returns from each step (the loss-scale cell's overflow
+        flag and scale), taken without lending the whole state, which would make the next step flatten it to check
+        every array (1-3 µs a step); :meth:`before_step` checks just these."""
+        box = self._box
+        box.handed = handed = pick(box.state)
+        return handed
+
+    def before_step(self) -> None:
+        """Lend the state (the next train step then checks all of it and names a deleted array) when an array
+        :meth:`hand_out` returned has been deleted or donated since."""
+        box = self._box
+        handed = box.handed  # the step's outputs: arrays of one type, whose own is_deleted is the cheapest call
+        if handed and any(map(type(handed[0]).is_deleted, handed)):
+            box.lent = True
 
     def branch_state(self) -> Any:
         """The optax state (None before the first update), as an ``if`` on a traced value reads it to merge its
