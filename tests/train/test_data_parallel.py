@@ -145,3 +145,48 @@ def test_mixed_precision_reduces_float16_gradients_where_they_meet_the_batch():
         reductions = [line.split(" all-reduce")[0] for line in hlo.splitlines()
                       if " all-reduce(" in line or " all-reduce-start(" in line]
         assert reductions and any(f"{dtype}[16,32]" in r or f"{dtype}[32,16]" in r for r in reductions), level
+
+
+class _ConvBN(nn.Cell):
+    """Conv2d → BatchNorm2d → ReLU → Dense: the smallest network with state besides its trainable parameters
+    (the moving statistics the train step writes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, pad_mode="same", weight_init="normal")
+        self.bn = nn.BatchNorm2d(4)
+        self.flatten = nn.Flatten()
+        self.fc = nn.Dense(64, 3, weight_init="normal")
+
+    def construct(self, x):
+        return self.fc(self.flatten(ms.ops.relu(self.bn(self.conv(x)))))
+
+
+def _train_conv_bn(mode, x, y, steps):
+    ms.reset_auto_parallel_context()
+    ms.set_context(mode=mode)
+    ms.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
+    ms.set_seed(0)
+    net = _ConvBN()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    train = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.1, 0.9))
+    for _ in range(steps):
+        train(x, y)
+    return {p.name: p.asnumpy() for p in net.get_parameters()}, train
+
+
+def test_a_batchnorm_network_runs_per_device_with_the_vmap_semantics():
+    """A network with BatchNorm also runs as each device's own program: each device normalizes its slice with the
+    slice's statistics and updates its moving statistics, which are averaged over the replicas. After 3 steps the
+    parameters and moving statistics equal PYNATIVE_MODE's, which runs the replicas as a ``vmap`` on one device
+    with the same semantics. The slices' statistics differ (the rows are scaled 1..16), so taking one replica's
+    statistics instead of the average, or the global batch's, would show."""
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(16, 3, 4, 4)) * np.arange(1, 17)[:, None, None, None]).astype(np.float32)
+    y = rng.integers(0, 3, size=16).astype(np.int32)
+    graph, train = _train_conv_bn(ms.GRAPH_MODE, x, y, 3)
+    # the per-device program: each gradient reduced by the named psum of compile.plans.per_device, no vmap
+    hlo = train.program.lower_step([x, y]).compile().as_text()
+    assert "bn-BatchNorm2d/bn_train#1/gradient_reduction/psum" in hlo and "vmap(" not in hlo
+    eager, _ = _train_conv_bn(ms.PYNATIVE_MODE, x, y, 3)
+    _close(graph, eager)

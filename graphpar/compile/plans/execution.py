@@ -225,17 +225,15 @@ class DataParallelPlan(ExecutionPlan):
     def _split(self, x):
         return jnp.reshape(x, (self.replicas, x.shape[0] // self.replicas) + x.shape[1:])
 
-    def _per_device(self, planned: Planned, params: Any, rest: Any) -> bool:
+    def _per_device(self, planned: Planned, params: Any) -> bool:
         """Whether the replicas run as each device's own program (``compile.plans.per_device``: the program a JAX
         user writes) rather than a ``jax.vmap`` over the device axis. The ``vmap`` stays where one device holds
-        several replicas (or all, in PYNATIVE_MODE, whose eager network is no traced graph), where a parameter
+        several replicas (or all, in PYNATIVE_MODE, whose eager network is no traced graph) and where a parameter
         meets the batch in another floating type (mixed precision), whose gradient the ``vmap`` reduces in that
-        type (``per_device.reduces_in_own_dtype``), and where the network carries state besides its trainable
-        parameters (BatchNorm's statistics): on jax 0.12 the per-device program trained a DATA_PARALLEL ResNet-18
-        whose evaluation-mode predictions collapsed to one class (``tests/models/test_resnet_digits.py``; jax 0.10
-        and the ``vmap`` pass), a cause not yet found."""
+        type (``per_device.reduces_in_own_dtype``). State besides the trainable parameters (BatchNorm's moving
+        statistics) takes the same path: from the same state both give the same step to float32 rounding
+        (``tests/train/test_data_parallel.py``)."""
         return (self.mesh is not None and not self.pynative and self.replicas == len(self.devices)
-                and not jax.tree.leaves(rest)
                 and reduces_in_own_dtype(planned.graph, len(jax.tree.leaves(params))))
 
     def objective(self, planned, ns, params, rest, inputs, sens):
@@ -244,7 +242,7 @@ class DataParallelPlan(ExecutionPlan):
             return jnp.asarray(loss), new_rest
 
         with replica_axis(REPLICA_AXIS):
-            if self._per_device(planned, params, rest):
+            if self._per_device(planned, params):
                 losses, new_rests, stacked = per_device(per_replica, planned.graph, self.mesh, REPLICA_AXIS,
                                                         params, rest, inputs)
                 stacked = [True] + stacked
