@@ -17,6 +17,7 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn, ops
+from graphpar.compile.staging import prefetch
 from graphpar.compile.staging.xla_cache import use_persistent_cache
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +102,15 @@ def test_the_next_run_reads_the_step_while_its_network_is_traced(cache):
     assert index.read_text() == exe.stem
     again = _train()
     assert _step(again) == (1, losses) and again.program.counts.prefetched == 1
+
+
+def test_with_one_core_the_step_is_read_after_planning(cache, monkeypatch):
+    """Where the process may use one core only, a read on another thread could overlap nothing: the step is read
+    in order, after its key is known (the guess is still remembered for a later run with more cores)."""
+    _, losses = _step(_train())
+    monkeypatch.setattr(prefetch, "usable_cores", lambda: 1)
+    again = _train()
+    assert _step(again) == (1, losses) and again.program.counts.prefetched == 0
 
 
 def test_a_wrong_guess_is_dropped_and_the_right_step_runs(cache):

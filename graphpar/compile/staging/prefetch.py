@@ -70,13 +70,24 @@ class Prefetch:
 
 def start(folder: Path, hint: str) -> Prefetch:
     """Read the executable the index of ``hint`` names, on the background thread (nothing when there is no index or
-    it names no file). The digest of graphpar's code, which the step's key needs after planning (read once per
-    process: 10-15 ms), is read there first."""
-    _READER.submit(code_digest)
+    it names no file, or when this process may use one core only: there the read cannot overlap anything, and
+    switching between the threads only adds time). The digest of graphpar's code, which the step's key needs after
+    planning (read once per process: 10-15 ms), is read there first."""
     guess = _guess(folder / f"{hint}.next")
+    if usable_cores() < 2:
+        return Prefetch(folder, hint, guess, None)
+    _READER.submit(code_digest)
     if guess is None or not (folder / f"{guess}.exe").exists():
         return Prefetch(folder, hint, guess, None)
     return Prefetch(folder, hint, guess, _READER.submit(executables.load, folder, guess))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
 
 
 def _guess(index: Path) -> str | None:
