@@ -101,16 +101,22 @@ def _main(argv: list[str], busy: bool) -> int:
                             "share_of_compile", "trace_plan_s", "lower_s", "first_run_s", "run_s"]))
         print("the same in CPU seconds of the process (steadier on a loaded machine):")
         print(_table(rows, ["model", "dispatched_cpu_s", "xla_step_cpu_s", "graphpar_cpu_s", "share_cpu"]))
+        from bench.first_step_jax import bench_jax_cached_first_step
+
         cached = [bench_cached_first_step(m) for m in ("gpt_onehot", "megatron", "gpt")]
+        cached.append(bench_jax_cached_first_step())
         print("XLA's persistent compilation cache (issue 28; goal cached_vs_first <= 0.3): the first step of a "
               "script's second run against its first run's, one fresh cache directory (gpt: sparse labels, checked "
-              "beside the step; gpt_onehot: the same model on one-hot labels)")
+              "beside the step; gpt_onehot: the same model on one-hot labels; gpt (plain JAX): a hand-written step "
+              "of the same model with JAX's cache on, the floor); the second run's first step = dispatched + the "
+              "devices' first run of it (later_step_s: a later step)")
         print(_table(cached, ["model", "first_run_s", "second_run_s", "cached_vs_first", "cached_vs_first_cpu",
-                              "second_xla_read_s",
-                              "second_trace_plan_s", "second_lower_s"]))
-        print("the second run's first step in CPU seconds: tracing the network, planning, the step's autodiff trace "
-              "and lowering, XLA's cache read, the rest (optimizer state, placing parameters and batch), the whole "
-              "step with its run:")
+                              "second_dispatched_s", "second_device_run_s", "later_step_s", "second_prefetched",
+                              "second_xla_read_s", "second_trace_plan_s", "second_lower_s"]))
+        print("the second run's first step in CPU seconds: tracing the network, planning, the executable cache's "
+              "key, the step's autodiff trace and lowering, XLA's cache read (or the wait for graphpar's prefetched "
+              "read, whose CPU lands mostly in tracing), the rest (optimizer state, placing parameters and batch), "
+              "the devices' first run, the whole step:")
         print(_table(cached, ["model", *(f"second_{key}" for key in CPU_SPLIT)]), "\n", flush=True)
     if not only or "compile_time" in only:
         from bench.compile_time import bench_compile_time

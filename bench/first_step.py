@@ -6,10 +6,15 @@ runs it in subprocesses with XLA's persistent cache off (twice; the lower share 
 only ever adds time); ``bench_cached_first_step`` twice with one fresh cache directory (the second run reads the
 step back: ``cached_vs_first``; ``second_xla_read_s`` is JAX's backend-compile event of the step in the second run,
 which on a cache hit times reading the executable back and loading it (0 when graphpar's executable cache served the
-step: ``second_loaded``, ``compile.staging.executables``; ``second_xla_step_cpu_s`` is then its load); ``second_cpu_s`` splits the second run's
-first step in CPU seconds (``second_trace_cpu_s`` ...: :data:`CPU_SPLIT`): tracing the network, planning, the
-step's autodiff trace and lowering, XLA's cache read, the rest up to dispatch, and the whole first step with its
-run).
+step: ``second_loaded``, ``compile.staging.executables``; ``second_xla_step_cpu_s`` is then the wait for its read,
+which ``compile.staging.prefetch`` starts before tracing on a background thread (``second_prefetched``: the guessed
+read was the step's), so the read's CPU time lands in the stages it overlaps, mostly tracing); the second run's first
+step in CPU seconds, part by part (``second_trace_cpu_s`` ...: :data:`CPU_SPLIT`): tracing the network, planning,
+the executable cache's key (``staging.fingerprint``), the step's autodiff trace and lowering, XLA's cache read (or
+the wait for graphpar's), the rest up to dispatch (the optimizer state, placing parameters and the batch, binding
+the step), the devices' first run of the step, and the whole first step. ``second_dispatched_s`` and
+``second_device_run_s`` split the second run's first step in wall time, ``later_step_s`` is a later step of it.
+``bench.first_step_jax`` is the plain-JAX floor of the same figure (a hand-written step, JAX's cache on).
 
 What the split counts: ``first_step_s`` is the wall time of ``float(train(*batch))``; ``dispatched_s`` its part up
 to the call's return, when the step is on its way to the devices (``first_run_s`` is the rest: the devices running
@@ -36,7 +41,8 @@ from pathlib import Path
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 # a first step's CPU seconds, part by part (_first_step), then whole (with the devices running it)
-CPU_SPLIT = ("trace_cpu_s", "plan_cpu_s", "lower_cpu_s", "xla_step_cpu_s", "rest_cpu_s", "first_step_cpu_s")
+CPU_SPLIT = ("trace_cpu_s", "plan_cpu_s", "key_cpu_s", "lower_cpu_s", "xla_step_cpu_s", "rest_cpu_s",
+             "first_run_cpu_s", "first_step_cpu_s")
 
 
 def _model(name: str):
@@ -102,8 +108,10 @@ def _first_step(model: str) -> dict:
     split = {f"{key}_cpu_s": seconds for key, seconds in (
         ("trace", stages.planned.cpu_seconds.get("tracing", float("nan"))),
         ("plan", stages.planned.cpu_seconds.get("planning", float("nan"))),
+        ("key", stages.compiled.cpu_seconds.get("executable cache key", 0.0)),
         ("lower", stages.compiled.cpu_seconds.get("lowering", 0.0)))}
     split["rest_cpu_s"] = dispatched_cpu - step_cpu - sum(split.values())
+    split["first_run_cpu_s"] = first_cpu - dispatched_cpu
     return {"first_step_s": first, "first_step_cpu_s": first_cpu, "dispatched_s": dispatched,
             "dispatched_cpu_s": dispatched_cpu, "xla_step_s": step, "xla_other_s": sum(other.values()),
             "other_programs": other, "first_run_s": first - dispatched, "run_s": sorted(runs)[1],
@@ -111,7 +119,7 @@ def _first_step(model: str) -> dict:
             "xla_step_cpu_s": step_cpu, "graphpar_cpu_s": dispatched_cpu - step_cpu,
             "share_cpu": (dispatched_cpu - step_cpu) / step_cpu,
             "trace_plan_s": stages.planned.seconds, "lower_s": stages.compiled.seconds.get("lowering", 0.0),
-            "loaded": train.program.counts.loads, **split}
+            "loaded": train.program.counts.loads, "prefetched": train.program.counts.prefetched, **split}
 
 
 def _in_subprocess(model: str, cache: str | None) -> dict:
@@ -138,12 +146,15 @@ def bench_cached_first_step(model: str) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         first, second = _in_subprocess(model, cache), _in_subprocess(model, cache)
     return {"model": model, "first_run_s": first["first_step_s"], "second_run_s": second["first_step_s"],
-              "cached_vs_first": second["first_step_s"] / first["first_step_s"],
-              "cached_vs_first_cpu": second["first_step_cpu_s"] / first["first_step_cpu_s"],
-              "second_xla_read_s": second["xla_step_s"], "second_trace_plan_s": second["trace_plan_s"],
-              "second_lower_s": second["lower_s"], "second_loaded": second["loaded"],
-              # the second run's first step in CPU seconds, part by part (see _first_step)
-              **{f"second_{key}": second[key] for key in CPU_SPLIT}}
+            "cached_vs_first": second["first_step_s"] / first["first_step_s"],
+            "cached_vs_first_cpu": second["first_step_cpu_s"] / first["first_step_cpu_s"],
+            "second_dispatched_s": second["dispatched_s"], "second_device_run_s": second["first_run_s"],
+            "later_step_s": second["run_s"],
+            "second_xla_read_s": second["xla_step_s"], "second_trace_plan_s": second["trace_plan_s"],
+            "second_lower_s": second["lower_s"], "second_loaded": second["loaded"],
+            "second_prefetched": second["prefetched"],
+            # the second run's first step in CPU seconds, part by part (see _first_step)
+            **{f"second_{key}": second[key] for key in CPU_SPLIT}}
 
 
 if __name__ == "__main__":

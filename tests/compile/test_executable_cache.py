@@ -17,6 +17,7 @@ import pytest
 
 import graphpar as ms
 from graphpar import nn, ops
+from graphpar.compile.staging import prefetch
 from graphpar.compile.staging.xla_cache import use_persistent_cache
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +91,45 @@ def test_a_train_cell_built_the_same_way_loads_the_step_and_trains_alike(cache):
     stages = again.program.stages([X, Y])
     assert stages.compiled.lowered is None and "sharding" in stages.lowered.as_text()
     assert "HloModule" in stages.compiled.as_text()
+
+
+def test_the_next_run_reads_the_step_while_its_network_is_traced(cache):
+    """``staging.prefetch``: the key a step was stored under is remembered for what is known before tracing (the
+    program, the batch, the settings, the state's shapes), so the next train cell built the same way starts reading
+    that executable at once; it is taken because the key computed after planning is the same."""
+    _, losses = _step(_train())
+    (exe,), (index,) = cache.glob("*.exe"), cache.glob("*.next")
+    assert index.read_text() == exe.stem
+    again = _train()
+    assert _step(again) == (1, losses) and again.program.counts.prefetched == 1
+
+
+def test_with_one_core_the_step_is_read_after_planning(cache, monkeypatch):
+    """Where the process may use one core only, a read on another thread could overlap nothing: the step is read
+    in order, after its key is known (the guess is still remembered for a later run with more cores)."""
+    _, losses = _step(_train())
+    monkeypatch.setattr(prefetch, "usable_cores", lambda: 1)
+    again = _train()
+    assert _step(again) == (1, losses) and again.program.counts.prefetched == 0
+
+
+def test_a_wrong_guess_is_dropped_and_the_right_step_runs(cache):
+    """Another ``construct`` with the same parameters and batch has the same hint, so the guess reads the first
+    network's executable; its key differs after planning, so the guess is dropped and the step compiled (then
+    remembered); the first network is then found by its own key, without the guess."""
+    _, losses = _step(_train())
+    (relu_exe,) = cache.glob("*.exe")
+    tanh = _train(_TanhNet())
+    loads, tanh_losses = _step(tanh)
+    assert (loads, tanh.program.counts.prefetched, tanh.program.counts.compiles) == (0, 0, 1)
+    assert tanh_losses != losses
+    (index,) = cache.glob("*.next")
+    assert len(list(cache.glob("*.exe"))) == 2 and index.read_text() != relu_exe.stem  # the guess is now tanh's
+    relu = _train()
+    assert _step(relu) == (1, losses) and relu.program.counts.prefetched == 0
+    assert index.read_text() == relu_exe.stem  # and back to the step that ran last
+    again = _train()
+    assert _step(again) == (1, losses) and again.program.counts.prefetched == 1
 
 
 @pytest.mark.parametrize("change", ["lr", "optimizer", "loss scale", "strategy", "construct"])

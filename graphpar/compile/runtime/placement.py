@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 from jax.extend import core as jcore
-from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from graphpar.common.deferred import Deferred, born
 from graphpar.compile.plans.global_batch import from_process_zero, global_shape, make_global
@@ -111,6 +111,13 @@ def place_state(values: Sequence[Any], shardings: Sequence[jax.sharding.Sharding
         for i, array in zip(moving, placed):
             out[i] = array
     return out
+
+
+def stacked_sharding(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
+    """The sharding of a stack of per-step arrays (a new leading, unsplit dimension: a sink loop's batches)."""
+    if isinstance(sharding, NamedSharding):
+        return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
+    return sharding
 
 
 def put_batch(x: Any, sharding: jax.sharding.Sharding, shape: tuple[int, ...] | None = None) -> jax.Array:

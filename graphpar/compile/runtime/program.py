@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from graphpar import _context
 from graphpar.common.deferred import Deferred, born
@@ -48,7 +47,8 @@ from graphpar.compile.plans.layout import Layout, state_shardings
 from graphpar.compile.plans.planned import Planned
 from graphpar.compile.runtime import accumulate
 from graphpar.compile.runtime.bound_step import BoundStep, check_live, check_live_state, input_signature, revision
-from graphpar.compile.runtime.placement import ensure_placed, global_aval, initial_state, place_state, put_batch
+from graphpar.compile.runtime.placement import (ensure_placed, global_aval, initial_state, place_state, put_batch,
+                                                stacked_sharding)
 from graphpar.compile.runtime.skeleton import Program
 from graphpar.compile.staging.cache import ProgramKey
 from graphpar.compile.staging.orchestrate import lower
@@ -58,13 +58,6 @@ from graphpar.nn.grad_accumulation import unwrap_accumulation
 from graphpar.ops import runtime_checks
 from graphpar.planner.optimizer_parallel import OptimizerParallelConfig
 from graphpar.nn.loss_scale import loss_scale_of, train_transformation
-
-
-def _stacked(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
-    """The sharding of a stack of per-step arrays (a new leading, unsplit dimension)."""
-    if isinstance(sharding, NamedSharding):
-        return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
-    return sharding
 
 
 @dataclass(frozen=True)
@@ -166,12 +159,16 @@ class TrainProgram(Program[TrainSettings]):
         return train_step(dataclasses.replace(parts, gradient=opt.gradient), ns)
 
     # --- building ----------------------------------------------------------------------------------------------
-    def _planned(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct],
-                 progress: CompileProgress) -> tuple[ProgramKey, Planned]:
+    def _key(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct]) -> tuple[ProgramKey, list]:
+        """The compile cache's key of the step for a batch of ``avals``, and the avals the plan traces."""
         if self.micro_size > 1:  # the plan traces one micro-batch
             accumulate.check_batch([tuple(a.shape) for a in avals], self.micro_size, [1] * len(avals))
             avals = accumulate.micro_avals(avals, self.micro_size)
-        key = ProgramKey.of("train", ns.structure, avals)
+        return ProgramKey.of("train", ns.structure, avals), list(avals)
+
+    def _planned(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct],
+                 progress: CompileProgress) -> tuple[ProgramKey, Planned]:
+        key, avals = self._key(ns, avals)
         return key, self.orchestrator.planned(self.plan, ns, avals, "train", key, progress,
                                               defer_input_checks=True)  # made by _run on each batch
 
@@ -216,7 +213,7 @@ class TrainProgram(Program[TrainSettings]):
         loss_sh = layout.state_sharding(())
         i_avals = list(avals)
         if steps is not None:
-            i_sh, loss_sh = [_stacked(s) for s in i_sh], _stacked(loss_sh)
+            i_sh, loss_sh = [stacked_sharding(s) for s in i_sh], stacked_sharding(loss_sh)
             i_avals = [jax.ShapeDtypeStruct((steps,) + tuple(a.shape), a.dtype) for a in avals]
 
         def aval(x, s):
@@ -230,14 +227,17 @@ class TrainProgram(Program[TrainSettings]):
         return signature, arg_avals
 
     def _compiled(self, ns: NetworkState, avals: Sequence[jax.ShapeDtypeStruct], steps: int | None) -> Compiled:
+        variant, recipe = "step" if steps is None else f"sink{steps}", self._recipe(ns)
+        # the executable the last run used is read while the network is traced and planned (staging.prefetch)
+        prefetched = self.orchestrator.prefetch(self.plan, self._key(ns, avals)[0], variant, ns) if recipe else None
         with CompileProgress(self.orchestrator.what) as progress:
             key, planned = self._planned(ns, avals, progress)
             opt_state = self._opt_state(ns, planned.layout)
             signature, arg_avals = self._signature(ns, planned.layout, avals, opt_state, steps)
             step = self._step(planned, ns)
-            fn, variant = (step, "step") if steps is None else (sink_loop(step), f"sink{steps}")
+            fn = step if steps is None else sink_loop(step)
             return self.orchestrator.compiled(self.plan, planned, key, variant, fn, signature, arg_avals, progress,
-                                              self._recipe(ns))
+                                              recipe, prefetched)
 
     def _recipe(self, ns: NetworkState) -> StepRecipe | None:
         """What the step is made of beyond its planned graph and signature, for the executable cache
@@ -328,7 +328,7 @@ class TrainProgram(Program[TrainSettings]):
         for i, (x, a) in enumerate(zip(inputs, avals)):
             sharding = layout.input_sharding(i, tuple(a.shape))
             if stacked:
-                sharding = _stacked(sharding)
+                sharding = stacked_sharding(sharding)
             out.append(x if isinstance(x, jax.Array) and x.sharding == sharding
                        else put_batch(x, sharding, (len(x),) + tuple(a.shape) if stacked else tuple(a.shape)))
         return out

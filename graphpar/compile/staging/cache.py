@@ -52,6 +52,7 @@ class CompileCounts:
     lowerings: int = 0
     compiles: int = 0
     loads: int = 0  # steps read back from the executable cache (``staging.executables``): no lowering, no compile
+    prefetched: int = 0  # of those, read while the network was traced (``staging.prefetch``: the guessed key held)
 
 
 class _Table(Generic[T]):
@@ -74,7 +75,7 @@ class ProgramCache:
     def __init__(self) -> None:
         self.planned: _Table[Any] = _Table()
         self.compiled: _Table[Any] = _Table()
-        self._counts = {"traces": 0, "plans": 0, "lowerings": 0, "compiles": 0, "loads": 0}
+        self._counts = {"traces": 0, "plans": 0, "lowerings": 0, "compiles": 0, "loads": 0, "prefetched": 0}
         self.dumped: set[Any] = set()  # keys whose dumps were written (save_graphs turned on after a compile)
 
     def count(self, stage: str) -> None:

@@ -17,6 +17,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import itertools
 import os
 import types
 from pathlib import Path
@@ -39,6 +40,8 @@ class Unseen(Exception):
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
+_PLAIN_TYPES = frozenset(_PLAIN)  # exactly these types (not a subclass: an IntEnum is walked as itself)
+_CONTAINER_TYPES = frozenset({tuple, list, dict})
 # planned-graph fields that report on planning rather than decide the program (timings, the search's record, the
 # dump's note); every decision is also on the nodes and in the layouts
 _REPORTS = {"pass_seconds", "search", "note"}
@@ -53,41 +56,48 @@ def digest(*parts: Any, arguments: frozenset[int] = frozenset(), skip: frozenset
     parameters and state), described by name, shape and dtype only; any other array or Variable counts by content.
     ``skip``: attribute names of Cells left out (parts the caller covers otherwise, e.g. the network a train cell
     wraps). Raises :class:`Unseen`."""
-    h = hashlib.sha256()
-    _walk(parts, h.update, arguments, skip, {})
-    return h.hexdigest()
+    pieces: list[bytes] = []
+    _walk(parts, pieces.append, arguments, skip, {})
+    return hashlib.sha256(b"".join(pieces)).hexdigest()  # one update: the digest of the pieces in order
 
 
 def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen: dict[int, tuple]) -> None:
     if isinstance(value, _PLAIN):
         put(f"{type(value).__name__}:{value!r};".encode())
         return
-    if isinstance(value, (enum.Enum, np.dtype, jax.ShapeDtypeStruct)) or type(value).__module__ == "numpy.dtypes" or (
-            _is_extended_dtype(value)):
+    container = type(value) in _CONTAINER_TYPES  # none of the next cases (most of what a planned graph holds)
+    if not container and (isinstance(value, (enum.Enum, np.dtype, jax.ShapeDtypeStruct)) or (
+            type(value).__module__ == "numpy.dtypes") or _is_extended_dtype(value)):
         put(f"{type(value).__name__}:{value!r};".encode())
         return
     if id(value) in seen:  # a shared or cyclic reference: its position, not its contents again
         put(f"ref{seen[id(value)][0]};".encode())
         return
     seen[id(value)] = (len(seen), value)  # kept alive: a temporary's id is never reused within one walk
-    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
-        put(f"key:{value.dtype};".encode())  # a typed PRNG key: its implementation and its bits
-        _walk(jax.random.key_data(value), put, arguments, skip, seen)
-    elif isinstance(value, (np.ndarray, np.generic, jax.Array)) and not _is_variable(value):
-        array = np.asarray(value)
-        put(f"array{array.shape}{array.dtype};".encode())
-        put(np.ascontiguousarray(array).tobytes())
+    if not container and isinstance(value, (np.ndarray, np.generic, jax.Array)) and not _is_variable(value):
+        if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            put(f"key:{value.dtype};".encode())  # a typed PRNG key: its implementation and its bits
+            _walk(jax.random.key_data(value), put, arguments, skip, seen)
+        else:
+            array = np.asarray(value)
+            put(f"array{array.shape}{array.dtype};".encode())
+            put(np.ascontiguousarray(array).tobytes())
     elif isinstance(value, (tuple, list)):
         put(f"{type(value).__name__}[{len(value)}](".encode())
         for item in value:
-            _walk(item, put, arguments, skip, seen)
+            if type(item) in _PLAIN_TYPES:  # the first case above, inline: most items of a planned graph's nodes
+                put(f"{type(item).__name__}:{item!r};".encode())
+            else:
+                _walk(item, put, arguments, skip, seen)
         put(b")")
     elif isinstance(value, (dict, type({}.items()))) or type(value).__name__ in ("HashableMapping", "FrozenDict"):
         items = sorted(dict(value).items(), key=lambda kv: repr(kv[0]))
         put(f"dict[{len(items)}](".encode())
-        for k, v in items:
-            _walk(k, put, arguments, skip, seen)
-            _walk(v, put, arguments, skip, seen)
+        for item in itertools.chain.from_iterable(items):
+            if type(item) in _PLAIN_TYPES:
+                put(f"{type(item).__name__}:{item!r};".encode())
+            else:
+                _walk(item, put, arguments, skip, seen)
         put(b")")
     elif isinstance(value, (set, frozenset)):
         _walk(sorted(value, key=repr), put, arguments, skip, seen)
@@ -145,8 +155,8 @@ def _walk(value: Any, put, arguments: frozenset[int], skip: frozenset[str], seen
 
 def _is_extended_dtype(value: Any) -> bool:
     """A JAX extended dtype (a PRNG key's ``key<fry>``): described by its name."""
-    if not type(value).__module__.startswith("jax"):
-        return False
+    if not type(value).__module__.startswith("jax") or isinstance(value, jax.sharding.Sharding):
+        return False  # (asking JAX about a sharding costs its repr, in the TypeError's message)
     try:
         return jax.dtypes.issubdtype(value, jax.dtypes.extended)
     except TypeError:
@@ -181,7 +191,9 @@ def _qualname(cls: type) -> str:
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """graphpar's own code and the versions of what it builds steps with: every source file of the package
-    (content), the versions of JAX, jaxlib, numpy, optax and flax. Read once per process (about 10 ms)."""
+    (content), the versions of JAX, jaxlib, numpy, optax and flax. Read once per process (10-15 ms; on the
+    executable cache's reader thread while the first step is traced: ``staging.prefetch``). Two threads may both
+    compute it the first time: the same value."""
     h = hashlib.sha256(f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__} optax "
                        f"{optax.__version__} flax {flax.__version__}".encode())
     root = Path(__file__).resolve().parents[2]  # the graphpar package

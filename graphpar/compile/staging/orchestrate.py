@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from graphpar import _context
 from graphpar.compile.lowering import recompute
@@ -33,6 +35,7 @@ from graphpar.compile.staging import executables
 from graphpar.compile.staging.cache import ProgramCache, ProgramKey
 from graphpar.compile.staging.fingerprint import Unseen, code_digest, digest, environment, graph_parts
 from graphpar.compile.staging.frozen_heap import frozen_heap
+from graphpar.compile.staging.prefetch import Prefetch, start as start_prefetch
 from graphpar.compile.staging.progress import CompileProgress
 from graphpar.compile.staging.stages import Compiled, Lowered, StepRecipe, StepSignature
 from graphpar.compile.staging.xla_cache import use_persistent_cache, watching_reads
@@ -105,30 +108,61 @@ class Orchestrator:
         return Planned(graph, layout(graph), purpose, traced.out_treedef, time.perf_counter() - started, traced,
                        cpu_seconds)
 
+    def prefetch(self, plan: ExecutionPlan, key: ProgramKey, variant: str, ns: NetworkState) -> Prefetch | None:
+        """Start reading the executable the last run of this step used, before it is traced (``staging.prefetch``:
+        taken by :meth:`compiled` only if the step's key turns out the same), guessed from what is known before
+        tracing: the program, the batch, the settings and the network state's names, shapes and dtypes. None when
+        the step is built already, runs eagerly, the compile cache is off or the settings cannot be described."""
+        folder = executables.directory()
+        if folder is None or plan.pynative or (key, variant) in self.cache.compiled.entries:
+            return None
+        state = [(name, np.shape(v), str(jnp.result_type(v))) for names, values in (
+            (ns.param_names(), ns.params.values()), (ns.rest.names(), ns.rest.values()))
+                 for name, v in zip(names, values)]
+        try:
+            guessed = digest(self.what, variant, key.purpose, key.signature, key.context, state)
+        except Unseen:
+            return None
+        return start_prefetch(folder, guessed)
+
     def compiled(self, plan: ExecutionPlan, planned: Planned, key: ProgramKey, variant: str,
                  fn: Callable[..., Any], signature: StepSignature, avals: Sequence[Any],
-                 progress: CompileProgress, recipe: StepRecipe | None = None) -> Compiled:
+                 progress: CompileProgress, recipe: StepRecipe | None = None,
+                 prefetched: Prefetch | None = None) -> Compiled:
         """The compiled ``fn`` for arguments of ``avals`` (``jax.ShapeDtypeStruct`` trees).
 
         ``recipe``: what ``fn`` is made of beyond the planned graph and the signature, for the executable cache
         (its digest must change whenever ``fn`` would: the train cell's type and settings, the optimizer, ...); None
         where the caller cannot say (``fn`` runs code of the user's that the traced graph does not hold): then only
-        XLA's cache serves the compile."""
+        XLA's cache serves the compile. ``prefetched``: :meth:`prefetch`'s read, taken if it read this key."""
         def build() -> Compiled:
             if plan.pynative:
                 return Compiled(planned, signature, fn, fn=fn)
             folder = executables.directory() if recipe is not None else None  # None: the compile cache is off
-            stored = self._step_key(planned, key, variant, signature, avals, recipe) if folder is not None else None
+            stored = None
+            if folder is not None:
+                with progress.stage("executable cache key"):
+                    stored = self._step_key(planned, key, variant, signature, avals, recipe)
             if stored is None:
                 folder = None
+                if prefetched is not None:
+                    prefetched.drop()
             if folder is not None:
                 with progress.stage("executable cache read"):
-                    executable = executables.load(folder, stored)
+                    if prefetched is not None and prefetched.folder == folder:
+                        executable, guessed = prefetched.load(stored)
+                    else:
+                        executable, guessed = executables.load(folder, stored), False
                 if executable is not None:
                     self.cache.count("loads")
+                    if guessed:
+                        self.cache.count("prefetched")
+                    if prefetched is not None:
+                        prefetched.remember(stored)
+                    read = ("executable cache key", "executable cache read")
                     return Compiled(planned, signature, executable, executable,
-                                    {"executable cache read": progress.seconds["executable cache read"]}, fn, None,
-                                    {"executable cache read": progress.cpu_seconds["executable cache read"]})
+                                    {k: progress.seconds[k] for k in read}, fn, None,
+                                    {k: progress.cpu_seconds[k] for k in read})
             with progress.stage("lowering"):
                 lowered = lower(fn, signature, avals, planned)
             self.cache.count("lowerings")
@@ -142,8 +176,10 @@ class Orchestrator:
             # that XLA's cache does not serve), a program with host callbacks (they live in this process)
             if folder is not None and devices is not None and not lowered.effects and not reads:
                 executables.store(folder, stored, executable, devices, self.what)
-            seconds = {k: progress.seconds[k] for k in ("lowering", "XLA compile")}
-            cpu_seconds = {k: progress.cpu_seconds[k] for k in ("lowering", "XLA compile")}
+                if prefetched is not None and (folder / f"{stored}.exe").exists():
+                    prefetched.remember(stored)
+            built = [k for k in ("executable cache key", "lowering", "XLA compile") if k in progress.seconds]
+            seconds, cpu_seconds = {k: progress.seconds[k] for k in built}, {k: progress.cpu_seconds[k] for k in built}
             return Compiled(planned, signature, executable, executable, seconds, fn, lowered, cpu_seconds)
 
         compiled, built = self.cache.compiled.get_or_build((key, variant), build)
