@@ -12,7 +12,8 @@ loss on its own slice (MindSpore's DATA_PARALLEL semantics) as a ``shard_map`` o
 differently (21 fusions against 18, about 2-4 % of this step).
 What remains is graphpar's Python around it on every step (it runs on the cores the devices'
 threads use): 20 µs per step, more than half of it flax's trace-level check on each Variable write; 7.0 µs with
-the direct write, 4.0 µs with change-triggered checks (``compile/runtime/bound_step.py``). On a loaded machine the ratio
+the direct write, 4.0 µs with change-triggered checks (``compile/runtime/bound_step.py``), 3.3 µs with the loop's
+step in three Python frames (issue 28). On a loaded machine the ratio
 moves by a few percent from run to run: the control row times the hand-written step against an identical one, the
 same way, to show that noise floor. Both sides do the same work per step: run the step with donated state on the placed
 batch and keep the new state (graphpar in the Parameters, as MindSpore does; the hand-written side in a dict).
@@ -114,7 +115,8 @@ def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int =
     - ``run_vs_program``: ``BoundStep.run`` on the Variables' values (the executable call, the write of its results
       into the Parameters and the optimizer, the in-flight limit, and reading the values for the call);
     - ``repeat_vs_run``: ``BoundStep.repeat`` (the training loop's checks: revisions, the batch's and the
-      Variables' identity, no deleted array) over ``run``;
+      Variables' identity, no deleted array; then ``run``'s work written out in the same frame, without reading
+      the Variables' values) over ``run``;
     - ``call_vs_repeat``: ``train(*placed)`` (the Cell call, the program lookup, the pending op-check test) over
       ``repeat``;
     - ``call_vs_program_cpu``: ``call_vs_program`` in CPU seconds of the process (steadier on a loaded machine).
@@ -137,7 +139,12 @@ def bench_call_path(sizes: list[int], batch: int, calls: int = 50, rounds: int =
     collection in 3000 steps) nor the in-flight limit's wait on the oldest step (the direct call with the same limit
     1.00-1.004) accounts for more. Draining the in-flight queue to the newest step once full (one wait per two
     steps, the same bound) gave 1.016-1.023 instead of 1.027-1.033 on the shared machine but 1.031-1.039 instead of
-    1.018-1.020 with the other core busy, and was not taken (``compile/runtime/bound_step.py``)."""
+    1.018-1.020 with the other core busy, and was not taken (``compile/runtime/bound_step.py``).
+
+    Cut (issue 28): ``repeat`` does ``run``'s work in its own frame, ``TrainProgram.run_step`` is the fast path
+    and ``TrainOneStepCell.__call__`` reads the current program itself; with the stand-in executable (best of
+    150 x 1000 calls, same load, main's tree and this one alternated): the Cell call 4.5 -> 3.4-3.6 µs,
+    ``repeat`` 3.5 -> 2.8-2.9, ``run`` 2.6 unchanged."""
     train, placed, handwritten = _data_parallel_pair(sizes, batch)
     hand = handwritten()
     run = train.program.stages(placed).compiled.run

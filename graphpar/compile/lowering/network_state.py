@@ -46,14 +46,14 @@ class StateGroup:
 
     def values(self) -> list[Any]:
         if self.only_variables:  # the training loop's case: a C-level read of each value slot (see store)
-            return list(map(_READ_SLOT, self.holders))
+            return list(map(READ_SLOT, self.holders))
         return [h.get_raw_value() if var else h for h, var in zip(self.holders, self._variables)]
 
     def holds(self, values: Sequence[Any]) -> bool:
         """Whether every leaf still holds the very object in ``values`` (nothing assigned since they were
         written): the training loop's per-step check, streamed without building a list."""
         if self.only_variables:
-            return all(map(operator.is_, map(_READ_SLOT, self.holders), values))
+            return all(map(operator.is_, map(READ_SLOT, self.holders), values))
         return all(map(operator.is_, self.values(), values))
 
     def store(self, values: Sequence[jax.Array]) -> None:
@@ -69,7 +69,7 @@ class StateGroup:
         if not self.only_variables:
             self.write(values)
             return
-        _consume(map(object.__setattr__, self.holders, _SLOT, values))
+        consume(map(object.__setattr__, self.holders, SLOT, values))
 
     def write(self, values: Sequence[Any]) -> None:
         """Assign ``values`` to the Variables (and plain attributes) of this group."""
@@ -95,9 +95,10 @@ class StateGroup:
 # A flax Variable keeps its value in the ``_raw_value`` slot (``get_raw_value`` returns it, ``set_raw_value`` checks
 # the trace level and assigns it). The per-step read and write of every Variable go to the slot directly: no Python
 # frame per Variable. flax is pinned below 0.13 (pyproject); a renamed slot fails loudly (Variables have __slots__).
-_READ_SLOT = operator.attrgetter("_raw_value")
-_SLOT = itertools.repeat("_raw_value")
-_consume = collections.deque(maxlen=0).extend  # runs a map to its end without a Python frame per item
+# The training loop's step (``runtime.bound_step``) makes the same read and write inline, in its own frame.
+READ_SLOT = operator.attrgetter("_raw_value")
+SLOT = itertools.repeat("_raw_value")
+consume = collections.deque(maxlen=0).extend  # runs a map to its end without a Python frame per item
 
 
 class Slots:
@@ -116,11 +117,11 @@ class Slots:
 
     def holds(self, values: Sequence[Any]) -> bool:
         """Whether every slot still holds the very object in ``values``."""
-        return all(map(operator.is_, map(_READ_SLOT, self.holders), values))
+        return all(map(operator.is_, map(READ_SLOT, self.holders), values))
 
     def store(self, values: Sequence[jax.Array]) -> None:
         """:meth:`StateGroup.store` over every group at once."""
-        _consume(map(object.__setattr__, self.holders, _SLOT, values))
+        consume(map(object.__setattr__, self.holders, SLOT, values))
 
 
 def _read(root: Any, path: Sequence[Any]) -> Any:

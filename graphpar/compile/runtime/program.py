@@ -249,20 +249,15 @@ class TrainProgram(Program[TrainSettings]):
                            self.sens, self.micro_size, self.opt_config), ns.params.holders + ns.rest.holders)
 
     # --- running -----------------------------------------------------------------------------------------------
-    def run_step(self, inputs: Sequence[Any]) -> jax.Array:
-        """One training step on a global batch; returns the loss (a scalar jax.Array)."""
-        return self._run(inputs, stacked=False)
-
-    def run_steps(self, stacked_inputs: Sequence[Any]) -> jax.Array:
-        """``len(stacked_inputs[0])`` steps in one device call (sink mode); returns the per-step losses."""
-        return self._run(stacked_inputs, stacked=True)
-
-    def _run(self, inputs: Sequence[Any], stacked: bool) -> jax.Array:
+    def run_step(self, inputs: Sequence[Any], stacked: bool = False) -> jax.Array:
+        """One training step on a global batch; returns the loss (a scalar jax.Array). ``stacked``: ``run_steps``'
+        sink loop. A repeat of the last call (the training loop) is answered here by the bound step's one frame."""
         if runtime_checks.pending():  # an earlier step's op check failed (ops.runtime_checks): no device access
             runtime_checks.raise_pending()
         step = checked = self._bound
-        if step is not None:  # the training loop: a repeat of the last call runs in one frame
-            _check_batch(step.input_checks, inputs)
+        if step is not None:
+            if step.input_checks:
+                _check_batch(step.input_checks, inputs)
             loss = step.repeat(inputs, stacked)
             if loss is not None:
                 return loss
@@ -273,6 +268,10 @@ class TrainProgram(Program[TrainSettings]):
             _check_batch(step.input_checks, inputs)
         pvals, rvals = self._place_state(ns, step.compiled, placed)
         return step.run(pvals, rvals, placed)
+
+    def run_steps(self, stacked_inputs: Sequence[Any]) -> jax.Array:
+        """``len(stacked_inputs[0])`` steps in one device call (sink mode); returns the per-step losses."""
+        return TrainProgram.run_step(self, stacked_inputs, stacked=True)  # the loop itself (not a subclass's call)
 
     def _dispatch(self, ns: NetworkState, inputs: Sequence[Any], stacked: bool,
                   confirmed: tuple[int, int]) -> tuple[BoundStep, list]:

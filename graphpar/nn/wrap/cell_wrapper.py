@@ -104,7 +104,13 @@ class TrainOneStepCell(Cell):
         return self.program.run_step(inputs)
 
     def __call__(self, *inputs: Any) -> Any:
-        return self.construct(*inputs)
+        if type(self).construct is not TrainOneStepCell.construct:  # a subclass's own step (loss scaling, ...)
+            return self.construct(*inputs)
+        # the training loop's call: ``program``'s first test and ``construct`` written out in this one frame
+        programs = self._programs
+        if programs.revision == _context.settings_revision():
+            return programs.current.run_step(inputs)
+        return self.program.run_step(inputs)
 
 
 class _TrainPrograms:
