@@ -19,6 +19,7 @@ from flax import nnx
 from graphpar.common.parameter import Parameter
 from graphpar.errors import CellError
 from graphpar.ir import recorder as _recorder
+from graphpar.ir.control_flow import for_trace
 
 COMM = "graphpar_mp_comm"  # checkpoint name of model-parallel communication outputs
 
@@ -66,8 +67,10 @@ def checkpointed(cell: Any, config: RecomputeConfig, kwargs: dict[str, Any], arg
 
     The Cell's Variables enter as inputs and are merged into a copy inside the checkpoint (a Variable of the
     caller's trace cannot change inside another); what the copy changed besides Parameters (a Dropout key) is
-    written back. Non-array arguments (Python numbers, None) stay static."""
-    graphdef, state = nnx.split(cell)
+    written back. Its Tensor attributes that are not Variables stay constants (``if self.keep_prob < 1.0:`` is
+    decided while tracing, as everywhere in a compiled step); non-array arguments (Python numbers, None) stay
+    static."""
+    graphdef, state, constants = nnx.split(cell, nnx.Variable, ...)
     leaves, treedef = jax.tree.flatten(args)
     arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array | np.ndarray)]
 
@@ -75,10 +78,10 @@ def checkpointed(cell: Any, config: RecomputeConfig, kwargs: dict[str, Any], arg
         full = list(leaves)
         for i, value in zip(arrays, values):
             full[i] = value
-        copy = nnx.merge(graphdef, state)
+        copy = nnx.merge(graphdef, state, constants)
         with _recorder.standing_in(copy):
-            out = copy.construct(*jax.tree.unflatten(treedef, full), **kwargs)
-        return out, nnx.state(copy, lambda _, v: not isinstance(v, Parameter))
+            out = for_trace(copy.construct)(*jax.tree.unflatten(treedef, full), **kwargs)  # `if`s as in a trace
+        return out, nnx.state(copy, lambda _, v: isinstance(v, nnx.Variable) and not isinstance(v, Parameter))
 
     out, changed = jax.checkpoint(run, policy=config.policy())(state, *(leaves[i] for i in arrays))
     nnx.update(cell, changed)

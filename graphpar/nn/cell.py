@@ -43,7 +43,6 @@ from graphpar.ops.primitive import Primitive
 _CELL_FIELDS = ("_auto_prefix", "_scope_attr", "training", "_cell_order", "_param_order", "_recompute",
                 "_pipeline_stage", "_pipeline_segment")
 _FLAG_FIELDS = ("training", "_amp_cast")  # what compile.state.NetworkState.is_current compares
-_ARRAYS = (_np.ndarray, _np.generic, jax.Array)
 _revision = 0  # see revision()
 _structure_revision = 0  # see structure_revision()
 
@@ -61,11 +60,12 @@ def revision() -> int:
 
 
 def structure_revision() -> int:
-    """Moves on every assignment (or deletion) of a Cell attribute other than graphpar's own bookkeeping, the flags,
-    plain arrays and properties (their setters' own assignments count): a Parameter or Cell replaced (``net.fc.weight = Parameter(...)``), an op, a list of them, a
-    static setting. A network split (``compile.state.NetworkState``) made before it moved is split again; the
-    compile cache then finds the program again if the structure is in fact unchanged. Plain array attributes are
-    leaves the step itself writes back after every step, so they do not move it."""
+    """Moves on every assignment (or deletion) of a Cell attribute other than graphpar's own bookkeeping, the flags
+    and properties (their setters' own assignments count): a Parameter or Cell replaced (``net.fc.weight =
+    Parameter(...)``), an op, a list of them, a static setting, a Tensor that is not a Parameter (``net.keep_prob =
+    Tensor(0.5)``: a constant of the compiled graph, as in MindSpore's graph mode). A network split
+    (``compile.state.NetworkState``) made before it moved is split again; the compile cache then finds the program
+    again if the structure and the constants are in fact unchanged, and compiles one for the new constant if not."""
     return _structure_revision
 
 
@@ -73,8 +73,8 @@ def _moved(cell: "Cell", name: str, value: Any) -> None:
     global _revision, _structure_revision
     if name in _FLAG_FIELDS:
         _revision += 1
-    elif (name not in _CELL_FIELDS and not isinstance(value, _ARRAYS)
-          and not isinstance(getattr(type(cell), name, None), property)):  # a property's setter assigns its own
+    elif name not in _CELL_FIELDS and not isinstance(getattr(type(cell), name, None), property):
+        # a property's setter assigns its own
         _revision += 1
         _structure_revision += 1
 

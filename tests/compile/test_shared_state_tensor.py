@@ -1,6 +1,6 @@
-"""One Tensor held by several Cells (a causal mask every block stores, as MindSpore's transformer samples do): the
-step donates its state, and the shared array is placed as distinct buffers, so training runs (XLA refuses one buffer
-donated twice) and computes what one unshared copy per Cell computes."""
+"""One Tensor held by several Cells (a causal mask every block stores, as MindSpore's transformer samples do): a
+constant of each Cell (``tests/compile/test_cell_constants.py``), never donated with the step's state, so training
+computes what one unshared copy per Cell computes."""
 
 import numpy as np
 import pytest

@@ -154,6 +154,29 @@ def _dynamic_multi_axis_layout():
     return _cell_graph_executor.compile(Act(), ms.Tensor(shape=[16, None], dtype=ms.float32))
 
 
+def _tensor_attribute_in_construct():
+    ms = _ms()
+
+    class Scale(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.scale = ms.Tensor(2.0, ms.float32)
+
+        def construct(self, x):
+            self.scale = self.scale * x.mean()
+            return x * self.scale
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.block = Scale()
+
+        def construct(self, x):
+            return self.block(x)
+
+    return Net()(ms.Tensor(np.ones((8, 4), np.float32)))
+
+
 def _symbol_call():
     ms = _ms()
     net = ms.nn.Dense(16, 2)
@@ -1419,6 +1442,10 @@ ROWS: list[Row] = [
     Row("construct-dynamic-multi-axis-layout", "construct", "GeLU().shard((layout(('dp', 'mp'), 'None'),)) on x of "
         "shape [16, None], compiled", lambda t: _dynamic_multi_axis_layout(), ERR + "DynamicStrategyError",
         ("'gelu'", "dimension 0 over several axes", "('dp', 'mp')", "dynamic shape", "one alias at most")),
+    Row("construct-tensor-attribute-assigned", "construct", "`self.scale = self.scale * x.mean()` in construct, "
+        "self.scale = Tensor(2.0) set in __init__", lambda t: _tensor_attribute_in_construct(), ERR + "CellError",
+        ("Cell 'Scale' (block)", "'scale'", "not a Parameter", "constants of the compiled graph",
+         "Parameter(Tensor(...), requires_grad=False)", "outside construct")),
     # --- datasets ---------------------------------------------------------------------------------------------
     Row("dataset-slices-lengths", "dataset", "NumpySlicesDataset({'x': 3 rows, 'y': 2 rows})",
         lambda t: _ds().NumpySlicesDataset({"x": np.zeros((3, 2)), "y": np.zeros(2)}), ERR + "DatasetError",

@@ -153,3 +153,25 @@ def test_an_if_in_a_function_the_traced_function_calls_is_compiled_too():
         np.testing.assert_allclose(compiled(x), calls_helpers(x), rtol=1e-6)
     with pytest.raises(jax.errors.TracerBoolConversionError):  # the same helper, not reached through a rewrite
         jax.jit(halve_if_large)(np.ones(3, np.float32))
+
+
+KEEP_PROB = jnp.asarray(0.9, jnp.float32)  # a constant the traced function closes over (a Cell's Tensor attribute)
+
+
+def on_a_constant(x):
+    """An ``if`` on a constant whose branch returns: kept in its Python form, so it must be decided while tracing."""
+    if KEEP_PROB < 1.0 and not (KEEP_PROB <= 0.0):
+        return x * KEEP_PROB
+    y = x if KEEP_PROB >= 1.0 else -x
+    while KEEP_PROB > 2.0:
+        y = y + 1
+    return y
+
+
+def test_a_test_on_constants_is_decided_while_tracing():
+    # under jax.jit an operation on constants is staged (a tracer without a value): the rewrite evaluates every test
+    # with compile-time evaluation, so this `if` is concrete and runs as Python, as MindSpore's graph mode folds it
+    f = jax.jit(for_trace(on_a_constant))
+    np.testing.assert_allclose(f(jnp.ones(3)), np.full(3, 0.9, np.float32))
+    jaxpr = jax.make_jaxpr(for_trace(on_a_constant))(jnp.ones(3))
+    assert [e.primitive.name for e in jaxpr.eqns] == ["mul"]  # no comparison, no select: the branch was chosen

@@ -174,15 +174,27 @@ def test_inplace_ops_match_numpy_and_keep_rows_whole(kind, combine):
         forward(OneOp(getattr(P, kind)((1, 4)).shard(((2, 4, 1), (2, 4, 1)))), x, v)
 
 
-def test_pad_v3_refuses_traced_paddings():
-    class Net(nn.Cell):
+def test_pad_v3_takes_constant_paddings_and_refuses_traced_ones():
+    class Held(nn.Cell):
         def __init__(self):
             super().__init__()
             self.pad = P.PadV3()
-            self.paddings = Tensor(np.array([1, 2]))  # network state in graphpar: traced
+            self.paddings = Tensor(np.array([1, 2]))  # a Tensor attribute: a constant of the graph, as in MindSpore
 
         def construct(self, x):
             return self.pad(x, self.paddings)
 
+    class Given(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.pad = P.PadV3()
+
+        def construct(self, x, paddings):
+            return self.pad(x, paddings)  # an input of the network: traced
+
+    x = rand(8, 4)
+    out, _, _ = forward(Held(), x)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(P.PadV3()(x, Tensor(np.array([1, 2])))))
+    assert np.shape(out) == (8, 7)
     with pytest.raises(ValueError, match="paddings must be known when the network is compiled"):
-        forward(Net(), rand(8, 4))
+        forward(Given(), x, Tensor(np.array([1, 2])))

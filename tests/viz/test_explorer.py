@@ -52,7 +52,8 @@ def test_ops_nest_by_cell_scope_and_q_k_v_are_told_apart(gpt_plan):
     # the Default root is dropped: every layer is a Cell of the model
     assert namespace("(Default/network-WithLossCell/_backbone-GPT/0-Block)") == BLOCK0
     # a parameter sits in the layer of the Cell that reads it
-    weight = _nodes(graph)["%para3_blocks.0.attention.dense_q.weight"]
+    # (its number follows the graph's constants: each block's causal mask, a Tensor attribute, is one)
+    weight = _nodes(graph)["%para5_blocks.0.attention.dense_q.weight"]
     assert weight["namespace"] == DENSE_Q and weight["label"] == "blocks.0.attention.dense_q.weight"
     assert _attrs(weight)["layout"] == "(m1.m2, -)" and _attrs(weight)["bytes per device"] == str(16 * 64 * 4)
 

@@ -1,32 +1,46 @@
 """A Cell tree split into the pure state a compiled step takes and gives back.
 
 ``NetworkState`` splits a network with flax NNX into its graph definition, the *trainable* parameters (those the
-optimizer owns) and the *rest* (frozen parameters, BatchNorm statistics, random keys, array constants). Each group is
-kept as the live NNX ``State`` (holding the network's own Variables), so reading the current values is a flatten
+optimizer owns), the *rest* (frozen parameters, BatchNorm statistics, random keys: every other Variable) and the
+*constants* (every Tensor a Cell holds that is not a Parameter, ``self.keep_prob = Tensor(0.9)``). Each state group
+is kept as the live NNX ``State`` (holding the network's own Variables), so reading the current values is a flatten
 and writing new values back is one assignment per Variable (:meth:`StateGroup.store` for an executable's results:
 a C-level loop, no Python frame per Variable).
+
+The constants follow MindSpore's graph mode, where a Cell's Tensor attribute is a value node of the graph and only
+a Parameter is mutable state: they enter the trace as concrete arrays, so ``if self.keep_prob < 1.0:`` in
+``construct`` is decided while tracing, and their content is part of the :class:`NetworkStructure` that keys the
+compiled programs. Rebinding one outside ``construct`` (``net.keep_prob = Tensor(0.5)``) moves
+``nn.cell.structure_revision``, so the next call splits again and finds (or compiles) the program of the new value
+(MindSpore keeps running the graph it compiled first; a graphpar step never runs with a stale constant). Assigning
+one inside ``construct`` is refused (:meth:`NetworkState.split_after`), as MindSpore's graph mode refuses an
+assignment to a ``self`` attribute that is not a Parameter.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import hashlib
 import itertools
 import operator
 from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 
 from graphpar.common.parameter import Parameter
+from graphpar.errors import CellError
 from graphpar.nn.cell import Cell, structure_revision
 
 class StateGroup:
     """One group of a split network: its live State, flatten definition and Variables in leaf order.
 
-    A leaf that is not a Variable (a plain array a Cell holds as an attribute, such as the tutorial loss's
-    ``self.on_value = Tensor(1.0)``) has no holder to write into: :meth:`write` assigns it back to its attribute
-    on ``root``, so that a donated old array is never read again.
+    A leaf that is not a Variable has no holder to write into: :meth:`write` assigns it back to its attribute on
+    ``root``, so that a donated old array is never read again (:class:`NetworkState` gives its groups Variables
+    only: a Cell's plain Tensors are its constants).
     """
 
     def __init__(self, state: nnx.State, root: Any = None):
@@ -146,14 +160,43 @@ def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
 _FLAGS = operator.attrgetter("training", "_amp_cast")  # what makes a Cell's traced graph change
 
 
-class NetworkState:
-    """``network`` split into graphdef + trainable group + rest group.
+@dataclasses.dataclass(frozen=True)
+class NetworkStructure:
+    """What a network's compiled programs are keyed by: its NNX graphdef (Cells, static attributes, where each
+    Variable sits) and its constants, each as ``(path, shape, dtype, sha256 of the content)``."""
 
-    The graphdef is the network's *structure*: its Cells, their static attributes (every Cell's ``training``
-    flag among them) and where each Variable sits. It is hashable, so it keys the compile cache. A split stays
-    valid while no Cell's ``training`` flag (or ``to_float`` cast) changes and no Parameter or sub-Cell is assigned
-    (:meth:`is_current`; the training loop runs it only after ``nn.cell.revision()`` moved); a ``set_train``
-    anywhere in the tree makes the next call re-split and look its programs up by the new structure.
+    graphdef: Any
+    constants: tuple[tuple[str, tuple[int, ...], str, str], ...]
+
+
+def _constant_key(path: Sequence[Any], value: Any) -> tuple[str, tuple[int, ...], str, str]:
+    """A constant by content: equal Tensors key the same program, a rebound value with new content a new one."""
+    dtype = str(value.dtype)
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+    array = np.ascontiguousarray(np.asarray(value))
+    return (".".join(map(str, path)), array.shape, dtype, hashlib.sha256(array.tobytes()).hexdigest())
+
+
+def _owner(root: Cell, path: Sequence[Any]) -> tuple[str, str]:
+    """``(class name, attribute path)`` of the Cell holding the attribute at ``path`` (a list item's Cell is the
+    list's holder)."""
+    node, owner, where = root, root, []
+    for key in path[:-1]:
+        node = node[key] if isinstance(node, (list, tuple, dict)) else getattr(node, key)
+        if isinstance(node, Cell):
+            owner, where = node, [*where, str(key)]
+    return type(owner).__name__, ".".join(where) or "the network"
+
+
+class NetworkState:
+    """``network`` split into graphdef + trainable group + rest group + constants.
+
+    The :class:`NetworkStructure` (graphdef and constants) is the network's *structure*: hashable, it keys the
+    compile cache. A split stays valid while no Cell's ``training`` flag (or ``to_float`` cast) changes and no
+    Parameter, sub-Cell or Tensor attribute is assigned (:meth:`is_current`; the training loop runs it only after
+    ``nn.cell.revision()`` moved); a ``set_train`` anywhere in the tree, or a rebound constant, makes the next call
+    re-split and look its programs up by the new structure.
     """
 
     def __init__(self, network: Cell, trainable: Sequence[Parameter]):
@@ -162,10 +205,14 @@ class NetworkState:
         self.network = network
         self.cells = [cell for _, cell in network.cells_and_names()]
         self.flags = list(map(_FLAGS, self.cells))
-        graphdef, params, rest = nnx.split(network, lambda path, v: id(v) in ids, ...)
+        graphdef, params, rest, constants = nnx.split(network, lambda path, v: id(v) in ids, nnx.Variable, ...)
         self.graphdef = graphdef
         self.params = StateGroup(params, network)
         self.rest = StateGroup(rest, network)
+        self.constants = constants
+        flat = list(nnx.to_flat_state(constants))
+        self._constant_items = [(tuple(path), value) for path, value in flat]
+        self._structure = NetworkStructure(graphdef, tuple(_constant_key(p, v) for p, v in self._constant_items))
         self.trainable_paths = frozenset(self.params.paths)
         missing = ids - {id(h) for h in self.params.holders}
         if missing:
@@ -179,24 +226,45 @@ class NetworkState:
         return self.revision == structure_revision() and list(map(_FLAGS, self.cells)) == self.flags
 
     @property
-    def structure(self) -> Any:
+    def structure(self) -> NetworkStructure:
         """The hashable structure the compile cache keys programs by."""
-        return self.graphdef
+        return self._structure
 
     def merge(self, params: nnx.State, rest: nnx.State) -> Cell:
+        """A copy of the network holding ``params`` and ``rest`` (traced values, in a trace) and its constants
+        (concrete arrays: Python control flow on them is decided while tracing)."""
         # fresh Variables at the caller's trace level, so construct may assign to them under vmap/grad (PYNATIVE)
-        return nnx.merge(self.graphdef, params, rest, copy=True)
+        return nnx.merge(self.graphdef, params, rest, self.constants, copy=True)
 
     def split_after(self, model: Cell) -> nnx.State:
-        """The rest-group state of a merged model after it ran (its updated statistics and keys).
+        """The rest-group state of a merged model after it ran (its updated statistics and keys). Raises
+        :class:`CellError` if ``construct`` assigned a Tensor attribute that is not a Parameter.
 
-        ``model`` is :meth:`merge`'s copy of this split's structure, so the rest group's leaves sit at the paths
-        they sat at in the split: each is read there (the Variable's value, or the plain attribute) and unflattened
-        with the group's definition. No second walk of the whole Cell tree (``nnx.split`` visits every Cell and
-        Variable of the network to find the few that are not trainable: a tenth of tracing a transformer)."""
-        if not self.rest.paths:  # nothing but trainable parameters
-            return self.rest.state
-        return self.rest.unflatten([_read(model, path) for path in self.rest.paths])
+        ``model`` is :meth:`merge`'s copy of this split's structure. While no Cell attribute was assigned (the
+        structure revision unmoved), the rest group's leaves sit at the paths they sat at in the split: each is read
+        there (the Variable's value, or the plain attribute) and unflattened with the group's definition, with no
+        second walk of the whole Cell tree (``nnx.split`` visits every Cell and Variable of the network to find the
+        few that are not trainable: a tenth of tracing a transformer). Otherwise the tree is split again and its
+        constants compared with the split's."""
+        if structure_revision() == self.revision:
+            if not self.rest.paths:  # nothing but trainable parameters
+                return self.rest.state
+            return self.rest.unflatten([_read(model, path) for path in self.rest.paths])
+        paths = self.trainable_paths
+        _, _, rest, constants = nnx.split(model, lambda path, v: tuple(path) in paths, nnx.Variable, ...)
+        after = [(tuple(path), value) for path, value in nnx.to_flat_state(constants)]
+        if len(after) != len(self._constant_items) or not all(
+                a[0] == b[0] and a[1] is b[1] for a, b in zip(after, self._constant_items)):
+            before, now = dict(self._constant_items), dict(after)
+            path = next((p for p, v in after if before.get(p) is not v), None) or next(
+                p for p in before if p not in now)  # assigned (or added) in construct, else deleted there
+            cell, where = _owner(model, path)
+            raise CellError(
+                f"Cell '{cell}' ({where}): construct assigned the Tensor attribute '{path[-1]}', which is not a "
+                "Parameter; a Cell's Tensor attributes are constants of the compiled graph (as in MindSpore's graph "
+                f"mode): hold it as a Parameter (self.{path[-1]} = Parameter(Tensor(...), requires_grad=False)) to "
+                "update it in construct, or assign it outside construct (the next call compiles for the new value)")
+        return rest
 
     def param_names(self) -> list[str]:
         return self.params.names()

@@ -11,6 +11,9 @@ What is rewritten (inside the function and the functions and lambdas nested in i
 * ``x if test else y`` becomes ``runtime.if_exp(test, lambda: x, lambda: y, site)``.
 * ``and`` / ``or`` / ``not`` in a test become ``runtime.and_`` / ``or_`` / ``not_`` (short-circuit kept for
   concrete values; ``jnp.logical_*`` for traced ones).
+* every test (of an ``if``, a conditional expression, a ``while``) is evaluated by ``runtime.folded(lambda: test)``:
+  operations on concrete values alone give a concrete value, so a test on a Cell's Tensor constants
+  (``if self.keep_prob < 1.0:``) runs as Python, as MindSpore's graph mode folds it while compiling.
 * every call ``f(...)`` becomes ``callee(f)(...)``: a function or method of the user's own code
   (not graphpar's, the standard library's or an installed package's) is called in its rewritten form, so an ``if``
   in a helper function a step or ``construct`` calls compiles as one written in ``construct`` does (MindSpore's graph
@@ -83,8 +86,14 @@ class _Rewriter(ast.NodeTransformer):
             return ast.Call(helper("not_"), [self.test(expr.operand), self.site(expr)], [])
         return expr
 
+    def condition(self, expr: ast.expr) -> ast.expr:
+        """A test (:meth:`test`) evaluated by ``runtime.folded``: one on constants alone is concrete."""
+        if has_named_expr(expr):
+            return expr  # a lambda would bind its `:=` in its own scope
+        return ast.Call(helper("folded"), [lambda_(self.test(expr))], [])
+
     def concrete(self, node: ast.If | ast.While, reason: str) -> ast.expr:
-        return ast.Call(helper("concrete"), [self.test(node.test), self.site(node), ast.Constant(reason)], [])
+        return ast.Call(helper("concrete"), [self.condition(node.test), self.site(node), ast.Constant(reason)], [])
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
         return node  # a class body's scope is not a function's: left as written
@@ -117,7 +126,7 @@ class _Rewriter(ast.NodeTransformer):
             ast.UnaryOp(ast.Not(), ast.Name(brk, ast.Load())), node.test])
         body = ([syntax_flag(cnt, False, node)] if cnt else []) + body
         body = [s for stmt in body for s in self._statements(stmt)]
-        test = self.test(self.visit(ast.fix_missing_locations(ast.copy_location(test, node.test))))
+        test = self.condition(self.visit(ast.fix_missing_locations(ast.copy_location(test, node.test))))
         params = ast.arguments([], [ast.arg(n) for n in names], None, [], [], None, [])
         result = ast.Return(ast.Call(helper("bound"), [ast.Call(ast.Name("locals", ast.Load()), [], []),
                                                         ast.Constant(tuple(names))], []))
@@ -157,7 +166,7 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)
         if has_named_expr(node):
             return node
-        call = ast.Call(helper("if_exp"), [self.test(node.test), lambda_(node.body), lambda_(node.orelse),
+        call = ast.Call(helper("if_exp"), [self.condition(node.test), lambda_(node.body), lambda_(node.orelse),
                                             self.site(node)], [])
         return ast.copy_location(call, node)
 
@@ -180,7 +189,7 @@ class _Rewriter(ast.NodeTransformer):
         then_def = ast.FunctionDef(then_name, params, list(node.body) + [result], [], None)
         else_def = ast.FunctionDef(else_name, params, list(node.orelse) + [result], [], None)
         site = ast.Constant(self.site(node).value + (tuple(names), live))
-        call = ast.Call(helper("if_stmt"), [self.test(node.test), ast.Name(then_name, ast.Load()),
+        call = ast.Call(helper("if_stmt"), [self.condition(node.test), ast.Name(then_name, ast.Load()),
                                              ast.Name(else_name, ast.Load()), self.getters(names), site], [])
         out: list[ast.stmt] = [then_def, else_def] + self.rebind(names, call)
         return [ast.fix_missing_locations(ast.copy_location(s, node)) for s in out]

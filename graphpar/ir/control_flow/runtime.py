@@ -39,6 +39,15 @@ def _truth(value: Any) -> bool | None:
         return None
 
 
+def folded(test: Callable[[], Any]) -> Any:
+    """The value of a test, with operations on concrete operands evaluated now (``jax.ensure_compile_time_eval``):
+    a test on constants alone (``self.keep_prob < 1.0``, a Cell's Tensor attribute) is concrete, so its statement
+    runs as Python, as MindSpore's graph mode folds it while compiling (under ``jax.jit`` JAX would stage even an
+    operation on constants). Operations on traced values are traced as they would be without it."""
+    with jax.ensure_compile_time_eval():
+        return test()
+
+
 def where(site: tuple) -> str:
     return f"{site[0]}:{site[1]} (`{site[2]}`)"
 
