@@ -76,13 +76,15 @@ def nd_tp_layout(rows: tuple[tuple, tuple], out_row: tuple, entries: tuple[tuple
         split_y = a_k[-1] == w_n[0]
         x_at = len(a_k) - (2 if split_y else 1)
         if not (x_at >= 0 and a_k[x_at] == w_k[0] and (len(a_k) == 1 or (len(a_k) == 2 and split_y))):
-            return (f"the 2D MatMul's last two dimensions are split {_show(a_m, a_k)} and {_show(w_k, w_n)} (m, k and k, n)",
+            return (f"the 2D MatMul's last two dimensions are split {_show(a_m, a_k)} and {_show(w_k, w_n)} "
+                    "(m, k and k, n)",
                     "Split them like (m, (x, y)) and (x, y), or (m, x) and (x, y)")
         m, out_m, out_n = a_m, a_m, (w_n[0], w_k[0])
     else:  # 3D
         split_y = a_m[-1] == w_n[0]
         if len(a_k) != 1 or len(w_n) != 1 or len(w_k) != 2 or a_k[0] != w_k[0]:
-            return (f"the 3D MatMul's last two dimensions are split {_show(a_m, a_k)} and {_show(w_k, w_n)} (m, k and k, n)",
+            return (f"the 3D MatMul's last two dimensions are split {_show(a_m, a_k)} and {_show(w_k, w_n)} "
+                    "(m, k and k, n)",
                     "Split them like ((.., z, y), x) and ((x, z), y)")
         m = a_m[:-1] if split_y else a_m
         out_m, out_n = m, w_n
