@@ -381,8 +381,7 @@ class Cell(PipelinePlacement, nnx.Module, pytree=False):
         """MindSpore 2.x's ``Cell.shard``: the layouts of this Cell's inputs, outputs and named Parameters (each a
         called ``Layout``, a tuple of ints or None), its ops planned by sharding propagation (``graphpar.nn.shard``)."""
         spec = check_shard(in_strategy, out_strategy, parameter_plan, device, level)
-        paths = dict(self.parameters_and_names())
-        self._shard_spec = resolve_parameters(spec, {**{p.name: n for n, p in paths.items()}, **{n: n for n in paths}})
+        self._shard_spec = resolve_parameters(spec, dict(self.parameters_and_names()))
         return self
 
     def __repr__(self) -> str:

@@ -16,7 +16,8 @@ only, any device name) and have no effect.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +77,10 @@ def check_shard(in_strategy: Any, out_strategy: Any = None, parameter_plan: Any 
     outs = None if out_strategy is None else tuple(_entry("out_strategy", i, e) for i, e in enumerate(out_strategy))
     plan = []
     for name, layout in (parameter_plan or {}).items():
-        if not isinstance(name, str):
-            raise TypeError(f"shard(): parameter_plan keys are Parameter names (str), got {type(name).__name__}")
+        if not isinstance(name, str) or not isinstance(layout, (tuple, Layout)):  # MindSpore's TypeError, None too
+            raise TypeError(f"shard(): parameter_plan[{name!r}]: For 'Shard', the type of each key and value in "
+                            "'parameter_plan' must be str and tuple/Layout (a Parameter name and its layout), but got "
+                            f"{type(name).__name__} and {type(layout).__name__}")
         plan.append((name.removeprefix("self."), _entry(f"parameter_plan[{name!r}]", 0, layout)))
     if any(e is None for e in ins + (outs or ())):
         notice_once("shard-none", "shard(): an in_strategy/out_strategy entry of None leaves that input or output "
@@ -85,17 +88,35 @@ def check_shard(in_strategy: Any, out_strategy: Any = None, parameter_plan: Any 
     return ShardSpec(ins, outs, tuple(plan))
 
 
-def resolve_parameters(spec: ShardSpec, names: dict[str, str]) -> ShardSpec:
+def resolve_parameters(spec: ShardSpec, params: Mapping[str, Any]) -> ShardSpec:
     """``spec`` with each ``parameter_plan`` name (a Parameter's name, or its attribute path in the Cell) turned
-    into the attribute path (``names``: name or path -> path), which stays valid when the Cell is later assigned to
-    a parent and its Parameters are renamed. MindSpore skips an unknown name with a warning; graphpar refuses it."""
+    into the attribute path (``params``: the Cell's Parameters by path), which stays valid when the Cell is later
+    assigned to a parent and its Parameters are renamed. MindSpore skips an unknown name with a warning; graphpar
+    refuses it. Each layout is checked against its Parameter's shape now, as MindSpore's ``Cell.shard`` checks it."""
+    names = {**{p.name: n for n, p in params.items()}, **{n: n for n in params}}
     plan = []
     for name, layout in spec.parameter_plan:
         if name not in names:
             raise StrategyError("shard", name, f"parameter_plan names '{name}', which is not a Parameter of the "
                                 "sharded Cell", hint=f"Use one of {sorted(set(names))}")
+        _check_parameter_layout(name, tuple(params[names[name]].shape), layout)
         plan.append((names[name], layout))
     return ShardSpec(spec.in_strategy, spec.out_strategy, tuple(plan))
+
+
+def _check_parameter_layout(name: str, shape: tuple[int, ...], layout: Any) -> None:
+    """MindSpore's ``Shard._check_layout_is_valid``: one split per dimension of the Parameter, each dividing it."""
+    splits = layout if isinstance(layout, tuple) else tuple(math.prod(layout.size(a) for a in entry)
+                                                            for entry in layout.entries)
+    if len(splits) != len(shape):
+        raise StrategyError("shard", layout, f"parameter_plan['{name}']: the length of param_strategy: {len(splits)}, "
+                            f"is not equal to param_shape len: {len(shape)}",
+                            hint=f"Give one split per dimension of '{name}' (shape {shape})")
+    for i, (size, split) in enumerate(zip(shape, splits)):
+        if size % split:
+            raise StrategyError("shard", layout, f"For '{name}', the param_shape is {shape} and the setting "
+                                f"param_strategy is {splits}. The param_shape[{i}]: {size} cannot be divisible by "
+                                f"param_strategy[{i}]: {split}", hint=f"Split dimension {i} by a divisor of {size}")
 
 
 def _pin(value: Any, layout: Any) -> Any:

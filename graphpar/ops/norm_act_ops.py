@@ -1,5 +1,5 @@
 """Normalisation, activation and loss primitives added for MindSpore parity: ``RmsNorm``, ``PReLU``, ``Lerp``,
-``L2Loss``, ``SigmoidCrossEntropyWithLogits``. Sharding rules: ``graphpar.planner.rules.norm_act_rules``."""
+``L2Loss``, ``SigmoidCrossEntropyWithLogits``, ``Swiglu``. Sharding rules: ``graphpar.planner.rules.norm_act_rules``."""
 
 from __future__ import annotations
 
@@ -78,3 +78,24 @@ class SigmoidCrossEntropyWithLogits(Primitive):
 
     def compute(self, logits, label):
         return jnp.maximum(logits, 0) - logits * label + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+
+
+class Swiglu(Primitive):
+    """``Swiglu()(input, dim=-1)`` (MindSpore's generated ``gen_ops_prim.Swiglu``): ``input`` cut in two halves
+    ``a``, ``b`` along ``dim``, the output ``swish(a) * b`` (``a * sigmoid(a) * b``), half as long along ``dim``."""
+
+    input_names = ("input",)
+
+    def compute(self, x, dim=-1):
+        rank = jnp.ndim(x)
+        if not isinstance(dim, int) or not -rank <= dim < rank:
+            raise ValueError(f"Swiglu '{self.instance_name}': dim must be an int in [{-rank}, {rank - 1}] (the "
+                             f"input has rank {rank}), got {dim!r}")
+        size = jnp.shape(x)[dim]
+        if isinstance(size, int) and size % 2:  # a dynamic (symbolic) size is cut at its floor half, as MindSpore
+            raise ValueError(f"Swiglu '{self.instance_name}': the input's dimension {dim} (size {size}) must have "
+                             "an even size, cut into two halves")
+        half = size // 2
+        a = lax.slice_in_dim(x, 0, half, axis=dim % rank)
+        b = lax.slice_in_dim(x, half, 2 * half, axis=dim % rank)
+        return jax.nn.silu(a) * b

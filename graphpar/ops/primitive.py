@@ -32,7 +32,9 @@ from graphpar.ops.strategy import Strategy, check_ranks, check_structure
 from graphpar.planner.layout import is_layout_strategy
 
 
-_DEVICE_TARGETS = ("CPU", "GPU", "Ascend")  # MindSpore's Primitive.set_device accepts these
+# MindSpore's Primitive.set_device documents the first three; its parallel infos read any target but "CPU" as the
+# accelerator, and its tests (and nn.EmbeddingLookup's target) name that one "Device"
+_DEVICE_TARGETS = ("CPU", "GPU", "Ascend", "Device")
 _STAGE = object()  # _inline_call's answer for a call that must be staged as a jit equation
 
 
@@ -149,8 +151,8 @@ class Primitive:
 
     def set_device(self, device_target: str) -> "Primitive":
         """MindSpore's ``Primitive.set_device(device_target)``: the device this op runs on ("CPU" for a Gather whose
-        table lives on the host, "GPU", "Ascend"), recorded as the attribute ``primitive_target`` (it shows in the
-        IR dumps' ``primitive_attrs``).
+        table lives on the host, "GPU", "Ascend", "Device" for whichever accelerator the job has), recorded as the
+        attribute ``primitive_target`` (it shows in the IR dumps' ``primitive_attrs``).
 
         On a JAX mesh one compiled program runs every op on the mesh's devices, so the target moves no
         computation: the op is planned and placed like any other (said once per op kind in a notice). ``""`` (what

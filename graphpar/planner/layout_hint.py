@@ -37,6 +37,7 @@ from graphpar._logging import notice_once
 from graphpar.errors import StrategyError
 from graphpar.planner.dims import DimSpec
 from graphpar.planner.layout import INTERLEAVED, Layout
+from graphpar.planner.nd_tp import is_nd_tp, nd_tp_layout
 from graphpar.planner.strategy import MeshInfo, NodeStrategy, Spec, _divides
 
 
@@ -45,13 +46,15 @@ class LayoutHint:
     """A layout hint that passed its checks, independent of the mesh. ``device_matrix``/``aliases``: the device
     axes (``interleaved_parallel`` left out), what the mesh must refine; ``label_aliases``: the aliases splitting
     each labelled dimension; ``out_entries``: per output, per dimension, its aliases (None: no out layout);
-    ``interleaved``: the virtual split (1 when none)."""
+    ``interleaved``: the virtual split (1 when none); ``in_entries``: per input, per dimension, its aliases where
+    the inputs keep layouts of their own (an ND-TP MatMul, ``planner.nd_tp``), else None."""
 
     device_matrix: tuple[int, ...]
     aliases: tuple[str, ...]
     label_aliases: tuple[tuple[str, tuple[str, ...]], ...]
     out_entries: tuple[tuple[tuple[str, ...], ...], ...] | None
     interleaved: int
+    in_entries: tuple[tuple[tuple[str, ...], ...], ...] | None = None  # an ND-TP MatMul's inputs, pinned as given
 
 
 def _error(node, hint, reason: str, fix: str) -> StrategyError:
@@ -110,6 +113,8 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
     interleaved = first.size(INTERLEAVED) if first.interleaved else 1
     label_aliases: dict[str, tuple[tuple[str, ...], str]] = {}
     owner: dict[str, str] = {}
+    nd = is_nd_tp(node.kind, node.attrs)
+    in_entries: list[list[tuple[str, ...]]] = [[] for _ in hint]
     for i, (row, layout, shape) in enumerate(zip(dims.inputs, hint, in_shapes)):
         name = names[i] if i < len(names) else f"input {i}"
         if len(layout.entries) != len(shape):
@@ -125,7 +130,8 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
             if aliases and (label is None or label in dims.fixed):
                 raise _error(node, hint, f"{node.kind} cannot split {where} (shapes {list(in_shapes)})",
                              f"Write 'None' for {where}")
-            if label is None:
+            in_entries[i].append(aliases)
+            if label is None or nd:
                 continue
             if label in label_aliases and label_aliases[label][0] != aliases:
                 prev, prev_where = label_aliases[label]
@@ -137,6 +143,8 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
                 if owner.setdefault(a, label) != label:
                     raise _error(node, hint, f"the alias '{a}' splits two different dimensions of {node.kind} "
                                  f"({where} and another)", "Give each device-matrix axis to one dimension")
+    if nd:
+        return _check_nd_tp(node, dims, hint, out_hint, out_shapes, first, tuple(map(tuple, in_entries)))
     labels = tuple((l, label_aliases[l][0]) for l in dims.order if label_aliases.get(l, ((),))[0])
     problem = dims.check({l: math.prod(first.size(a) for a in al) for l, al in labels}) \
         if dims.check is not None else None
@@ -152,6 +160,34 @@ def check_layout_hint(node, dims: DimSpec, hint: tuple, out_hint: tuple | None, 
                     "MindSpore's split of the op inside each device; XLA runs it as one piece per device and "
                     "overlaps its collectives itself, with the same per-device data")
     return LayoutHint(tuple(d for _, d in real), tuple(a for a, _ in real), labels, out_entries, interleaved)
+
+
+def _check_nd_tp(node, dims: DimSpec, hint, out_hint, out_shapes, first: Layout, entries: tuple) -> LayoutHint:
+    """An ND-TP MatMul's layouts (``planner.nd_tp``): MindSpore keeps micro-interleaving to x's non-contracted
+    dimensions; the output's layout is inferred, and a user's out layout must equal it."""
+    a_row, w_row = dims.inputs
+    raw_a, raw_w = hint[0].entries, hint[1].entries
+    if INTERLEAVED in raw_a[a_row.index("k")] or any(INTERLEAVED in e for e in raw_w):
+        raise _error(node, hint, f"'{INTERLEAVED}' splits the contracted dimension of x or a dimension of w",
+                     f"Put '{INTERLEAVED}' on a batch or m dimension of x only")
+    rs_axis = node.attrs.get("ndtp_reduce_scatter_axis")
+    read = nd_tp_layout((a_row, w_row), dims.outputs[0], entries, rs_axis)
+    if isinstance(read, tuple):
+        raise _error(node, hint, read[0], read[1])
+    out = read.out_entries
+    for d, (entry, size) in enumerate(zip(out, out_shapes[0])):
+        if size % math.prod(first.size(a) for a in entry):
+            raise _error(node, hint, f"the inferred output layout splits output dim {d} (size {size}) by {entry}, "
+                         "which does not divide it", f"Split the inputs so that {entry} divides {size}")
+    if out_hint is not None and tuple(tuple(_real(node, out_hint, l, e, "out")) for l in out_hint
+                                      for e in l.entries) != out:
+        raise _error(node, out_hint, f"the 2D/3D MatMul's output layout is {out}, inferred from its inputs",
+                     "Drop the out_strategy, or give exactly the inferred layout")
+    labels = dict(read.label_aliases)
+    real = first.real_axes()
+    return LayoutHint(tuple(d for _, d in real), tuple(a for a, _ in real),
+                      tuple((l, labels[l]) for l in dims.order if l in labels), (out,),
+                      first.size(INTERLEAVED) if first.interleaved else 1, entries)
 
 
 def _check_out(node, dims: DimSpec, hint, out_hint: tuple, out_shapes, labels: dict, used: set) -> tuple:
@@ -210,14 +246,16 @@ def place_layout_hint(dims: DimSpec, checked: LayoutHint, mesh: MeshInfo) -> Nod
     label_axes = tuple((l, tuple(m for a in al for m in axes[a])) for l, al in checked.label_aliases)
     used = {m for _, ms in label_axes for m in ms}
     repeat = tuple(m for m in mesh.names if m not in used)
-    strategy = NodeStrategy(dims, label_axes, repeat, mesh)
+    in_specs = None if checked.in_entries is None else tuple(
+        tuple(tuple(m for a in entry for m in axes[a]) for entry in row) for row in checked.in_entries)
+    strategy = NodeStrategy(dims, label_axes, repeat, mesh, None, in_specs)
     if checked.out_entries is None:
         return strategy
     out: list[tuple] = []
     for row in checked.out_entries:
         spec: Spec = tuple(tuple(m for a in entry for m in axes[a]) for entry in row)
         out.append(spec)
-    return NodeStrategy(dims, label_axes, repeat, mesh, tuple(out))
+    return NodeStrategy(dims, label_axes, repeat, mesh, tuple(out), in_specs)
 
 
 def aligned_strategies(dims: DimSpec, rows_specs: Sequence[tuple[tuple, Spec]], in_shapes, out_shapes,

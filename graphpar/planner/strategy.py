@@ -67,7 +67,8 @@ class NodeStrategy:
     repeat_axes: tuple[str, ...]
     mesh: MeshInfo
     out_override: tuple[Spec, ...] | None = None
-    in_override: tuple[Spec, ...] | None = None  # layout-following ops (Reshape): input layouts given directly
+    # input layouts given directly: layout-following ops (Reshape), an ND-TP MatMul's inputs (planner.nd_tp)
+    in_override: tuple[Spec, ...] | None = None
 
     @cached_property
     def axes(self) -> dict[str, tuple[str, ...]]:
@@ -87,7 +88,8 @@ class NodeStrategy:
         return strategy_text(self.in_strategy())
 
     def device_matrix(self) -> tuple[int, ...]:
-        if self.in_override is not None:  # MindSpore's ReshapeInfo: the device matrix is the input strategy
+        if self.in_override is not None and not self.label_axes:
+            # MindSpore's ReshapeInfo (a layout-following op has no labels): the device matrix is the input strategy
             core = self.in_strategy()[0] if self.in_override else ()
             return with_repeat(core, self.mesh.n_devices // max(math.prod(core), 1), False)
         core = tuple(self.split(l) for l in self.dims.order)

@@ -651,6 +651,40 @@ def _layer_norm_out():
     Net()(ones(8, 16), ones(16), ones(16))
 
 
+def _nd_tp_matmul():
+    """A 2D tensor-parallel MatMul (enable_nd_tp) whose x splits k by the alias w's k is not split by first."""
+    layout = _ms().Layout((2, 4), ("x", "y"))
+    op = _ops().MatMul().shard((layout("None", ("y", "x")), layout("x", "y"))).add_prim_attr("enable_nd_tp", True)
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.matmul = op
+
+        def construct(self, x, w):
+            return self.matmul(x, w)
+
+    _ms().set_auto_parallel_context(parallel_mode="semi_auto_parallel", dataset_strategy="full_batch")
+    Net()(_ms().Tensor(np.ones((8, 16), np.float32)), _ms().Tensor(np.ones((16, 8), np.float32)))
+
+
+def _parameter_plan_split():
+    """Cell.shard with a parameter_plan split that does not divide the Parameter."""
+    from graphpar import nn
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = _ms().Parameter(_ms().Tensor(np.ones((32, 16), np.float32)), "w")
+            self.matmul = _ops().MatMul()
+
+        def construct(self, x):
+            return self.matmul(x, self.w)
+
+    Net().shard(in_strategy=((2, 1),), parameter_plan={"w": (1, 3)})
+
+
 def _ops():
     from graphpar import ops
 
@@ -1306,6 +1340,13 @@ ROWS: list[Row] = [
             expert_num=3, expert_group_size=2), parallel_config=_transformer().MoEParallelConfig(2))(
             np.ones((6, 8), np.float32)), ERR + "ConfigError",
         ("MoE()", "6 tokens", "expert_group_size=2", "data_parallel=2", "dividing 3")),
+    Row("nd-tp-matmul-layout", "strategy", "MatMul().shard((layout('None', ('y', 'x')), layout('x', 'y')))"
+        ".add_prim_attr('enable_nd_tp', True) with Layout((2, 4), ('x', 'y')), then call it",
+        lambda t: _nd_tp_matmul(), ERR + "StrategyError",
+        ("op 'matmul'", "2D MatMul's last two dimensions", "(m, (x, y)) and (x, y)")),
+    Row("shard-parameter-plan-split", "strategy", "cell.shard(in_strategy=((2, 1),), parameter_plan={'w': (1, 3)}) "
+        "with w of shape (32, 16)", lambda t: _parameter_plan_split(), ERR + "StrategyError",
+        ("param_shape[1]: 16 cannot be divisible by param_strategy[1]: 3", "divisor of 16")),
     # --- shapes and control flow in construct -----------------------------------------------------------------
     Row("construct-shape", "construct", "data of 16 features into a MatMul by an (8, 4) weight",
         lambda t: _train(in_dim=16), "graphpar.ir.construct_errors:OpShapeError",

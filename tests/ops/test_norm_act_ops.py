@@ -1,5 +1,5 @@
-"""RmsNorm, PReLU, Lerp, L2Loss and SigmoidCrossEntropyWithLogits: the math against numpy, gradients, one sharded
-plan each on 8 devices (strategy and result) and the strategies MindSpore's infos refuse."""
+"""RmsNorm, PReLU, Lerp, L2Loss, SigmoidCrossEntropyWithLogits and Swiglu: the math against numpy, gradients, one
+sharded plan each on 8 devices (strategy and result) and the strategies MindSpore's infos refuse."""
 
 import jax
 import numpy as np
@@ -94,3 +94,21 @@ class _RmsOut(nn.Cell):
 
     def construct(self, x, g):
         return self.rms_norm(x, g)[0]
+
+
+def test_swiglu_halves_along_dim_and_keeps_that_dim_whole():
+    # MindSpore's generated primitive, reached as its tests reach it; the SwigluInfo rule is Softmax's: dim unsplit
+    from graphpar.ops.auto_generate import gen_ops_prim
+
+    x = rand(8, 16)
+    a, b = x[:, :8], x[:, 8:]
+    want = a / (1 + np.exp(-a)) * b
+    np.testing.assert_allclose(np.asarray(gen_ops_prim.Swiglu()(x)), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(gen_ops_prim.Swiglu()(x.T, 0)), want.T, rtol=1e-5, atol=1e-6)
+    out, _, graph = forward(OneOp(gen_ops_prim.Swiglu().shard(((8, 1),)), -1), x)
+    assert strategies(graph)["op"] == ((8, 1),) and shard_shape(out) == (1, 8)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(StrategyError, match="cannot split"):
+        forward(OneOp(gen_ops_prim.Swiglu().shard(((2, 4),)), -1), x)
+    with pytest.raises(ValueError, match="even size"):
+        gen_ops_prim.Swiglu()(rand(8, 15))

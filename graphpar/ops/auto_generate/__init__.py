@@ -1,6 +1,9 @@
-"""``mindspore.ops.auto_generate``: the generated ``Ext`` ops MindSpore's parallel tests use (``gen_ops_def``)."""
+"""``mindspore.ops.auto_generate``: the generated ops MindSpore's parallel tests use (``gen_ops_def``, and the
+primitive classes as ``gen_ops_prim``)."""
 
 from graphpar.ops.auto_generate import gen_ops_def as gen_ops_def
+from graphpar.ops.auto_generate import gen_ops_prim as gen_ops_prim
+from graphpar.ops.norm_act_ops import Swiglu  # noqa: F401
 from graphpar.ops.auto_generate.gen_ops_def import (  # noqa: F401
     AddcmulExt, AddExt, SubExt, add_ext, addcmul_ext_op, sub_ext)
 from graphpar.ops.fft_ops import (  # noqa: F401

@@ -3,8 +3,10 @@
 Reads: node strategies. Adds: ``graph.plan.value_specs`` (storage layout of every param/state/input value) and
 ``graph.plan.param_conflicts`` (one report per Parameter whose consumers want different layouts).
 
-A Parameter read by several nodes that want different layouts is stored in the layout that minimizes the bytes
-redistributed to all of them, and the choice is reported (begin dump; a warning too when it costs any bytes). If
+A Parameter read by several nodes that want different layouts is stored in the layout, among those its ops want,
+that minimizes the bytes redistributed to all of them (JAX's own equations, such as the backward of a gradient
+taken inside ``construct``, take it as the ops store it: MindSpore lays a Parameter out by its operators'
+strategies before it derives the backward), and the choice is reported (begin dump; a warning too when it costs any bytes). If
 two *user-hinted* ops demand different layouts of one Parameter, that is MindSpore's "strategies of a shared
 parameter must agree" error: a :class:`~graphpar.errors.StrategyError` names both ops, their strategies and what
 would be valid. Non-trainable state (BatchNorm statistics, keys, constants) is stored replicated and sliced where read.
@@ -60,6 +62,9 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
         if len(distinct) <= 1:
             specs[vid] = distinct[0] if distinct else replicated_spec(len(value.shape))
             continue
+        # MindSpore's ops decide; JAX's own equations (the backward of a gradient taken inside construct, which
+        # MindSpore derives from the ops after planning) read the Parameter as the ops store it
+        deciding = list(dict.fromkeys(spec for n, _, spec in wants if n.is_op)) or distinct
         # a loaded strategy file records every reader's strategy and the layout the Parameter was stored in
         # (what the plan it was written from chose): its readers are not conflicting hints, its layout is kept
         recorded = _recorded_spec(ctx, value.name, distinct)
@@ -81,7 +86,7 @@ def place_parameters(graph: Graph, ctx: PlanContext) -> Graph:
 
         searched = graph.plan.search.storage.get(vid) if graph.plan.search is not None else None  # the search priced this choice
         best = pinned[0] if pinned else recorded if recorded is not None else searched if searched is not None else min(
-            distinct, key=lambda s: (cost(s), distinct.index(s)))
+            deciding, key=lambda s: (cost(s), deciding.index(s)))
         specs[vid] = best
         report = {"parameter": value.name, "chosen": best, "cost_bytes": cost(best),
                   "wanted": [(n.instance_name, n.id, s) for n, _, s in wants]}

@@ -1,5 +1,5 @@
-"""Sharding rules of ``graphpar.ops.norm_act_ops`` (RmsNorm, PReLU, Lerp, L2Loss, SigmoidCrossEntropyWithLogits),
-after MindSpore's ``RmsNormInfo``, ``PReLUInfo`` and its arithmetic infos."""
+"""Sharding rules of ``graphpar.ops.norm_act_ops`` (RmsNorm, PReLU, Lerp, L2Loss, SigmoidCrossEntropyWithLogits,
+Swiglu), after MindSpore's ``RmsNormInfo``, ``PReLUInfo``, ``SwigluInfo`` and its arithmetic infos."""
 
 from __future__ import annotations
 
@@ -48,3 +48,14 @@ def _l2_loss(node, graph):
     """A sum over every dimension: any split leaves partial sums the scalar output combines."""
     ins, _ = shapes_of(node, graph)
     return reduction(ins[0], list(range(len(ins[0]))), False)
+
+
+@register("Swiglu")
+def _swiglu(node, graph):
+    """MindSpore's SwigluInfo, a Softmax info: ``dim`` (cut into the two halves) cannot be split, every other
+    dimension can, and the output keeps the input's layout (its ``dim`` half as long)."""
+    ins, _ = shapes_of(node, graph)
+    rank = len(ins[0])
+    labels = tuple(f"d{i}" for i in range(rank))
+    dim = node.static_args.get(1, -1)
+    return DimSpec((labels,), (labels,), labels, frozenset({labels[dim % rank]}) if rank else frozenset())

@@ -104,6 +104,20 @@ def test_shard_refuses_bad_arguments_by_name():
         shard(Block(), in_strategy=(LAYOUT("dp", "None"),), level=1)
 
 
+def test_parameter_plan_is_checked_against_the_parameter_when_shard_is_called():
+    # MindSpore's Cell.shard checks each parameter_plan entry at once: a tuple or a Layout, one split per dimension
+    # of the Parameter, each dividing it (w is (32, 16))
+    with pytest.raises(TypeError, match="must be str and tuple/Layout.*str and NoneType"):
+        Block().shard(in_strategy=((2, 1),), parameter_plan={"w": None})
+    with pytest.raises(StrategyError, match="the length of param_strategy: 3, is not equal to param_shape len: 2"):
+        Block().shard(in_strategy=((2, 1),), parameter_plan={"w": (1, 1, 1)})
+    with pytest.raises(StrategyError, match=r"param_shape\[1\]: 16 cannot be divisible by param_strategy\[1\]: 3"):
+        Block().shard(in_strategy=((2, 1),), parameter_plan={"w": (1, 3)})
+    with pytest.raises(StrategyError, match=r"param_shape\[0\]: 32 cannot be divisible by param_strategy\[0\]: 64"):
+        Block().shard(in_strategy=((2, 1),), parameter_plan={"w": Layout((64, 1), ("dp", "mp"))("dp", "None")})
+    assert Block().shard(in_strategy=((2, 1),), parameter_plan={"w": (2, 4)}) is not None
+
+
 class Layered(nn.Cell):
     """A MatMul placed by a layout that skips the middle device-matrix axis (sp repeats)."""
 

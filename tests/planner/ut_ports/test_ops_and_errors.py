@@ -104,7 +104,9 @@ def test_tensor_add_is_add_and_set_device_is_recorded():
     assert P.TensorAdd is P.Add
     assert P.Gather().set_device("CPU").primitive_target == "CPU"
     assert P.Gather().set_device("CPU").set_device("").primitive_target is None  # MindSpore's tests pass ""
-    with pytest.raises(ValueError, match=r"'NPU'.*'CPU', 'GPU', 'Ascend'"):
+    # "Device": the accelerator, as MindSpore's EmbeddingLookup tests and nn.EmbeddingLookup's target name it
+    assert P.EmbeddingLookup().set_device("Device").primitive_target == "Device"
+    with pytest.raises(ValueError, match=r"'NPU'.*'CPU', 'GPU', 'Ascend', 'Device'"):
         P.Gather().set_device("NPU")
     context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
     net = AddNet()

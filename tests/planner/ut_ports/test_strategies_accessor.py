@@ -140,6 +140,23 @@ def test_grad_wrap_keys_and_backward_ops():
     assert [k for k in found if "MatMul" in k] == ["Default/network-NetWithLoss/network-Net/MatMul-op0"]
 
 
+def test_under_grad_wrap_a_parameter_is_stored_as_its_hinted_op_reads_it():
+    # the MatMul's backward (JAX's transpose, a raw equation with a data-parallel default) reads w too; the op
+    # decides w's layout, as MindSpore lays Parameters out before it derives the backward: w (32, 16) split (4, 1)
+    rng = np.random.default_rng(2)
+    x, b = rng.normal(size=(64, 32)).astype(np.float32), rng.normal(size=(64, 16)).astype(np.float32)
+    net = GradWrap(NetWithLoss(Net()))
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    expected = net(x, b)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    context.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=8, global_rank=0)
+    _cell_graph_executor.compile(net, _x, _b)
+    name = next(k for k in net.parameter_layout_dict if k.endswith("w"))
+    assert net.parameter_layout_dict[name][2] == [8, 16]  # the slice each device stores, not the whole (32, 16)
+    for got, want in zip(net(x, b), expected):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
 class GatherNet(nn.Cell):
     """MindSpore's Gather tests: a constant index (so the op is staged, not inlined) under GradWrap."""
 
