@@ -17,8 +17,9 @@ def stage_residuals(planned: Graph, probe: str, fold: str) -> tuple[float, float
     reads (a stage saves op outputs only: ``memory_model.checkpoint_keeps_input``), each once per layout its
     readers read it in (a Softmax's output in its own), the layer's input (the output of the Add that reads the
     Parameter named ``probe``) among them, ops scoped ``fold`` left out; that input in its layout and the layer's
-    state arrays (a causal mask held as a Tensor attribute) in theirs: what a recomputed layer keeps (its
-    checkpoint's inputs, saved with each micro-batch's residuals; measured on a compiled MoE stage); and the part
+    state and constant arrays (a causal mask held as a Tensor attribute: a constant of the trace, which the
+    checkpoint closes over and so saves like an input) in theirs: what a recomputed layer keeps (its checkpoint's
+    inputs, saved with each micro-batch's residuals; measured on a compiled MoE stage); and the part
     of the first on the gradient path, whose cotangents the backward makes. An MoE's routing masks (the one-hot
     slots of each round, the dispatch mask cast to the tokens' type) are kept in float32 (measured: a compiled
     MoE stage saves them), but no gradient flows into them."""
@@ -33,7 +34,7 @@ def stage_residuals(planned: Graph, probe: str, fold: str) -> tuple[float, float
             continue
         for vid in node.inputs:
             v = values[vid]
-            if v.producer is None and v.kind == "state" and v.is_array:
+            if v.producer is None and v.kind in ("state", "const") and v.is_array:
                 state[vid] = block_bytes(v, planned.plan.value_specs.get(vid, replicated_spec(len(v.shape))), mesh)
         if any(values[v].name == probe for v in node.inputs):
             first += sum(block_bytes(values[v], node.strategy.output_spec(j), mesh)
