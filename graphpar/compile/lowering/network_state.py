@@ -138,11 +138,16 @@ class Slots:
         consume(map(object.__setattr__, self.holders, SLOT, values))
 
 
+def _child(node: Any, key: Any) -> Any:
+    """One step of an NNX path: an item of a list (or CellList) by index, of a dict by key, else an attribute."""
+    return node[key] if isinstance(key, int) or isinstance(node, dict) else getattr(node, key)
+
+
 def _read(root: Any, path: Sequence[Any]) -> Any:
     """The value at ``path`` below ``root``: a Variable's value, or the plain attribute (list item) itself."""
     node = root
     for key in path:
-        node = node[key] if isinstance(key, int) else getattr(node, key)
+        node = _child(node, key)
     return node.get_raw_value() if isinstance(node, nnx.Variable) else node
 
 
@@ -150,8 +155,8 @@ def _assign(root: Any, path: Sequence[Any], value: Any) -> None:
     """Set the attribute (or list item) at ``path`` below ``root`` to ``value``."""
     parent = root
     for key in path[:-1]:
-        parent = parent[key] if isinstance(key, int) else getattr(parent, key)
-    if isinstance(path[-1], int):
+        parent = _child(parent, key)
+    if isinstance(path[-1], int) or isinstance(parent, dict):
         parent[path[-1]] = value
     else:
         setattr(parent, path[-1], value)
@@ -183,7 +188,7 @@ def _owner(root: Cell, path: Sequence[Any]) -> tuple[str, str]:
     list's holder)."""
     node, owner, where = root, root, []
     for key in path[:-1]:
-        node = node[key] if isinstance(node, (list, tuple, dict)) else getattr(node, key)
+        node = _child(node, key)
         if isinstance(node, Cell):
             owner, where = node, [*where, str(key)]
     return type(owner).__name__, ".".join(where) or "the network"

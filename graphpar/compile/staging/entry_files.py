@@ -38,16 +38,23 @@ ORPHAN_SECONDS = 600.0
 def write(folder: Path, key: str, magic: bytes, payload: bytes) -> Path:
     """Write ``payload`` as entry ``key`` (after ``magic`` and the payload's sha256), atomically; returns its path.
     Raises OSError when the folder cannot be written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=_PARTIAL) as out:
+    path = folder / f"{key}{SUFFIX}"
+    replace(path, magic + hashlib.sha256(payload).digest() + payload)
+    return path
+
+
+def replace(path: Path, data: bytes) -> None:
+    """Make ``data`` the content of ``path`` atomically: written to a temporary file in its folder (one that
+    :func:`evict` removes if this writer is killed mid-write) and renamed onto it. Raises OSError when the folder
+    cannot be written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=_PARTIAL) as out:
         try:
-            out.write(magic + hashlib.sha256(payload).digest() + payload)
+            out.write(data)
         except OSError:
             os.unlink(out.name)
             raise
-    path = folder / f"{key}{SUFFIX}"
     os.replace(out.name, path)
-    return path
 
 
 def read(path: Path, magic: bytes) -> bytes | str | None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 
-from graphpar.compile.staging import executables
+from graphpar.compile.staging import entry_files, executables
 from graphpar.compile.staging.fingerprint import code_digest
 
 # one reader: a second guess waits for the first (a guess is a step's first call, one at a time per process)
@@ -60,10 +59,7 @@ class Prefetch:
         if key == self.guess:
             return
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.folder, delete=False, suffix=".tmp") as out:
-                out.write(key)
-            os.replace(out.name, self.folder / f"{self.hint}.next")
+            entry_files.replace(self.folder / f"{self.hint}.next", key.encode())
         except OSError:
             return  # the executable's own store says so once if the folder cannot be written; the guess just misses
 
